@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Installs everything scurry needs to build and test, from Debian's packages only.
+# Idempotent: packages already present are left as they are; apt-get runs only when one is missing.
+set -euo pipefail
+pkgs=(
+  build-essential cmake ninja-build ccache pkg-config
+  libhdf5-dev hdf5-tools zlib1g-dev libzstd-dev libblosc-dev
+  libopenblas-dev liblapack-dev liblapacke-dev
+  libigraph-dev libcli11-dev nlohmann-json3-dev
+  libgtest-dev libgmock-dev libbenchmark-dev
+  python3-anndata python3-h5py python3-numpy python3-scipy python3-pandas
+)
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "install-deps: installing ${missing[*]}"
+  SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -qq
+  $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+echo "install-deps: all ${#pkgs[@]} packages present"

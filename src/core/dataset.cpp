@@ -1,0 +1,141 @@
+#include "core/dataset.hpp"
+
+#include <algorithm>
+
+#include "core/error.hpp"
+
+namespace scurry {
+
+void Dataset::check_shapes(const std::string& where) const {
+  const int64_t n = n_obs(), g = n_vars();
+  auto bad = [&](const std::string& slot, const Matrix& m, const std::string& want) {
+    fail_input(where, slot, " has shape ", m.n_rows(), "x", m.n_cols(), " but ", want);
+  };
+  if (!X.empty() && (X.n_rows() != n || X.n_cols() != g))
+    bad("X", X, detail::concat("obs has ", n, " rows and var ", g));
+  for (const auto& [k, m] : layers)
+    if (m.n_rows() != n || m.n_cols() != g) bad("layers/" + k, m, detail::concat("X is ", n, "x", g));
+  for (const auto& [k, m] : obsm)
+    if (m.n_rows() != n) bad("obsm/" + k, m, detail::concat("obs has ", n, " rows"));
+  for (const auto& [k, m] : varm)
+    if (m.n_rows() != g) bad("varm/" + k, m, detail::concat("var has ", g, " rows"));
+  for (const auto& [k, m] : obsp)
+    if (m.n_rows() != n || m.n_cols() != n) bad("obsp/" + k, m, detail::concat("obs has ", n, " rows"));
+  for (const auto& [k, m] : varp)
+    if (m.n_rows() != g || m.n_cols() != g) bad("varp/" + k, m, detail::concat("var has ", g, " rows"));
+}
+
+template <class T>
+Csr<T> take_rows(const Csr<T>& a, const std::vector<int64_t>& rows) {
+  Csr<T> b;
+  b.n_rows = static_cast<int64_t>(rows.size());
+  b.n_cols = a.n_cols;
+  b.indptr.assign(rows.size() + 1, 0);
+  for (size_t i = 0; i < rows.size(); ++i) b.indptr[i + 1] = b.indptr[i] + a.row_nnz(rows[i]);
+  b.indices.resize(static_cast<size_t>(b.indptr.back()));
+  b.data.resize(static_cast<size_t>(b.indptr.back()));
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const int64_t s = a.indptr[rows[i]], len = a.row_nnz(rows[i]);
+    std::copy_n(a.indices.begin() + s, len, b.indices.begin() + b.indptr[i]);
+    std::copy_n(a.data.begin() + s, len, b.data.begin() + b.indptr[i]);
+  }
+  return b;
+}
+
+template <class T>
+Csr<T> slice_rows(const Csr<T>& a, int64_t begin, int64_t end) {
+  Csr<T> b;
+  b.n_rows = end - begin;
+  b.n_cols = a.n_cols;
+  const int64_t s = a.indptr[begin], e = a.indptr[end];
+  b.indptr.resize(static_cast<size_t>(b.n_rows) + 1);
+  for (int64_t r = 0; r <= b.n_rows; ++r) b.indptr[r] = a.indptr[begin + r] - s;
+  b.indices.assign(a.indices.begin() + s, a.indices.begin() + e);
+  b.data.assign(a.data.begin() + s, a.data.begin() + e);
+  return b;
+}
+
+template <class T>
+Csr<T> take_cols(const Csr<T>& a, const std::vector<int64_t>& cols) {
+  std::vector<int32_t> remap(static_cast<size_t>(a.n_cols), -1);
+  for (size_t j = 0; j < cols.size(); ++j) remap[cols[j]] = static_cast<int32_t>(j);
+  // Columns must come out sorted within each row when `cols` is increasing (the usual case).
+  Csr<T> b;
+  b.n_rows = a.n_rows;
+  b.n_cols = static_cast<int64_t>(cols.size());
+  b.indptr.assign(static_cast<size_t>(a.n_rows) + 1, 0);
+  for (int64_t r = 0; r < a.n_rows; ++r) {
+    for (int64_t p = a.indptr[r]; p < a.indptr[r + 1]; ++p) {
+      const int32_t j = remap[a.indices[p]];
+      if (j >= 0) {
+        b.indices.push_back(j);
+        b.data.push_back(a.data[p]);
+      }
+    }
+    b.indptr[r + 1] = static_cast<int64_t>(b.data.size());
+  }
+  return b;
+}
+
+#define SCURRY_INST(T)                                                        \
+  template Csr<T> take_rows(const Csr<T>&, const std::vector<int64_t>&);      \
+  template Csr<T> slice_rows(const Csr<T>&, int64_t, int64_t);                \
+  template Csr<T> take_cols(const Csr<T>&, const std::vector<int64_t>&);
+SCURRY_INST(float)
+SCURRY_INST(double)
+#undef SCURRY_INST
+
+template <class T>
+static Dense<T> dense_take_rows(const Dense<T>& a, const std::vector<int64_t>& rows) {
+  Dense<T> b(static_cast<int64_t>(rows.size()), a.n_cols);
+  for (size_t i = 0; i < rows.size(); ++i) std::copy_n(a.row(rows[i]), a.n_cols, b.row(static_cast<int64_t>(i)));
+  return b;
+}
+template <class T>
+static Dense<T> dense_take_cols(const Dense<T>& a, const std::vector<int64_t>& cols) {
+  Dense<T> b(a.n_rows, static_cast<int64_t>(cols.size()));
+  for (int64_t r = 0; r < a.n_rows; ++r)
+    for (size_t j = 0; j < cols.size(); ++j) b(r, static_cast<int64_t>(j)) = a(r, cols[j]);
+  return b;
+}
+
+Matrix take_rows(const Matrix& m, const std::vector<int64_t>& rows) {
+  Matrix out;
+  out.dtype = m.dtype;
+  std::visit([&](const auto& x) {
+    using X = std::decay_t<decltype(x)>;
+    if constexpr (std::is_same_v<X, std::monostate>) {}
+    else if constexpr (std::is_same_v<X, CsrF> || std::is_same_v<X, CsrD>) out.m = take_rows(x, rows);
+    else out.m = dense_take_rows(x, rows);
+  }, m.m);
+  return out;
+}
+Matrix take_cols(const Matrix& m, const std::vector<int64_t>& cols) {
+  Matrix out;
+  out.dtype = m.dtype;
+  std::visit([&](const auto& x) {
+    using X = std::decay_t<decltype(x)>;
+    if constexpr (std::is_same_v<X, std::monostate>) {}
+    else if constexpr (std::is_same_v<X, CsrF> || std::is_same_v<X, CsrD>) out.m = take_cols(x, cols);
+    else out.m = dense_take_cols(x, cols);
+  }, m.m);
+  return out;
+}
+
+void Dataset::subset_obs(const std::vector<int64_t>& keep) {
+  if (!X.empty()) X = take_rows(X, keep);
+  for (auto& [k, m] : layers) m = take_rows(m, keep);
+  for (auto& [k, m] : obsm) m = take_rows(m, keep);
+  for (auto& [k, m] : obsp) m = take_cols(take_rows(m, keep), keep);
+  obs = obs.take(keep);
+}
+
+void Dataset::subset_vars(const std::vector<int64_t>& keep) {
+  if (!X.empty()) X = take_cols(X, keep);
+  for (auto& [k, m] : layers) m = take_cols(m, keep);
+  for (auto& [k, m] : varm) m = take_rows(m, keep);
+  for (auto& [k, m] : varp) m = take_cols(take_rows(m, keep), keep);
+  var = var.take(keep);
+}
+
+}  // namespace scurry

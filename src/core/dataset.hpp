@@ -1,0 +1,47 @@
+// scurry: Dataset, AnnData's model in C++: X (cells x genes), layers, obs, var, obsm, varm, obsp,
+// varp, uns and an optional raw (X, var, varm). Steps read and write its named slots under the
+// names scanpy uses.
+#pragma once
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/matrix.hpp"
+#include "core/table.hpp"
+#include "core/value.hpp"
+
+namespace scurry {
+
+struct Dataset {
+  Matrix X;
+  std::map<std::string, Matrix> layers;
+  Table obs, var;
+  std::map<std::string, Matrix> obsm, varm, obsp, varp;
+  Dict uns;
+  std::shared_ptr<Dataset> raw;  // only X, var and varm are meaningful
+
+  int64_t n_obs() const { return obs.n_rows(); }
+  int64_t n_vars() const { return var.n_rows(); }
+
+  // Checks every slot against (n_obs, n_vars); throws InputError "<where>: <slot> has shape ... but ...".
+  void check_shapes(const std::string& where) const;
+
+  // Keep the given cells (rows), in that order, in X, layers, obs, obsm, obsp.
+  void subset_obs(const std::vector<int64_t>& keep);
+  // Keep the given genes (columns), in that order, in X, layers, var, varm, varp.
+  void subset_vars(const std::vector<int64_t>& keep);
+};
+
+// Row and column selection on matrices (copies).
+template <class T>
+Csr<T> take_rows(const Csr<T>& a, const std::vector<int64_t>& rows);
+template <class T>
+Csr<T> slice_rows(const Csr<T>& a, int64_t begin, int64_t end);
+template <class T>
+Csr<T> take_cols(const Csr<T>& a, const std::vector<int64_t>& cols);
+Matrix take_rows(const Matrix& m, const std::vector<int64_t>& rows);
+Matrix take_cols(const Matrix& m, const std::vector<int64_t>& cols);
+
+}  // namespace scurry

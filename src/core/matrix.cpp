@@ -1,0 +1,157 @@
+#include "core/matrix.hpp"
+
+#include "core/error.hpp"
+
+namespace scurry {
+
+int64_t Matrix::n_rows() const {
+  return std::visit([](const auto& x) -> int64_t {
+    if constexpr (std::is_same_v<std::decay_t<decltype(x)>, std::monostate>) return 0;
+    else return x.n_rows;
+  }, m);
+}
+int64_t Matrix::n_cols() const {
+  return std::visit([](const auto& x) -> int64_t {
+    if constexpr (std::is_same_v<std::decay_t<decltype(x)>, std::monostate>) return 0;
+    else return x.n_cols;
+  }, m);
+}
+int64_t Matrix::nnz() const {
+  return std::visit([](const auto& x) -> int64_t {
+    using X = std::decay_t<decltype(x)>;
+    if constexpr (std::is_same_v<X, std::monostate>) return 0;
+    else if constexpr (std::is_same_v<X, CsrF> || std::is_same_v<X, CsrD>) return x.nnz();
+    else return x.n_rows * x.n_cols;
+  }, m);
+}
+
+std::string Matrix::describe() const {
+  const char* kind = empty() ? "empty" : is_sparse() ? "csr" : "dense";
+  return detail::concat(kind, " ", dtype_name(dtype), " ", n_rows(), "x", n_cols(), " nnz=", nnz());
+}
+
+#define SCURRY_VIEW(NAME, TYPE)                                                            \
+  TYPE& Matrix::NAME() {                                                                   \
+    if (auto* p = std::get_if<TYPE>(&m)) return *p;                                        \
+    fail("internal: expected a " #TYPE " matrix, found ", describe());                     \
+  }                                                                                        \
+  const TYPE& Matrix::NAME() const {                                                       \
+    if (auto* p = std::get_if<TYPE>(&m)) return *p;                                        \
+    fail("internal: expected a " #TYPE " matrix, found ", describe());                     \
+  }
+SCURRY_VIEW(csr_f, CsrF)
+SCURRY_VIEW(dense_f, DenseF)
+SCURRY_VIEW(dense_d, DenseD)
+#undef SCURRY_VIEW
+
+namespace {
+template <class Out, class In>
+Csr<Out> cast_csr(const Csr<In>& a) {
+  Csr<Out> b;
+  b.n_rows = a.n_rows;
+  b.n_cols = a.n_cols;
+  b.indptr = a.indptr;
+  b.indices = a.indices;
+  b.data.assign(a.data.begin(), a.data.end());
+  return b;
+}
+template <class Out, class In>
+Csr<Out> dense_to_csr(const Dense<In>& a) {
+  Csr<Out> b;
+  b.n_rows = a.n_rows;
+  b.n_cols = a.n_cols;
+  b.indptr.assign(static_cast<size_t>(a.n_rows) + 1, 0);
+  for (int64_t r = 0; r < a.n_rows; ++r) {
+    const In* row = a.row(r);
+    for (int64_t c = 0; c < a.n_cols; ++c)
+      if (row[c] != In(0)) {
+        b.indices.push_back(static_cast<int32_t>(c));
+        b.data.push_back(static_cast<Out>(row[c]));
+      }
+    b.indptr[r + 1] = static_cast<int64_t>(b.data.size());
+  }
+  return b;
+}
+template <class Out, class In>
+Dense<Out> csr_to_dense(const Csr<In>& a) {
+  Dense<Out> d(a.n_rows, a.n_cols);
+  for (int64_t r = 0; r < a.n_rows; ++r)
+    for (int64_t p = a.indptr[r]; p < a.indptr[r + 1]; ++p) d(r, a.indices[p]) += static_cast<Out>(a.data[p]);
+  return d;
+}
+template <class Out, class In>
+Dense<Out> cast_dense(const Dense<In>& a) {
+  Dense<Out> d;
+  d.n_rows = a.n_rows;
+  d.n_cols = a.n_cols;
+  d.data.assign(a.data.begin(), a.data.end());
+  return d;
+}
+}  // namespace
+
+CsrF to_csr_f(const Matrix& m) {
+  return std::visit([](const auto& x) -> CsrF {
+    using X = std::decay_t<decltype(x)>;
+    if constexpr (std::is_same_v<X, std::monostate>) return CsrF{};
+    else if constexpr (std::is_same_v<X, CsrF>) return x;
+    else if constexpr (std::is_same_v<X, CsrD>) return cast_csr<float>(x);
+    else return dense_to_csr<float>(x);
+  }, m.m);
+}
+
+template <class Out>
+static Dense<Out> to_dense_impl(const Matrix& m) {
+  return std::visit([](const auto& x) -> Dense<Out> {
+    using X = std::decay_t<decltype(x)>;
+    if constexpr (std::is_same_v<X, std::monostate>) return Dense<Out>{};
+    else if constexpr (std::is_same_v<X, CsrF> || std::is_same_v<X, CsrD>) return csr_to_dense<Out>(x);
+    else return cast_dense<Out>(x);
+  }, m.m);
+}
+DenseD to_dense_d(const Matrix& m) { return to_dense_impl<double>(m); }
+DenseF to_dense_f(const Matrix& m) { return to_dense_impl<float>(m); }
+
+template <class T>
+Csr<T> transpose(const Csr<T>& a) {
+  Csr<T> t;
+  t.n_rows = a.n_cols;
+  t.n_cols = a.n_rows;
+  t.indptr.assign(static_cast<size_t>(t.n_rows) + 1, 0);
+  for (int32_t c : a.indices) ++t.indptr[static_cast<size_t>(c) + 1];
+  for (int64_t i = 0; i < t.n_rows; ++i) t.indptr[i + 1] += t.indptr[i];
+  t.indices.resize(a.indices.size());
+  t.data.resize(a.data.size());
+  std::vector<int64_t> next(t.indptr.begin(), t.indptr.end() - 1);
+  for (int64_t r = 0; r < a.n_rows; ++r)
+    for (int64_t p = a.indptr[r]; p < a.indptr[r + 1]; ++p) {
+      int64_t q = next[a.indices[p]]++;
+      t.indices[q] = static_cast<int32_t>(r);
+      t.data[q] = a.data[p];
+    }
+  return t;
+}
+template CsrF transpose(const CsrF&);
+template CsrD transpose(const CsrD&);
+
+template <class T>
+void validate_csr(const Csr<T>& a, const std::string& where) {
+  if (a.n_rows < 0 || a.n_cols < 0) fail_input(where, "negative shape ", a.n_rows, "x", a.n_cols);
+  if (static_cast<int64_t>(a.indptr.size()) != a.n_rows + 1)
+    fail_input(where, "row pointer array has ", a.indptr.size(), " entries, expected ", a.n_rows + 1);
+  if (a.indices.size() != a.data.size())
+    fail_input(where, "indices (", a.indices.size(), ") and data (", a.data.size(), ") differ in length");
+  if (a.indptr[0] != 0) fail_input(where, "row pointers must start at 0, found ", a.indptr[0]);
+  for (int64_t r = 0; r < a.n_rows; ++r)
+    if (a.indptr[r + 1] < a.indptr[r])
+      fail_input(where, "row pointers decrease at row ", r, " (", a.indptr[r], " > ", a.indptr[r + 1], ")");
+  if (a.indptr[a.n_rows] != static_cast<int64_t>(a.data.size()))
+    fail_input(where, "last row pointer ", a.indptr[a.n_rows], " does not equal the number of stored values ",
+               a.data.size());
+  for (size_t p = 0; p < a.indices.size(); ++p)
+    if (a.indices[p] < 0 || a.indices[p] >= a.n_cols)
+      fail_input(where, "column index ", a.indices[p], " at position ", p, " is out of range [0, ", a.n_cols, ")");
+}
+template void validate_csr(const CsrF&, const std::string&);
+template void validate_csr(const CsrD&, const std::string&);
+
+}  // namespace scurry

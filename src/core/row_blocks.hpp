@@ -1,0 +1,56 @@
+// scurry: row blocks, the unit of streaming, GPU placement and distribution. A RowBlocks is a
+// partition of [0, n_rows) into contiguous blocks; a RowSource hands out CSR row blocks, from memory
+// or lazily from a file, so that algorithms never care where the rows live.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "core/matrix.hpp"
+
+namespace scurry {
+
+struct RowBlocks {
+  std::vector<int64_t> bounds{0};  // n_blocks + 1 entries, bounds[0] = 0, bounds.back() = n_rows
+
+  int64_t n_blocks() const { return static_cast<int64_t>(bounds.size()) - 1; }
+  int64_t begin(int64_t b) const { return bounds[b]; }
+  int64_t end(int64_t b) const { return bounds[b + 1]; }
+  int64_t n_rows() const { return bounds.back(); }
+
+  // Blocks of `rows_per_block` rows (the last may be shorter).
+  static RowBlocks uniform(int64_t n_rows, int64_t rows_per_block);
+  // Blocks holding about `nnz_per_block` nonzeros each (load balance by nonzeros, not rows).
+  static RowBlocks by_nnz(const std::vector<int64_t>& indptr, int64_t nnz_per_block);
+  // `parts` blocks of near-equal nonzeros (for ranks/GPUs).
+  static RowBlocks split_nnz(const std::vector<int64_t>& indptr, int64_t parts);
+};
+
+// A source of CSR row blocks.
+class RowSource {
+ public:
+  virtual ~RowSource() = default;
+  virtual int64_t n_rows() const = 0;
+  virtual int64_t n_cols() const = 0;
+  virtual int64_t nnz() const = 0;
+  // Rows [begin, end) as a CSR matrix of end-begin rows, float values.
+  virtual CsrF read_rows(int64_t begin, int64_t end) = 0;
+  // Nonzeros per row (size n_rows): lets callers balance blocks by nonzeros without reading values.
+  virtual std::vector<int64_t> row_pointers() = 0;
+};
+
+// Rows of a CSR matrix held in memory (not owned: it must outlive the source).
+class MemoryRowSource : public RowSource {
+ public:
+  explicit MemoryRowSource(const CsrF& m) : m_(m) {}
+  int64_t n_rows() const override { return m_.n_rows; }
+  int64_t n_cols() const override { return m_.n_cols; }
+  int64_t nnz() const override { return m_.nnz(); }
+  CsrF read_rows(int64_t begin, int64_t end) override;
+  std::vector<int64_t> row_pointers() override { return m_.indptr; }
+
+ private:
+  const CsrF& m_;
+};
+
+}  // namespace scurry

@@ -1,0 +1,10 @@
+// Built only when CUDA is off: the CUDA entry points report that there is no CUDA.
+#include "exec/context.hpp"
+
+namespace scurry {
+struct CudaResources {};
+bool cuda_built() { return false; }
+int cuda_device_count() { return 0; }
+std::string cuda_device_description(int) { return "none"; }
+std::shared_ptr<CudaResources> make_cuda_resources(int, MemoryMode) { return nullptr; }
+}  // namespace scurry

@@ -1,0 +1,79 @@
+#include <random>
+
+#include "core/dataset.hpp"
+#include "core/error.hpp"
+#include "core/row_blocks.hpp"
+#include "testlib.hpp"
+
+using namespace scurry;
+
+TEST(Matrix, TransposeTwiceIsIdentityAndMatchesDense) {
+  const uint64_t seed = test::fresh_seed();
+  CsrF a = test::random_counts(37, 53, 0.2, seed);
+  CsrF t = transpose(a);
+  DenseD da = to_dense_d(Matrix(a)), dt = to_dense_d(Matrix(t));
+  for (int64_t r = 0; r < a.n_rows; ++r)
+    for (int64_t c = 0; c < a.n_cols; ++c) ASSERT_EQ(da(r, c), dt(c, r));
+  CsrF tt = transpose(t);
+  EXPECT_EQ(tt.indptr, a.indptr);
+  EXPECT_EQ(tt.indices, a.indices);
+  EXPECT_EQ(tt.data, a.data);
+}
+
+TEST(Matrix, ValidateRejectsBadStructure) {
+  CsrF a = test::random_counts(10, 8, 0.3, test::fresh_seed());
+  ASSERT_GT(a.nnz(), 2);
+  EXPECT_NO_THROW(validate_csr(a, "m"));
+  CsrF b = a;
+  b.indices[1] = 8;
+  EXPECT_THROW(validate_csr(b, "m"), InputError);
+  b = a;
+  std::swap(b.indptr[3], b.indptr[4]);
+  if (b.indptr[3] != b.indptr[4]) {
+    EXPECT_THROW(validate_csr(b, "m"), InputError);
+  }
+  b = a;
+  b.indptr.pop_back();
+  EXPECT_THROW(validate_csr(b, "m"), InputError);
+}
+
+TEST(Dataset, SubsetRowsAndColumnsMatchDense) {
+  const uint64_t seed = test::fresh_seed();
+  Dataset d;
+  d.X = Matrix(test::random_counts(20, 15, 0.3, seed));
+  for (int i = 0; i < 20; ++i) d.obs.index.push_back("c" + std::to_string(i));
+  for (int i = 0; i < 15; ++i) d.var.index.push_back("g" + std::to_string(i));
+  std::vector<double> v(20);
+  for (int i = 0; i < 20; ++i) v[i] = i * 1.5;
+  d.obs.set("x", Column::numeric(v));
+  DenseD full = to_dense_d(d.X);
+  std::vector<int64_t> rows = {3, 0, 7, 19}, cols = {1, 4, 14};
+  d.subset_obs(rows);
+  d.subset_vars(cols);
+  d.check_shapes("test");
+  DenseD sub = to_dense_d(d.X);
+  for (size_t i = 0; i < rows.size(); ++i)
+    for (size_t j = 0; j < cols.size(); ++j) EXPECT_EQ(sub(i, j), full(rows[i], cols[j]));
+  EXPECT_EQ(d.obs.index[0], "c3");
+  EXPECT_EQ(d.obs.numeric("x")[2], 7 * 1.5);
+  EXPECT_EQ(d.var.index[2], "g14");
+}
+
+TEST(RowBlocks, PartitionsCoverAllRows) {
+  std::mt19937_64 rng(test::fresh_seed());
+  CsrF a = test::random_counts(101, 30, 0.25, rng());
+  for (int64_t parts : {1, 2, 3, 7}) {
+    RowBlocks b = RowBlocks::split_nnz(a.indptr, parts);
+    ASSERT_EQ(b.n_blocks(), parts);
+    EXPECT_EQ(b.n_rows(), 101);
+    for (int64_t i = 0; i < b.n_blocks(); ++i) EXPECT_LE(b.begin(i), b.end(i));
+  }
+  RowBlocks u = RowBlocks::uniform(101, 10);
+  EXPECT_EQ(u.n_blocks(), 11);
+  RowBlocks z = RowBlocks::by_nnz(a.indptr, 100);
+  EXPECT_EQ(z.n_rows(), 101);
+  MemoryRowSource src(a);
+  int64_t total = 0;
+  for (int64_t i = 0; i < z.n_blocks(); ++i) total += src.read_rows(z.begin(i), z.end(i)).nnz();
+  EXPECT_EQ(total, a.nnz());
+}
