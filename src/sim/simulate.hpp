@@ -1,0 +1,39 @@
+// scurry: a seeded simulator of UMI count matrices with cluster structure, for tests and benchmarks
+// at any size (`scurry simulate`, `scurry bench --synthetic`).
+//
+// Model: gene base expression proportions are log-normal (a few genes dominate, most are rare, as in
+// real 3' data); each cluster multiplies a random subset of genes by log-normal fold changes; each
+// cell picks a cluster and a log-normal library size L, and its counts are L multinomial draws from
+// its cluster's gene proportions. Counts are thus Poisson given the cell's mean; the mixture over
+// library sizes and clusters makes each gene overdispersed (negative-binomial-like). The library
+// scale is calibrated analytically so that the mean number of nonzeros per cell hits the target.
+#pragma once
+#include <cstdint>
+#include <string>
+
+#include "core/dataset.hpp"
+#include "exec/context.hpp"
+
+namespace scurry {
+
+struct SimulateOptions {
+  int64_t n_cells = 10000;
+  int64_t n_genes = 20000;
+  double nnz_per_cell = 2000;   // target mean number of detected genes per cell
+  int n_clusters = 10;
+  double de_fraction = 0.05;    // share of genes changed in each cluster
+  double de_log_fc_sd = 1.0;    // sd of a cluster's log fold changes (natural log)
+  double gene_log_sd = 1.8;     // sd of the genes' log base proportions
+  double library_log_sd = 0.4;  // sd of the cells' log library sizes
+  int n_mito_genes = 13;        // the first genes are named MT-1 ... (as human mitochondrial genes)
+  uint64_t seed = 0;
+};
+
+// X: CsrF counts (cells x genes, float32 integers; dtype float32); obs index "cell<i>", obs
+// 'cluster' (categorical, the true labels); var index gene names, var 'gene_ids'.
+Dataset simulate(const Context& ctx, const SimulateOptions& opt);
+
+// The library scale L0 (median draws per cell) that gives opt.nnz_per_cell expected nonzeros.
+double calibrate_library_size(const SimulateOptions& opt);
+
+}  // namespace scurry
