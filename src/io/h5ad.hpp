@@ -1,0 +1,66 @@
+// scurry: AnnData .h5ad reading and writing (anndata 0.7 to 0.11 on-disk encodings).
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/dataset.hpp"
+#include "core/row_blocks.hpp"
+
+namespace scurry {
+
+struct H5adReadOptions {
+  bool read_raw = true;     // read /raw (X, var, varm) when present
+  bool read_layers = true;  // read /layers
+};
+
+// Reads the whole file. X as CSR (CSC converted), or dense; obs/var dataframes; obsm, varm, obsp,
+// varp, layers, nested uns. Throws InputError "PATH: <problem>" on anything malformed.
+Dataset read_h5ad(const std::string& path, const H5adReadOptions& opt = {});
+
+struct H5adWriteOptions {
+  int gzip_level = 0;  // 0 = no compression (anndata's default); 1..9 gzip for matrices/arrays
+};
+
+// Writes atomically: to "PATH.tmp-XXXX" in the same directory, then renamed over PATH. On failure
+// the temporary is removed and PATH is untouched. Uses anndata's current encodings
+// (anndata 0.8+/0.10 spec: encoding-type/-version attributes on every element).
+void write_h5ad(const Dataset& d, const std::string& path, const H5adWriteOptions& opt = {});
+
+// What `scurry info` shows without reading the matrix values.
+struct SlotInfo {
+  std::string name;      // e.g. "obsm/X_pca", "layers/counts", "obs/leiden"
+  std::string encoding;  // "csr_matrix", "array", "categorical", "string-array", "dict", ...
+  std::string dtype;     // "float32", ... or "" for groups
+  std::vector<int64_t> shape;
+};
+struct H5adSummary {
+  int64_t n_obs = 0, n_vars = 0;
+  std::string x_encoding;  // csr_matrix | csc_matrix | array
+  std::string x_dtype;     // numpy name
+  int64_t x_nnz = 0;       // stored entries (n_obs*n_vars for dense)
+  std::string anndata_encoding_version;  // root encoding-version or "" for old files
+  std::vector<SlotInfo> slots;           // every element below the root, depth-first
+};
+H5adSummary summarize_h5ad(const std::string& path);
+
+// Lazy row-block reader of X (or a layer: slot "layers/counts"). CSR: reads only the requested
+// rows' indices/data by hyperslab; dense: reads the rows' hyperslab. CSC cannot be read by rows
+// without a full pass: it is read and transposed once on first use. Values converted to float32.
+class H5adRowReader : public RowSource {
+ public:
+  explicit H5adRowReader(const std::string& path, const std::string& slot = "X");
+  ~H5adRowReader() override;
+  int64_t n_rows() const override;
+  int64_t n_cols() const override;
+  int64_t nnz() const override;
+  CsrF read_rows(int64_t begin, int64_t end) override;
+  std::vector<int64_t> row_pointers() override;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace scurry
