@@ -32,11 +32,19 @@ Context Context::create(const ContextOptions& opt) {
     if (want) throw InputError("--device gpu: no CUDA device is visible; use --device cpu");
     return c;
   }
-  if (opt.gpu < 0 || opt.gpu >= n)
-    throw InputError(detail::concat("--gpu ", opt.gpu, ": only ", n, " CUDA device(s) are visible"));
+  if (opt.cuda.device < 0 || opt.cuda.device >= n)
+    throw InputError(detail::concat("GPU ", opt.cuda.device, " asked for, but only ", n, " CUDA device(s) are visible"));
   c.backend_ = Backend::cuda;
-  c.cuda_ = make_cuda_resources(opt.gpu, opt.memory);
+  c.cuda_ = make_cuda_resources(opt.cuda);
   return c;
+}
+
+MemoryMode parse_memory_mode(const std::string& s) {
+  if (s == "pool") return MemoryMode::pool;
+  if (s == "managed") return MemoryMode::managed;
+  if (s == "managed-pool") return MemoryMode::managed_pool;
+  if (s == "plain") return MemoryMode::plain;
+  throw InputError("--memory must be pool, managed, managed-pool or plain, not '" + s + "'");
 }
 
 std::string Context::describe() const {

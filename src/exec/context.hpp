@@ -14,12 +14,21 @@ enum class MemoryMode { pool, managed, managed_pool, plain };
 
 struct CudaResources;  // defined in exec/cuda_context.cu (CUDA builds only)
 
-struct ContextOptions {
-  std::string device = "cpu";      // cpu | gpu | auto
-  int threads = 0;                 // CPU threads; 0 = all hardware threads
-  int gpu = 0;                     // CUDA device ordinal
-  MemoryMode memory = MemoryMode::pool;
+struct CudaOptions {
+  int device = 0;                        // CUDA device ordinal
+  MemoryMode memory = MemoryMode::pool;  // --memory pool|managed|managed-pool|plain
+  size_t pool_size = 0;                  // --pool-size: bytes pre-reserved in the pool (0 = none)
+  size_t max_pool_size = 0;              // --max-pool-size: most bytes held at once (0 = no cap)
 };
+
+struct ContextOptions {
+  std::string device = "cpu";  // cpu | gpu | auto
+  int threads = 0;             // CPU threads; 0 = all hardware threads
+  CudaOptions cuda;
+};
+
+// "pool" | "managed" | "managed-pool" | "plain"; throws InputError otherwise.
+MemoryMode parse_memory_mode(const std::string& s);
 
 class Context {
  public:
@@ -46,6 +55,7 @@ class Context {
 bool cuda_built();
 int cuda_device_count();
 std::string cuda_device_description(int ordinal);
-std::shared_ptr<CudaResources> make_cuda_resources(int ordinal, MemoryMode mode);
+std::shared_ptr<CudaResources> make_cuda_resources(const CudaOptions& opt);
+size_t cuda_peak_bytes(const CudaResources* r);  // peak device bytes held through the Context
 
 }  // namespace scurry

@@ -1,26 +1,140 @@
-// CUDA side of the Context: device selection, a stream, and the memory resource.
+// CUDA side of the Context: device selection, a stream, cuBLAS, and the device memory resource.
 #include <cuda_runtime.h>
 
-#include "exec/context.hpp"
-#include "exec/cuda_check.hpp"
+#include <map>
+#include <mutex>
+#include <vector>
+
+#include "exec/cuda_resources.cuh"
 
 namespace scurry {
 
-struct CudaResources {
-  int device = 0;
-  cudaStream_t stream = nullptr;
-  MemoryMode memory = MemoryMode::pool;
-  ~CudaResources() {
-    if (stream) cudaStreamDestroy(stream);
+namespace {
+const char* mode_name(MemoryMode m) {
+  switch (m) {
+    case MemoryMode::pool: return "pool";
+    case MemoryMode::managed: return "managed";
+    case MemoryMode::managed_pool: return "managed-pool";
+    case MemoryMode::plain: return "plain";
   }
+  return "?";
+}
+double gib(size_t b) { return static_cast<double>(b) / (1ull << 30); }
+}  // namespace
+
+struct DeviceMemory::FreeList {
+  std::mutex mu;
+  std::multimap<size_t, void*> blocks;  // size -> pointer
 };
+
+DeviceMemory::DeviceMemory(int device, cudaStream_t stream, MemoryMode mode, size_t pool_size, size_t max_bytes)
+    : device_(device), stream_(stream), mode_(mode), max_bytes_(max_bytes) {
+  if (mode_ == MemoryMode::pool) {
+    cudaMemPool_t pool;
+    SCURRY_CUDA(cudaDeviceGetDefaultMemPool(&pool, device_));
+    uint64_t threshold = UINT64_MAX;  // keep freed memory for reuse
+    SCURRY_CUDA(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &threshold));
+    if (pool_size > 0) {  // pre-reserve: one allocation freed back into the pool
+      void* p = nullptr;
+      if (cudaMallocAsync(&p, pool_size, stream_) != cudaSuccess) out_of_memory(pool_size, "--pool-size reservation", cudaErrorMemoryAllocation);
+      SCURRY_CUDA(cudaFreeAsync(p, stream_));
+      SCURRY_CUDA(cudaStreamSynchronize(stream_));
+    }
+  }
+  if (mode_ == MemoryMode::managed_pool) free_ = new FreeList;
+}
+
+DeviceMemory::~DeviceMemory() {
+  if (free_) {
+    for (auto& [n, p] : free_->blocks) cudaFree(p);
+    delete free_;
+  }
+}
+
+void DeviceMemory::out_of_memory(size_t bytes, const char* what, cudaError_t err) {
+  cudaGetLastError();
+  size_t free_b = 0, total_b = 0;
+  cudaMemGetInfo(&free_b, &total_b);
+  std::string advice;
+  switch (mode_) {
+    case MemoryMode::pool:
+    case MemoryMode::plain:
+      advice = "use --memory managed to spill to host memory, or process in smaller row blocks";
+      break;
+    case MemoryMode::managed:
+    case MemoryMode::managed_pool:
+      advice = "the data does not fit even with managed memory; use a machine with more GPU memory or more GPUs";
+      break;
+  }
+  fail("GPU out of memory: ", what, " needs ", gib(bytes), " GiB; scurry holds ", gib(in_use_), " GiB, the device has ",
+       gib(free_b), " GiB free of ", gib(total_b), " GiB (memory mode ", mode_name(mode_),
+       max_bytes_ ? detail::concat(", --max-pool-size ", gib(max_bytes_), " GiB") : std::string(), "; ",
+       cudaGetErrorString(err), "): ", advice);
+}
+
+void* DeviceMemory::allocate(size_t bytes, const char* what) {
+  if (bytes == 0) return nullptr;
+  if (max_bytes_ && in_use_ + bytes > max_bytes_) out_of_memory(bytes, what, cudaErrorMemoryAllocation);
+  void* p = nullptr;
+  cudaError_t err = cudaSuccess;
+  switch (mode_) {
+    case MemoryMode::pool: err = cudaMallocAsync(&p, bytes, stream_); break;
+    case MemoryMode::plain: err = cudaMalloc(&p, bytes); break;
+    case MemoryMode::managed_pool: {
+      std::lock_guard<std::mutex> lock(free_->mu);
+      auto it = free_->blocks.lower_bound(bytes);
+      if (it != free_->blocks.end() && it->first == bytes) {
+        p = it->second;
+        free_->blocks.erase(it);
+        break;
+      }
+    }
+      [[fallthrough]];
+    case MemoryMode::managed: {
+      size_t free_b = 0, total_b = 0;
+      SCURRY_CUDA(cudaMemGetInfo(&free_b, &total_b));
+      // Managed memory may exceed what is free on the device only by spilling to the host; we still
+      // never ask for more than the device's total, and never more than is free plus what we hold.
+      if (bytes > free_b + in_use_) out_of_memory(bytes, what, cudaErrorMemoryAllocation);
+      err = cudaMallocManaged(&p, bytes);
+      break;
+    }
+  }
+  if (err != cudaSuccess) out_of_memory(bytes, what, err);
+  const size_t now = in_use_ += bytes;
+  size_t prev = peak_;
+  while (now > prev && !peak_.compare_exchange_weak(prev, now)) {}
+  return p;
+}
+
+void DeviceMemory::deallocate(void* p, size_t bytes) {
+  if (!p) return;
+  in_use_ -= bytes;
+  switch (mode_) {
+    case MemoryMode::pool: cudaFreeAsync(p, stream_); break;
+    case MemoryMode::plain:
+    case MemoryMode::managed: cudaFree(p); break;
+    case MemoryMode::managed_pool: {
+      std::lock_guard<std::mutex> lock(free_->mu);
+      free_->blocks.emplace(bytes, p);
+      break;
+    }
+  }
+}
+
+CudaResources::~CudaResources() {
+  if (stream) cudaStreamSynchronize(stream);
+  delete memory;
+  if (cublas) cublasDestroy(cublas);
+  if (stream) cudaStreamDestroy(stream);
+}
 
 bool cuda_built() { return true; }
 
 int cuda_device_count() {
   int n = 0;
   if (cudaGetDeviceCount(&n) != cudaSuccess) {
-    cudaGetLastError();  // clear the sticky "no device" error
+    cudaGetLastError();  // clear the "no device" error
     return 0;
   }
   return n;
@@ -29,17 +143,20 @@ int cuda_device_count() {
 std::string cuda_device_description(int ordinal) {
   cudaDeviceProp p{};
   if (cudaGetDeviceProperties(&p, ordinal) != cudaSuccess) return "unavailable";
-  return detail::concat("device ", ordinal, " (", p.name, ", ", static_cast<double>(p.totalGlobalMem) / (1ull << 30),
-                        " GiB, sm_", p.major, p.minor, ")");
+  return detail::concat("device ", ordinal, " (", p.name, ", ", gib(p.totalGlobalMem), " GiB, sm_", p.major, p.minor, ")");
 }
 
-std::shared_ptr<CudaResources> make_cuda_resources(int ordinal, MemoryMode mode) {
+std::shared_ptr<CudaResources> make_cuda_resources(const CudaOptions& opt) {
   auto r = std::make_shared<CudaResources>();
-  r->device = ordinal;
-  r->memory = mode;
-  SCURRY_CUDA(cudaSetDevice(ordinal));
+  r->device = opt.device;
+  SCURRY_CUDA(cudaSetDevice(opt.device));
   SCURRY_CUDA(cudaStreamCreateWithFlags(&r->stream, cudaStreamNonBlocking));
+  SCURRY_CUBLAS(cublasCreate(&r->cublas));
+  SCURRY_CUBLAS(cublasSetStream(r->cublas, r->stream));
+  r->memory = new DeviceMemory(opt.device, r->stream, opt.memory, opt.pool_size, opt.max_pool_size);
   return r;
 }
+
+size_t cuda_peak_bytes(const CudaResources* r) { return r && r->memory ? r->memory->peak() : 0; }
 
 }  // namespace scurry

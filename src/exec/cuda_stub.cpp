@@ -6,5 +6,6 @@ struct CudaResources {};
 bool cuda_built() { return false; }
 int cuda_device_count() { return 0; }
 std::string cuda_device_description(int) { return "none"; }
-std::shared_ptr<CudaResources> make_cuda_resources(int, MemoryMode) { return nullptr; }
+std::shared_ptr<CudaResources> make_cuda_resources(const CudaOptions&) { return nullptr; }
+size_t cuda_peak_bytes(const CudaResources*) { return 0; }
 }  // namespace scurry
