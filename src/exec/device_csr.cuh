@@ -1,0 +1,30 @@
+// scurry: a CSR matrix in device memory (int64 row pointers, int32 column indices, float values),
+// moved to and from the host, and filtered in place (rows and columns dropped, columns renumbered).
+#pragma once
+#include <cstdint>
+
+#include "core/matrix.hpp"
+#include "exec/cuda_resources.cuh"
+
+namespace scurry {
+
+struct DeviceCsr {
+  int64_t n_rows = 0, n_cols = 0, nnz = 0;
+  DeviceArray<int64_t> indptr;   // n_rows + 1
+  DeviceArray<int32_t> indices;  // capacity >= nnz (in-place filters keep the allocation)
+  DeviceArray<float> data;
+};
+
+DeviceCsr upload(CudaResources& r, const CsrF& m);
+CsrF download(CudaResources& r, const DeviceCsr& m);
+
+// Keeps the rows with keep_rows[r] != 0 (device array of n_rows bytes; null keeps all) and the
+// columns with col_map[c] >= 0, renumbered to col_map[c] (device array of n_cols; null keeps all),
+// new_cols columns in all. In place: entries are compacted chunk by chunk through a bounded scratch
+// buffer, so the peak memory is the matrix plus that buffer, not two matrices.
+void filter_inplace(CudaResources& r, DeviceCsr& m, const uint8_t* keep_rows, const int32_t* col_map, int64_t new_cols);
+
+// Threads per block and rows per warp-per-row kernels.
+constexpr int kWarpRowsBlock = 256;
+
+}  // namespace scurry

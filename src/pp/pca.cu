@@ -1,0 +1,209 @@
+// PCA on the GPU (see kernels.cuh). FLOPs: n g^2 for the Gram matrix (SYRK), 2 n g k for the
+// projection; the eigen-solve is O(g^3) on a g x g matrix, independent of n.
+#include <cusolverDn.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "pp/kernels.cuh"
+
+namespace scurry::gpu {
+
+namespace {
+
+constexpr int64_t kGramChunkRows = 1 << 16;  // fp32 SYRK over 65,536 rows, then added in float64
+constexpr int kFlipChunks = 128;
+
+#define SCURRY_CUSOLVER(call)                                                                          \
+  do {                                                                                                 \
+    cusolverStatus_t st_ = (call);                                                                     \
+    if (st_ != CUSOLVER_STATUS_SUCCESS) fail("cuSOLVER error ", static_cast<int>(st_), " in ", #call); \
+  } while (0)
+
+__global__ void add_upper(const float* src, double* dst, int64_t g) {
+  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i >= g * g) return;
+  const int64_t row = i % g, col = i / g;  // column-major
+  if (row <= col) dst[i] += src[i];
+}
+
+__global__ void add_vec(const float* src, double* dst, int64_t n) {
+  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i < n) dst[i] += src[i];
+}
+
+__global__ void fill_f(float* p, int64_t n, float v) {
+  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i < n) p[i] = v;
+}
+
+// Symmetrise from the upper triangle and fold the centring in: G - n mu mu^T.
+__global__ void center_gram(double* G, const double* sum, int64_t g, double n, bool center) {
+  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i >= g * g) return;
+  const int64_t row = i % g, col = i / g;
+  if (row > col) return;
+  double v = G[i];
+  if (center) v -= sum[row] * sum[col] / n;
+  G[i] = v;
+  G[row * g + col] = v;
+}
+
+__global__ void subtract_cols(float* out, int64_t n, int k, const float* shift) {
+  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i < n * k) out[i] -= shift[i % k];
+}
+
+// Per (component, chunk of rows): the entry of largest |value| (first index among ties).
+__global__ void argmax_abs(const float* out, int64_t n, int k, float* best_abs, int64_t* best_idx, float* best_val) {
+  const int j = blockIdx.x, chunk = blockIdx.y;
+  const int64_t r0 = n * chunk / kFlipChunks, r1 = n * (chunk + 1) / kFlipChunks;
+  float ba = -1.f, bv = 0.f;
+  int64_t bi = INT64_MAX;
+  for (int64_t i = r0 + threadIdx.x; i < r1; i += blockDim.x) {
+    const float v = out[i * k + j], a = fabsf(v);
+    if (a > ba || (a == ba && i < bi)) ba = a, bi = i, bv = v;
+  }
+  __shared__ float sa[256], sv[256];
+  __shared__ int64_t si[256];
+  sa[threadIdx.x] = ba, si[threadIdx.x] = bi, sv[threadIdx.x] = bv;
+  __syncthreads();
+  for (int s = blockDim.x / 2; s > 0; s >>= 1) {
+    if (threadIdx.x < s) {
+      const int o = threadIdx.x + s;
+      if (sa[o] > sa[threadIdx.x] || (sa[o] == sa[threadIdx.x] && si[o] < si[threadIdx.x]))
+        sa[threadIdx.x] = sa[o], si[threadIdx.x] = si[o], sv[threadIdx.x] = sv[o];
+    }
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) {
+    best_abs[j * kFlipChunks + chunk] = sa[0];
+    best_idx[j * kFlipChunks + chunk] = si[0];
+    best_val[j * kFlipChunks + chunk] = sv[0];
+  }
+}
+
+__global__ void flip_cols(float* out, int64_t n, int k, const float* sign) {
+  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i < n * k) out[i] *= sign[i % k];
+}
+
+unsigned blocks(int64_t n, int t = 256) { return static_cast<unsigned>((n + t - 1) / t); }
+
+}  // namespace
+
+PcaGpuResult pca_dense(CudaResources& r, const float* X, int64_t n, int64_t g, int k, bool zero_center, float* d_xpca) {
+  if (k <= 0 || k > g || k >= n) fail("pca: n_comps must be in [1, min(n_cells, n_genes)), got ", k);
+  cublasHandle_t h = r.cublas;
+  DeviceArray<double> G(r, g * g, "Gram matrix"), sum(r, g, "column sums");
+  DeviceArray<float> Gf(r, g * g, "Gram chunk"), sumf(r, g, "column sums chunk"), ones(r, std::min(n, kGramChunkRows), "ones");
+  SCURRY_CUDA(cudaMemsetAsync(G.data(), 0, g * g * 8, r.stream));
+  SCURRY_CUDA(cudaMemsetAsync(sum.data(), 0, g * 8, r.stream));
+  fill_f<<<blocks(ones.size()), 256, 0, r.stream>>>(ones.data(), ones.size(), 1.f);
+  SCURRY_CUDA_LAUNCH();
+  const float one = 1.f, zero = 0.f;
+  for (int64_t r0 = 0; r0 < n; r0 += kGramChunkRows) {
+    const int rows = static_cast<int>(std::min(kGramChunkRows, n - r0));
+    const float* A = X + r0 * g;  // column-major g x rows, lda g
+    SCURRY_CUBLAS(cublasSsyrk(h, CUBLAS_FILL_MODE_UPPER, CUBLAS_OP_N, static_cast<int>(g), rows, &one, A,
+                              static_cast<int>(g), &zero, Gf.data(), static_cast<int>(g)));
+    SCURRY_CUBLAS(cublasSgemv(h, CUBLAS_OP_N, static_cast<int>(g), rows, &one, A, static_cast<int>(g), ones.data(), 1,
+                              &zero, sumf.data(), 1));
+    add_upper<<<blocks(g * g), 256, 0, r.stream>>>(Gf.data(), G.data(), g);
+    SCURRY_CUDA_LAUNCH();
+    add_vec<<<blocks(g), 256, 0, r.stream>>>(sumf.data(), sum.data(), g);
+    SCURRY_CUDA_LAUNCH();
+  }
+  Gf.release();
+  center_gram<<<blocks(g * g), 256, 0, r.stream>>>(G.data(), sum.data(), g, static_cast<double>(n), zero_center);
+  SCURRY_CUDA_LAUNCH();
+
+  PcaGpuResult res;
+  std::vector<double> h_sum(g), diag(g);
+  SCURRY_CUDA(cudaMemcpyAsync(h_sum.data(), sum.data(), g * 8, cudaMemcpyDeviceToHost, r.stream));
+  SCURRY_CUDA(cudaMemcpy2DAsync(diag.data(), 8, G.data(), (g + 1) * 8, 8, g, cudaMemcpyDeviceToHost, r.stream));
+
+  // Eigenpairs of the (centred) Gram matrix, ascending.
+  cusolverDnHandle_t sh;
+  SCURRY_CUSOLVER(cusolverDnCreate(&sh));
+  struct Guard { cusolverDnHandle_t h; ~Guard() { cusolverDnDestroy(h); } } guard{sh};
+  SCURRY_CUSOLVER(cusolverDnSetStream(sh, r.stream));
+  DeviceArray<double> W(r, g, "eigenvalues");
+  DeviceArray<int> info(r, 1, "cusolver info");
+  int lwork = 0;
+  SCURRY_CUSOLVER(cusolverDnDsyevd_bufferSize(sh, CUSOLVER_EIG_MODE_VECTOR, CUBLAS_FILL_MODE_UPPER, static_cast<int>(g),
+                                              G.data(), static_cast<int>(g), W.data(), &lwork));
+  DeviceArray<double> work(r, static_cast<size_t>(lwork), "cusolver workspace");
+  SCURRY_CUSOLVER(cusolverDnDsyevd(sh, CUSOLVER_EIG_MODE_VECTOR, CUBLAS_FILL_MODE_UPPER, static_cast<int>(g), G.data(),
+                                   static_cast<int>(g), W.data(), work.data(), lwork, info.data()));
+  std::vector<double> h_w(g);
+  int h_info = 0;
+  SCURRY_CUDA(cudaMemcpyAsync(h_w.data(), W.data(), g * 8, cudaMemcpyDeviceToHost, r.stream));
+  SCURRY_CUDA(cudaMemcpyAsync(&h_info, info.data(), sizeof(int), cudaMemcpyDeviceToHost, r.stream));
+  // Top-k eigenvectors: the last k columns of G (column-major), reversed.
+  std::vector<double> V(static_cast<size_t>(g) * k);
+  for (int j = 0; j < k; ++j)
+    SCURRY_CUDA(cudaMemcpyAsync(V.data() + static_cast<size_t>(j) * g, G.data() + (g - 1 - j) * g, g * 8,
+                                cudaMemcpyDeviceToHost, r.stream));
+  SCURRY_CUDA(cudaStreamSynchronize(r.stream));
+  if (h_info != 0) fail("pca: cuSOLVER syevd failed (info ", h_info, ")");
+
+  const double nn = static_cast<double>(n);
+  res.mean.resize(g);
+  for (int64_t i = 0; i < g; ++i) res.mean[i] = zero_center ? h_sum[i] / nn : 0.0;
+  res.total_variance = 0;
+  for (int64_t i = 0; i < g; ++i) res.total_variance += diag[i];
+  res.total_variance /= (nn - 1);
+  res.variance.resize(k);
+  for (int j = 0; j < k; ++j) res.variance[j] = h_w[g - 1 - j] / (nn - 1);
+
+  // Projection: X_pca^T (k x n, column-major) = V^T (k x g) * X^T (g x n); then - mu^T V.
+  std::vector<float> Vf(V.begin(), V.end());  // column-major g x k
+  std::vector<float> shift(k, 0.f);
+  for (int j = 0; j < k; ++j) {
+    double s = 0;
+    for (int64_t i = 0; i < g; ++i) s += res.mean[i] * V[static_cast<size_t>(j) * g + i];
+    shift[j] = static_cast<float>(s);
+  }
+  DeviceArray<float> dV(r, Vf.size(), "PCA components"), dshift(r, k, "PCA shift");
+  SCURRY_CUDA(cudaMemcpyAsync(dV.data(), Vf.data(), Vf.size() * 4, cudaMemcpyHostToDevice, r.stream));
+  SCURRY_CUDA(cudaMemcpyAsync(dshift.data(), shift.data(), k * 4, cudaMemcpyHostToDevice, r.stream));
+  for (int64_t r0 = 0; r0 < n; r0 += kGramChunkRows * 16) {
+    const int rows = static_cast<int>(std::min(kGramChunkRows * 16, n - r0));
+    SCURRY_CUBLAS(cublasSgemm(h, CUBLAS_OP_T, CUBLAS_OP_N, k, rows, static_cast<int>(g), &one, dV.data(),
+                              static_cast<int>(g), X + r0 * g, static_cast<int>(g), &zero, d_xpca + r0 * k, k));
+  }
+  subtract_cols<<<blocks(n * k), 256, 0, r.stream>>>(d_xpca, n, k, dshift.data());
+  SCURRY_CUDA_LAUNCH();
+
+  // svd_flip (u-based): the largest-|.| entry of each X_pca column made positive.
+  DeviceArray<float> babs(r, k * kFlipChunks, "flip"), bval(r, k * kFlipChunks, "flip");
+  DeviceArray<int64_t> bidx(r, k * kFlipChunks, "flip");
+  argmax_abs<<<dim3(k, kFlipChunks), 256, 0, r.stream>>>(d_xpca, n, k, babs.data(), bidx.data(), bval.data());
+  SCURRY_CUDA_LAUNCH();
+  std::vector<float> ha(k * kFlipChunks), hv(k * kFlipChunks);
+  std::vector<int64_t> hi(k * kFlipChunks);
+  SCURRY_CUDA(cudaMemcpyAsync(ha.data(), babs.data(), ha.size() * 4, cudaMemcpyDeviceToHost, r.stream));
+  SCURRY_CUDA(cudaMemcpyAsync(hv.data(), bval.data(), hv.size() * 4, cudaMemcpyDeviceToHost, r.stream));
+  SCURRY_CUDA(cudaMemcpyAsync(hi.data(), bidx.data(), hi.size() * 8, cudaMemcpyDeviceToHost, r.stream));
+  SCURRY_CUDA(cudaStreamSynchronize(r.stream));
+  std::vector<float> sign(k, 1.f);
+  for (int j = 0; j < k; ++j) {
+    int best = j * kFlipChunks;
+    for (int c = 1; c < kFlipChunks; ++c) {
+      const int o = j * kFlipChunks + c;
+      if (ha[o] > ha[best] || (ha[o] == ha[best] && hi[o] < hi[best])) best = o;
+    }
+    if (hv[best] < 0) sign[j] = -1.f;
+  }
+  SCURRY_CUDA(cudaMemcpyAsync(dshift.data(), sign.data(), k * 4, cudaMemcpyHostToDevice, r.stream));
+  flip_cols<<<blocks(n * k), 256, 0, r.stream>>>(d_xpca, n, k, dshift.data());
+  SCURRY_CUDA_LAUNCH();
+  SCURRY_CUDA(cudaStreamSynchronize(r.stream));
+  res.components.resize(static_cast<size_t>(g) * k);
+  for (int64_t i = 0; i < g; ++i)
+    for (int j = 0; j < k; ++j) res.components[i * k + j] = sign[j] * V[static_cast<size_t>(j) * g + i];
+  return res;
+}
+
+}  // namespace scurry::gpu
