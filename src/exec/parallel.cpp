@@ -25,3 +25,24 @@ void parallel_for(int threads, int64_t n_blocks, const std::function<void(int64_
 }
 
 }  // namespace scurry
+
+#include <algorithm>
+
+namespace scurry {
+
+void reduce_blocks(int threads, int64_t n_blocks, size_t width, std::vector<double>& acc,
+                   const std::function<void(int64_t, double*)>& body) {
+  acc.assign(width, 0.0);
+  std::vector<double> buf;
+  for (int64_t w0 = 0; w0 < n_blocks; w0 += kReduceWave) {
+    const int64_t nw = std::min(kReduceWave, n_blocks - w0);
+    buf.assign(static_cast<size_t>(nw) * width, 0.0);
+    parallel_for(threads, nw, [&](int64_t i) { body(w0 + i, buf.data() + static_cast<size_t>(i) * width); });
+    for (int64_t i = 0; i < nw; ++i) {
+      const double* p = buf.data() + static_cast<size_t>(i) * width;
+      for (size_t j = 0; j < width; ++j) acc[j] += p[j];
+    }
+  }
+}
+
+}  // namespace scurry

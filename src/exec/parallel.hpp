@@ -11,3 +11,19 @@ namespace scurry {
 void parallel_for(int threads, int64_t n_blocks, const std::function<void(int64_t)>& fn);
 
 }  // namespace scurry
+
+#include <vector>
+
+namespace scurry {
+
+// Blocks whose per-block partials are held at once by reduce_blocks (bounds its memory to
+// kReduceWave * width doubles).
+constexpr int64_t kReduceWave = 16;
+
+// Calls body(b, partial) for every block b in [0, n_blocks), `partial` pointing at `width` zeroed
+// doubles private to that block, and adds the partials into `acc` (resized to width) in block order:
+// per-gene sums that are bit-identical for any thread count.
+void reduce_blocks(int threads, int64_t n_blocks, size_t width, std::vector<double>& acc,
+                   const std::function<void(int64_t, double*)>& body);
+
+}  // namespace scurry

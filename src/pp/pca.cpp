@@ -65,8 +65,8 @@ struct Input {
 // Sums fn's per-block contributions (len doubles) over all blocks. The blocks are split into a
 // fixed number of contiguous groups (independent of the thread count); each group accumulates its
 // blocks in order into its own buffer; the buffers are summed in group order. Then allreduce.
-std::vector<double> reduce_blocks(const Context& ctx, int64_t n_blocks, size_t len,
-                                  const std::function<void(int64_t, double*)>& fn) {
+std::vector<double> sum_over_blocks(const Context& ctx, int64_t n_blocks, size_t len,
+                                    const std::function<void(int64_t, double*)>& fn) {
   std::vector<double> out(len, 0.0);
   if (n_blocks > 0) {
     const int64_t by_memory = std::max<int64_t>(1, kPartialBytes / static_cast<int64_t>(std::max<size_t>(1, len * 8)));
@@ -99,7 +99,7 @@ struct GeneStats {
 
 GeneStats gene_stats(const Context& ctx, const Input& in, int64_t n_total, int ddof) {
   const int64_t g = in.g;
-  std::vector<double> s = reduce_blocks(ctx, in.blocks.n_blocks(), static_cast<size_t>(2 * g), [&](int64_t b, double* acc) {
+  std::vector<double> s = sum_over_blocks(ctx, in.blocks.n_blocks(), static_cast<size_t>(2 * g), [&](int64_t b, double* acc) {
     const int64_t r0 = in.blocks.begin(b), r1 = in.blocks.end(b);
     if (in.csr) {
       for (int64_t p = in.csr->indptr[r0]; p < in.csr->indptr[r1]; ++p) {
@@ -173,7 +173,7 @@ DenseD apply_cov(const Context& ctx, const Input& in, const std::vector<double>&
     for (int64_t j = 0; j < g; ++j)
       for (int64_t c = 0; c < l; ++c) shift[c] += mu[j] * q(j, c);
   const size_t len = static_cast<size_t>(g * l + l);
-  std::vector<double> acc = reduce_blocks(ctx, in.blocks.n_blocks(), len, [&](int64_t b, double* z) {
+  std::vector<double> acc = sum_over_blocks(ctx, in.blocks.n_blocks(), len, [&](int64_t b, double* z) {
     const int64_t r0 = in.blocks.begin(b), r1 = in.blocks.end(b);
     double* tsum = z + g * l;
     if (in.csr) {
@@ -302,12 +302,12 @@ template <class T>
 std::vector<double> column_variance(const Context& ctx, const Dense<T>& x, int64_t n_total) {
   const int64_t k = x.n_cols;
   const RowBlocks rb = RowBlocks::uniform(x.n_rows, 4096);
-  std::vector<double> mean = reduce_blocks(ctx, rb.n_blocks(), k, [&](int64_t b, double* acc) {
+  std::vector<double> mean = sum_over_blocks(ctx, rb.n_blocks(), k, [&](int64_t b, double* acc) {
     for (int64_t i = rb.begin(b); i < rb.end(b); ++i)
       for (int64_t c = 0; c < k; ++c) acc[c] += x(i, c);
   });
   for (double& m : mean) m /= static_cast<double>(n_total);
-  std::vector<double> ss = reduce_blocks(ctx, rb.n_blocks(), k, [&](int64_t b, double* acc) {
+  std::vector<double> ss = sum_over_blocks(ctx, rb.n_blocks(), k, [&](int64_t b, double* acc) {
     for (int64_t i = rb.begin(b); i < rb.end(b); ++i)
       for (int64_t c = 0; c < k; ++c) {
         const double dlt = x(i, c) - mean[c];

@@ -1,0 +1,54 @@
+// scurry: per-cell total-count normalisation, as scanpy 1.9.6's `sc.pp.normalize_total`, and the
+// fused normalize_total + log1p map (one pass over the values).
+#pragma once
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/dataset.hpp"
+#include "core/matrix.hpp"
+#include "exec/context.hpp"
+#include "pp/log1p.hpp"
+
+namespace scurry {
+
+struct NormalizeTotalOptions {
+  // Every cell's total after normalisation. None: the median of the totals of the cells whose total
+  // is > 0 (scanpy's default). Must be > 0 (InputError otherwise).
+  std::optional<double> target_sum;
+  // Leave genes out of the totals that exceed max_fraction of their cell's total in at least one cell.
+  bool exclude_highly_expressed = false;
+  double max_fraction = 0.05;  // in [0, 1]; only with exclude_highly_expressed
+  std::string key_added;       // when not empty: obs[key_added] = the totals used (float32)
+  std::string layer;           // normalise layers[layer] instead of X ("" = X)
+};
+
+struct NormalizeTotalResult {
+  std::vector<double> counts_per_cell;  // per cell: the total used (over the included genes)
+  double target_sum = 0;                // the target used (given, or the median)
+  std::vector<uint8_t> gene_included;   // per gene, only with exclude_highly_expressed: counted in totals
+  int64_t n_zero_cells = 0;             // cells whose total is 0: left unscaled (all their values stay)
+};
+
+// In place. Numerics follow scanpy's float32 sequence exactly: per cell c = float(total) (1 when 0),
+// c /= float(target), CSR values *= 1/c, dense values /= c; totals are summed in float64.
+// Cells whose total is 0 keep their values (zeros; with exclude_highly_expressed their excluded genes
+// are multiplied by target_sum, as in scanpy). scanpy warns about zero cells; so does this.
+NormalizeTotalResult normalize_total(const Context& ctx, CsrF& X, const NormalizeTotalOptions& opt);
+NormalizeTotalResult normalize_total(const Context& ctx, DenseF& X, const NormalizeTotalOptions& opt);
+// Dataset level: normalises X (or the layer; CsrF, CsrD, DenseF, DenseD; integer dtypes become
+// float32 as in scanpy), writes obs[key_added] when asked.
+NormalizeTotalResult normalize_total(const Context& ctx, Dataset& d, const NormalizeTotalOptions& opt);
+
+// normalize_total then log1p in one pass over the values: the same values as the two steps.
+NormalizeTotalResult normalize_log1p(const Context& ctx, CsrF& X, const NormalizeTotalOptions& opt,
+                                     const Log1pOptions& log_opt = {});
+NormalizeTotalResult normalize_log1p(const Context& ctx, DenseF& X, const NormalizeTotalOptions& opt,
+                                     const Log1pOptions& log_opt = {});
+// Dataset level: as normalize_total then log1p (uns['log1p'] set; log_opt.layer is ignored, the
+// layer is opt.layer).
+NormalizeTotalResult normalize_log1p(const Context& ctx, Dataset& d, const NormalizeTotalOptions& opt,
+                                     const Log1pOptions& log_opt = {});
+
+}  // namespace scurry

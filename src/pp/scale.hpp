@@ -1,0 +1,42 @@
+// scurry: per-gene scaling to unit variance (and zero mean), as scanpy 1.9.6's `sc.pp.scale`.
+#pragma once
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/dataset.hpp"
+#include "core/matrix.hpp"
+#include "exec/context.hpp"
+
+namespace scurry {
+
+struct ScaleOptions {
+  // Subtract each gene's mean. The output is then dense (a sparse input is densified, as in scanpy);
+  // without centring a sparse input stays sparse (only its stored values are divided).
+  bool zero_center = true;
+  // Clip scaled values above max_value (> 0; none: no clipping). scanpy 1.9.6 clips only from above, also
+  // when centred; set clip_below too for scanpy >= 1.10's behaviour (clip to [-max_value, max_value]
+  // when zero_center).
+  std::optional<double> max_value;
+  bool clip_below = false;
+  std::string layer;  // scale layers[layer] instead of X ("" = X)
+};
+
+struct ScaleResult {
+  // Per gene, float64: mean, and std with ddof=1 (sample standard deviation: var * n / (n - 1)) as
+  // scanpy 1.9.6 computes them; std = 1 where it is 0 (constant genes come out as 0 when centred).
+  std::vector<double> mean, std;
+  // The scaled matrix (float32): DenseF when zero_center, else CsrF for CSR input. Empty when the
+  // Dataset overload moved it into the dataset.
+  Matrix X;
+};
+
+ScaleResult scale(const Context& ctx, const CsrF& X, const ScaleOptions& opt);
+ScaleResult scale(const Context& ctx, const DenseF& X, const ScaleOptions& opt);
+// In place on a dense matrix (no copy); returns mean/std (X left empty in the result).
+ScaleResult scale_inplace(const Context& ctx, DenseF& X, const ScaleOptions& opt);
+// Dataset level: replaces X (or the layer) with the scaled float32 matrix; writes var['mean'] and
+// var['std'] (float64). CsrD/DenseD inputs are converted to float32 first. At least 2 cells needed.
+ScaleResult scale(const Context& ctx, Dataset& d, const ScaleOptions& opt);
+
+}  // namespace scurry
