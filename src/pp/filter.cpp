@@ -134,36 +134,46 @@ std::vector<int64_t> indices_of(const std::vector<uint8_t>& keep) {
   return out;
 }
 
-template <class M>
-FilterCellsResult cells_impl(const Context& ctx, const M& X, const FilterCellsOptions& opt) {
+FilterCellsResult cells_from_stats(std::vector<int64_t> number, std::vector<double> counts,
+                                   const FilterCellsOptions& opt) {
   const auto cs = criteria(opt, "min_genes", "max_genes", "min_counts", "max_counts", opt.min_genes, opt.max_genes);
   if (cs.empty())
     fail_input("filter_cells", "no criterion given; set one of min_counts, min_genes, max_counts, max_genes");
-  std::vector<int64_t> number;
-  std::vector<double> counts;
-  per_row(ctx, X, number, counts);
   FilterCellsResult r;
-  r.keep = apply(cs, number, counts, X.n_rows, "cells", "filter_cells");
+  r.keep = apply(cs, number, counts, static_cast<int64_t>(number.size()), "cells", "filter_cells");
   r.kept = indices_of(r.keep);
   if (opt.min_genes || opt.max_genes) r.n_genes = std::move(number);
   if (opt.min_counts || opt.max_counts) r.n_counts = std::move(counts);
   return r;
 }
 
-template <class M>
-FilterGenesResult genes_impl(const Context& ctx, const M& X, const FilterGenesOptions& opt) {
+FilterGenesResult genes_from_stats(std::vector<int64_t> number, std::vector<double> counts,
+                                   const FilterGenesOptions& opt) {
   const auto cs = criteria(opt, "min_cells", "max_cells", "min_counts", "max_counts", opt.min_cells, opt.max_cells);
   if (cs.empty())
     fail_input("filter_genes", "no criterion given; set one of min_counts, min_cells, max_counts, max_cells");
-  std::vector<int64_t> number;
-  std::vector<double> counts;
-  per_col(ctx, X, number, counts);
   FilterGenesResult r;
-  r.keep = apply(cs, number, counts, X.n_cols, "genes", "filter_genes");
+  r.keep = apply(cs, number, counts, static_cast<int64_t>(number.size()), "genes", "filter_genes");
   r.kept = indices_of(r.keep);
   if (opt.min_cells || opt.max_cells) r.n_cells = std::move(number);
   if (opt.min_counts || opt.max_counts) r.n_counts = std::move(counts);
   return r;
+}
+
+template <class M>
+FilterCellsResult cells_impl(const Context& ctx, const M& X, const FilterCellsOptions& opt) {
+  std::vector<int64_t> number;
+  std::vector<double> counts;
+  per_row(ctx, X, number, counts);
+  return cells_from_stats(std::move(number), std::move(counts), opt);
+}
+
+template <class M>
+FilterGenesResult genes_impl(const Context& ctx, const M& X, const FilterGenesOptions& opt) {
+  std::vector<int64_t> number;
+  std::vector<double> counts;
+  per_col(ctx, X, number, counts);
+  return genes_from_stats(std::move(number), std::move(counts), opt);
 }
 
 template <class R, class F>
@@ -197,9 +207,22 @@ FilterGenesResult filter_genes(const Context& ctx, const DenseF& X, const Filter
   return genes_impl(ctx, X, opt);
 }
 
+FilterCellsResult filter_cells_from_stats(std::vector<int64_t> n_genes, std::vector<double> n_counts,
+                                          const FilterCellsOptions& opt) {
+  return cells_from_stats(std::move(n_genes), std::move(n_counts), opt);
+}
+FilterGenesResult filter_genes_from_stats(std::vector<int64_t> n_cells, std::vector<double> n_counts,
+                                          const FilterGenesOptions& opt) {
+  return genes_from_stats(std::move(n_cells), std::move(n_counts), opt);
+}
+
 FilterCellsResult filter_cells(const Context& ctx, Dataset& d, const FilterCellsOptions& opt) {
   FilterCellsResult r = visit_x<FilterCellsResult>(d, "filter_cells", [&](const auto& x) { return cells_impl(ctx, x, opt); });
-  const bool single = std::holds_alternative<CsrF>(d.X.m) || std::holds_alternative<DenseF>(d.X.m);
+  apply_filter_cells(d, r, std::holds_alternative<CsrF>(d.X.m) || std::holds_alternative<DenseF>(d.X.m));
+  return r;
+}
+
+void apply_filter_cells(Dataset& d, const FilterCellsResult& r, bool single) {
   if (!r.n_genes.empty())
     d.obs.set("n_genes", Column::numeric(std::vector<double>(r.n_genes.begin(), r.n_genes.end()), DType::i64));
   if (!r.n_counts.empty()) {
@@ -213,12 +236,15 @@ FilterCellsResult filter_cells(const Context& ctx, Dataset& d, const FilterCells
     if (d.raw && !d.raw->X.empty() && d.raw->X.n_rows() == d.n_obs()) d.raw->X = take_rows(d.raw->X, r.kept);
     d.subset_obs(r.kept);
   }
-  return r;
 }
 
 FilterGenesResult filter_genes(const Context& ctx, Dataset& d, const FilterGenesOptions& opt) {
   FilterGenesResult r = visit_x<FilterGenesResult>(d, "filter_genes", [&](const auto& x) { return genes_impl(ctx, x, opt); });
-  const bool single = std::holds_alternative<CsrF>(d.X.m) || std::holds_alternative<DenseF>(d.X.m);
+  apply_filter_genes(d, r, std::holds_alternative<CsrF>(d.X.m) || std::holds_alternative<DenseF>(d.X.m));
+  return r;
+}
+
+void apply_filter_genes(Dataset& d, const FilterGenesResult& r, bool single) {
   if (!r.n_cells.empty())
     d.var.set("n_cells", Column::numeric(std::vector<double>(r.n_cells.begin(), r.n_cells.end()), DType::i64));
   if (!r.n_counts.empty()) {
@@ -231,7 +257,6 @@ FilterGenesResult filter_genes(const Context& ctx, Dataset& d, const FilterGenes
     log::info(detail::concat("filter_genes: removed ", removed, " of ", d.n_vars(), " genes"));
     d.subset_vars(r.kept);
   }
-  return r;
 }
 
 }  // namespace scurry

@@ -55,4 +55,17 @@ FilterCellsResult filter_cells(const Context& ctx, Dataset& d, const FilterCells
 // var, varm, varp; raw is left whole, as in scanpy). InputError when no gene would be left.
 FilterGenesResult filter_genes(const Context& ctx, Dataset& d, const FilterGenesOptions& opt);
 
+// The writing half of the Dataset overloads, shared with the GPU path: the obs/var count columns
+// (float32 when `single`), then the subset of every slot (X, layers, obs/var, obsm/varm/obsp/varp;
+// raw.X rows for cells).
+void apply_filter_cells(Dataset& d, const FilterCellsResult& r, bool single);
+void apply_filter_genes(Dataset& d, const FilterGenesResult& r, bool single);
+
+// Keep masks from per-cell / per-gene statistics (what the Dataset overloads compute first);
+// InputError naming the threshold when nothing passes.
+FilterCellsResult filter_cells_from_stats(std::vector<int64_t> n_genes, std::vector<double> n_counts,
+                                          const FilterCellsOptions& opt);
+FilterGenesResult filter_genes_from_stats(std::vector<int64_t> n_cells, std::vector<double> n_counts,
+                                          const FilterGenesOptions& opt);
+
 }  // namespace scurry

@@ -188,6 +188,21 @@ QcResult calculate_qc_metrics(const Context& ctx, const DenseF& X, const QcOptio
   return qc_impl(ctx, DenseAccess<float>{X}, opt, qc_masks);
 }
 
+std::vector<std::vector<uint8_t>> qc_var_masks(const Dataset& d, const QcOptions& opt) {
+  std::vector<std::vector<uint8_t>> masks;
+  for (const auto& v : opt.qc_vars) {
+    if (!d.var.has(v))
+      fail_input("calculate_qc_metrics", "qc var '", v, "' is not a var column; mark it first (e.g. --qc-vars mt)");
+    const Column& c = d.var.at(v);
+    if (!std::holds_alternative<BoolColumn>(c.c))
+      fail_input("calculate_qc_metrics", "qc var '", v, "' is a ", c.kind(), " column; it must be bool");
+    masks.push_back(std::get<BoolColumn>(c.c).values);
+  }
+  return masks;
+}
+
+std::vector<int64_t> qc_percent_top(const QcOptions& opt, int64_t n_genes) { return sorted_ranks(opt.percent_top, n_genes); }
+
 QcResult calculate_qc_metrics(const Context& ctx, Dataset& d, const QcOptions& opt) {
   const Matrix* M = &d.X;
   std::string slot = "X";
@@ -202,15 +217,7 @@ QcResult calculate_qc_metrics(const Context& ctx, Dataset& d, const QcOptions& o
   if (M->n_rows() != d.n_obs() || M->n_cols() != d.n_vars())
     fail_input("calculate_qc_metrics", slot, " is ", M->n_rows(), "x", M->n_cols(), " but obs/var are ",
                d.n_obs(), "x", d.n_vars());
-  std::vector<std::vector<uint8_t>> masks;
-  for (const auto& v : opt.qc_vars) {
-    if (!d.var.has(v))
-      fail_input("calculate_qc_metrics", "qc var '", v, "' is not a var column; mark it first (e.g. --qc-vars mt)");
-    const Column& c = d.var.at(v);
-    if (!std::holds_alternative<BoolColumn>(c.c))
-      fail_input("calculate_qc_metrics", "qc var '", v, "' is a ", c.kind(), " column; it must be bool");
-    masks.push_back(std::get<BoolColumn>(c.c).values);
-  }
+  const std::vector<std::vector<uint8_t>> masks = qc_var_masks(d, opt);
   QcResult res = std::visit(
       [&](const auto& x) -> QcResult {
         using X = std::decay_t<decltype(x)>;
@@ -220,9 +227,12 @@ QcResult calculate_qc_metrics(const Context& ctx, Dataset& d, const QcOptions& o
         else return qc_impl(ctx, DenseAccess<typename decltype(x.data)::value_type>{x}, opt, masks);
       },
       M->m);
-
   // scanpy writes float32 sums for float32 data (float64 for float64 data).
-  const bool single = std::holds_alternative<CsrF>(M->m) || std::holds_alternative<DenseF>(M->m);
+  write_qc_metrics(d, res, opt, std::holds_alternative<CsrF>(M->m) || std::holds_alternative<DenseF>(M->m));
+  return res;
+}
+
+void write_qc_metrics(Dataset& d, const QcResult& res, const QcOptions& opt, bool single) {
   const DType ft = single ? DType::f32 : DType::f64;
   auto fv = [&](const std::vector<double>& v) { return single ? rounded(v) : v; };
   const std::string& e = opt.expr_type;
@@ -251,8 +261,8 @@ QcResult calculate_qc_metrics(const Context& ctx, Dataset& d, const QcOptions& o
   var.set("pct_dropout_by_" + e, Column::numeric(res.pct_dropout_by_counts));
   var.set("total_" + e, Column::numeric(fv(res.var_total_counts), ft));
   if (opt.log1p) var.set("log1p_total_" + e, Column::numeric(log1p_of(res.var_total_counts, single), ft));
-  return res;
 }
+
 
 int64_t mark_gene_prefix(Dataset& d, const std::string& column, const std::vector<std::string>& prefixes) {
   std::vector<uint8_t> mark(static_cast<size_t>(d.n_vars()), 0);
