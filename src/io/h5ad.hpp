@@ -19,6 +19,10 @@ struct H5adReadOptions {
 // varp, layers, nested uns. Throws InputError "PATH: <problem>" on anything malformed.
 Dataset read_h5ad(const std::string& path, const H5adReadOptions& opt = {});
 
+// read_h5ad allows any values in X; steps that need raw counts call this: throws InputError
+// "<where>: X has a NaN value (...) at row R, column C; ..." on the first NaN, Inf or negative value.
+void check_counts(const Matrix& X, const std::string& where);
+
 struct H5adWriteOptions {
   int gzip_level = 0;  // 0 = no compression (anndata's default); 1..9 gzip for matrices/arrays
 };

@@ -498,6 +498,19 @@ std::vector<std::vector<int64_t>> batch_rows(const std::vector<int32_t>& batch, 
 // ---------------------------------------------------------------------------------------------
 // Flavours.
 
+HvgResult hvg_dispersion_single(const std::vector<double>& mean, const std::vector<double>& var, const HvgOptions& opt) {
+  SingleBatch sb = dispersion_single_batch(mean, var, opt.flavor == "seurat", opt);
+  HvgResult res;
+  res.flavor = opt.flavor;
+  res.means = std::move(sb.means);
+  res.dispersions = std::move(sb.dispersions);
+  res.dispersions_norm = std::move(sb.dispersions_norm);
+  res.mean_bin = std::move(sb.mean_bin);
+  res.mean_bin_categories = std::move(sb.categories);
+  res.highly_variable = std::move(sb.highly_variable);
+  return res;
+}
+
 HvgResult hvg_dispersion(const Context& ctx, const CsrF& X, const HvgOptions& opt,
                          const std::vector<std::vector<int64_t>>& brows, const std::vector<std::string>& names) {
   const bool seurat = opt.flavor == "seurat";
@@ -514,14 +527,7 @@ HvgResult hvg_dispersion(const Context& ctx, const CsrF& X, const HvgOptions& op
     Moments m = moments(ctx, X, RowList{nullptr, X.n_rows}, transform);
     std::vector<double> mean, var;
     mean_var(m, mean, var);
-    SingleBatch sb = dispersion_single_batch(mean, var, seurat, opt);
-    res.means = std::move(sb.means);
-    res.dispersions = std::move(sb.dispersions);
-    res.dispersions_norm = std::move(sb.dispersions_norm);
-    res.mean_bin = std::move(sb.mean_bin);
-    res.mean_bin_categories = std::move(sb.categories);
-    res.highly_variable = std::move(sb.highly_variable);
-    return res;
+    return hvg_dispersion_single(mean, var, opt);
   }
   // Per batch on the genes expressed in it; absent genes count as 0 (not NaN) in the means.
   const int64_t B = static_cast<int64_t>(brows.size());
@@ -863,6 +869,18 @@ HvgResult highly_variable_genes(const Context& ctx, Dataset& d, const HvgOptions
   else
     r = highly_variable_genes(ctx, to_csr_f(*M), o, batch, d.var.index);
 
+  write_hvg(d, r, o);
+  return r;
+}
+
+HvgResult hvg_dispersion_from_moments(const std::vector<double>& mean, const std::vector<double>& var,
+                                      const HvgOptions& opt) {
+  if (opt.flavor != "seurat" && opt.flavor != "cell_ranger")
+    fail("internal: hvg_dispersion_from_moments is for the seurat and cell_ranger flavours, not ", opt.flavor);
+  return hvg_dispersion_single(mean, var, opt);
+}
+
+void write_hvg(Dataset& d, const HvgResult& r, const HvgOptions& o) {
   const std::string& p = o.key_prefix;
   auto f64 = [](const std::vector<double>& v) { return Column::numeric(v, DType::f64); };
   auto f32 = [](const std::vector<double>& v) {
@@ -927,7 +945,6 @@ HvgResult highly_variable_genes(const Context& ctx, Dataset& d, const HvgOptions
       if (r.highly_variable[g]) keep.push_back(static_cast<int64_t>(g));
     d.subset_vars(keep);
   }
-  return r;
 }
 
 }  // namespace scurry

@@ -100,4 +100,12 @@ HvgResult highly_variable_genes(const Context& ctx, const DenseF& X, const HvgOp
 // and uns["hvg"] = {"flavor": flavor}. With opt.subset, keeps only the selected genes.
 HvgResult highly_variable_genes(const Context& ctx, Dataset& d, const HvgOptions& opt);
 
+// Shared with the GPU path. seurat / cell_ranger on one batch, from the per-gene mean and variance
+// (ddof 1) of expm1(X) (seurat) or X (cell_ranger), as scanpy's _get_mean_var gives them.
+HvgResult hvg_dispersion_from_moments(const std::vector<double>& mean, const std::vector<double>& var,
+                                      const HvgOptions& opt);
+// Writes a result into var (and uns['hvg']) under scanpy's names with opt.key_prefix; subsets when
+// opt.subset.
+void write_hvg(Dataset& d, const HvgResult& r, const HvgOptions& opt);
+
 }  // namespace scurry

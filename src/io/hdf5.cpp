@@ -1,0 +1,700 @@
+#include "io/hdf5.hpp"
+
+#include <algorithm>
+#include <cstring>
+#include <filesystem>
+#include <type_traits>
+
+#include "core/error.hpp"
+
+namespace scurry::h5 {
+
+void quiet() {
+  thread_local bool done = false;
+  if (!done) {
+    H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
+    done = true;
+  }
+}
+
+void Id::reset() {
+  if (id_ >= 0) {
+    // Objects of a file closed with H5F_CLOSE_STRONG are already gone: ignore the failure.
+    if (H5Iis_valid(id_) > 0) H5Idec_ref(id_);
+    id_ = H5I_INVALID_HID;
+  }
+}
+
+void fail_h5(const std::string& file, const std::string& what, const std::string& object) {
+  throw InputError(file + ": " + what + " (" + object + ")");
+}
+
+namespace {
+
+// Checks an identifier-returning call.
+hid_t chk(hid_t id, const Node& n, const std::string& what, const std::string& obj = "") {
+  if (id < 0) fail_h5(n.file(), what, obj.empty() ? n.path() : obj);
+  return id;
+}
+void chk_status(herr_t st, const std::string& file, const std::string& what, const std::string& obj) {
+  if (st < 0) fail_h5(file, what, obj);
+}
+
+template <class T>
+hid_t native_type() {
+  if constexpr (std::is_same_v<T, float>) return H5T_NATIVE_FLOAT;
+  else if constexpr (std::is_same_v<T, double>) return H5T_NATIVE_DOUBLE;
+  else if constexpr (std::is_same_v<T, int8_t>) return H5T_NATIVE_INT8;
+  else if constexpr (std::is_same_v<T, uint8_t>) return H5T_NATIVE_UINT8;
+  else if constexpr (std::is_same_v<T, int16_t>) return H5T_NATIVE_INT16;
+  else if constexpr (std::is_same_v<T, uint16_t>) return H5T_NATIVE_UINT16;
+  else if constexpr (std::is_same_v<T, int32_t>) return H5T_NATIVE_INT32;
+  else if constexpr (std::is_same_v<T, uint32_t>) return H5T_NATIVE_UINT32;
+  else if constexpr (std::is_same_v<T, int64_t>) return H5T_NATIVE_INT64;
+  else if constexpr (std::is_same_v<T, uint64_t>) return H5T_NATIVE_UINT64;
+  else static_assert(sizeof(T) == 0, "unsupported element type");
+}
+
+TypeInfo describe_type(hid_t t) {
+  TypeInfo ti;
+  ti.cls = H5Tget_class(t);
+  ti.size = H5Tget_size(t);
+  if (ti.cls == H5T_STRING) {
+    ti.is_string = true;
+    ti.is_vlen_string = H5Tis_variable_str(t) > 0;
+  } else if (ti.cls == H5T_ENUM) {
+    // h5py bools: enum over int8 with members FALSE=0, TRUE=1.
+    if (H5Tget_nmembers(t) == 2 && ti.size == 1) ti.is_bool = true;
+  } else if (ti.cls == H5T_REFERENCE) {
+    ti.is_reference = true;
+  }
+  return ti;
+}
+
+DType dtype_of(hid_t t, const std::string& file, const std::string& obj) {
+  TypeInfo ti = describe_type(t);
+  if (ti.is_bool) return DType::boolean;
+  if (ti.cls == H5T_FLOAT) {
+    if (ti.size == 4) return DType::f32;
+    if (ti.size == 8) return DType::f64;
+    if (ti.size == 2) return DType::f32;  // float16: held and written back as float32
+  }
+  if (ti.cls == H5T_INTEGER) {
+    const bool sgn = H5Tget_sign(t) == H5T_SGN_2;
+    switch (ti.size) {
+      case 1: return sgn ? DType::i8 : DType::u8;
+      case 2: return sgn ? DType::i16 : DType::u16;
+      case 4: return sgn ? DType::i32 : DType::u32;
+      case 8: return sgn ? DType::i64 : DType::u64;
+      default: break;
+    }
+  }
+  fail_h5(file, ti.is_string ? "holds strings where numbers were expected" : "holds an unsupported element type", obj);
+}
+
+// Reads `n` elements of an enum (or other integer-based type HDF5 cannot convert to T) through its
+// native base integer type, then converts element-wise.
+template <class T, class ReadFn>
+std::vector<T> read_via_base(hid_t ftype, size_t n, ReadFn&& rd, const std::string& file, const std::string& obj) {
+  Id base(H5Tget_super(ftype));
+  if (!base.valid()) fail_h5(file, "cannot inspect the element type", obj);
+  Id nat(H5Tget_native_type(ftype, H5T_DIR_ASCEND));
+  if (!nat.valid()) fail_h5(file, "cannot inspect the element type", obj);
+  const size_t sz = H5Tget_size(base.get());
+  const bool sgn = H5Tget_sign(base.get()) == H5T_SGN_2;
+  std::vector<unsigned char> raw(n * sz);
+  rd(nat.get(), raw.data());
+  std::vector<T> out(n);
+  for (size_t i = 0; i < n; ++i) {
+    const unsigned char* p = raw.data() + i * sz;
+    int64_t v = 0;
+    switch (sz) {
+      case 1: v = sgn ? static_cast<int64_t>(*reinterpret_cast<const int8_t*>(p)) : *p; break;
+      case 2: { int16_t a; uint16_t b; std::memcpy(&a, p, 2); std::memcpy(&b, p, 2); v = sgn ? a : b; break; }
+      case 4: { int32_t a; uint32_t b; std::memcpy(&a, p, 4); std::memcpy(&b, p, 4); v = sgn ? a : b; break; }
+      case 8: { std::memcpy(&v, p, 8); break; }
+      default: fail_h5(file, "unsupported enum base type", obj);
+    }
+    out[i] = static_cast<T>(v);
+  }
+  return out;
+}
+
+std::vector<int64_t> space_dims(hid_t space, const std::string& file, const std::string& obj) {
+  const int nd = H5Sget_simple_extent_ndims(space);
+  if (nd < 0) fail_h5(file, "cannot read the dataspace", obj);
+  std::vector<hsize_t> d(static_cast<size_t>(nd));
+  if (nd > 0 && H5Sget_simple_extent_dims(space, d.data(), nullptr) < 0)
+    fail_h5(file, "cannot read the dataspace", obj);
+  return std::vector<int64_t>(d.begin(), d.end());
+}
+
+// Reads strings through `rd(mem_type, buffer)` from an object of type `ftype` with `n` elements.
+template <class ReadFn>
+std::vector<std::string> read_strings_impl(hid_t ftype, hid_t space, size_t n, ReadFn&& rd, const std::string& file,
+                                           const std::string& obj) {
+  std::vector<std::string> out(n);
+  if (n == 0) return out;
+  if (H5Tis_variable_str(ftype) > 0) {
+    Id mem(H5Tcopy(H5T_C_S1));
+    if (!mem.valid() || H5Tset_size(mem.get(), H5T_VARIABLE) < 0 || H5Tset_cset(mem.get(), H5Tget_cset(ftype)) < 0)
+      fail_h5(file, "cannot build a string type", obj);
+    std::vector<char*> buf(n, nullptr);
+    rd(mem.get(), buf.data());
+    for (size_t i = 0; i < n; ++i)
+      if (buf[i]) out[i] = buf[i];
+    H5Dvlen_reclaim(mem.get(), space, H5P_DEFAULT, buf.data());
+    return out;
+  }
+  const size_t sz = H5Tget_size(ftype);
+  Id mem(H5Tcopy(ftype));
+  if (!mem.valid()) fail_h5(file, "cannot build a string type", obj);
+  const bool spacepad = H5Tget_strpad(ftype) == H5T_STR_SPACEPAD;
+  std::vector<char> buf(n * sz);
+  rd(mem.get(), buf.data());
+  for (size_t i = 0; i < n; ++i) {
+    const char* p = buf.data() + i * sz;
+    size_t len = 0;
+    while (len < sz && p[len] != '\0') ++len;
+    if (spacepad)
+      while (len > 0 && p[len - 1] == ' ') --len;
+    out[i].assign(p, len);
+  }
+  return out;
+}
+
+Id vlen_utf8() {
+  Id t(H5Tcopy(H5T_C_S1));
+  H5Tset_size(t.get(), H5T_VARIABLE);
+  H5Tset_cset(t.get(), H5T_CSET_UTF8);
+  H5Tset_strpad(t.get(), H5T_STR_NULLTERM);
+  return t;
+}
+
+Id bool_enum() {
+  Id t(H5Tenum_create(H5T_NATIVE_INT8));
+  int8_t f = 0, tr = 1;
+  H5Tenum_insert(t.get(), "FALSE", &f);
+  H5Tenum_insert(t.get(), "TRUE", &tr);
+  return t;
+}
+
+Id simple_space(const std::vector<int64_t>& dims) {
+  if (dims.empty()) return Id(H5Screate(H5S_SCALAR));
+  std::vector<hsize_t> d(dims.begin(), dims.end());
+  return Id(H5Screate_simple(static_cast<int>(d.size()), d.data(), nullptr));
+}
+
+}  // namespace
+
+Id file_type(DType t) {
+  switch (t) {
+    case DType::f32: return Id(H5Tcopy(H5T_IEEE_F32LE));
+    case DType::f64: return Id(H5Tcopy(H5T_IEEE_F64LE));
+    case DType::i8: return Id(H5Tcopy(H5T_STD_I8LE));
+    case DType::i16: return Id(H5Tcopy(H5T_STD_I16LE));
+    case DType::i32: return Id(H5Tcopy(H5T_STD_I32LE));
+    case DType::i64: return Id(H5Tcopy(H5T_STD_I64LE));
+    case DType::u8: return Id(H5Tcopy(H5T_STD_U8LE));
+    case DType::u16: return Id(H5Tcopy(H5T_STD_U16LE));
+    case DType::u32: return Id(H5Tcopy(H5T_STD_U32LE));
+    case DType::u64: return Id(H5Tcopy(H5T_STD_U64LE));
+    case DType::boolean: return bool_enum();
+  }
+  fail("file_type: unknown dtype");
+}
+
+// ---- Node -----------------------------------------------------------------------------------------
+
+std::string Node::child_path(const std::string& name) const {
+  if (path_.empty() || path_ == "/") return "/" + name;
+  return path_ + "/" + name;
+}
+
+Kind Node::kind() const {
+  switch (H5Iget_type(id())) {
+    case H5I_GROUP:
+    case H5I_FILE: return Kind::group;
+    case H5I_DATASET: return Kind::dataset;
+    default: return Kind::other;
+  }
+}
+
+bool Node::has_attr(const std::string& name) const {
+  const htri_t r = H5Aexists(id(), name.c_str());
+  if (r < 0) fail_h5(file_, "cannot read attribute '" + name + "' (file corrupt?)", path_);
+  return r > 0;
+}
+
+std::vector<std::string> Node::attr_names() const {
+  std::vector<std::string> out;
+  auto cb = [](hid_t, const char* name, const H5A_info_t*, void* op) -> herr_t {
+    static_cast<std::vector<std::string>*>(op)->push_back(name);
+    return 0;
+  };
+  hsize_t idx = 0;
+  if (H5Aiterate2(id(), H5_INDEX_NAME, H5_ITER_INC, &idx, cb, &out) < 0)
+    fail_h5(file_, "cannot list attributes (file corrupt?)", path_);
+  return out;
+}
+
+namespace {
+struct AttrHandle {
+  Id a, type, space;
+  size_t n = 0;
+};
+AttrHandle open_attr(const Node& n, const std::string& name) {
+  AttrHandle h;
+  h.a = Id(H5Aopen(n.id(), name.c_str(), H5P_DEFAULT));
+  if (!h.a.valid()) fail_h5(n.file(), "missing or unreadable attribute '" + name + "'", n.path());
+  h.type = Id(H5Aget_type(h.a.get()));
+  h.space = Id(H5Aget_space(h.a.get()));
+  if (!h.type.valid() || !h.space.valid()) fail_h5(n.file(), "cannot inspect attribute '" + name + "'", n.path());
+  const hssize_t np = H5Sget_simple_extent_npoints(h.space.get());
+  if (np < 0) fail_h5(n.file(), "cannot inspect attribute '" + name + "'", n.path());
+  // A null dataspace (h5py's Empty) holds nothing.
+  h.n = H5Sget_simple_extent_type(h.space.get()) == H5S_NULL ? 0 : static_cast<size_t>(np);
+  return h;
+}
+template <class T>
+std::vector<T> read_attr_numeric(const Node& n, const std::string& name) {
+  AttrHandle h = open_attr(n, name);
+  const TypeInfo ti = describe_type(h.type.get());
+  const std::string what = "cannot read attribute '" + name + "'";
+  auto rd = [&](hid_t mem, void* buf) {
+    if (H5Aread(h.a.get(), mem, buf) < 0) fail_h5(n.file(), what, n.path());
+  };
+  if (h.n == 0) return {};
+  if (ti.cls == H5T_ENUM) return read_via_base<T>(h.type.get(), h.n, rd, n.file(), n.path());
+  if (ti.cls != H5T_INTEGER && ti.cls != H5T_FLOAT)
+    fail_h5(n.file(), "attribute '" + name + "' is not numeric", n.path());
+  std::vector<T> out(h.n);
+  rd(native_type<T>(), out.data());
+  return out;
+}
+}  // namespace
+
+TypeInfo Node::attr_type(const std::string& name) const { return describe_type(open_attr(*this, name).type.get()); }
+
+std::vector<int64_t> Node::attr_shape(const std::string& name) const {
+  AttrHandle h = open_attr(*this, name);
+  return space_dims(h.space.get(), file_, path_);
+}
+
+std::vector<std::string> Node::attr_strings(const std::string& name) const {
+  AttrHandle h = open_attr(*this, name);
+  const TypeInfo ti = describe_type(h.type.get());
+  if (h.n == 0) return {};
+  if (!ti.is_string) fail_h5(file_, "attribute '" + name + "' should hold strings", path_);
+  auto rd = [&](hid_t mem, void* buf) {
+    if (H5Aread(h.a.get(), mem, buf) < 0) fail_h5(file_, "cannot read attribute '" + name + "'", path_);
+  };
+  return read_strings_impl(h.type.get(), h.space.get(), h.n, rd, file_, path_);
+}
+
+std::string Node::attr_string(const std::string& name) const {
+  auto v = attr_strings(name);
+  if (v.size() != 1) fail_h5(file_, "attribute '" + name + "' should be a single string", path_);
+  return v[0];
+}
+
+std::string Node::attr_string_or(const std::string& name, const std::string& fallback) const {
+  if (!has_attr(name)) return fallback;
+  if (!attr_type(name).is_string) return fallback;
+  auto v = attr_strings(name);
+  return v.size() == 1 ? v[0] : fallback;
+}
+
+std::vector<int64_t> Node::attr_ints(const std::string& name) const { return read_attr_numeric<int64_t>(*this, name); }
+std::vector<double> Node::attr_doubles(const std::string& name) const { return read_attr_numeric<double>(*this, name); }
+
+bool Node::attr_bool(const std::string& name) const {
+  auto v = read_attr_numeric<int64_t>(*this, name);
+  if (v.size() != 1) fail_h5(file_, "attribute '" + name + "' should be a single boolean", path_);
+  return v[0] != 0;
+}
+
+Node Node::attr_deref(const std::string& name) const {
+  AttrHandle h = open_attr(*this, name);
+  if (!describe_type(h.type.get()).is_reference || h.n != 1)
+    fail_h5(file_, "attribute '" + name + "' is not an object reference", path_);
+  hobj_ref_t ref{};
+  if (H5Aread(h.a.get(), H5T_STD_REF_OBJ, &ref) < 0) fail_h5(file_, "cannot read attribute '" + name + "'", path_);
+  Id obj(H5Rdereference2(id(), H5P_DEFAULT, H5R_OBJECT, &ref));
+  if (!obj.valid()) fail_h5(file_, "attribute '" + name + "' refers to a missing object", path_);
+  std::string target = path_ + "@" + name;
+  ssize_t len = H5Iget_name(obj.get(), nullptr, 0);
+  if (len > 0) {
+    std::string s(static_cast<size_t>(len) + 1, '\0');
+    H5Iget_name(obj.get(), s.data(), s.size());
+    s.resize(static_cast<size_t>(len));
+    target = s;
+  }
+  return Node(std::move(obj), file_, target);
+}
+
+namespace {
+void write_attr(const Node& n, const std::string& name, hid_t type, const std::vector<int64_t>& dims, const void* buf) {
+  if (H5Aexists(n.id(), name.c_str()) > 0) H5Adelete(n.id(), name.c_str());
+  Id space = simple_space(dims);
+  Id a(H5Acreate2(n.id(), name.c_str(), type, space.get(), H5P_DEFAULT, H5P_DEFAULT));
+  if (!a.valid()) fail_h5(n.file(), "cannot create attribute '" + name + "'", n.path());
+  int64_t total = 1;
+  for (auto d : dims) total *= d;
+  if (total > 0 && H5Awrite(a.get(), type, buf) < 0)
+    fail_h5(n.file(), "cannot write attribute '" + name + "'", n.path());
+}
+}  // namespace
+
+void Node::set_attr(const std::string& name, const std::string& value) const {
+  Id t = vlen_utf8();
+  const char* p = value.c_str();
+  write_attr(*this, name, t.get(), {}, &p);
+}
+
+void Node::set_attr(const std::string& name, const std::vector<std::string>& values) const {
+  Id t = vlen_utf8();
+  std::vector<const char*> p(values.size());
+  for (size_t i = 0; i < values.size(); ++i) p[i] = values[i].c_str();
+  write_attr(*this, name, t.get(), {static_cast<int64_t>(values.size())}, p.data());
+}
+
+void Node::set_attr(const std::string& name, const std::vector<int64_t>& values) const {
+  if (H5Aexists(id(), name.c_str()) > 0) H5Adelete(id(), name.c_str());
+  Id space = simple_space({static_cast<int64_t>(values.size())});
+  Id a(H5Acreate2(id(), name.c_str(), H5T_STD_I64LE, space.get(), H5P_DEFAULT, H5P_DEFAULT));
+  if (!a.valid()) fail_h5(file_, "cannot create attribute '" + name + "'", path_);
+  if (!values.empty() && H5Awrite(a.get(), H5T_NATIVE_INT64, values.data()) < 0)
+    fail_h5(file_, "cannot write attribute '" + name + "'", path_);
+}
+
+void Node::set_attr_bool(const std::string& name, bool value) const {
+  Id t = bool_enum();
+  int8_t v = value ? 1 : 0;
+  write_attr(*this, name, t.get(), {}, &v);
+}
+
+Group Node::as_group() && { return Group(std::move(id_), std::move(file_), std::move(path_)); }
+Dataset Node::as_dataset() && { return Dataset(std::move(id_), std::move(file_), std::move(path_)); }
+
+// ---- Dataset --------------------------------------------------------------------------------------
+
+TypeInfo Dataset::type() const {
+  Id t(chk(H5Dget_type(id()), *this, "cannot read the element type"));
+  return describe_type(t.get());
+}
+
+std::vector<int64_t> Dataset::shape() const {
+  Id s(chk(H5Dget_space(id()), *this, "cannot read the dataspace"));
+  return space_dims(s.get(), file_, path_);
+}
+
+int64_t Dataset::size() const {
+  Id s(chk(H5Dget_space(id()), *this, "cannot read the dataspace"));
+  if (H5Sget_simple_extent_type(s.get()) == H5S_NULL) return 0;
+  const hssize_t n = H5Sget_simple_extent_npoints(s.get());
+  if (n < 0) fail_h5(file_, "cannot read the dataspace", path_);
+  return static_cast<int64_t>(n);
+}
+
+DType Dataset::dtype() const {
+  Id t(chk(H5Dget_type(id()), *this, "cannot read the element type"));
+  return dtype_of(t.get(), file_, path_);
+}
+
+namespace {
+template <class T>
+std::vector<T> read_selection(const Dataset& d, hid_t mspace, hid_t fspace, size_t n) {
+  std::vector<T> out;
+  if (n == 0) return out;
+  Id ft(chk(H5Dget_type(d.id()), d, "cannot read the element type"));
+  const TypeInfo ti = describe_type(ft.get());
+  const std::string what = "cannot read the data (file corrupt or truncated?)";
+  auto rd = [&](hid_t mem, void* buf) {
+    if (H5Dread(d.id(), mem, mspace, fspace, H5P_DEFAULT, buf) < 0) fail_h5(d.file(), what, d.path());
+  };
+  if (ti.cls == H5T_ENUM) return read_via_base<T>(ft.get(), n, rd, d.file(), d.path());
+  if (ti.cls != H5T_INTEGER && ti.cls != H5T_FLOAT)
+    fail_h5(d.file(), ti.is_string ? "holds strings where numbers were expected" : "holds a non-numeric element type",
+            d.path());
+  out.resize(n);
+  rd(native_type<T>(), out.data());
+  return out;
+}
+}  // namespace
+
+template <class T>
+std::vector<T> Dataset::read() const {
+  return read_selection<T>(*this, H5S_ALL, H5S_ALL, static_cast<size_t>(size()));
+}
+
+template <class T>
+std::vector<T> Dataset::read_range(int64_t begin, int64_t count) const {
+  auto sh = shape();
+  if (sh.size() != 1) fail_h5(file_, "expected a 1-D dataset", path_);
+  if (begin < 0 || count < 0 || begin + count > sh[0])
+    fail_h5(file_, "range [" + std::to_string(begin) + ", " + std::to_string(begin + count) +
+                       ") is out of bounds of a dataset of length " + std::to_string(sh[0]),
+            path_);
+  if (count == 0) return {};
+  Id fs(chk(H5Dget_space(id()), *this, "cannot read the dataspace"));
+  hsize_t st = static_cast<hsize_t>(begin), cnt = static_cast<hsize_t>(count);
+  if (H5Sselect_hyperslab(fs.get(), H5S_SELECT_SET, &st, nullptr, &cnt, nullptr) < 0)
+    fail_h5(file_, "cannot select a range", path_);
+  Id ms(H5Screate_simple(1, &cnt, nullptr));
+  return read_selection<T>(*this, ms.get(), fs.get(), static_cast<size_t>(count));
+}
+
+template <class T>
+std::vector<T> Dataset::read_rows(int64_t begin, int64_t count) const {
+  auto sh = shape();
+  if (sh.size() != 2) fail_h5(file_, "expected a 2-D dataset", path_);
+  if (begin < 0 || count < 0 || begin + count > sh[0])
+    fail_h5(file_, "rows [" + std::to_string(begin) + ", " + std::to_string(begin + count) +
+                       ") are out of bounds of a dataset of " + std::to_string(sh[0]) + " rows",
+            path_);
+  if (count == 0 || sh[1] == 0) return {};
+  Id fs(chk(H5Dget_space(id()), *this, "cannot read the dataspace"));
+  hsize_t st[2] = {static_cast<hsize_t>(begin), 0}, cnt[2] = {static_cast<hsize_t>(count), static_cast<hsize_t>(sh[1])};
+  if (H5Sselect_hyperslab(fs.get(), H5S_SELECT_SET, st, nullptr, cnt, nullptr) < 0)
+    fail_h5(file_, "cannot select rows", path_);
+  Id ms(H5Screate_simple(2, cnt, nullptr));
+  return read_selection<T>(*this, ms.get(), fs.get(), static_cast<size_t>(count * sh[1]));
+}
+
+std::vector<std::string> Dataset::read_strings() const {
+  Id ft(chk(H5Dget_type(id()), *this, "cannot read the element type"));
+  if (H5Tget_class(ft.get()) != H5T_STRING) fail_h5(file_, "holds numbers where strings were expected", path_);
+  Id space(chk(H5Dget_space(id()), *this, "cannot read the dataspace"));
+  const size_t n = static_cast<size_t>(size());
+  auto rd = [&](hid_t mem, void* buf) {
+    if (H5Dread(id(), mem, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf) < 0)
+      fail_h5(file_, "cannot read strings (file corrupt or truncated?)", path_);
+  };
+  return read_strings_impl(ft.get(), space.get(), n, rd, file_, path_);
+}
+
+std::string Dataset::read_string() const {
+  auto v = read_strings();
+  if (v.size() != 1) fail_h5(file_, "expected a single string", path_);
+  return v[0];
+}
+
+double Dataset::read_scalar_double() const {
+  auto v = read<double>();
+  if (v.size() != 1) fail_h5(file_, "expected a scalar", path_);
+  return v[0];
+}
+
+int64_t Dataset::read_scalar_int() const {
+  auto v = read<int64_t>();
+  if (v.size() != 1) fail_h5(file_, "expected a scalar", path_);
+  return v[0];
+}
+
+#define SCURRY_H5_READ(T)                                                   \
+  template std::vector<T> Dataset::read<T>() const;                         \
+  template std::vector<T> Dataset::read_range<T>(int64_t, int64_t) const;   \
+  template std::vector<T> Dataset::read_rows<T>(int64_t, int64_t) const;
+SCURRY_H5_READ(float)
+SCURRY_H5_READ(double)
+SCURRY_H5_READ(int8_t)
+SCURRY_H5_READ(uint8_t)
+SCURRY_H5_READ(int16_t)
+SCURRY_H5_READ(int32_t)
+SCURRY_H5_READ(int64_t)
+SCURRY_H5_READ(uint64_t)
+#undef SCURRY_H5_READ
+
+// ---- Group ----------------------------------------------------------------------------------------
+
+Kind Group::child_kind(const std::string& name) const {
+  // Follow the path component by component (H5Lexists fails on a missing intermediate).
+  std::string sofar;
+  size_t pos = 0;
+  while (true) {
+    const size_t slash = name.find('/', pos);
+    sofar = name.substr(0, slash);
+    const htri_t e = H5Lexists(id(), sofar.c_str(), H5P_DEFAULT);
+    if (e < 0) fail_h5(file_, "cannot look up '" + sofar + "' (file corrupt?)", path_);
+    if (e == 0) return Kind::missing;
+    if (slash == std::string::npos) break;
+    pos = slash + 1;
+  }
+  H5O_info_t info;
+  if (H5Oget_info_by_name2(id(), name.c_str(), &info, H5O_INFO_BASIC, H5P_DEFAULT) < 0)
+    return Kind::missing;  // e.g. a dangling soft link
+  switch (info.type) {
+    case H5O_TYPE_GROUP: return Kind::group;
+    case H5O_TYPE_DATASET: return Kind::dataset;
+    default: return Kind::other;
+  }
+}
+
+std::vector<std::string> Group::children() const {
+  std::vector<std::string> out;
+  auto cb = [](hid_t, const char* name, const H5L_info_t*, void* op) -> herr_t {
+    static_cast<std::vector<std::string>*>(op)->push_back(name);
+    return 0;
+  };
+  hsize_t idx = 0;
+  if (H5Literate(id(), H5_INDEX_NAME, H5_ITER_INC, &idx, cb, &out) < 0)
+    fail_h5(file_, "cannot list the group's members (file corrupt?)", path_);
+  return out;
+}
+
+Node Group::open_child(const std::string& name) const {
+  Id o(H5Oopen(id(), name.c_str(), H5P_DEFAULT));
+  if (!o.valid()) fail_h5(file_, "cannot open '" + name + "' (missing, or file corrupt)", child_path(name));
+  return Node(std::move(o), file_, child_path(name));
+}
+
+Group Group::group(const std::string& name) const {
+  const Kind k = child_kind(name);
+  if (k == Kind::missing) fail_h5(file_, "missing group '" + name + "'", child_path(name));
+  if (k != Kind::group) fail_h5(file_, "'" + name + "' should be a group", child_path(name));
+  Id g(H5Gopen2(id(), name.c_str(), H5P_DEFAULT));
+  if (!g.valid()) fail_h5(file_, "cannot open group '" + name + "' (file corrupt?)", child_path(name));
+  return Group(std::move(g), file_, child_path(name));
+}
+
+Dataset Group::dataset(const std::string& name) const {
+  const Kind k = child_kind(name);
+  if (k == Kind::missing) fail_h5(file_, "missing dataset '" + name + "'", child_path(name));
+  if (k != Kind::dataset) fail_h5(file_, "'" + name + "' should be a dataset", child_path(name));
+  Id d(H5Dopen2(id(), name.c_str(), H5P_DEFAULT));
+  if (!d.valid()) fail_h5(file_, "cannot open dataset '" + name + "' (file corrupt?)", child_path(name));
+  return Dataset(std::move(d), file_, child_path(name));
+}
+
+Group Group::create_group(const std::string& name) const {
+  Id g(H5Gcreate2(id(), name.c_str(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT));
+  if (!g.valid()) fail_h5(file_, "cannot create group '" + name + "'", child_path(name));
+  return Group(std::move(g), file_, child_path(name));
+}
+
+namespace {
+Id dataset_create_plist(const std::vector<int64_t>& dims, size_t elem_size, int gzip) {
+  Id pl(H5Pcreate(H5P_DATASET_CREATE));
+  int64_t total = 1;
+  for (auto d : dims) total *= d;
+  if (gzip > 0 && !dims.empty() && total > 0) {
+    // Chunks of about 1 MiB along the first axis.
+    std::vector<hsize_t> ch(dims.begin(), dims.end());
+    int64_t row = 1;
+    for (size_t i = 1; i < dims.size(); ++i) row *= dims[i];
+    const int64_t target = std::max<int64_t>(1, (int64_t{1} << 20) / static_cast<int64_t>(std::max<size_t>(elem_size, 1)));
+    ch[0] = static_cast<hsize_t>(std::clamp<int64_t>(target / std::max<int64_t>(row, 1), 1, dims[0]));
+    H5Pset_chunk(pl.get(), static_cast<int>(ch.size()), ch.data());
+    H5Pset_deflate(pl.get(), static_cast<unsigned>(std::min(gzip, 9)));
+  }
+  return pl;
+}
+}  // namespace
+
+template <class T>
+Dataset Group::write(const std::string& name, const T* data, const std::vector<int64_t>& dims, DType disk,
+                     int gzip) const {
+  Id ft = file_type(disk);
+  Id space = simple_space(dims);
+  Id pl = dataset_create_plist(dims, H5Tget_size(ft.get()), gzip);
+  Id d(H5Dcreate2(id(), name.c_str(), ft.get(), space.get(), H5P_DEFAULT, pl.get(), H5P_DEFAULT));
+  if (!d.valid()) fail_h5(file_, "cannot create dataset '" + name + "'", child_path(name));
+  int64_t total = 1;
+  for (auto x : dims) total *= x;
+  if (total > 0) {
+    herr_t st;
+    if (disk == DType::boolean) {
+      std::vector<int8_t> b(static_cast<size_t>(total));
+      for (size_t i = 0; i < b.size(); ++i) b[i] = data[i] != T(0) ? 1 : 0;
+      st = H5Dwrite(d.get(), ft.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, b.data());
+    } else {
+      st = H5Dwrite(d.get(), native_type<T>(), H5S_ALL, H5S_ALL, H5P_DEFAULT, data);
+    }
+    chk_status(st, file_, "cannot write dataset '" + name + "'", child_path(name));
+  }
+  return Dataset(std::move(d), file_, child_path(name));
+}
+
+#define SCURRY_H5_WRITE(T)                                                                                  \
+  template Dataset Group::write<T>(const std::string&, const T*, const std::vector<int64_t>&, DType, int) \
+      const;
+SCURRY_H5_WRITE(float)
+SCURRY_H5_WRITE(double)
+SCURRY_H5_WRITE(int8_t)
+SCURRY_H5_WRITE(uint8_t)
+SCURRY_H5_WRITE(int16_t)
+SCURRY_H5_WRITE(int32_t)
+SCURRY_H5_WRITE(int64_t)
+#undef SCURRY_H5_WRITE
+
+Dataset Group::write_strings(const std::string& name, const std::vector<std::string>& values, int gzip) const {
+  Id t = vlen_utf8();
+  const std::vector<int64_t> dims{static_cast<int64_t>(values.size())};
+  Id space = simple_space(dims);
+  Id pl = dataset_create_plist(dims, 16, gzip);
+  Id d(H5Dcreate2(id(), name.c_str(), t.get(), space.get(), H5P_DEFAULT, pl.get(), H5P_DEFAULT));
+  if (!d.valid()) fail_h5(file_, "cannot create dataset '" + name + "'", child_path(name));
+  if (!values.empty()) {
+    std::vector<const char*> p(values.size());
+    for (size_t i = 0; i < values.size(); ++i) p[i] = values[i].c_str();
+    chk_status(H5Dwrite(d.get(), t.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, p.data()), file_,
+               "cannot write dataset '" + name + "'", child_path(name));
+  }
+  return Dataset(std::move(d), file_, child_path(name));
+}
+
+Dataset Group::write_string(const std::string& name, const std::string& value) const {
+  Id t = vlen_utf8();
+  Id space(H5Screate(H5S_SCALAR));
+  Id d(H5Dcreate2(id(), name.c_str(), t.get(), space.get(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT));
+  if (!d.valid()) fail_h5(file_, "cannot create dataset '" + name + "'", child_path(name));
+  const char* p = value.c_str();
+  chk_status(H5Dwrite(d.get(), t.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, &p), file_,
+             "cannot write dataset '" + name + "'", child_path(name));
+  return Dataset(std::move(d), file_, child_path(name));
+}
+
+// ---- File -----------------------------------------------------------------------------------------
+
+File File::open(const std::string& path, bool write) {
+  quiet();
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec)) fail_h5(path, "no such file", path);
+  if (std::filesystem::is_directory(path, ec)) fail_h5(path, "is a directory, not an HDF5 file", path);
+  const htri_t is = H5Fis_hdf5(path.c_str());
+  if (is == 0) fail_h5(path, "not an HDF5 file (no HDF5 signature)", path);
+  Id fapl(H5Pcreate(H5P_FILE_ACCESS));
+  H5Pset_fclose_degree(fapl.get(), H5F_CLOSE_STRONG);
+  Id f(H5Fopen(path.c_str(), write ? H5F_ACC_RDWR : H5F_ACC_RDONLY, fapl.get()));
+  if (!f.valid()) {
+    if (is < 0) fail_h5(path, "cannot be opened for reading (permissions?)", path);
+    fail_h5(path, "cannot open the HDF5 file: it is truncated or corrupt", path);
+  }
+  return File(std::move(f), path);
+}
+
+File File::create(const std::string& path) {
+  quiet();
+  Id fapl(H5Pcreate(H5P_FILE_ACCESS));
+  H5Pset_fclose_degree(fapl.get(), H5F_CLOSE_STRONG);
+  Id f(H5Fcreate(path.c_str(), H5F_ACC_EXCL, H5P_DEFAULT, fapl.get()));
+  if (!f.valid()) fail_h5(path, "cannot create the file (does the directory exist and is it writable?)", path);
+  return File(std::move(f), path);
+}
+
+void File::close() {
+  if (!id_.valid()) return;
+  const hid_t f = id_.get();
+  const herr_t st = H5Fclose(f);
+  // H5Fclose consumed the identifier; forget it without another decrement.
+  Id dead = std::move(id_);
+  (void)dead;
+  if (st < 0) fail_h5(file_, "cannot finish writing the file (disk full?)", "/");
+}
+
+File::~File() {
+  if (id_.valid()) H5Fclose(id_.get());
+}
+
+}  // namespace scurry::h5

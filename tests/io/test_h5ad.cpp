@@ -1,0 +1,777 @@
+// h5ad reading/writing: round trips of every slot type, the shared real files (checked against the
+// 10x mtx text and against each other), the lazy row reader, anndata 0.7-style files made with the
+// HDF5 C API, atomic writes, and (when SCURRY_WRITE_SAMPLE is set) the sample for the Python client.
+#include <hdf5.h>
+#include <zlib.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <sstream>
+
+#include "core/error.hpp"
+#include "io/h5ad.hpp"
+#include "testlib.hpp"
+
+namespace scurry {
+namespace {
+
+namespace fs = std::filesystem;
+
+// ---- comparison helpers ------------------------------------------------------------------------
+
+void expect_matrix_eq(const Matrix& a, const Matrix& b, const std::string& what) {
+  SCOPED_TRACE(what);
+  ASSERT_EQ(a.m.index(), b.m.index()) << a.describe() << " vs " << b.describe();
+  EXPECT_EQ(a.dtype, b.dtype);
+  ASSERT_EQ(a.n_rows(), b.n_rows());
+  ASSERT_EQ(a.n_cols(), b.n_cols());
+  std::visit(
+      [&](const auto& x) {
+        using X = std::decay_t<decltype(x)>;
+        if constexpr (std::is_same_v<X, std::monostate>) {
+        } else {
+          const auto& y = std::get<X>(b.m);
+          if constexpr (std::is_same_v<X, CsrF> || std::is_same_v<X, CsrD>) {
+            EXPECT_EQ(x.indptr, y.indptr);
+            EXPECT_EQ(x.indices, y.indices);
+          }
+          EXPECT_EQ(x.data, y.data);
+        }
+      },
+      a.m);
+}
+
+void expect_column_eq(const Column& a, const Column& b, const std::string& what) {
+  SCOPED_TRACE(what);
+  ASSERT_EQ(a.c.index(), b.c.index()) << a.kind() << " vs " << b.kind();
+  if (auto* x = std::get_if<NumericColumn>(&a.c)) {
+    const auto& y = std::get<NumericColumn>(b.c);
+    EXPECT_EQ(x->dtype, y.dtype);
+    ASSERT_EQ(x->values.size(), y.values.size());
+    for (size_t i = 0; i < x->values.size(); ++i)
+      if (!(std::isnan(x->values[i]) && std::isnan(y.values[i]))) {
+        ASSERT_EQ(x->values[i], y.values[i]) << "row " << i;
+      }
+  } else if (auto* x = std::get_if<BoolColumn>(&a.c)) {
+    EXPECT_EQ(x->values, std::get<BoolColumn>(b.c).values);
+  } else if (auto* x = std::get_if<StringColumn>(&a.c)) {
+    EXPECT_EQ(x->values, std::get<StringColumn>(b.c).values);
+  } else {
+    const auto& p = std::get<CategoricalColumn>(a.c);
+    const auto& q = std::get<CategoricalColumn>(b.c);
+    EXPECT_EQ(p.categories, q.categories);
+    EXPECT_EQ(p.codes, q.codes);
+    EXPECT_EQ(p.ordered, q.ordered);
+  }
+}
+
+void expect_table_eq(const Table& a, const Table& b, const std::string& what) {
+  SCOPED_TRACE(what);
+  EXPECT_EQ(a.index, b.index);
+  EXPECT_EQ(a.index_name, b.index_name);
+  ASSERT_EQ(a.names(), b.names());
+  for (const auto& n : a.names()) expect_column_eq(a.at(n), b.at(n), what + "/" + n);
+}
+
+void expect_value_eq(const Value& a, const Value& b, const std::string& what) {
+  SCOPED_TRACE(what);
+  ASSERT_EQ(a.v.index(), b.v.index());
+  if (a.is_dict()) {
+    const auto& x = a.dict();
+    const auto& y = b.dict();
+    ASSERT_EQ(x.size(), y.size());
+    for (const auto& [k, v] : x) {
+      ASSERT_TRUE(y.count(k)) << k;
+      expect_value_eq(v, y.at(k), what + "/" + k);
+    }
+  } else if (auto* s = std::get_if<NumArray>(&a.v)) {
+    const auto& t = std::get<NumArray>(b.v);
+    EXPECT_EQ(s->shape, t.shape);
+    EXPECT_EQ(s->dtype, t.dtype);
+    EXPECT_EQ(s->data, t.data);
+  } else if (auto* s = std::get_if<std::string>(&a.v)) {
+    EXPECT_EQ(*s, std::get<std::string>(b.v));
+  } else if (auto* s = std::get_if<std::vector<std::string>>(&a.v)) {
+    EXPECT_EQ(*s, std::get<std::vector<std::string>>(b.v));
+  } else if (auto* x = std::get_if<double>(&a.v)) {
+    EXPECT_EQ(*x, std::get<double>(b.v));
+  } else if (auto* x = std::get_if<int64_t>(&a.v)) {
+    EXPECT_EQ(*x, std::get<int64_t>(b.v));
+  } else if (auto* x = std::get_if<bool>(&a.v)) {
+    EXPECT_EQ(*x, std::get<bool>(b.v));
+  }
+}
+
+void expect_dataset_eq(const Dataset& a, const Dataset& b) {
+  expect_matrix_eq(a.X, b.X, "X");
+  expect_table_eq(a.obs, b.obs, "obs");
+  expect_table_eq(a.var, b.var, "var");
+  auto maps = [](const std::map<std::string, Matrix>& x, const std::map<std::string, Matrix>& y, const std::string& w) {
+    ASSERT_EQ(x.size(), y.size()) << w;
+    for (const auto& [k, m] : x) {
+      ASSERT_TRUE(y.count(k)) << w << "/" << k;
+      expect_matrix_eq(m, y.at(k), w + "/" + k);
+    }
+  };
+  maps(a.layers, b.layers, "layers");
+  maps(a.obsm, b.obsm, "obsm");
+  maps(a.varm, b.varm, "varm");
+  maps(a.obsp, b.obsp, "obsp");
+  maps(a.varp, b.varp, "varp");
+  expect_value_eq(Value(a.uns), Value(b.uns), "uns");
+  ASSERT_EQ(static_cast<bool>(a.raw), static_cast<bool>(b.raw));
+  if (a.raw) {
+    expect_matrix_eq(a.raw->X, b.raw->X, "raw/X");
+    expect_table_eq(a.raw->var, b.raw->var, "raw/var");
+    maps(a.raw->varm, b.raw->varm, "raw/varm");
+  }
+}
+
+// ---- random content ----------------------------------------------------------------------------
+
+struct Rng {
+  std::mt19937_64 g;
+  explicit Rng(uint64_t s) : g(s) {}
+  double unif() { return std::uniform_real_distribution<double>(0, 1)(g); }
+  double normal() { return std::normal_distribution<double>(0, 1)(g); }
+  int64_t integer(int64_t lo, int64_t hi) { return std::uniform_int_distribution<int64_t>(lo, hi)(g); }
+  std::string word() {
+    // Non-ASCII too: anndata strings are UTF-8.
+    static const std::vector<std::string> parts = {"a", "B", "gene", "-", "_", "7", "é", "ü", "Ж", "x1"};
+    std::string s;
+    const int n = static_cast<int>(integer(1, 5));
+    for (int i = 0; i < n; ++i) s += parts[static_cast<size_t>(integer(0, static_cast<int64_t>(parts.size()) - 1))];
+    return s;
+  }
+};
+
+template <class T>
+Csr<T> random_csr(int64_t r, int64_t c, double density, Rng& rng, bool integers) {
+  Csr<T> m = Csr<T>::zeros(r, c);
+  for (int64_t i = 0; i < r; ++i) {
+    for (int64_t j = 0; j < c; ++j)
+      if (rng.unif() < density) {
+        m.indices.push_back(static_cast<int32_t>(j));
+        m.data.push_back(integers ? static_cast<T>(rng.integer(1, 50)) : static_cast<T>(rng.normal()));
+      }
+    m.indptr[i + 1] = m.nnz();
+  }
+  return m;
+}
+
+// Sparse with at most `per_row` entries a row (fast for huge, very sparse shapes).
+template <class T>
+Csr<T> sparse_few(int64_t r, int64_t c, int per_row, Rng& rng) {
+  Csr<T> m = Csr<T>::zeros(r, c);
+  for (int64_t i = 0; i < r; ++i) {
+    std::vector<int32_t> cols;
+    const int64_t k = rng.integer(0, per_row);
+    for (int64_t t = 0; t < k; ++t) cols.push_back(static_cast<int32_t>(rng.integer(0, c - 1)));
+    std::sort(cols.begin(), cols.end());
+    cols.erase(std::unique(cols.begin(), cols.end()), cols.end());
+    for (int32_t j : cols) {
+      m.indices.push_back(j);
+      m.data.push_back(static_cast<T>(rng.normal()));
+    }
+    m.indptr[i + 1] = m.nnz();
+  }
+  return m;
+}
+
+template <class T>
+Dense<T> random_dense(int64_t r, int64_t c, Rng& rng) {
+  Dense<T> m(r, c);
+  for (auto& v : m.data) v = static_cast<T>(rng.normal());
+  return m;
+}
+
+std::vector<std::string> unique_names(int64_t n, const std::string& prefix, Rng& rng) {
+  std::vector<std::string> v(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) v[i] = prefix + rng.word() + "_" + std::to_string(i);
+  return v;
+}
+
+void add_columns(Table& t, Rng& rng) {
+  const int64_t n = t.n_rows();
+  std::vector<double> ints(n), f32(n), f64(n);
+  std::vector<uint8_t> b(n);
+  std::vector<std::string> s(n);
+  CategoricalColumn cat, ord;
+  cat.categories = {"T cell", "B cell", "NK", "Mono é"};
+  ord.categories = {"low", "mid", "high"};
+  ord.ordered = true;
+  for (int64_t i = 0; i < n; ++i) {
+    ints[i] = static_cast<double>(rng.integer(-1000000, 1000000));
+    f32[i] = static_cast<double>(static_cast<float>(rng.normal()));
+    f64[i] = rng.normal() * 1e3;
+    b[i] = rng.unif() < 0.3;
+    s[i] = rng.word();
+    cat.codes.push_back(static_cast<int32_t>(rng.integer(-1, 3)));  // -1 = missing
+    ord.codes.push_back(static_cast<int32_t>(rng.integer(0, 2)));
+  }
+  t.set("n_int", Column::numeric(ints, DType::i64));
+  t.set("n_i32", Column::numeric(ints, DType::i32));
+  t.set("score_f32", Column::numeric(f32, DType::f32));
+  t.set("score_f64", Column::numeric(f64, DType::f64));
+  t.set("flag", Column::boolean(b));
+  t.set("label", Column::strings(s));
+  t.set("cluster", Column(cat));
+  t.set("level", Column(ord));
+}
+
+Dict random_uns(Rng& rng) {
+  NumArray a1{{5}, {}, DType::f32};
+  for (int i = 0; i < 5; ++i) a1.data.push_back(static_cast<float>(rng.normal()));
+  NumArray a2{{2, 3}, {}, DType::i64};
+  for (int i = 0; i < 6; ++i) a2.data.push_back(static_cast<double>(rng.integer(-100, 100)));
+  NumArray a3{{4}, {1, 0, 0, 1}, DType::boolean};
+  Dict inner;
+  inner["method"] = Value("umap");
+  inner["n_neighbors"] = Value(static_cast<int64_t>(rng.integer(2, 100)));
+  inner["resolution"] = Value(rng.unif());
+  inner["zero_center"] = Value(true);
+  inner["off"] = Value(false);
+  inner["deeper"] = Value(Dict{{"x", Value(rng.normal())}, {"names", Value(std::vector<std::string>{"a", "ü", ""})}});
+  Dict u;
+  u["params"] = Value(inner);
+  u["variance"] = Value(a1);
+  u["grid"] = Value(a2);
+  u["mask"] = Value(a3);
+  u["title"] = Value(rng.word());
+  u["colors"] = Value(std::vector<std::string>{"#1f77b4", "#ff7f0e", rng.word()});
+  u["empty"] = Value(Dict{});
+  return u;
+}
+
+Dataset random_dataset(uint64_t seed, int x_kind) {
+  Rng rng(seed);
+  const int64_t n = rng.integer(30, 80), g = rng.integer(20, 60);
+  Dataset d;
+  d.obs.index = unique_names(n, "cell", rng);
+  d.var.index = unique_names(g, "gene", rng);
+  switch (x_kind) {
+    case 0: d.X = Matrix(random_csr<float>(n, g, 0.2, rng, false), DType::f32); break;
+    case 1: d.X = Matrix(random_csr<double>(n, g, 0.2, rng, false), DType::f64); break;
+    case 2: d.X = Matrix(random_csr<float>(n, g, 0.2, rng, true), DType::i32); break;
+    case 3: d.X = Matrix(random_dense<float>(n, g, rng), DType::f32); break;
+    default: d.X = Matrix(random_dense<double>(n, g, rng), DType::f64); break;
+  }
+  add_columns(d.obs, rng);
+  add_columns(d.var, rng);
+  d.var.index_name = "gene_symbols";
+  d.layers["counts"] = Matrix(random_csr<float>(n, g, 0.3, rng, true), DType::i64);
+  d.layers["dense"] = Matrix(random_dense<float>(n, g, rng), DType::f32);
+  d.layers["f64"] = Matrix(random_csr<double>(n, g, 0.1, rng, false), DType::f64);
+  d.obsm["X_pca"] = Matrix(random_dense<float>(n, 7, rng), DType::f32);
+  d.obsm["X_sparse"] = Matrix(random_csr<float>(n, 9, 0.3, rng, false), DType::f32);
+  d.varm["PCs"] = Matrix(random_dense<double>(g, 7, rng), DType::f64);
+  d.varm["loadings_sp"] = Matrix(random_csr<double>(g, 4, 0.5, rng, false), DType::f64);
+  d.obsp["connectivities"] = Matrix(random_csr<float>(n, n, 0.1, rng, false), DType::f32);
+  d.obsp["distances"] = Matrix(random_csr<double>(n, n, 0.1, rng, false), DType::f64);
+  d.varp["corr"] = Matrix(random_dense<float>(g, g, rng), DType::f32);
+  d.uns = random_uns(rng);
+  auto raw = std::make_shared<Dataset>();
+  const int64_t g_raw = g + rng.integer(1, 20);
+  raw->X = Matrix(random_csr<float>(n, g_raw, 0.25, rng, true), DType::f32);
+  raw->var.index = unique_names(g_raw, "rawgene", rng);
+  add_columns(raw->var, rng);
+  raw->varm["stats"] = Matrix(random_dense<float>(g_raw, 2, rng), DType::f32);
+  d.raw = raw;
+  return d;
+}
+
+// ---- HDF5 C API helpers (test files made without scurry's writer) -------------------------------
+
+struct H {
+  hid_t id;
+  explicit H(hid_t i) : id(i) { EXPECT_GE(i, 0); }
+  ~H() { if (id >= 0) H5Idec_ref(id); }
+  operator hid_t() const { return id; }
+};
+
+void c_attr_str(hid_t obj, const char* name, const std::string& value) {
+  H t(H5Tcopy(H5T_C_S1));
+  H5Tset_size(t, H5T_VARIABLE);
+  H5Tset_cset(t, H5T_CSET_UTF8);
+  H s(H5Screate(H5S_SCALAR));
+  H a(H5Acreate2(obj, name, t, s, H5P_DEFAULT, H5P_DEFAULT));
+  const char* p = value.c_str();
+  H5Awrite(a, t, &p);
+}
+
+void c_attr_i64(hid_t obj, const char* name, std::vector<int64_t> v) {
+  hsize_t n = v.size();
+  H s(H5Screate_simple(1, &n, nullptr));
+  H a(H5Acreate2(obj, name, H5T_STD_I64LE, s, H5P_DEFAULT, H5P_DEFAULT));
+  H5Awrite(a, H5T_NATIVE_INT64, v.data());
+}
+
+template <class T>
+void c_write(hid_t loc, const char* name, hid_t mem, hid_t file, const std::vector<T>& v,
+             std::vector<hsize_t> dims = {}) {
+  if (dims.empty()) dims = {v.size()};
+  H s(H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr));
+  H d(H5Dcreate2(loc, name, file, s, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT));
+  if (!v.empty()) {
+    EXPECT_GE(H5Dwrite(d, mem, H5S_ALL, H5S_ALL, H5P_DEFAULT, v.data()), 0);
+  }
+}
+
+// Fixed-length ASCII strings, as anndata 0.7 / numpy 'S' arrays store them.
+void c_write_fixed_strings(hid_t loc, const char* name, const std::vector<std::string>& v) {
+  size_t w = 1;
+  for (const auto& s : v) w = std::max(w, s.size());
+  std::vector<char> buf(v.size() * w, '\0');
+  for (size_t i = 0; i < v.size(); ++i) std::copy(v[i].begin(), v[i].end(), buf.begin() + i * w);
+  H t(H5Tcopy(H5T_C_S1));
+  H5Tset_size(t, w);
+  H5Tset_strpad(t, H5T_STR_NULLPAD);
+  hsize_t n = v.size();
+  H s(H5Screate_simple(1, &n, nullptr));
+  H d(H5Dcreate2(loc, name, t, s, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT));
+  H5Dwrite(d, t, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf.data());
+}
+
+// ---- oracles for the shared data ----------------------------------------------------------------
+
+std::vector<std::string> read_gz_lines(const std::string& path) {
+  gzFile f = gzopen(path.c_str(), "rb");
+  EXPECT_NE(f, nullptr) << path;
+  std::string all;
+  char buf[65536];
+  int n;
+  while ((n = gzread(f, buf, sizeof buf)) > 0) all.append(buf, static_cast<size_t>(n));
+  gzclose(f);
+  std::vector<std::string> lines;
+  std::istringstream is(all);
+  std::string l;
+  while (std::getline(is, l)) lines.push_back(l);
+  return lines;
+}
+
+}  // namespace
+
+// ---- tests ---------------------------------------------------------------------------------------
+
+TEST(H5ad, RoundTripEverySlot) {
+  const uint64_t seed = test::fresh_seed();
+  test::TempDir tmp;
+  for (int kind = 0; kind < 5; ++kind) {
+    SCOPED_TRACE("X kind " + std::to_string(kind));
+    Dataset d = random_dataset(seed + kind, kind);
+    const std::string p = tmp.path("rt" + std::to_string(kind) + ".h5ad");
+    write_h5ad(d, p, {kind % 2 ? 4 : 0});  // with and without gzip
+    Dataset r = read_h5ad(p);
+    expect_dataset_eq(d, r);
+    // Written again from what was read: identical again.
+    write_h5ad(r, p);
+    expect_dataset_eq(d, read_h5ad(p));
+  }
+}
+
+TEST(H5ad, ReadOptionsSkipRawAndLayers) {
+  test::TempDir tmp;
+  Dataset d = random_dataset(test::fresh_seed(), 0);
+  write_h5ad(d, tmp.path("a.h5ad"));
+  Dataset r = read_h5ad(tmp.path("a.h5ad"), {false, false});
+  EXPECT_FALSE(r.raw);
+  EXPECT_TRUE(r.layers.empty());
+  expect_matrix_eq(d.X, r.X, "X");
+}
+
+TEST(H5ad, ReadsSharedPbmcAgainstMtx) {
+  Dataset d = read_h5ad(test::shared_data("pbmc3k_first1000.h5ad"));
+  ASSERT_EQ(d.n_obs(), 1000);
+  ASSERT_EQ(d.n_vars(), 13714);
+  ASSERT_TRUE(d.X.is_sparse());
+  EXPECT_EQ(d.X.nnz(), 845352);
+  EXPECT_EQ(d.X.dtype, DType::f32);
+  EXPECT_TRUE(d.var.has("gene_ids"));
+  // Oracle: the same matrix as 10x mtx text (genes x cells, 1-based), parsed here.
+  const std::string dir = test::shared_data("pbmc3k_first1000_10x_mtx/");
+  auto lines = read_gz_lines(dir + "matrix.mtx.gz");
+  size_t li = 0;
+  while (li < lines.size() && lines[li][0] == '%') ++li;
+  ++li;  // size line
+  const CsrF& x = d.X.csr_f();
+  std::map<std::pair<int64_t, int64_t>, float> want;
+  for (; li < lines.size(); ++li) {
+    std::istringstream is(lines[li]);
+    int64_t g, c;
+    double v;
+    is >> g >> c >> v;
+    want[{c - 1, g - 1}] = static_cast<float>(v);
+  }
+  ASSERT_EQ(static_cast<int64_t>(want.size()), x.nnz());
+  for (int64_t r = 0; r < x.n_rows; ++r)
+    for (int64_t p = x.indptr[r]; p < x.indptr[r + 1]; ++p) {
+      auto it = want.find({r, x.indices[p]});
+      ASSERT_NE(it, want.end()) << r << "," << x.indices[p];
+      ASSERT_EQ(it->second, x.data[p]);
+    }
+  auto barcodes = read_gz_lines(dir + "barcodes.tsv.gz");
+  EXPECT_EQ(barcodes, d.obs.index);
+  auto feats = read_gz_lines(dir + "features.tsv.gz");
+  ASSERT_EQ(feats.size(), 13714u);
+  const auto& ids = std::get<StringColumn>(d.var.at("gene_ids").c).values;
+  for (size_t i = 0; i < feats.size(); ++i) {
+    std::istringstream is(feats[i]);
+    std::string id, name;
+    std::getline(is, id, '\t');
+    std::getline(is, name, '\t');
+    ASSERT_EQ(id, ids[i]);
+    ASSERT_EQ(name, d.var.index[i]);
+  }
+}
+
+TEST(H5ad, ReadsScanpyGolden) {
+  Dataset d = read_h5ad(test::shared_data("golden/pbmc3k_first1000.scanpy.h5ad"));
+  ASSERT_EQ(d.n_obs(), 1000);
+  ASSERT_EQ(d.n_vars(), 2000);
+  ASSERT_TRUE(d.X.is_dense());
+  EXPECT_EQ(d.X.n_rows(), 1000);
+  EXPECT_EQ(d.X.n_cols(), 2000);
+  ASSERT_TRUE(d.layers.count("counts"));
+  EXPECT_TRUE(d.layers.at("counts").is_sparse());
+  ASSERT_TRUE(d.obsm.count("X_pca"));
+  EXPECT_EQ(d.obsm.at("X_pca").n_rows(), 1000);
+  EXPECT_EQ(d.obsm.at("X_pca").n_cols(), 50);
+  EXPECT_EQ(d.varm.at("PCs").n_rows(), 2000);
+  ASSERT_TRUE(d.obsp.count("distances") && d.obsp.count("connectivities"));
+  EXPECT_EQ(d.obsp.at("distances").dtype, DType::f64);
+  EXPECT_EQ(d.obsp.at("distances").nnz(), 14000);
+  ASSERT_TRUE(d.raw);
+  EXPECT_EQ(d.raw->X.n_cols(), 11780);
+  EXPECT_EQ(d.raw->var.n_rows(), 11780);
+  const auto& leiden = std::get<CategoricalColumn>(d.obs.at("leiden").c);
+  EXPECT_EQ(leiden.categories.size(), 7u);
+  EXPECT_FALSE(leiden.ordered);
+  for (auto c : leiden.codes) ASSERT_TRUE(c >= 0 && c < 7);
+  EXPECT_EQ(std::get<NumericColumn>(d.obs.at("n_genes").c).dtype, DType::i64);
+  EXPECT_EQ(std::get<NumericColumn>(d.obs.at("n_genes_by_counts").c).dtype, DType::i32);
+  EXPECT_TRUE(std::holds_alternative<BoolColumn>(d.var.at("mt").c));
+  // uns nesting and scalar types.
+  const Dict& nb = d.uns.at("neighbors").dict().at("params").dict();
+  EXPECT_EQ(std::get<int64_t>(nb.at("n_neighbors").v), 15);
+  EXPECT_EQ(std::get<std::string>(nb.at("method").v), "umap");
+  EXPECT_EQ(std::get<std::string>(d.uns.at("neighbors").dict().at("distances_key").v), "distances");
+  EXPECT_EQ(std::get<bool>(d.uns.at("pca").dict().at("params").dict().at("zero_center").v), true);
+  EXPECT_DOUBLE_EQ(std::get<double>(d.uns.at("leiden").dict().at("params").dict().at("resolution").v), 1.0);
+  const auto& var = std::get<NumArray>(d.uns.at("pca").dict().at("variance").v);
+  EXPECT_EQ(var.shape, std::vector<int64_t>{50});
+  EXPECT_EQ(var.dtype, DType::f32);
+  EXPECT_TRUE(d.uns.at("log1p").is_dict());
+
+  // Oracle across files: layers/counts are the pbmc counts of the 2000 kept genes.
+  Dataset pbmc = read_h5ad(test::shared_data("pbmc3k_first1000.h5ad"));
+  std::map<std::string, int64_t> col;
+  for (int64_t j = 0; j < pbmc.n_vars(); ++j) col[pbmc.var.index[j]] = j;
+  std::vector<int64_t> keep;
+  for (const auto& gname : d.var.index) keep.push_back(col.at(gname));
+  const DenseD want = to_dense_d(take_cols(pbmc.X, keep));
+  const DenseD got = to_dense_d(d.layers.at("counts"));
+  EXPECT_EQ(want.data, got.data);
+
+  // The golden file round-trips exactly.
+  test::TempDir tmp;
+  write_h5ad(d, tmp.path("g.h5ad"));
+  expect_dataset_eq(d, read_h5ad(tmp.path("g.h5ad")));
+}
+
+TEST(H5ad, SummaryWithoutReadingValues) {
+  H5adSummary s = summarize_h5ad(test::shared_data("golden/pbmc3k_first1000.scanpy.h5ad"));
+  EXPECT_EQ(s.n_obs, 1000);
+  EXPECT_EQ(s.n_vars, 2000);
+  EXPECT_EQ(s.x_encoding, "array");
+  EXPECT_EQ(s.x_dtype, "float32");
+  EXPECT_EQ(s.x_nnz, 2000000);
+  EXPECT_EQ(s.anndata_encoding_version, "0.1.0");
+  std::map<std::string, SlotInfo> by;
+  for (const auto& x : s.slots) by[x.name] = x;
+  ASSERT_TRUE(by.count("obsm/X_pca"));
+  EXPECT_EQ(by["obsm/X_pca"].shape, (std::vector<int64_t>{1000, 50}));
+  EXPECT_EQ(by["obs/leiden"].encoding, "categorical");
+  EXPECT_EQ(by["layers/counts"].encoding, "csr_matrix");
+  EXPECT_EQ(by["layers/counts"].shape, (std::vector<int64_t>{1000, 2000}));
+  EXPECT_EQ(by["obsp/distances"].dtype, "float64");
+  EXPECT_EQ(by["uns/neighbors/params/n_neighbors"].encoding, "numeric-scalar");
+  EXPECT_EQ(by["raw/X"].shape, (std::vector<int64_t>{1000, 11780}));
+  H5adSummary p = summarize_h5ad(test::shared_data("pbmc3k_first1000.h5ad"));
+  EXPECT_EQ(p.x_encoding, "csr_matrix");
+  EXPECT_EQ(p.x_nnz, 845352);
+}
+
+namespace {
+void expect_blocks_equal(const std::string& path, const std::string& slot, const CsrF& whole, int64_t block) {
+  SCOPED_TRACE(path + ":" + slot);
+  H5adRowReader rr(path, slot);
+  ASSERT_EQ(rr.n_rows(), whole.n_rows);
+  ASSERT_EQ(rr.n_cols(), whole.n_cols);
+  EXPECT_EQ(rr.nnz(), whole.nnz());
+  EXPECT_EQ(rr.row_pointers(), whole.indptr);
+  // Blocks concatenated (each block's pointers are relative to the block).
+  CsrF cat = CsrF::zeros(0, whole.n_cols);
+  for (int64_t b = 0; b < rr.n_rows(); b += block) {
+    CsrF part = rr.read_rows(b, std::min(rr.n_rows(), b + block));
+    ASSERT_EQ(part.n_rows, std::min(rr.n_rows(), b + block) - b);
+    ASSERT_EQ(part.indptr.front(), 0);
+    const int64_t base = cat.nnz();
+    for (int64_t r = 0; r < part.n_rows; ++r) cat.indptr.push_back(base + part.indptr[r + 1]);
+    cat.indices.insert(cat.indices.end(), part.indices.begin(), part.indices.end());
+    cat.data.insert(cat.data.end(), part.data.begin(), part.data.end());
+    cat.n_rows += part.n_rows;
+  }
+  EXPECT_EQ(cat.indptr, whole.indptr);
+  EXPECT_EQ(cat.indices, whole.indices);
+  EXPECT_EQ(cat.data, whole.data);
+}
+}  // namespace
+
+TEST(H5ad, RowReaderMatchesWholeRead) {
+  const std::string pbmc = test::shared_data("pbmc3k_first1000.h5ad");
+  expect_blocks_equal(pbmc, "X", read_h5ad(pbmc).X.csr_f(), 97);
+  const std::string golden = test::shared_data("golden/pbmc3k_first1000.scanpy.h5ad");
+  Dataset g = read_h5ad(golden);
+  expect_blocks_equal(golden, "X", to_csr_f(g.X), 128);  // dense
+  expect_blocks_equal(golden, "layers/counts", to_csr_f(g.layers.at("counts")), 333);
+  // float64 CSR of a written file
+  test::TempDir tmp;
+  Dataset d = random_dataset(test::fresh_seed(), 1);
+  write_h5ad(d, tmp.path("d.h5ad"));
+  expect_blocks_equal(tmp.path("d.h5ad"), "X", to_csr_f(d.X), 7);
+  EXPECT_THROW(H5adRowReader(tmp.path("d.h5ad"), "layers/nope"), InputError);
+}
+
+// An anndata 0.7-style file made with the C API: X stored as csc_matrix with int64 indices and
+// indptr and int32 values, obs without encoding attributes whose categorical column is codes with a
+// `categories` object reference into __categories, fixed-length ASCII strings.
+TEST(H5ad, ReadsOldStyleCscFileMadeWithCApi) {
+  Rng rng(test::fresh_seed());
+  const int64_t n = 23, g = 17;
+  CsrF want = random_csr<float>(n, g, 0.3, rng, true);
+  CsrF csc = transpose(want);  // genes x cells == CSC of cells x genes
+  test::TempDir tmp;
+  const std::string p = tmp.path("old.h5ad");
+  std::vector<std::string> cells = unique_names(n, "c", rng), genes = unique_names(g, "g", rng);
+  for (auto& s : cells) s = "cell" + std::to_string(&s - cells.data());  // ASCII only
+  for (auto& s : genes) s = "gene" + std::to_string(&s - genes.data());
+  std::vector<int8_t> codes(n);
+  for (auto& c : codes) c = static_cast<int8_t>(rng.integer(0, 2));
+  {
+    H f(H5Fcreate(p.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT));
+    {
+      H x(H5Gcreate2(f, "X", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT));
+      c_attr_str(x, "encoding-type", "csc_matrix");
+      c_attr_str(x, "encoding-version", "0.1.0");
+      c_attr_i64(x, "shape", {n, g});
+      std::vector<int32_t> data(csc.data.begin(), csc.data.end());
+      std::vector<int64_t> idx(csc.indices.begin(), csc.indices.end());
+      c_write(x, "data", H5T_NATIVE_INT32, H5T_STD_I32LE, data);
+      c_write(x, "indices", H5T_NATIVE_INT64, H5T_STD_I64LE, idx);
+      c_write(x, "indptr", H5T_NATIVE_INT64, H5T_STD_I64LE, csc.indptr);
+    }
+    {
+      H o(H5Gcreate2(f, "obs", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT));
+      c_attr_str(o, "_index", "index");
+      c_write_fixed_strings(o, "index", cells);
+      H cg(H5Gcreate2(o, "__categories", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT));
+      c_write_fixed_strings(cg, "kind", {"alpha", "beta", "gamma"});
+      c_write(o, "kind", H5T_NATIVE_INT8, H5T_STD_I8LE, codes);
+      H d(H5Dopen2(o, "kind", H5P_DEFAULT));
+      hobj_ref_t ref;
+      H5Rcreate(&ref, f, "/obs/__categories/kind", H5R_OBJECT, -1);
+      H s(H5Screate(H5S_SCALAR));
+      H a(H5Acreate2(d, "categories", H5T_STD_REF_OBJ, s, H5P_DEFAULT, H5P_DEFAULT));
+      H5Awrite(a, H5T_STD_REF_OBJ, &ref);
+      std::vector<double> score(n, 0.25);
+      c_write(o, "score", H5T_NATIVE_DOUBLE, H5T_IEEE_F64LE, score);
+    }
+    {
+      H v(H5Gcreate2(f, "var", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT));
+      c_attr_str(v, "_index", "index");
+      c_write_fixed_strings(v, "index", genes);
+    }
+  }
+  Dataset d = read_h5ad(p);
+  EXPECT_EQ(d.X.dtype, DType::i32);
+  expect_matrix_eq(d.X, Matrix(want, DType::i32), "X");
+  EXPECT_EQ(d.obs.index, cells);
+  EXPECT_EQ(d.var.index, genes);
+  const auto& kind = std::get<CategoricalColumn>(d.obs.at("kind").c);
+  EXPECT_EQ(kind.categories, (std::vector<std::string>{"alpha", "beta", "gamma"}));
+  EXPECT_EQ(kind.codes, std::vector<int32_t>(codes.begin(), codes.end()));
+  EXPECT_EQ(d.obs.numeric("score"), std::vector<double>(n, 0.25));
+  EXPECT_FALSE(d.obs.has("__categories"));
+  // The CSC slot through the row reader.
+  expect_blocks_equal(p, "X", want, 5);
+}
+
+TEST(H5ad, WriteIntoMissingDirectoryThrowsAndLeavesNothing) {
+  test::TempDir tmp;
+  Dataset d = random_dataset(test::fresh_seed(), 0);
+  const fs::path target = tmp.dir() / "no_such_dir" / "out.h5ad";
+  try {
+    write_h5ad(d, target.string());
+    FAIL() << "expected InputError";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("out.h5ad"), std::string::npos) << e.what();
+  }
+  EXPECT_FALSE(fs::exists(target.parent_path()));
+  EXPECT_TRUE(fs::is_empty(tmp.dir()));
+}
+
+TEST(H5ad, FailedWriteLeavesExistingFileUntouched) {
+  test::TempDir tmp;
+  const std::string p = tmp.path("keep.h5ad");
+  Dataset d = random_dataset(test::fresh_seed(), 2);
+  write_h5ad(d, p);
+  auto slurp = [](const std::string& f) {
+    std::ifstream in(f, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  };
+  const std::string before = slurp(p);
+  // A key that cannot be written makes the writer fail after X, obs, ... are already written.
+  Dataset bad = random_dataset(test::fresh_seed() + 1, 0);
+  bad.uns["bad/key"] = Value(1.0);
+  try {
+    write_h5ad(bad, p);
+    FAIL() << "expected InputError";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("bad/key"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(slurp(p), before);
+  int files = 0;
+  for (const auto& e : fs::directory_iterator(tmp.dir())) {
+    (void)e;
+    ++files;
+  }
+  EXPECT_EQ(files, 1);  // no temporary left behind
+  expect_dataset_eq(d, read_h5ad(p));
+}
+
+// Writes a rich file and a JSON sidecar of expected values for tests/io/anndata_client.py; runs
+// only when SCURRY_WRITE_SAMPLE names the output (see test_anndata_client.sh).
+TEST(H5ad, WriteSampleForPython) {
+  const char* out = std::getenv("SCURRY_WRITE_SAMPLE");
+  if (!out || !*out) GTEST_SKIP() << "SCURRY_WRITE_SAMPLE not set (used by test_anndata_client.sh)";
+  Rng rng(test::fresh_seed());
+  Dataset d = read_h5ad(test::shared_data("pbmc3k_first1000.h5ad"));
+  const int64_t n = d.n_obs(), g = d.n_vars();
+  add_columns(d.obs, rng);
+  add_columns(d.var, rng);
+  d.layers["counts"] = d.X;
+  d.layers["scaled"] = Matrix(sparse_few<double>(n, g, 100, rng), DType::f64);
+  d.obsm["X_pca"] = Matrix(random_dense<float>(n, 10, rng), DType::f32);
+  d.obsm["X_sparse"] = Matrix(random_csr<double>(n, 5, 0.3, rng, false), DType::f64);
+  d.varm["PCs"] = Matrix(random_dense<double>(g, 3, rng), DType::f64);
+  d.obsp["connectivities"] = Matrix(sparse_few<float>(n, n, 20, rng), DType::f32);
+  d.varp["tiny"] = Matrix(sparse_few<float>(g, g, 1, rng), DType::f32);
+  d.uns = random_uns(rng);
+  auto raw = std::make_shared<Dataset>();
+  std::vector<int64_t> first(500);
+  for (int64_t j = 0; j < 500; ++j) first[j] = j;
+  raw->X = take_cols(d.X, first);
+  raw->var = d.var.take(first);
+  raw->varm["stats"] = Matrix(random_dense<float>(500, 2, rng), DType::f32);
+  d.raw = raw;
+  write_h5ad(d, out);
+
+  using nlohmann::json;
+  auto mat = [](const Matrix& m) {
+    double sum = 0, sq = 0;
+    std::vector<double> row0(static_cast<size_t>(std::min<int64_t>(m.n_cols(), 20)), 0.0);
+    std::visit(
+        [&](const auto& x) {
+          using X = std::decay_t<decltype(x)>;
+          if constexpr (std::is_same_v<X, std::monostate>) {
+          } else {
+            for (double v : x.data) {
+              sum += v;
+              sq += v * v;
+            }
+            if constexpr (std::is_same_v<X, CsrF> || std::is_same_v<X, CsrD>) {
+              for (int64_t p = x.indptr[0]; p < x.indptr[1]; ++p)
+                if (x.indices[p] < static_cast<int32_t>(row0.size())) row0[x.indices[p]] = x.data[p];
+            } else {
+              for (size_t c = 0; c < row0.size(); ++c) row0[c] = x.data[c];
+            }
+          }
+        },
+        m.m);
+    return json{{"shape", {m.n_rows(), m.n_cols()}},
+                {"sparse", m.is_sparse()},
+                {"nnz", m.is_sparse() ? m.nnz() : -1},
+                {"dtype", dtype_name(m.dtype)},
+                {"sum", sum},
+                {"sumsq", sq},
+                {"row0", row0}};
+  };
+  auto table = [](const Table& t) {
+    json j;
+    j["index"] = t.index;
+    j["columns"] = t.names();
+    json cols = json::object();
+    for (const auto& name : t.names()) {
+      const Column& c = t.at(name);
+      json cj;
+      if (auto* x = std::get_if<NumericColumn>(&c.c)) {
+        cj = {{"kind", "numeric"}, {"dtype", dtype_name(x->dtype)}, {"values", x->values}};
+      } else if (auto* x = std::get_if<BoolColumn>(&c.c)) {
+        cj = {{"kind", "bool"}, {"values", std::vector<int>(x->values.begin(), x->values.end())}};
+      } else if (auto* x = std::get_if<StringColumn>(&c.c)) {
+        cj = {{"kind", "string"}, {"values", x->values}};
+      } else {
+        const auto& y = std::get<CategoricalColumn>(c.c);
+        cj = {{"kind", "categorical"}, {"categories", y.categories}, {"codes", y.codes}, {"ordered", y.ordered}};
+      }
+      cols[name] = cj;
+    }
+    j["cols"] = cols;
+    return j;
+  };
+  std::function<json(const Value&)> val = [&](const Value& v) -> json {
+    return std::visit(
+        [&](const auto& x) -> json {
+          using X = std::decay_t<decltype(x)>;
+          if constexpr (std::is_same_v<X, std::monostate>) return nullptr;
+          else if constexpr (std::is_same_v<X, Dict>) {
+            json o = json::object();
+            for (const auto& [k, e] : x) o[k] = val(e);
+            return json{{"type", "dict"}, {"items", o}};
+          } else if constexpr (std::is_same_v<X, std::string>) return json{{"type", "string"}, {"value", x}};
+          else if constexpr (std::is_same_v<X, std::vector<std::string>>)
+            return json{{"type", "string-array"}, {"value", x}};
+          else if constexpr (std::is_same_v<X, double>) return json{{"type", "float"}, {"value", x}};
+          else if constexpr (std::is_same_v<X, int64_t>) return json{{"type", "int"}, {"value", x}};
+          else if constexpr (std::is_same_v<X, bool>) return json{{"type", "bool"}, {"value", x}};
+          else return json{{"type", "array"}, {"shape", x.shape}, {"dtype", dtype_name(x.dtype)}, {"value", x.data}};
+        },
+        v.v);
+  };
+  json j;
+  j["X"] = mat(d.X);
+  j["obs"] = table(d.obs);
+  j["var"] = table(d.var);
+  for (const auto* slot : {"layers", "obsm", "varm", "obsp", "varp"}) {
+    const auto& m = std::string(slot) == "layers" ? d.layers
+                    : std::string(slot) == "obsm" ? d.obsm
+                    : std::string(slot) == "varm" ? d.varm
+                    : std::string(slot) == "obsp" ? d.obsp
+                                                  : d.varp;
+    json o = json::object();
+    for (const auto& [k, x] : m) o[k] = mat(x);
+    j[slot] = o;
+  }
+  j["uns"] = val(Value(d.uns));
+  j["raw"] = {{"X", mat(raw->X)}, {"var", table(raw->var)}, {"varm", {{"stats", mat(raw->varm.at("stats"))}}}};
+  std::ofstream js(std::string(out) + ".json");
+  js << j.dump();
+  ASSERT_TRUE(js.good());
+}
+
+}  // namespace scurry
