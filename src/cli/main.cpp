@@ -1,3 +1,93 @@
-// placeholder until the CLI lands
+// scurry: the command line. Parses, dispatches to the subcommands (cmd_*.cpp) and turns errors into
+// one line on stderr and an exit code: 2 for bad input or arguments, 1 for anything else.
+#include <CLI/CLI.hpp>
+#include <charconv>
 #include <cstdio>
-int main() { std::puts("scurry " SCURRY_VERSION); return 0; }
+#include <exception>
+#include <new>
+#include <string>
+
+#include "cli/commands.hpp"
+#include "core/error.hpp"
+#include "exec/context.hpp"
+
+namespace {
+
+std::string one_line(std::string s) {
+  for (char& c : s)
+    if (c == '\n' || c == '\r') c = ' ';
+  while (!s.empty() && s.back() == ' ') s.pop_back();
+  return s;
+}
+
+int report(const char* what, int code) {
+  std::fflush(stdout);
+  std::fprintf(stderr, "scurry: error: %s\n", one_line(what).c_str());
+  return code;
+}
+
+std::string version_string() {
+  std::string v = "scurry " SCURRY_VERSION;
+  if (scurry::cuda_built()) {
+    const int n = scurry::cuda_device_count();
+    v += " (CUDA backend built in; " + std::to_string(n) + " CUDA device" + (n == 1 ? "" : "s") + " visible)";
+  } else {
+    v += " (CPU only: built without CUDA)";
+  }
+  return v;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using namespace scurry;
+  CLI::App app{"scurry: single-cell RNA-seq analysis (scanpy's pipeline, faster)", "scurry"};
+  cli::GlobalOptions g;
+  g.argv.assign(argv, argv + argc);
+  try {
+    app.set_version_flag("--version", version_string(), "Print the version and whether CUDA is built in");
+    const CLI::Validator non_negative_int(
+        [](std::string& s) -> std::string {
+          int v = -1;
+          const auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+          if (ec != std::errc() || p != s.data() + s.size() || v < 0)
+            return "'" + s + "' is not a non-negative integer";
+          return {};
+        },
+        "NONNEGATIVE");
+    app.add_option("--threads", g.context.threads, "CPU threads (0 = all hardware threads)")
+        ->check(non_negative_int)
+        ->capture_default_str();
+    app.add_option("--device", g.context.device, "Where to compute: cpu, gpu or auto (the GPU when one is usable)")
+        ->check(CLI::IsMember({"cpu", "gpu", "auto"}))
+        ->capture_default_str();
+    app.add_flag("-q,--quiet", g.quiet, "No progress bars or info messages (errors are still printed)");
+    app.fallthrough();  // global options are also accepted after the subcommand
+    app.require_subcommand(1);
+
+    cli::add_info_command(app, g);
+    cli::add_convert_command(app, g);
+    cli::add_run_command(app, g);
+  } catch (const std::exception& e) {
+    return report(e.what(), 1);
+  }
+
+  try {
+    app.parse(argc, argv);  // the chosen subcommand's callback runs inside
+  } catch (const CLI::Success& e) {  // --help, --version
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    return report((std::string(e.what()) + " (see scurry --help)").c_str(), 2);
+  } catch (const InputError& e) {
+    return report(e.what(), 2);
+  } catch (const Error& e) {
+    return report(e.what(), 1);
+  } catch (const std::bad_alloc&) {
+    return report("out of memory", 1);
+  } catch (const std::exception& e) {
+    return report(e.what(), 1);
+  } catch (...) {
+    return report("unknown internal error", 1);
+  }
+  return 0;
+}

@@ -501,8 +501,18 @@ PcaResult pca(const Context& ctx, Dataset& d, const PcaOptions& opt) {
     for (int64_t j = 0; j < n_vars; ++j) genes[j] = j;
   }
   res.genes = genes;
+  write_pca(d, res, opt);
+  double explained = 0;
+  for (double r : res.variance_ratio) explained += r;
+  log::info(detail::concat("pca: ", res.components.n_cols, " components of ", in.n, " cells x ", in.g, " genes (",
+                           res.solver, " solver), variance explained ", explained));
+  return res;
+}
 
-  const int64_t k = res.components.n_cols;
+void write_pca(Dataset& d, const PcaResult& res, const PcaOptions& opt) {
+  const int64_t k = res.components.n_cols, n_vars = d.n_vars();
+  const bool use_hvg = res.use_highly_variable;
+  const std::vector<int64_t>& genes = res.genes;
   d.obsm["X_pca"] = res.x_pca;
   if (use_hvg) {
     // scanpy 1.9.6: np.zeros((n_vars, n_comps)) (float64) with the HVG rows filled in.
@@ -524,11 +534,6 @@ PcaResult pca(const Context& ctx, Dataset& d, const PcaOptions& opt) {
   u["variance_ratio"] = Value(float_array(res.variance_ratio));
   u["params"] = Value(std::move(params));
   d.uns["pca"] = Value(std::move(u));
-  double explained = 0;
-  for (double r : res.variance_ratio) explained += r;
-  log::info(detail::concat("pca: ", k, " components of ", in.n, " cells x ", in.g, " genes (", res.solver,
-                           " solver), variance explained ", explained));
-  return res;
 }
 
 }  // namespace scurry

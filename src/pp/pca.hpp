@@ -73,5 +73,8 @@ PcaResult pca(const Context& ctx, const DenseF& X, const PcaOptions& opt);
 // float64 with zero rows for genes outside the HVG mask, as scanpy 1.9.6 writes it) and
 // uns['pca'] = {variance, variance_ratio (float32 arrays), params: {zero_center, use_highly_variable}}.
 PcaResult pca(const Context& ctx, Dataset& d, const PcaOptions& opt);
+// The writing half of the Dataset overload (shared with the GPU path): obsm['X_pca'], varm['PCs']
+// (res.genes = the rows of var the components belong to) and uns['pca'].
+void write_pca(Dataset& d, const PcaResult& res, const PcaOptions& opt);
 
 }  // namespace scurry

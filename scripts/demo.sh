@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# The demo: builds scurry and runs it on the bundled pbmc3k subset (1,000 cells x 13,714 genes).
+#   bash scripts/demo.sh
+# Writes demo_out/pbmc3k.h5ad (open it with anndata/scanpy) and demo_out/timings.json.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/install-deps.sh
+cmake -B build -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
+cmake --build build -j2 --target scurry
+mkdir -p demo_out
+build/scurry run data/pbmc3k_first1000_10x_mtx -o demo_out/pbmc3k.h5ad --timings demo_out/timings.json
+echo
+build/scurry info demo_out/pbmc3k.h5ad

@@ -1,0 +1,15 @@
+// scurry CLI: every subcommand registers itself into the CLI11 app through one function, defined in
+// its own file cmd_<name>.cpp. The subcommand's callback does the work; errors propagate as
+// scurry::Error / InputError to main(), which prints them and sets the exit code.
+#pragma once
+#include <CLI/CLI.hpp>
+
+#include "cli/common.hpp"
+
+namespace scurry::cli {
+
+void add_info_command(CLI::App& app, GlobalOptions& g);     // cmd_info.cpp
+void add_convert_command(CLI::App& app, GlobalOptions& g);  // cmd_convert.cpp
+void add_run_command(CLI::App& app, GlobalOptions& g);      // cmd_run.cpp
+
+}  // namespace scurry::cli

@@ -1,0 +1,57 @@
+#include "cli/common.hpp"
+
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+
+#include "core/error.hpp"
+#include "core/log.hpp"
+
+namespace scurry::cli {
+
+namespace fs = std::filesystem;
+
+Context make_context(const GlobalOptions& g) {
+  log::set_quiet(g.quiet);
+  return Context::create(g.context);
+}
+
+void check_output_path(const std::string& path, const std::string& ext, const char* what) {
+  if (path.empty()) throw InputError(std::string(what) + ": an output path is required");
+  if (path.size() < ext.size() || path.compare(path.size() - ext.size(), ext.size(), ext) != 0)
+    fail_input(path, what, " must end in ", ext, " (only ", ext, " output is supported)");
+  std::error_code ec;
+  if (fs::is_directory(path, ec)) fail_input(path, "is a directory; give a file name ending in ", ext);
+}
+
+void make_parent_dirs(const std::string& path) {
+  const fs::path parent = fs::path(path).parent_path();
+  if (parent.empty()) return;
+  std::error_code ec;
+  fs::create_directories(parent, ec);
+  if (ec) fail_input(parent.string(), "cannot create the output directory (", ec.message(), ")");
+}
+
+void write_text_atomic(const std::string& path, const std::string& text) {
+  make_parent_dirs(path);
+  const std::string tmp = path + ".tmp-" + std::to_string(getpid());
+  std::FILE* f = std::fopen(tmp.c_str(), "wb");
+  if (!f) fail_input(path, "cannot be written (", std::strerror(errno), ")");
+  const bool ok = std::fwrite(text.data(), 1, text.size(), f) == text.size();
+  const bool closed = std::fclose(f) == 0;
+  std::error_code ec;
+  if (!ok || !closed) {
+    fs::remove(tmp, ec);
+    fail_input(path, "write failed (disk full?)");
+  }
+  fs::rename(tmp, path, ec);
+  if (ec) {
+    fs::remove(tmp, ec);
+    fail_input(path, "cannot be written (", ec.message(), ")");
+  }
+}
+
+}  // namespace scurry::cli

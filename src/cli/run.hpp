@@ -1,0 +1,40 @@
+// scurry run: the pipeline. A run is a list of named steps, each a function void(Context&, Dataset&),
+// executed in order, each timed through a Timings scope. Adding a step means:
+//   1. a field `XxxOptions xxx;` in RunOptions (the defaults stay in XxxOptions),
+//   2. its command-line options in add_run_options() (names = scanpy's parameter names with dashes),
+//   3. one entry in build_pipeline() (between qc-check and write).
+#pragma once
+#include <functional>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+#include "core/dataset.hpp"
+#include "exec/context.hpp"
+#include "io/h5ad.hpp"
+#include "io/read.hpp"
+
+namespace scurry::cli {
+
+struct RunOptions {
+  std::string input;    // INPUT: h5ad, 10x .h5 or 10x mtx directory
+  std::string output;   // -o/--output: the result, .h5ad
+  std::string timings;  // --timings: per-step timings as JSON ("" = not written)
+  ReadOptions read;
+  H5adWriteOptions write;
+  // ---- step options (one XxxOptions per step, added as steps land) ----
+};
+
+using StepFn = std::function<void(Context&, Dataset&)>;
+struct Step {
+  std::string name;  // shown in the timing table and the JSON ("read", "normalize_total", ...)
+  StepFn run;
+};
+
+// Binds RunOptions to the `run` subcommand's options.
+void add_run_options(CLI::App& cmd, RunOptions& o);
+// The steps to run, in order, for these options: read, qc-check, ..., write.
+std::vector<Step> build_pipeline(const RunOptions& o);
+
+}  // namespace scurry::cli

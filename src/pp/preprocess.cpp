@@ -1,0 +1,77 @@
+#include "pp/preprocess.hpp"
+
+#include <algorithm>
+#include <optional>
+
+#include "core/error.hpp"
+#include "core/log.hpp"
+
+namespace scurry {
+
+void mark_qc_vars(Dataset& d, const std::vector<std::string>& names) {
+  for (const auto& v : names) {
+    if (v == "mt") mark_gene_prefix(d, "mt", {"MT-", "mt-", "Mt-"});
+    else if (v == "ribo") mark_gene_prefix(d, "ribo", {"RPS", "RPL", "Rps", "Rpl", "rps", "rpl"});
+    else if (v == "hb") mark_gene_prefix(d, "hb", {"HBA", "HBB", "HBD", "HBE", "HBG", "HBM", "HBQ", "HBZ", "Hba", "Hbb"});
+    else if (!d.var.has(v))
+      throw InputError("--qc-vars " + v + ": not a known gene set (mt, ribo, hb) and not a var column of the input");
+  }
+}
+
+namespace {
+bool skipped(const PreprocessOptions& o, const std::string& step) {
+  return std::find(o.skip.begin(), o.skip.end(), step) != o.skip.end();
+}
+std::string shape(const Dataset& d) {
+  return detail::concat(d.n_obs(), " x ", d.n_vars(), d.X.is_sparse() ? detail::concat(", nnz ", d.X.nnz()) : "");
+}
+}  // namespace
+
+void preprocess(Context& ctx, Dataset& d, const PreprocessOptions& o, Timings* timings) {
+  if (ctx.backend() == Backend::cuda) return preprocess_gpu(ctx, d, o, timings);
+  Timings local;
+  Timings& t = timings ? *timings : local;
+  auto run = [&](const std::string& name, auto&& fn) {
+    if (skipped(o, name)) return;
+    auto scope = t.scope(name);
+    fn();
+    scope.set_extra(shape(d));
+  };
+  run("qc", [&] {
+    mark_qc_vars(d, o.qc_vars);
+    QcOptions q = o.qc;
+    q.qc_vars = o.qc_vars;
+    calculate_qc_metrics(ctx, d, q);
+  });
+  run("filter_cells", [&] { filter_cells(ctx, d, o.filter_cells); });
+  run("filter_genes", [&] { filter_genes(ctx, d, o.filter_genes); });
+  if (o.counts_layer && !d.X.empty()) d.layers["counts"] = d.X;
+  run("normalize_total", [&] { normalize_total(ctx, d, o.normalize); });
+  run("log1p", [&] { log1p(ctx, d, o.log1p); });
+  run("highly_variable_genes", [&] {
+    HvgOptions h = o.hvg;
+    if ((h.flavor == "seurat_v3" || h.flavor == "pearson_residuals") && h.layer.empty()) {
+      if (!d.layers.count("counts"))
+        throw InputError("highly_variable_genes flavor " + h.flavor + " needs the counts: keep layers['counts']");
+      h.layer = "counts";
+    }
+    h.subset = false;
+    highly_variable_genes(ctx, d, h);
+    if (o.raw) {
+      d.raw = std::make_shared<Dataset>();
+      d.raw->X = d.X;
+      d.raw->var = d.var;
+    }
+    if (o.subset_hvg) {
+      std::vector<int64_t> keep;
+      const auto& hv = d.var.boolean("highly_variable");
+      for (size_t g = 0; g < hv.size(); ++g)
+        if (hv[g]) keep.push_back(static_cast<int64_t>(g));
+      d.subset_vars(keep);
+    }
+  });
+  run("scale", [&] { scale(ctx, d, o.scale); });
+  run("pca", [&] { pca(ctx, d, o.pca); });
+}
+
+}  // namespace scurry

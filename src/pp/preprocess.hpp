@@ -1,0 +1,52 @@
+// scurry: the preprocessing chain of the scanpy tutorial, QC -> filters -> normalize_total -> log1p
+// -> highly variable genes -> (raw, subset) -> scale -> PCA, on the Context's backend (CPU steps in
+// src/pp/*.cpp; the GPU path in preprocess_gpu.cu keeps the matrix on the device from start to PCA
+// and shares every piece of host math with the CPU steps). Each step is timed into `timings`.
+#pragma once
+#include <string>
+#include <vector>
+
+#include "core/dataset.hpp"
+#include "core/timings.hpp"
+#include "exec/context.hpp"
+#include "pp/filter.hpp"
+#include "pp/hvg.hpp"
+#include "pp/log1p.hpp"
+#include "pp/normalize.hpp"
+#include "pp/pca.hpp"
+#include "pp/qc.hpp"
+#include "pp/scale.hpp"
+
+namespace scurry {
+
+struct PreprocessOptions {
+  // --qc-vars: names of gene sets for QC. "mt" marks genes whose names start with MT- or mt- (as
+  // scanpy users do), "ribo" RPS/RPL (any case), "hb" HB[^P] ; any other name must be a bool var column.
+  std::vector<std::string> qc_vars;
+  QcOptions qc;                                       // qc.qc_vars is filled from qc_vars
+  FilterCellsOptions filter_cells = [] { FilterCellsOptions o; o.min_genes = 200; return o; }();
+  FilterGenesOptions filter_genes = [] { FilterGenesOptions o; o.min_cells = 3; return o; }();
+  NormalizeTotalOptions normalize = [] { NormalizeTotalOptions o; o.target_sum = 1e4; return o; }();
+  Log1pOptions log1p;
+  HvgOptions hvg = [] { HvgOptions o; o.n_top_genes = 2000; return o; }();
+  bool subset_hvg = true;  // keep only the highly variable genes after HVG (raw keeps all)
+  ScaleOptions scale = [] { ScaleOptions o; o.max_value = 10; return o; }();
+  PcaOptions pca = [] { PcaOptions o; o.n_comps = 50; return o; }();
+  bool counts_layer = true;  // layers['counts'] = the filtered counts
+  bool raw = true;           // raw = the log-normalised matrix of all genes (before the HVG subset)
+  bool scaled_x = true;      // GPU: bring the scaled X back to the host (the benchmark skips it)
+  // Steps to leave out (by name: qc, filter_cells, filter_genes, normalize_total, log1p,
+  // highly_variable_genes, scale, pca).
+  std::vector<std::string> skip;
+};
+
+// Runs the chain on d (X = counts, CSR or dense). Throws InputError on bad input or options.
+void preprocess(Context& ctx, Dataset& d, const PreprocessOptions& opt, Timings* timings = nullptr);
+
+// The GPU chain (preprocess_gpu.cu; a stub throwing Error in builds without CUDA).
+void preprocess_gpu(Context& ctx, Dataset& d, const PreprocessOptions& opt, Timings* timings);
+
+// Marks var[name] for the gene sets of --qc-vars that are known prefixes (mt, ribo, hb).
+void mark_qc_vars(Dataset& d, const std::vector<std::string>& names);
+
+}  // namespace scurry
