@@ -6,7 +6,7 @@ pkgs=(
   build-essential cmake ninja-build ccache pkg-config
   libhdf5-dev hdf5-tools zlib1g-dev libzstd-dev libblosc-dev
   libopenblas-dev liblapack-dev liblapacke-dev
-  libigraph-dev libcli11-dev nlohmann-json3-dev
+  libigraph-dev libhnswlib-dev libcli11-dev nlohmann-json3-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   python3-anndata python3-h5py python3-numpy python3-scipy python3-pandas
 )

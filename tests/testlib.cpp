@@ -9,7 +9,11 @@
 
 namespace scurry::test {
 
-std::string shared_data(const std::string& rel) { return std::string(SCURRY_SHARED_DATA) + "/" + rel; }
+// SCURRY_SHARED_DATA in the environment overrides the path compiled in (tests run on another machine).
+std::string shared_data(const std::string& rel) {
+  const char* env = std::getenv("SCURRY_SHARED_DATA");
+  return std::string(env && *env ? env : SCURRY_SHARED_DATA) + "/" + rel;
+}
 std::string repo_data(const std::string& rel) { return std::string(SCURRY_REPO_DATA) + "/" + rel; }
 std::string scurry_binary() { return SCURRY_BINARY; }
 

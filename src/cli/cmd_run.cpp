@@ -4,6 +4,7 @@
 #include <string>
 
 #include "cli/commands.hpp"
+#include "cli/step_options.hpp"
 #include "cli/run.hpp"
 #include "core/error.hpp"
 #include "core/log.hpp"
@@ -16,7 +17,8 @@ namespace scurry::cli {
 namespace {
 
 std::string shape_of(const Dataset& d) {
-  return std::to_string(d.n_obs()) + " x " + std::to_string(d.n_vars()) + ", nnz " + std::to_string(d.X.nnz());
+  return std::to_string(d.n_obs()) + " x " + std::to_string(d.n_vars()) +
+         (d.X.is_sparse() ? ", nnz " + std::to_string(d.X.nnz()) : std::string(", dense"));
 }
 
 void run_pipeline(const GlobalOptions& g, const RunOptions& o) {
@@ -35,8 +37,12 @@ void run_pipeline(const GlobalOptions& g, const RunOptions& o) {
   const auto steps = build_pipeline(o);
   for (size_t i = 0; i < steps.size(); ++i) {
     log::info("[" + std::to_string(i + 1) + "/" + std::to_string(steps.size()) + "] " + steps[i].name);
+    if (steps[i].self_timed) {
+      steps[i].run(ctx, d, t);
+      continue;
+    }
     Timings::Scope s = t.scope(steps[i].name);
-    steps[i].run(ctx, d);
+    steps[i].run(ctx, d, t);
     s.set_extra(shape_of(d));
   }
   if (!o.timings.empty()) write_text_atomic(o.timings, t.to_json() + "\n");
@@ -60,18 +66,20 @@ void add_run_options(CLI::App& cmd, RunOptions& o) {
   cmd.add_option("--gex-only", o.read.tenx.gex_only,
                  "10x v3 inputs: keep only 'Gene Expression' features (scanpy's gex_only)")
       ->default_str("true");
-  // ---- step options go here ----
+  add_preprocess_options(cmd, o.preprocess);
 }
 
 std::vector<Step> build_pipeline(const RunOptions& o) {
   std::vector<Step> p;
-  p.push_back({"read", [&o](Context&, Dataset& d) { d = read_any(o.input, o.read); }});
-  p.push_back({"qc-check", [&o](Context&, Dataset& d) {
+  p.push_back({"read", [&o](Context&, Dataset& d, Timings&) { d = read_any(o.input, o.read); }});
+  p.push_back({"check_counts", [&o](Context&, Dataset& d, Timings&) {
                  if (d.X.empty()) fail_input(o.input, "has no X matrix");
                  check_counts(d.X, o.input);
                }});
-  // ---- preprocessing steps go here, in order ----
-  p.push_back({"write", [&o](Context&, Dataset& d) {
+  p.push_back({"preprocess", [&o](Context& ctx, Dataset& d, Timings& t) { preprocess(ctx, d, o.preprocess, &t); },
+               true});
+  // ---- later steps (neighbors, umap, leiden) go here, in order ----
+  p.push_back({"write", [&o](Context&, Dataset& d, Timings&) {
                  make_parent_dirs(o.output);
                  write_h5ad(d, o.output, o.write);
                }});

@@ -11,5 +11,8 @@ namespace scurry::cli {
 void add_info_command(CLI::App& app, GlobalOptions& g);     // cmd_info.cpp
 void add_convert_command(CLI::App& app, GlobalOptions& g);  // cmd_convert.cpp
 void add_run_command(CLI::App& app, GlobalOptions& g);      // cmd_run.cpp
+void add_step_commands(CLI::App& app, GlobalOptions& g);    // cmd_steps.cpp: one subcommand per step
+void add_simulate_command(CLI::App& app, GlobalOptions& g); // cmd_simulate.cpp
+void add_bench_command(CLI::App& app, GlobalOptions& g);    // cmd_bench.cpp
 
 }  // namespace scurry::cli

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "cli/commands.hpp"
+#include "cli/step_options.hpp"
 #include "core/error.hpp"
 #include "exec/context.hpp"
 
@@ -61,6 +62,17 @@ int main(int argc, char** argv) {
     app.add_option("--device", g.context.device, "Where to compute: cpu, gpu or auto (the GPU when one is usable)")
         ->check(CLI::IsMember({"cpu", "gpu", "auto"}))
         ->capture_default_str();
+    app.add_option_function<std::string>(
+           "--memory", [&g](const std::string& m) { g.context.cuda.memory = scurry::parse_memory_mode(m); },
+           "GPU memory: pool (stream-ordered pool), managed (spills to host RAM), managed-pool or plain")
+        ->default_str("pool");
+    app.add_option_function<std::string>(
+           "--pool-size", [&g](const std::string& v) { g.context.cuda.pool_size = cli::parse_size(v, "--pool-size"); },
+           "GPU pool: bytes reserved up front (e.g. 40G)");
+    app.add_option_function<std::string>(
+           "--max-pool-size",
+           [&g](const std::string& v) { g.context.cuda.max_pool_size = cli::parse_size(v, "--max-pool-size"); },
+           "GPU: most bytes scurry may hold at once (e.g. 80G; default: no cap)");
     app.add_flag("-q,--quiet", g.quiet, "No progress bars or info messages (errors are still printed)");
     app.fallthrough();  // global options are also accepted after the subcommand
     app.require_subcommand(1);
@@ -68,6 +80,9 @@ int main(int argc, char** argv) {
     cli::add_info_command(app, g);
     cli::add_convert_command(app, g);
     cli::add_run_command(app, g);
+    cli::add_step_commands(app, g);
+    cli::add_simulate_command(app, g);
+    cli::add_bench_command(app, g);
   } catch (const std::exception& e) {
     return report(e.what(), 1);
   }

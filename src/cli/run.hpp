@@ -1,8 +1,10 @@
-// scurry run: the pipeline. A run is a list of named steps, each a function void(Context&, Dataset&),
-// executed in order, each timed through a Timings scope. Adding a step means:
+// scurry run: the pipeline. A run is a list of named steps, each a function void(Context&, Dataset&,
+// Timings&), executed in order; a step either is timed as a whole or records its own sub-steps
+// (preprocess times each of its steps). Adding a step means:
 //   1. a field `XxxOptions xxx;` in RunOptions (the defaults stay in XxxOptions),
-//   2. its command-line options in add_run_options() (names = scanpy's parameter names with dashes),
-//   3. one entry in build_pipeline() (between qc-check and write).
+//   2. its command-line options in add_run_options() (names = scanpy's parameter names with dashes;
+//      the preprocessing options are bound in step_options.cpp),
+//   3. one entry in build_pipeline() (between preprocess and write).
 #pragma once
 #include <functional>
 #include <string>
@@ -13,7 +15,9 @@
 #include "core/dataset.hpp"
 #include "exec/context.hpp"
 #include "io/h5ad.hpp"
+#include "core/timings.hpp"
 #include "io/read.hpp"
+#include "pp/preprocess.hpp"
 
 namespace scurry::cli {
 
@@ -23,13 +27,18 @@ struct RunOptions {
   std::string timings;  // --timings: per-step timings as JSON ("" = not written)
   ReadOptions read;
   H5adWriteOptions write;
-  // ---- step options (one XxxOptions per step, added as steps land) ----
+  PreprocessOptions preprocess = [] {
+    PreprocessOptions p;
+    p.qc_vars = {"mt"};  // the scanpy tutorial's QC of mitochondrial genes
+    return p;
+  }();
 };
 
-using StepFn = std::function<void(Context&, Dataset&)>;
+using StepFn = std::function<void(Context&, Dataset&, Timings&)>;
 struct Step {
-  std::string name;  // shown in the timing table and the JSON ("read", "normalize_total", ...)
+  std::string name;  // shown in the timing table and the JSON ("read", "write", ...)
   StepFn run;
+  bool self_timed = false;  // records its own sub-steps into the Timings
 };
 
 // Binds RunOptions to the `run` subcommand's options.

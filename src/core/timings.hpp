@@ -45,6 +45,7 @@ class Timings {
 
   // Extra facts for the JSON ("device": "cpu, 2 threads", ...).
   void set_meta(const std::string& key, const std::string& value) { meta_[key] = value; }
+  const std::map<std::string, std::string>& meta() const { return meta_; }
   void set_argv(std::vector<std::string> argv) { argv_ = std::move(argv); }
 
   // An aligned table: step, wall s, cpu s, cpu/wall, peak RSS MB, extra; then a total line.

@@ -8,8 +8,15 @@
 
 namespace scurry {
 
+std::vector<std::string> qc_var_names(const std::vector<std::string>& names) {
+  std::vector<std::string> out;
+  for (const auto& v : names)
+    if (!v.empty() && v != "none") out.push_back(v);
+  return out;
+}
+
 void mark_qc_vars(Dataset& d, const std::vector<std::string>& names) {
-  for (const auto& v : names) {
+  for (const auto& v : qc_var_names(names)) {
     if (v == "mt") mark_gene_prefix(d, "mt", {"MT-", "mt-", "Mt-"});
     else if (v == "ribo") mark_gene_prefix(d, "ribo", {"RPS", "RPL", "Rps", "Rpl", "rps", "rpl"});
     else if (v == "hb") mark_gene_prefix(d, "hb", {"HBA", "HBB", "HBD", "HBE", "HBG", "HBM", "HBQ", "HBZ", "Hba", "Hbb"});
@@ -40,7 +47,7 @@ void preprocess(Context& ctx, Dataset& d, const PreprocessOptions& o, Timings* t
   run("qc", [&] {
     mark_qc_vars(d, o.qc_vars);
     QcOptions q = o.qc;
-    q.qc_vars = o.qc_vars;
+    q.qc_vars = qc_var_names(o.qc_vars);
     calculate_qc_metrics(ctx, d, q);
   });
   run("filter_cells", [&] { filter_cells(ctx, d, o.filter_cells); });

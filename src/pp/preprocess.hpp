@@ -46,6 +46,8 @@ void preprocess(Context& ctx, Dataset& d, const PreprocessOptions& opt, Timings*
 // The GPU chain (preprocess_gpu.cu; a stub throwing Error in builds without CUDA).
 void preprocess_gpu(Context& ctx, Dataset& d, const PreprocessOptions& opt, Timings* timings);
 
+// The --qc-vars names without the empty ones and "none".
+std::vector<std::string> qc_var_names(const std::vector<std::string>& names);
 // Marks var[name] for the gene sets of --qc-vars that are known prefixes (mt, ribo, hb).
 void mark_qc_vars(Dataset& d, const std::vector<std::string>& names);
 

@@ -67,6 +67,7 @@ void preprocess_gpu(Context& ctx, Dataset& d, const PreprocessOptions& o, Timing
   r.memory->reset_peak();
 
   DeviceCsr m;
+  t.set_meta("nnz_input", std::to_string(std::holds_alternative<CsrF>(d.X.m) ? d.X.nnz() : 0));
   step("upload", [&] {
     if (std::holds_alternative<CsrF>(d.X.m)) m = upload(r, std::get<CsrF>(d.X.m));
     else m = upload(r, to_csr_f(d.X));
@@ -76,7 +77,7 @@ void preprocess_gpu(Context& ctx, Dataset& d, const PreprocessOptions& o, Timing
   step("qc", [&] {
     mark_qc_vars(d, o.qc_vars);
     QcOptions q = o.qc;
-    q.qc_vars = o.qc_vars;
+    q.qc_vars = qc_var_names(o.qc_vars);
     const auto masks = qc_var_masks(d, q);
     if (masks.size() > 8) throw InputError("--device gpu: at most 8 --qc-vars sets");
     std::vector<uint8_t> bits(static_cast<size_t>(m.n_cols), 0);
@@ -139,6 +140,7 @@ void preprocess_gpu(Context& ctx, Dataset& d, const PreprocessOptions& o, Timing
       filter_inplace(r, m, nullptr, dmap.data(), static_cast<int64_t>(fr.kept.size()));
     }
     apply_filter_genes(d, fr, true);
+    t.set_meta("nnz_filtered", std::to_string(m.nnz));
   });
 
   if (o.counts_layer) step("counts_layer", [&] { d.layers["counts"] = Matrix(download(r, m), DType::f32); });
@@ -199,6 +201,7 @@ void preprocess_gpu(Context& ctx, Dataset& d, const PreprocessOptions& o, Timing
     DeviceArray<int32_t> dmap = to_device(r, map, "HVG subset");
     filter_inplace(r, m, nullptr, dmap.data(), static_cast<int64_t>(keep.size()));
     d.subset_vars(keep);
+    t.set_meta("nnz_hvg", std::to_string(m.nnz));
   });
 
   const int64_t n = m.n_rows, g = m.n_cols;

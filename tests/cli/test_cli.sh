@@ -25,6 +25,19 @@ expect_ok() {  # description, args...
   pass "$what"
 }
 
+# expect_result FILE: `scurry info FILE` shows a pipeline result: 1000 x 2000 scaled X, the counts
+# layer, raw, X_pca and uns/pca
+expect_result() {
+  run_cmd info "$1"
+  [ "$rc" -eq 0 ] || die "info $1: exit code $rc"
+  grep -Eq '^shape +1000 x 2000 ' "$WORK/stdout" || die "info $1: shape is not 1000 x 2000"
+  for slot in 'layers/counts +csr_matrix' 'obsm/X_pca +array +float32 +1000 x 50' 'raw/X +csr_matrix' \
+              'uns/pca/variance_ratio' 'var/highly_variable ' 'obs/pct_counts_mt '; do
+    grep -Eq "^$slot" "$WORK/stdout" || die "info $1: no slot matching '$slot'"
+  done
+  pass "info $(basename "$1"): 1000 x 2000 with counts, raw, X_pca"
+}
+
 # expect_shape FILE: `scurry info FILE` reports 1000 x 13714 and nnz 845352
 expect_shape() {
   run_cmd info "$1"
@@ -83,10 +96,10 @@ expect_ok "run on 10x mtx with --timings" run "$MTX" -o "$WORK/out/run_mtx.h5ad"
 grep -q 'total' "$WORK/stdout" || die "run: no timing table with a total line on stdout"
 grep -q '"steps"' "$WORK/out/timings.json" || die "run: timings.json has no steps"
 grep -q '"read"' "$WORK/out/timings.json" || die "run: timings.json has no read step"
-expect_shape "$WORK/out/run_mtx.h5ad"
+expect_result "$WORK/out/run_mtx.h5ad"
 expect_ok "run on h5ad (global options after the subcommand)" run "$H5AD" -o "$WORK/out/run_h5ad.h5ad" --threads 1 --quiet
 [ -s "$WORK/stdout" ] && die "run --quiet printed to stdout"
-expect_shape "$WORK/out/run_h5ad.h5ad"
+expect_result "$WORK/out/run_h5ad.h5ad"
 ls "$WORK/out" | grep -q '\.tmp' && die "temporary files left in the output directory"
 pass "no .tmp leftovers after successful runs"
 

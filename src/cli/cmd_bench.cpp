@@ -1,0 +1,171 @@
+// scurry bench --synthetic CELLSxGENES: the preprocessing chain on seeded synthetic data generated in
+// memory (no disk), repeated; per-step medians over the repetitions after the first (warm-up), peak
+// memory, and each step's floor (bytes over memory bandwidth, FLOPs over the fp32 rate) on the GPU.
+#include <algorithm>
+#include <cstdio>
+#include <map>
+#include <memory>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "cli/commands.hpp"
+#include "cli/step_options.hpp"
+#include "core/error.hpp"
+#include "core/log.hpp"
+#include "sim/simulate.hpp"
+
+namespace scurry::cli {
+
+namespace {
+
+// Ceilings measured on one H200 (shared/gpu/README.md): device copy 4.29 TB/s (read + write),
+// SGEMM fp32 51 TFLOP/s.
+constexpr double kBandwidth = 4.3e12;
+constexpr double kFp32 = 51e12;
+
+struct BenchOptions {
+  std::string synthetic = "200000x30000";
+  SimulateOptions sim;
+  int repeat = 3;
+  std::string json;
+  PreprocessOptions pp = [] {
+    PreprocessOptions p;
+    p.qc_vars = {"mt"};
+    p.counts_layer = false;  // a benchmark keeps no copies it does not need
+    p.raw = false;
+    p.scaled_x = false;
+    return p;
+  }();
+};
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const size_t m = v.size() / 2;
+  return v.size() % 2 ? v[m] : 0.5 * (v[m - 1] + v[m]);
+}
+
+double meta_num(const Timings& t, const std::string& k) {
+  auto it = t.meta().find(k);
+  return it == t.meta().end() ? 0.0 : std::stod(it->second);
+}
+
+// The floor of a GPU step in seconds: the fewest bytes it must move over the bandwidth, or its FLOPs
+// over the fp32 rate.
+double floor_s(const std::string& step, const Timings& t, double n0, double g0, double n1, double g1, double k) {
+  const double nnz0 = meta_num(t, "nnz_input"), nnz1 = meta_num(t, "nnz_filtered"), nnz2 = meta_num(t, "nnz_hvg");
+  const double csr0 = nnz0 * 8 + n0 * 8, csr1 = nnz1 * 8 + n1 * 8, csr2 = nnz2 * 8 + n1 * 8;
+  if (step == "qc") return csr0 / kBandwidth;                        // one read
+  if (step == "filter_cells") return 2 * csr0 / kBandwidth;          // read + write (worst case)
+  if (step == "filter_genes") return (csr0 + csr1) / kBandwidth;     // read + write
+  if (step == "normalize_total+log1p") return (csr1 + nnz1 * 4) / kBandwidth;  // read + write values
+  if (step == "highly_variable_genes") return csr1 / kBandwidth;
+  if (step == "subset_hvg") return (csr1 + csr2) / kBandwidth;
+  if (step == "scale") return (csr2 + n1 * g1 * 4) / kBandwidth;    // read sparse + write dense
+  if (step == "pca") return std::max((n1 * g1 * g1 + 2 * n1 * g1 * k) / kFp32, 2 * n1 * g1 * 4 / kBandwidth);
+  (void)g0;
+  return 0;
+}
+
+void run_bench(const GlobalOptions& g, BenchOptions& o) {
+  Context ctx = make_context(g);
+  int64_t cells = 0, genes = 0;
+  {
+    char x = 0;
+    std::istringstream is(o.synthetic);
+    if (!(is >> cells >> x >> genes) || x != 'x' || cells <= 0 || genes <= 0)
+      throw InputError("--synthetic " + o.synthetic + ": give CELLSxGENES, e.g. 1306127x27998");
+  }
+  o.sim.n_cells = cells;
+  o.sim.n_genes = genes;
+  if (o.repeat < 1) throw InputError("--repeat must be at least 1");
+  std::printf("scurry bench: synthetic %lld x %lld, %g nonzeros per cell, seed %llu; %s\n",
+              static_cast<long long>(cells), static_cast<long long>(genes), o.sim.nnz_per_cell,
+              static_cast<unsigned long long>(o.sim.seed), ctx.describe().c_str());
+  Timings sim_t;
+  Dataset base;
+  {
+    auto s = sim_t.scope("simulate");
+    base = simulate(ctx, o.sim);
+  }
+  std::printf("simulated: nnz %lld (%.1f per cell) in %.1f s\n", static_cast<long long>(base.X.nnz()),
+              static_cast<double>(base.X.nnz()) / cells, sim_t.steps().back().wall_s);
+  const double input_bytes = static_cast<double>(base.X.nnz()) * 8 + static_cast<double>(cells + 1) * 8;
+
+  std::vector<Timings> runs;
+  nlohmann::json jruns = nlohmann::json::array();
+  int64_t n1 = 0, g1 = 0;
+  for (int rep = 0; rep <= o.repeat; ++rep) {  // rep 0 is the warm-up
+    Dataset d = base;
+    Timings t;
+    preprocess(ctx, d, o.pp, &t);
+    n1 = d.n_obs(), g1 = d.n_vars();
+    double total = 0;
+    for (const auto& s : t.steps())
+      if (s.name != "upload") total += s.wall_s;
+    std::printf("run %d%s: %.3f s (QC through PCA%s)\n", rep, rep == 0 ? " (warm-up)" : "", total,
+                ctx.backend() == Backend::cuda ? ", matrix already on the GPU" : "");
+    jruns.push_back(nlohmann::json::parse(t.to_json()));
+    if (rep > 0) runs.push_back(std::move(t));
+  }
+  // Per-step medians.
+  std::vector<std::string> names;
+  for (const auto& s : runs.front().steps()) names.push_back(s.name);
+  const int64_t k = o.pp.pca.n_comps.value_or(50);
+  std::printf("\n%-24s %12s %12s %10s %10s\n", "step", "median s", "cpu s", "floor s", "x floor");
+  double total = 0, total_floor = 0;
+  nlohmann::json jsteps = nlohmann::json::array();
+  for (const auto& name : names) {
+    std::vector<double> w, c;
+    for (const auto& t : runs)
+      for (const auto& s : t.steps())
+        if (s.name == name) w.push_back(s.wall_s), c.push_back(s.cpu_s);
+    const double mw = median(w), mc = median(c);
+    const double fl = ctx.backend() == Backend::cuda
+                          ? floor_s(name, runs.front(), static_cast<double>(cells), static_cast<double>(genes),
+                                    static_cast<double>(n1), static_cast<double>(g1), static_cast<double>(k))
+                          : 0.0;
+    if (name != "upload") total += mw, total_floor += fl;
+    std::printf("%-24s %12.4f %12.3f %10.4f %10s\n", name.c_str(), mw, mc, fl,
+                fl > 0 ? (std::to_string(mw / fl).substr(0, 6) + "x").c_str() : "-");
+    jsteps.push_back({{"step", name}, {"median_wall_s", mw}, {"median_cpu_s", mc}, {"floor_s", fl}});
+  }
+  std::printf("%-24s %12.4f %12s %10.4f\n", "total (without upload)", total, "", total_floor);
+  const double peak_rss = runs.back().steps().empty() ? 0 : runs.back().steps().back().peak_rss_mb;
+  std::printf("input matrix %.2f GiB (CSR, int64 row pointers); peak host RSS %.0f MB", input_bytes / (1ull << 30), peak_rss);
+  double gpu_peak = 0;
+  if (ctx.backend() == Backend::cuda) {
+    gpu_peak = meta_num(runs.back(), "gpu_peak_bytes");
+    std::printf("; peak GPU memory %.2f GiB = %.2f x the input", gpu_peak / (1ull << 30), gpu_peak / input_bytes);
+  }
+  std::printf("\n");
+  if (!o.json.empty()) {
+    nlohmann::json j = {{"synthetic", o.synthetic},   {"nnz_per_cell", o.sim.nnz_per_cell},
+                        {"seed", o.sim.seed},         {"device", ctx.describe()},
+                        {"nnz", base.X.nnz()},        {"input_bytes", input_bytes},
+                        {"cells_after_filter", n1},   {"genes_after_hvg", g1},
+                        {"simulate_s", sim_t.steps().back().wall_s},
+                        {"median_total_s", total},    {"floor_total_s", total_floor},
+                        {"gpu_peak_bytes", gpu_peak}, {"peak_rss_mb", peak_rss},
+                        {"steps", jsteps},            {"runs", jruns}};
+    write_text_atomic(o.json, j.dump(2) + "\n");
+  }
+}
+
+}  // namespace
+
+void add_bench_command(CLI::App& app, GlobalOptions& g) {
+  auto o = std::make_shared<BenchOptions>();
+  CLI::App* cmd = app.add_subcommand("bench", "Time the preprocessing chain on synthetic data generated in memory");
+  cmd->add_option("--synthetic", o->synthetic, "CELLSxGENES of the synthetic matrix")->capture_default_str();
+  cmd->add_option("--nnz-per-cell", o->sim.nnz_per_cell, "Mean detected genes per cell")->capture_default_str();
+  cmd->add_option("--clusters", o->sim.n_clusters, "Clusters of the simulation")->capture_default_str();
+  cmd->add_option("--seed", o->sim.seed, "Seed of the simulation")->capture_default_str();
+  cmd->add_option("--repeat", o->repeat, "Timed repetitions after one warm-up")->capture_default_str();
+  cmd->add_option("--json", o->json, "Write all timings as JSON to this file");
+  add_preprocess_options(*cmd, o->pp);
+  cmd->callback([&g, o] { run_bench(g, *o); });
+}
+
+}  // namespace scurry::cli

@@ -1,0 +1,95 @@
+// scurry <step> IN -o OUT.h5ad: each preprocessing step alone (read, the step on the CPU, write), with
+// the same option names as in `scurry run`.
+#include <functional>
+#include <memory>
+
+#include "cli/commands.hpp"
+#include "cli/step_options.hpp"
+#include "core/log.hpp"
+#include "io/h5ad.hpp"
+#include "io/read.hpp"
+
+namespace scurry::cli {
+
+namespace {
+
+struct StepCommand {
+  std::string input, output;
+  ReadOptions read;
+  PreprocessOptions pp;
+};
+
+void add_step(CLI::App& app, GlobalOptions& g, const std::string& name, const std::string& help,
+              const std::function<void(CLI::App&, PreprocessOptions&)>& bind,
+              const std::function<void(Context&, Dataset&, const PreprocessOptions&)>& run) {
+  auto o = std::make_shared<StepCommand>();
+  CLI::App* cmd = app.add_subcommand(name, help);
+  cmd->add_option("IN", o->input, "Input: an h5ad file, a 10x .h5 file or a 10x mtx directory")->required();
+  cmd->add_option("-o,--output", o->output, "Output .h5ad file (written atomically)")->required();
+  bind(*cmd, o->pp);
+  cmd->callback([&g, o, run, name] {
+    Context ctx = make_context(g);
+    check_output_path(o->output, ".h5ad", "-o/--output");
+    Dataset d = read_any(o->input, o->read);
+    if (ctx.backend() == Backend::cuda) {
+      log::info(name + " runs on the CPU (single steps are CPU steps; `scurry run --device gpu` runs the chain on the GPU)");
+      ctx = Context::cpu(g.context.threads);
+    }
+    run(ctx, d, o->pp);
+    make_parent_dirs(o->output);
+    write_h5ad(d, o->output);
+    log::info("wrote " + o->output);
+  });
+}
+
+}  // namespace
+
+void add_step_commands(CLI::App& app, GlobalOptions& g) {
+  add_step(app, g, "qc", "calculate_qc_metrics: per-cell and per-gene QC columns",
+           [](CLI::App& c, PreprocessOptions& p) { add_qc_options(c, p); },
+           [](Context& ctx, Dataset& d, const PreprocessOptions& p) {
+             mark_qc_vars(d, p.qc_vars);
+             QcOptions q = p.qc;
+             q.qc_vars = qc_var_names(p.qc_vars);
+             calculate_qc_metrics(ctx, d, q);
+           });
+  add_step(app, g, "filter-cells", "filter_cells: keep cells by genes or counts",
+           [](CLI::App& c, PreprocessOptions& p) {
+             p.filter_cells = {};
+             add_filter_cells_options(c, p.filter_cells);
+           },
+           [](Context& ctx, Dataset& d, const PreprocessOptions& p) { filter_cells(ctx, d, p.filter_cells); });
+  add_step(app, g, "filter-genes", "filter_genes: keep genes by cells or counts",
+           [](CLI::App& c, PreprocessOptions& p) {
+             p.filter_genes = {};
+             add_filter_genes_options(c, p.filter_genes, false);
+           },
+           [](Context& ctx, Dataset& d, const PreprocessOptions& p) { filter_genes(ctx, d, p.filter_genes); });
+  add_step(app, g, "normalize-total", "normalize_total: scale every cell to the same total",
+           [](CLI::App& c, PreprocessOptions& p) {
+             p.normalize = {};
+             add_normalize_options(c, p.normalize);
+           },
+           [](Context& ctx, Dataset& d, const PreprocessOptions& p) { normalize_total(ctx, d, p.normalize); });
+  add_step(app, g, "log1p", "log1p: log(1 + x) of X",
+           [](CLI::App& c, PreprocessOptions& p) { add_log1p_options(c, p.log1p); },
+           [](Context& ctx, Dataset& d, const PreprocessOptions& p) { log1p(ctx, d, p.log1p); });
+  add_step(app, g, "highly-variable-genes", "highly_variable_genes: seurat, cell_ranger, seurat_v3, pearson_residuals",
+           [](CLI::App& c, PreprocessOptions& p) {
+             add_hvg_options(c, p.hvg);
+             c.add_option("--layer", p.hvg.layer, "Use layers[LAYER] (e.g. counts for seurat_v3)");
+             c.add_flag("--subset", p.hvg.subset, "Keep only the highly variable genes");
+           },
+           [](Context& ctx, Dataset& d, const PreprocessOptions& p) { highly_variable_genes(ctx, d, p.hvg); });
+  add_step(app, g, "scale", "scale: unit variance and zero mean per gene, clipped",
+           [](CLI::App& c, PreprocessOptions& p) {
+             p.scale = {};
+             add_scale_options(c, p.scale);
+           },
+           [](Context& ctx, Dataset& d, const PreprocessOptions& p) { scale(ctx, d, p.scale); });
+  add_step(app, g, "pca", "pca: principal components (obsm X_pca, varm PCs, uns pca)",
+           [](CLI::App& c, PreprocessOptions& p) { add_pca_options(c, p.pca); },
+           [](Context& ctx, Dataset& d, const PreprocessOptions& p) { pca(ctx, d, p.pca); });
+}
+
+}  // namespace scurry::cli

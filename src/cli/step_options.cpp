@@ -1,0 +1,152 @@
+#include "cli/step_options.hpp"
+
+#include <cmath>
+#include <cstdlib>
+
+#include "core/error.hpp"
+
+namespace scurry::cli {
+
+namespace {
+
+template <class T>
+void opt_value(CLI::App& cmd, const std::string& name, std::optional<T>& target, const std::string& help) {
+  auto* o = cmd.add_option_function<T>(name, [&target](const T& v) { target = v; }, help);
+  if (target) o->default_str(CLI::detail::to_string(*target));
+}
+
+}  // namespace
+
+size_t parse_size(const std::string& s, const char* option) {
+  char* end = nullptr;
+  const double v = std::strtod(s.c_str(), &end);
+  std::string unit(end ? end : "");
+  double mult = 1;
+  if (unit.empty() || unit == "B") mult = 1;
+  else if (unit == "K" || unit == "KB" || unit == "KiB") mult = 1024.0;
+  else if (unit == "M" || unit == "MB" || unit == "MiB") mult = 1024.0 * 1024;
+  else if (unit == "G" || unit == "GB" || unit == "GiB") mult = 1024.0 * 1024 * 1024;
+  else if (unit == "T" || unit == "TB" || unit == "TiB") mult = 1024.0 * 1024 * 1024 * 1024;
+  else mult = -1;
+  if (end == s.c_str() || mult < 0 || !(v >= 0) || !std::isfinite(v))
+    throw InputError(std::string(option) + " " + s + ": not a size (give bytes or a number with K, M, G or T)");
+  return static_cast<size_t>(v * mult);
+}
+
+void add_qc_options(CLI::App& cmd, PreprocessOptions& o) {
+  cmd.add_option("--qc-vars", o.qc_vars,
+                 "Gene sets for QC: mt (names starting MT-/mt-), ribo (RPS/RPL), hb, or a bool var column; "
+                 "'none' for no set")
+      ->delimiter(',')
+      ->default_str(CLI::detail::join(o.qc_vars, ","));
+  cmd.add_option("--percent-top", o.qc.percent_top, "Ranks n for pct_counts_in_top_n_genes")
+      ->delimiter(',')
+      ->default_str(CLI::detail::join(o.qc.percent_top, ","));
+}
+
+void add_filter_cells_options(CLI::App& cmd, FilterCellsOptions& o) {
+  opt_value(cmd, "--min-genes", o.min_genes, "filter_cells: keep cells with at least this many genes expressed");
+  opt_value(cmd, "--max-genes", o.max_genes, "filter_cells: keep cells with at most this many genes expressed");
+  opt_value(cmd, "--min-counts", o.min_counts, "filter_cells: keep cells with at least this many counts");
+  opt_value(cmd, "--max-counts", o.max_counts, "filter_cells: keep cells with at most this many counts");
+}
+
+void add_filter_genes_options(CLI::App& cmd, FilterGenesOptions& o, bool prefix_counts) {
+  opt_value(cmd, "--min-cells", o.min_cells, "filter_genes: keep genes expressed in at least this many cells");
+  opt_value(cmd, "--max-cells", o.max_cells, "filter_genes: keep genes expressed in at most this many cells");
+  const std::string p = prefix_counts ? "--gene-" : "--";
+  opt_value(cmd, p + "min-counts", o.min_counts, "filter_genes: keep genes with at least this many counts");
+  opt_value(cmd, p + "max-counts", o.max_counts, "filter_genes: keep genes with at most this many counts");
+}
+
+void add_normalize_options(CLI::App& cmd, NormalizeTotalOptions& o) {
+  cmd.add_option_function<std::string>(
+         "--target-sum",
+         [&o](const std::string& s) {
+           if (s == "median" || s == "none") {
+             o.target_sum.reset();
+             return;
+           }
+           char* end = nullptr;
+           const double v = std::strtod(s.c_str(), &end);
+           if (end == s.c_str() || *end) throw InputError("--target-sum " + s + ": give a number or 'median'");
+           o.target_sum = v;
+         },
+         "normalize_total: every cell's total after normalisation ('median': the median of the totals)")
+      ->default_str(o.target_sum ? CLI::detail::to_string(*o.target_sum) : "median");
+  cmd.add_flag("--exclude-highly-expressed", o.exclude_highly_expressed,
+               "normalize_total: leave very highly expressed genes out of the totals");
+  cmd.add_option("--max-fraction", o.max_fraction, "normalize_total: the fraction that makes a gene highly expressed")
+      ->capture_default_str();
+  cmd.add_option("--key-added", o.key_added, "normalize_total: obs column for the totals used");
+}
+
+void add_log1p_options(CLI::App& cmd, Log1pOptions& o) {
+  opt_value(cmd, "--base", o.base, "log1p: base of the logarithm (default: natural)");
+}
+
+void add_hvg_options(CLI::App& cmd, HvgOptions& o) {
+  cmd.add_option("--flavor", o.flavor, "highly_variable_genes: seurat, cell_ranger, seurat_v3 or pearson_residuals")
+      ->check(CLI::IsMember({"seurat", "cell_ranger", "seurat_v3", "pearson_residuals"}))
+      ->capture_default_str();
+  cmd.add_option_function<int64_t>(
+         "--n-top-genes",
+         [&o](const int64_t& v) {
+           if (v <= 0) o.n_top_genes.reset();
+           else o.n_top_genes = v;
+         },
+         "highly_variable_genes: number of genes to keep (0: select by the mean/dispersion cut-offs)")
+      ->default_str(o.n_top_genes ? std::to_string(*o.n_top_genes) : "0");
+  cmd.add_option("--min-mean", o.min_mean, "highly_variable_genes: mean cut-off (low)")->capture_default_str();
+  cmd.add_option("--max-mean", o.max_mean, "highly_variable_genes: mean cut-off (high)")->capture_default_str();
+  cmd.add_option("--min-disp", o.min_disp, "highly_variable_genes: dispersion cut-off (low)")->capture_default_str();
+  cmd.add_option("--max-disp", o.max_disp, "highly_variable_genes: dispersion cut-off (high)")->capture_default_str();
+  cmd.add_option("--n-bins", o.n_bins, "highly_variable_genes: bins of the mean (seurat, cell_ranger)")->capture_default_str();
+  cmd.add_option("--span", o.span, "highly_variable_genes: LOESS span (seurat_v3)")->capture_default_str();
+  cmd.add_option("--batch-key", o.batch_key, "highly_variable_genes: obs column of batches");
+  cmd.add_option("--theta", o.theta, "highly_variable_genes: overdispersion (pearson_residuals)")->capture_default_str();
+  opt_value(cmd, "--clip", o.clip, "highly_variable_genes: clip for residuals (pearson_residuals; default sqrt(n))");
+}
+
+void add_scale_options(CLI::App& cmd, ScaleOptions& o) {
+  cmd.add_option("--zero-center", o.zero_center, "scale: subtract each gene's mean (true/false)")->capture_default_str();
+  cmd.add_option_function<double>(
+         "--max-value",
+         [&o](const double& v) {
+           if (v <= 0) o.max_value.reset();
+           else o.max_value = v;
+         },
+         "scale: clip scaled values above this (0: no clipping)")
+      ->default_str(o.max_value ? CLI::detail::to_string(*o.max_value) : "0");
+  cmd.add_flag("--clip-below", o.clip_below, "scale: also clip below -max_value (scanpy >= 1.10)");
+}
+
+void add_pca_options(CLI::App& cmd, PcaOptions& o) {
+  opt_value(cmd, "--n-comps", o.n_comps, "pca: number of components");
+  cmd.add_option("--svd-solver", o.svd_solver, "pca: auto, gram (exact), arpack (= gram) or randomized")
+      ->check(CLI::IsMember({"auto", "gram", "arpack", "randomized"}))
+      ->capture_default_str();
+  cmd.add_option("--random-state", o.random_state, "pca: seed of the randomized solver")->capture_default_str();
+}
+
+void add_preprocess_options(CLI::App& cmd, PreprocessOptions& o) {
+  add_qc_options(cmd, o);
+  add_filter_cells_options(cmd, o.filter_cells);
+  add_filter_genes_options(cmd, o.filter_genes, true);
+  add_normalize_options(cmd, o.normalize);
+  add_log1p_options(cmd, o.log1p);
+  add_hvg_options(cmd, o.hvg);
+  add_scale_options(cmd, o.scale);
+  add_pca_options(cmd, o.pca);
+  cmd.add_option("--skip", o.skip,
+                 "Steps to leave out: qc, filter_cells, filter_genes, normalize_total, log1p, "
+                 "highly_variable_genes, scale, pca (CPU only)")
+      ->delimiter(',')
+      ->check(CLI::IsMember({"qc", "filter_cells", "filter_genes", "normalize_total", "log1p",
+                             "highly_variable_genes", "scale", "pca"}));
+  cmd.add_flag("!--no-raw", o.raw, "Do not keep the log-normalised matrix of all genes in raw");
+  cmd.add_flag("!--no-counts-layer", o.counts_layer, "Do not keep the filtered counts in layers['counts']");
+  cmd.add_flag("!--no-subset-hvg", o.subset_hvg, "Scale and PCA on all genes (PCA then uses the HVG mask)");
+}
+
+}  // namespace scurry::cli

@@ -1,0 +1,28 @@
+// scurry CLI: the command-line options of each preprocessing step, bound once and shared by
+// `scurry run` and the single-step subcommands, so that a step's options have the same names
+// everywhere: scanpy's parameter names with dashes. Defaults are not repeated here: an option left
+// out keeps the value of the Options struct it binds to (the scanpy tutorial's for `run`).
+#pragma once
+#include <CLI/CLI.hpp>
+
+#include "pp/preprocess.hpp"
+
+namespace scurry::cli {
+
+void add_qc_options(CLI::App& cmd, PreprocessOptions& o);
+// `prefix_counts`: in `run`, filter_genes' min_counts/max_counts are --gene-min-counts/--gene-max-counts
+// (filter_cells has the plain names); the filter-genes subcommand uses the plain names.
+void add_filter_cells_options(CLI::App& cmd, FilterCellsOptions& o);
+void add_filter_genes_options(CLI::App& cmd, FilterGenesOptions& o, bool prefix_counts);
+void add_normalize_options(CLI::App& cmd, NormalizeTotalOptions& o);
+void add_log1p_options(CLI::App& cmd, Log1pOptions& o);
+void add_hvg_options(CLI::App& cmd, HvgOptions& o);
+void add_scale_options(CLI::App& cmd, ScaleOptions& o);
+void add_pca_options(CLI::App& cmd, PcaOptions& o);
+// The whole chain: every step's options plus --skip, --no-raw, --no-counts-layer, --no-subset-hvg.
+void add_preprocess_options(CLI::App& cmd, PreprocessOptions& o);
+
+// "8G", "512M", "1.5GiB", "1000000" -> bytes; InputError naming the option otherwise.
+size_t parse_size(const std::string& s, const char* option);
+
+}  // namespace scurry::cli

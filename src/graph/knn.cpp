@@ -1,0 +1,236 @@
+#include "graph/knn.hpp"
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <utility>
+
+#include <hnswlib/hnswlib.h>
+
+#include "core/error.hpp"
+#include "exec/parallel.hpp"
+#include "pp/linalg.hpp"
+
+namespace scurry {
+namespace {
+
+// Fixed work partition (independent of the thread count).
+constexpr int64_t kQueryBlock = 256;   // query rows per task
+constexpr int64_t kRefTile = 2048;     // reference rows per GEMM tile
+constexpr int64_t kMinMargin = 8;      // extra float32 candidates re-ranked in float64 (at least)
+
+using Cand = std::pair<double, int32_t>;  // (distance, index): lexicographic order breaks ties
+
+void check_input(const DenseF& X, int64_t k, const char* where) {
+  if (X.n_rows < 1) fail_input(where, "the embedding has no rows; nothing to search");
+  if (k < 1 || k > X.n_rows)
+    fail_input(where, "k = ", k, " neighbours (the cell itself included) is out of range for ", X.n_rows,
+               " cells; use 1 <= k <= n_cells");
+  if (X.n_cols < 1) fail_input(where, "the embedding has no columns; nothing to search");
+  for (float v : X.data)
+    if (!std::isfinite(v))
+      fail_input(where, "the embedding contains NaN or infinite values; clean it before the neighbour search");
+}
+
+// Row norms in float64.
+std::vector<double> row_norms(const DenseF& X) {
+  std::vector<double> nrm(static_cast<size_t>(X.n_rows));
+  for (int64_t i = 0; i < X.n_rows; ++i) {
+    const float* r = X.row(i);
+    double s = 0;
+    for (int64_t c = 0; c < X.n_cols; ++c) s += static_cast<double>(r[c]) * r[c];
+    nrm[i] = std::sqrt(s);
+  }
+  return nrm;
+}
+
+// Exact float64 distance between rows i and j (nrm: row norms, cosine only).
+double exact_distance(const DenseF& X, const std::vector<double>& nrm, KnnMetric metric, int64_t i, int64_t j) {
+  const float* a = X.row(i);
+  const float* b = X.row(j);
+  const int64_t d = X.n_cols;
+  if (metric == KnnMetric::euclidean) {
+    double s = 0;
+    for (int64_t c = 0; c < d; ++c) {
+      const double t = static_cast<double>(a[c]) - b[c];
+      s += t * t;
+    }
+    return std::sqrt(s);
+  }
+  if (nrm[i] == 0 || nrm[j] == 0) return 1.0;
+  double s = 0;
+  for (int64_t c = 0; c < d; ++c) s += static_cast<double>(a[c]) * b[c];
+  return 1.0 - s / (nrm[i] * nrm[j]);
+}
+
+// Writes row i of the result: self first, then the best k - 1 of `cands` (self excluded), re-ranked
+// by exact float64 distance.
+void finish_row(const DenseF& X, const std::vector<double>& nrm, KnnMetric metric, int64_t i,
+                std::vector<Cand>& cands, Knn& out) {
+  for (Cand& c : cands) c.first = exact_distance(X, nrm, metric, i, c.second);
+  const size_t want = static_cast<size_t>(out.k - 1);
+  const size_t take = std::min(want, cands.size());
+  std::partial_sort(cands.begin(), cands.begin() + static_cast<std::ptrdiff_t>(take), cands.end());
+  int32_t* idx = out.indices.data() + static_cast<size_t>(i * out.k);
+  float* dst = out.distances.data() + static_cast<size_t>(i * out.k);
+  idx[0] = static_cast<int32_t>(i);
+  dst[0] = 0.0f;
+  for (size_t j = 0; j < want; ++j) {
+    if (j < take) {
+      idx[j + 1] = cands[j].second;
+      dst[j + 1] = static_cast<float>(std::max(0.0, cands[j].first));
+    } else {  // fewer candidates than asked (approximate search only): mark missing
+      idx[j + 1] = -1;
+      dst[j + 1] = std::numeric_limits<float>::infinity();
+    }
+  }
+}
+
+Knn empty_result(int64_t n, int64_t k) {
+  Knn r;
+  r.n = n;
+  r.k = k;
+  r.indices.assign(static_cast<size_t>(n * k), 0);
+  r.distances.assign(static_cast<size_t>(n * k), 0.0f);
+  return r;
+}
+
+// Rows scaled to unit norm (zero rows stay zero), float32.
+DenseF normalized_rows(const DenseF& X, const std::vector<double>& nrm) {
+  DenseF y(X.n_rows, X.n_cols);
+  for (int64_t i = 0; i < X.n_rows; ++i) {
+    const double s = nrm[i] > 0 ? 1.0 / nrm[i] : 0.0;
+    for (int64_t c = 0; c < X.n_cols; ++c) y(i, c) = static_cast<float>(X(i, c) * s);
+  }
+  return y;
+}
+
+}  // namespace
+
+KnnMetric parse_knn_metric(const std::string& s, const std::string& where) {
+  if (s == "euclidean") return KnnMetric::euclidean;
+  if (s == "cosine") return KnnMetric::cosine;
+  fail_input(where, "metric '", s, "' is not supported; use euclidean or cosine");
+}
+
+const char* knn_metric_name(KnnMetric m) { return m == KnnMetric::euclidean ? "euclidean" : "cosine"; }
+
+Knn knn_exact(const Context& ctx, const DenseF& X, int64_t k, KnnMetric metric) {
+  check_input(X, k, "neighbors");
+  const int64_t n = X.n_rows, d = X.n_cols;
+  Knn out = empty_result(n, k);
+  const std::vector<double> nrm = row_norms(X);
+  // The matrix the GEMM sees: X (euclidean) or unit rows (cosine); candidate score per pair is
+  // ||y||^2 - 2 x.y (euclidean, the query's own ||x||^2 is constant per row) or -x.y (cosine).
+  DenseF unit;
+  if (metric == KnnMetric::cosine) unit = normalized_rows(X, nrm);
+  const DenseF& Y = metric == KnnMetric::cosine ? unit : X;
+  std::vector<float> sq(static_cast<size_t>(n), 0.0f);
+  if (metric == KnnMetric::euclidean)
+    for (int64_t i = 0; i < n; ++i) sq[i] = static_cast<float>(nrm[i] * nrm[i]);
+  const int64_t want = k - 1;
+  if (want == 0) return out;
+  const int64_t n_cand = std::min(n - 1, want + std::max(kMinMargin, want));
+  const int64_t n_blocks = (n + kQueryBlock - 1) / kQueryBlock;
+
+  linalg::SingleThreadedBlas blas_guard;
+  parallel_for(ctx.threads(), n_blocks, [&](int64_t b) {
+    const int64_t q0 = b * kQueryBlock, q1 = std::min(n, q0 + kQueryBlock), nq = q1 - q0;
+    std::vector<float> dots(static_cast<size_t>(nq * kRefTile));
+    // Per query: a max-heap of the n_cand best float32 scores seen so far.
+    std::vector<std::vector<std::pair<float, int32_t>>> heaps(static_cast<size_t>(nq));
+    for (auto& h : heaps) h.reserve(static_cast<size_t>(n_cand));
+    for (int64_t r0 = 0; r0 < n; r0 += kRefTile) {
+      const int64_t nr = std::min(n, r0 + kRefTile) - r0;
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(nq), static_cast<int>(nr),
+                  static_cast<int>(d), 1.0f, Y.row(q0), static_cast<int>(d), Y.row(r0), static_cast<int>(d), 0.0f,
+                  dots.data(), static_cast<int>(nr));
+      for (int64_t q = 0; q < nq; ++q) {
+        auto& h = heaps[q];
+        const float* dq = dots.data() + static_cast<size_t>(q * nr);
+        for (int64_t r = 0; r < nr; ++r) {
+          const int64_t j = r0 + r;
+          if (j == q0 + q) continue;
+          const float score = metric == KnnMetric::euclidean ? sq[j] - 2.0f * dq[r] : -dq[r];
+          const std::pair<float, int32_t> c(score, static_cast<int32_t>(j));
+          if (static_cast<int64_t>(h.size()) < n_cand) {
+            h.push_back(c);
+            std::push_heap(h.begin(), h.end());
+          } else if (c < h.front()) {
+            std::pop_heap(h.begin(), h.end());
+            h.back() = c;
+            std::push_heap(h.begin(), h.end());
+          }
+        }
+      }
+    }
+    std::vector<Cand> cands;
+    for (int64_t q = 0; q < nq; ++q) {
+      cands.clear();
+      for (const auto& c : heaps[q]) cands.emplace_back(0.0, c.second);
+      finish_row(X, nrm, metric, q0 + q, cands, out);
+    }
+  });
+  return out;
+}
+
+Knn knn_hnsw(const Context& ctx, const DenseF& X, int64_t k, KnnMetric metric, const HnswOptions& opt) {
+  check_input(X, k, "neighbors");
+  if (opt.M < 2 || opt.ef_construction < 1)
+    fail_input("neighbors", "hnsw parameters M = ", opt.M, ", ef_construction = ", opt.ef_construction,
+               " are invalid; use M >= 2 and ef_construction >= 1");
+  const int64_t n = X.n_rows, d = X.n_cols;
+  Knn out = empty_result(n, k);
+  const std::vector<double> nrm = row_norms(X);
+  DenseF unit;
+  if (metric == KnnMetric::cosine) unit = normalized_rows(X, nrm);
+  const DenseF& Y = metric == KnnMetric::cosine ? unit : X;
+  if (k == 1) return out;
+
+  hnswlib::L2Space l2(static_cast<size_t>(d));
+  hnswlib::InnerProductSpace ip(static_cast<size_t>(d));
+  hnswlib::SpaceInterface<float>* space = metric == KnnMetric::cosine ? static_cast<hnswlib::SpaceInterface<float>*>(&ip)
+                                                                      : static_cast<hnswlib::SpaceInterface<float>*>(&l2);
+  hnswlib::HierarchicalNSW<float> index(space, static_cast<size_t>(n), static_cast<size_t>(opt.M),
+                                        static_cast<size_t>(opt.ef_construction), static_cast<size_t>(opt.random_state));
+  // Sequential insertion in cell order: the graph does not depend on the thread count.
+  for (int64_t i = 0; i < n; ++i) index.addPoint(Y.row(i), static_cast<hnswlib::labeltype>(i));
+  const int64_t ef = opt.ef > 0 ? opt.ef : std::max<int64_t>(4 * k, 64);
+  index.setEf(static_cast<size_t>(ef));
+  const int64_t kq = std::min(n, k + 1);  // one extra in case the cell itself is not returned first
+  const int64_t n_blocks = (n + kQueryBlock - 1) / kQueryBlock;
+  parallel_for(ctx.threads(), n_blocks, [&](int64_t b) {
+    const int64_t q0 = b * kQueryBlock, q1 = std::min(n, q0 + kQueryBlock);
+    std::vector<Cand> cands;
+    for (int64_t q = q0; q < q1; ++q) {
+      auto pq = index.searchKnn(Y.row(q), static_cast<size_t>(kq));
+      cands.clear();
+      while (!pq.empty()) {
+        const int64_t j = static_cast<int64_t>(pq.top().second);
+        pq.pop();
+        if (j != q) cands.emplace_back(0.0, static_cast<int32_t>(j));
+      }
+      finish_row(X, nrm, metric, q, cands, out);
+    }
+  });
+  return out;
+}
+
+Knn knn_brute_force(const DenseF& X, int64_t k, KnnMetric metric) {
+  check_input(X, k, "neighbors");
+  const int64_t n = X.n_rows;
+  Knn out = empty_result(n, k);
+  const std::vector<double> nrm = row_norms(X);
+  std::vector<Cand> cands;
+  for (int64_t i = 0; i < n; ++i) {
+    cands.clear();
+    for (int64_t j = 0; j < n; ++j)
+      if (j != i) cands.emplace_back(0.0, static_cast<int32_t>(j));
+    finish_row(X, nrm, metric, i, cands, out);
+  }
+  return out;
+}
+
+}  // namespace scurry

@@ -1,0 +1,58 @@
+// scurry: k-nearest-neighbour search on a dense embedding (cells x dims, e.g. X_pca), as the input
+// of scanpy's `sc.pp.neighbors`. Every cell is its own neighbour 0 (distance 0), as umap's
+// nearest_neighbors returns it; the other k - 1 follow by increasing distance (ties by cell index).
+//
+// - exact: blocked float32 GEMM (cblas_sgemm) gives candidate distances ||x||^2 + ||y||^2 - 2 x.y;
+//   a partial sort keeps the k + margin best candidates per cell, which are re-ranked with exact
+//   float64 distances, so the neighbour sets equal a float64 brute force (ties aside). Query rows
+//   are processed in fixed blocks with parallel_for and single-threaded BLAS: results are
+//   bit-identical for any thread count.
+// - hnsw: hnswlib's HierarchicalNSW (approximate). The index is built single-threaded in cell order
+//   (seeded by random_state), so it does not depend on the thread count; queries run in parallel
+//   blocks; returned distances are recomputed exactly in float64.
+//
+// Metrics: "euclidean" (distance = ||x - y||) and "cosine" (1 - x.y / (||x|| ||y||); a row of zeros
+// is at distance 1 from every other row).
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/matrix.hpp"
+#include "exec/context.hpp"
+
+namespace scurry {
+
+// k neighbours per cell, row-major n x k; column 0 is the cell itself at distance 0.
+struct Knn {
+  int64_t n = 0;
+  int64_t k = 0;
+  std::vector<int32_t> indices;  // n * k
+  std::vector<float> distances;  // n * k, non-decreasing along each row
+
+  int32_t index(int64_t i, int64_t j) const { return indices[static_cast<size_t>(i * k + j)]; }
+  float distance(int64_t i, int64_t j) const { return distances[static_cast<size_t>(i * k + j)]; }
+};
+
+enum class KnnMetric { euclidean, cosine };
+
+// "euclidean" | "cosine"; InputError otherwise (naming `where`).
+KnnMetric parse_knn_metric(const std::string& s, const std::string& where);
+const char* knn_metric_name(KnnMetric m);
+
+struct HnswOptions {
+  int64_t M = 16;                 // graph degree (hnswlib M)
+  int64_t ef_construction = 200;  // candidate list while building
+  int64_t ef = 0;                 // candidate list while searching; 0 = max(4 k, 64)
+  uint64_t random_state = 0;      // seeds hnswlib's level generator
+};
+
+// Exact search. X: n x d float32; 1 <= k <= n (InputError otherwise); non-finite values are an
+// InputError.
+Knn knn_exact(const Context& ctx, const DenseF& X, int64_t k, KnnMetric metric);
+// Approximate search with hnswlib (same conventions).
+Knn knn_hnsw(const Context& ctx, const DenseF& X, int64_t k, KnnMetric metric, const HnswOptions& opt = {});
+// Float64 brute force, O(n^2 d) single-threaded: the oracle for tests.
+Knn knn_brute_force(const DenseF& X, int64_t k, KnnMetric metric);
+
+}  // namespace scurry

@@ -1,0 +1,56 @@
+// scurry: Leiden clustering, scanpy 1.9.6's `sc.tl.leiden` (leidenalg's
+// RBConfigurationVertexPartition: modularity with a resolution), through the igraph C library's
+// igraph_community_leiden: resolution_parameter = resolution / (2m) with node weights = strengths
+// (igraph's documented way to optimise modularity), edge weights = the graph's weights (each
+// undirected edge once, from the upper triangle), beta 0.01, seeded via igraph's default RNG.
+//
+// Differences from scanpy: scanpy 1.9.6 hands leidenalg a directed graph holding both directions of
+// every edge; for a symmetric graph its quality function is the same modularity, but the search
+// (and so the partition found) differs. Labels are renumbered by decreasing cluster size, ties by
+// the first cell of the cluster ("0" = largest), as leidenalg numbers them.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/dataset.hpp"
+#include "core/matrix.hpp"
+#include "exec/context.hpp"
+
+namespace scurry {
+
+struct LeidenOptions {
+  double resolution = 1.0;    // higher: more, smaller clusters
+  uint64_t random_state = 0;  // seeds igraph's RNG
+  int64_t n_iterations = -1;  // Leiden iterations; negative: until the partition is stable
+  bool use_weights = true;    // false: every edge weighs 1
+  double beta = 0.01;         // randomness of the refinement step (leidenalg's default)
+  std::string key_added = "leiden";
+  std::string neighbors_key = "neighbors";  // Dataset level: which neighbours' connectivities
+};
+
+struct LeidenResult {
+  std::vector<int32_t> labels;  // per cell, 0 = largest cluster
+  int64_t n_clusters = 0;
+  double modularity = 0;        // of `labels` at opt.resolution (modularity() below)
+};
+
+// Low level: clusters of a symmetric weighted graph (n x n CSR; obsp['connectivities']; the upper
+// triangle is read, diagonal entries are self-loops).
+LeidenResult leiden(const Context& ctx, const CsrF& graph, const LeidenOptions& opt);
+// Dataset level: reads the connectivities of uns[neighbors_key] (InputError when missing: run
+// neighbors first); writes obs[key_added] (categorical, categories "0", "1", ...) and
+// uns[key_added] = {params: {resolution, random_state, n_iterations}}.
+LeidenResult leiden(const Context& ctx, Dataset& d, const LeidenOptions& opt);
+void write_leiden(Dataset& d, const LeidenResult& res, const LeidenOptions& opt);
+
+// Modularity of a partition of a symmetric weighted graph (both triangles stored, as
+// connectivities): Q = 1/(2m) sum_ij [A_ij - resolution k_i k_j / (2m)] delta(c_i, c_j),
+// 2m = sum_ij A_ij, k_i = sum_j A_ij. Labels must be >= 0. Float64.
+double modularity(const CsrF& graph, const std::vector<int32_t>& labels, double resolution = 1.0);
+
+// Adjusted Rand index of two labelings of the same cells (Hubert & Arabie; 1 = identical
+// partitions, ~0 = chance). Labels must be >= 0.
+double adjusted_rand_index(const std::vector<int32_t>& a, const std::vector<int32_t>& b);
+
+}  // namespace scurry

@@ -1,0 +1,106 @@
+#include "graph/neighbors.hpp"
+
+#include "core/error.hpp"
+#include "core/log.hpp"
+
+namespace scurry {
+namespace {
+
+const char* kWhere = "neighbors";
+
+void check_options(const NeighborsOptions& opt, int64_t n) {
+  if (opt.method != "umap")
+    fail_input(kWhere, "method '", opt.method, "' is not supported; use umap");
+  if (opt.algorithm != "exact" && opt.algorithm != "hnsw" && opt.algorithm != "auto")
+    fail_input(kWhere, "algorithm '", opt.algorithm, "' is unknown; use exact, hnsw or auto");
+  if (opt.n_neighbors < 2)
+    fail_input(kWhere, "n_neighbors = ", opt.n_neighbors, " is too small; use at least 2 (the cell itself counts)");
+  if (opt.n_neighbors >= n)
+    fail_input(kWhere, "n_neighbors = ", opt.n_neighbors, " must be smaller than the number of cells (", n,
+               "); pass a smaller n_neighbors");
+}
+
+}  // namespace
+
+NeighborsResult neighbors(const Context& ctx, const DenseF& X, const NeighborsOptions& opt) {
+  check_options(opt, X.n_rows);
+  const KnnMetric metric = parse_knn_metric(opt.metric, kWhere);
+  NeighborsResult res;
+  res.algorithm = opt.algorithm == "auto" ? (X.n_rows <= opt.auto_exact_max_cells ? "exact" : "hnsw") : opt.algorithm;
+  if (res.algorithm == "exact") {
+    res.knn = knn_exact(ctx, X, opt.n_neighbors, metric);
+  } else {
+    HnswOptions h = opt.hnsw;
+    h.random_state = opt.random_state;
+    res.knn = knn_hnsw(ctx, X, opt.n_neighbors, metric, h);
+  }
+  res.distances = knn_distance_matrix(res.knn);
+  res.connectivities = fuzzy_simplicial_set(res.knn);
+  return res;
+}
+
+DenseF choose_representation(const Dataset& d, const std::string& use_rep, std::optional<int64_t> n_pcs,
+                             std::string* used) {
+  std::string rep = use_rep;
+  if (rep.empty()) rep = d.obsm.count("X_pca") ? "X_pca" : "X";
+  if (used) *used = rep;
+  if (rep == "X") {
+    if (d.X.empty()) fail_input(kWhere, "the dataset has no X and no obsm['X_pca']; run pca or load a matrix first");
+    if (d.X.n_cols() > 50 && use_rep.empty())
+      log::info(detail::concat("neighbors: no obsm['X_pca']; searching X directly (", d.X.n_cols(), " columns)"));
+    return to_dense_f(d.X);
+  }
+  auto it = d.obsm.find(rep);
+  if (it == d.obsm.end())
+    fail_input(kWhere, "use_rep '", rep, "' is not in obsm; run pca first or name an existing obsm key (or X)");
+  DenseF x = to_dense_f(it->second);
+  if (x.n_rows != d.n_obs() && d.n_obs() > 0)
+    fail_input(kWhere, "obsm['", rep, "'] has ", x.n_rows, " rows but the dataset has ", d.n_obs(), " cells");
+  if (n_pcs) {
+    if (*n_pcs < 1 || *n_pcs > x.n_cols)
+      fail_input(kWhere, "n_pcs = ", *n_pcs, " is out of range: obsm['", rep, "'] has ", x.n_cols,
+                 " columns; pass n_pcs between 1 and ", x.n_cols);
+    if (*n_pcs < x.n_cols) {
+      DenseF y(x.n_rows, *n_pcs);
+      for (int64_t i = 0; i < x.n_rows; ++i)
+        for (int64_t c = 0; c < *n_pcs; ++c) y(i, c) = x(i, c);
+      x = std::move(y);
+    }
+  }
+  return x;
+}
+
+NeighborsResult neighbors(const Context& ctx, Dataset& d, const NeighborsOptions& opt) {
+  std::string used;
+  const DenseF x = choose_representation(d, opt.use_rep, opt.n_pcs, &used);
+  NeighborsResult res = neighbors(ctx, x, opt);
+  res.use_rep = used;
+  write_neighbors(d, res, opt);
+  log::info(detail::concat("neighbors: ", opt.n_neighbors, " neighbours of ", x.n_rows, " cells in ", used, " (",
+                           x.n_cols, " dims, ", res.algorithm, " ", opt.metric, " search)"));
+  return res;
+}
+
+void write_neighbors(Dataset& d, const NeighborsResult& res, const NeighborsOptions& opt) {
+  const bool plain = opt.key_added.empty() || opt.key_added == "neighbors";
+  const std::string uns_key = plain ? "neighbors" : opt.key_added;
+  const std::string conn_key = plain ? "connectivities" : opt.key_added + "_connectivities";
+  const std::string dist_key = plain ? "distances" : opt.key_added + "_distances";
+  // scanpy builds the distances matrix from a float64 array: written as float64.
+  d.obsp[dist_key] = Matrix(res.distances, DType::f64);
+  d.obsp[conn_key] = Matrix(res.connectivities, DType::f32);
+  Dict params;
+  params["n_neighbors"] = Value(opt.n_neighbors);
+  params["method"] = Value(opt.method);
+  params["random_state"] = Value(static_cast<int64_t>(opt.random_state));
+  params["metric"] = Value(opt.metric);
+  if (opt.n_pcs) params["n_pcs"] = Value(*opt.n_pcs);
+  if (!opt.use_rep.empty()) params["use_rep"] = Value(opt.use_rep);
+  Dict u;
+  u["connectivities_key"] = Value(conn_key);
+  u["distances_key"] = Value(dist_key);
+  u["params"] = Value(std::move(params));
+  d.uns[uns_key] = Value(std::move(u));
+}
+
+}  // namespace scurry

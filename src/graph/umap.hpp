@@ -1,0 +1,75 @@
+// scurry: UMAP layout of the neighbourhood graph, scanpy 1.9.6's `sc.tl.umap` (umap-learn 0.5.3's
+// simplicial_set_embedding with euclidean output).
+//
+// Steps as umap: a, b fitted by find_ab_params; graph edges below max_weight / n_epochs removed;
+// initial layout spectral (spectral.hpp), scaled to max |x| = 10 plus Gaussian noise (sd 1e-4), or
+// uniform in [-10, 10]; each column rescaled to [0, 10]; then n_epochs of SGD over the edges (both
+// directions of every edge, row-major order) following umap's epochs_per_sample schedule:
+// attraction 2ab d^(2(b-1)) / (1 + a d^(2b)), `negative_sample_rate` negative samples per positive
+// one with repulsion 2 gamma b / ((0.001 + d^2)(1 + a d^(2b))), every gradient component clipped to
+// [-4, 4], learning rate alpha (1 - epoch / n_epochs).
+//
+// Determinism: the SGD runs single-threaded in a fixed order (umap's non-parallel mode), so a seed
+// gives the same embedding for any thread count. Random numbers (documented, not numpy's): the
+// random initial layout and the noise come from std::mt19937_64 (seed random_state) through
+// Box-Muller / 53-bit uniforms; negative samples from umap's three-component Tausworthe generator
+// (tau_rand_int, 32-bit) seeded from the same stream. Results therefore differ from umap-learn's
+// value by value but not in distribution.
+//
+// Differences from umap-learn: a disconnected graph is initialised at random (umap lays out each
+// component spectrally and places the components by their centroids' spectral embedding).
+#pragma once
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "core/dataset.hpp"
+#include "core/matrix.hpp"
+#include "exec/context.hpp"
+
+namespace scurry {
+
+struct UmapOptions {
+  double min_dist = 0.5;        // minimum distance between embedded points (with spread: a, b)
+  double spread = 1.0;          // scale of embedded points
+  int64_t n_components = 2;     // embedding dimensions
+  // SGD epochs. Unset: 500 for up to 10,000 cells, 200 above (scanpy's default).
+  std::optional<int64_t> maxiter;
+  double alpha = 1.0;           // initial learning rate
+  double gamma = 1.0;           // repulsion strength
+  double negative_sample_rate = 5;  // negative samples per positive sample
+  // "spectral" | "random" | (Dataset level) an obsm key whose first n_components columns are the
+  // initial positions.
+  std::string init_pos = "spectral";
+  uint64_t random_state = 0;
+  // Curve parameters; unset: fitted to (min_dist, spread) by find_ab_params.
+  std::optional<double> a, b;
+  // Dataset level: the neighbours to use (uns[neighbors_key]['connectivities_key'] in obsp).
+  std::string neighbors_key = "neighbors";
+};
+
+struct UmapResult {
+  DenseF embedding;  // n x n_components (obsm['X_umap'])
+  double a = 0, b = 0;
+  int64_t n_epochs = 0;
+  std::string init;  // the initialisation used: "spectral", "random" or the obsm key
+};
+
+// umap's find_ab_params: least-squares fit of 1 / (1 + a x^(2b)) to 1 for x < min_dist and
+// exp(-(x - min_dist) / spread) above, on 300 points of [0, 3 spread] (Levenberg-Marquardt from
+// a = b = 1, as scipy's curve_fit).
+std::pair<double, double> find_ab_params(double spread, double min_dist);
+
+// Low level: layout of a symmetric weighted graph (n x n CSR; obsp['connectivities']).
+// `init`: initial positions (n x n_components) used when init_pos is neither spectral nor random.
+UmapResult umap(const Context& ctx, const CsrF& graph, const UmapOptions& opt, const DenseF* init = nullptr);
+// Dataset level: reads obsp[connectivities_key of uns[neighbors_key]] (InputError when missing:
+// run neighbors first); writes obsm['X_umap'] (float32) and uns['umap'] = {params: {a, b}}.
+UmapResult umap(const Context& ctx, Dataset& d, const UmapOptions& opt);
+void write_umap(Dataset& d, const UmapResult& res, const UmapOptions& opt);
+
+// The connectivities matrix a step on uns[neighbors_key] uses, as float32 CSR (InputError when
+// absent, naming `step`).
+CsrF neighbors_graph(const Dataset& d, const std::string& neighbors_key, const std::string& step);
+
+}  // namespace scurry

@@ -1,0 +1,148 @@
+// kNN search: exact (GEMM + float64 re-rank) against a float64 brute force written here, thread
+// independence, hnsw recall.
+#include <algorithm>
+#include <cmath>
+#include <random>
+#include <set>
+
+#include "core/error.hpp"
+#include "exec/context.hpp"
+#include "graph/knn.hpp"
+#include "testlib.hpp"
+
+namespace scurry {
+namespace {
+
+// Seeded clustered data: `clusters` Gaussian blobs (centres sd 5, points sd 1) in d dims, with an
+// offset so that norms are large compared with neighbour distances (stresses the float32 GEMM).
+DenseF clustered(int64_t n, int64_t d, int clusters, uint64_t seed, float offset = 20.0f) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<double> nd;
+  DenseD centres(clusters, d);
+  for (double& v : centres.data) v = 5.0 * nd(rng) + offset;
+  DenseF x(n, d);
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t c = static_cast<int64_t>(rng() % clusters);
+    for (int64_t j = 0; j < d; ++j) x(i, j) = static_cast<float>(centres(c, j) + nd(rng));
+  }
+  return x;
+}
+
+// The oracle: float64 distances to every other cell, sorted by (distance, index).
+std::vector<std::pair<double, int32_t>> oracle_row(const DenseF& x, int64_t i, KnnMetric metric) {
+  std::vector<std::pair<double, int32_t>> r;
+  for (int64_t j = 0; j < x.n_rows; ++j) {
+    if (j == i) continue;
+    double dd = 0, dot = 0, ni = 0, nj = 0;
+    for (int64_t c = 0; c < x.n_cols; ++c) {
+      const double a = x(i, c), b = x(j, c);
+      dd += (a - b) * (a - b);
+      dot += a * b;
+      ni += a * a;
+      nj += b * b;
+    }
+    const double dist = metric == KnnMetric::euclidean ? std::sqrt(dd) : 1.0 - dot / std::sqrt(ni * nj);
+    r.emplace_back(dist, static_cast<int32_t>(j));
+  }
+  std::sort(r.begin(), r.end());
+  return r;
+}
+
+// Rows whose neighbour set differs from the oracle by more than ties at the k-th distance.
+int64_t mismatched_rows(const DenseF& x, const Knn& knn, KnnMetric metric, double* max_dist_err) {
+  int64_t bad = 0;
+  *max_dist_err = 0;
+  for (int64_t i = 0; i < x.n_rows; ++i) {
+    EXPECT_EQ(knn.index(i, 0), i);
+    EXPECT_EQ(knn.distance(i, 0), 0.0f);
+    const auto o = oracle_row(x, i, metric);
+    const int64_t m = knn.k - 1;
+    const double kth = o[m - 1].first;
+    std::set<int32_t> want;
+    for (int64_t j = 0; j < m; ++j) want.insert(o[j].second);
+    for (int64_t j = 1; j < knn.k; ++j) {
+      const int32_t c = knn.index(i, j);
+      *max_dist_err = std::max(*max_dist_err, std::fabs(knn.distance(i, j) - o[j - 1].first) / std::max(1e-12, o[j - 1].first));
+      if (!want.count(c)) {
+        // allowed only as a tie with the k-th distance
+        const auto it = std::find_if(o.begin(), o.end(), [&](const auto& p) { return p.second == c; });
+        if (std::fabs(it->first - kth) > 1e-12 * std::max(1.0, kth)) {
+          ++bad;
+          break;
+        }
+      }
+    }
+  }
+  return bad;
+}
+
+TEST(Knn, ExactEqualsFloat64BruteForceEuclideanAndCosine) {
+  const uint64_t seed = test::fresh_seed();
+  const DenseF x = clustered(1333, 24, 7, seed);  // not a multiple of the blocks
+  for (KnnMetric metric : {KnnMetric::euclidean, KnnMetric::cosine}) {
+    const Knn knn = knn_exact(Context::cpu(2), x, 15, metric);
+    double err = 0;
+    EXPECT_EQ(mismatched_rows(x, knn, metric, &err), 0) << knn_metric_name(metric);
+    EXPECT_LT(err, 1e-6) << knn_metric_name(metric);
+    // The library's own brute force agrees too.
+    const Knn bf = knn_brute_force(x, 15, metric);
+    EXPECT_EQ(mismatched_rows(x, bf, metric, &err), 0);
+  }
+}
+
+TEST(Knn, ExactIsIdenticalForAnyThreadCount) {
+  const DenseF x = clustered(700, 13, 4, test::fresh_seed());
+  for (KnnMetric metric : {KnnMetric::euclidean, KnnMetric::cosine}) {
+    const Knn a = knn_exact(Context::cpu(1), x, 10, metric);
+    const Knn b = knn_exact(Context::cpu(2), x, 10, metric);
+    EXPECT_EQ(a.indices, b.indices);
+    EXPECT_EQ(a.distances, b.distances);
+  }
+}
+
+// Share of the true k - 1 non-self neighbours found.
+double recall(const Knn& approx, const Knn& exact) {
+  int64_t hit = 0, total = 0;
+  for (int64_t i = 0; i < exact.n; ++i) {
+    std::set<int32_t> truth;
+    for (int64_t j = 1; j < exact.k; ++j) truth.insert(exact.index(i, j));
+    for (int64_t j = 1; j < approx.k; ++j) hit += truth.count(approx.index(i, j));
+    total += exact.k - 1;
+  }
+  return static_cast<double>(hit) / static_cast<double>(total);
+}
+
+TEST(Knn, HnswRecallAtLeast95Percent) {
+  const DenseF x = clustered(4000, 30, 12, test::fresh_seed());
+  const Knn exact = knn_exact(Context::cpu(2), x, 15, KnnMetric::euclidean);
+  const Knn a = knn_hnsw(Context::cpu(2), x, 15, KnnMetric::euclidean);
+  const double r = recall(a, exact);
+  std::printf("hnsw recall@15 (euclidean) = %.4f\n", r);
+  EXPECT_GE(r, 0.95);
+  const Knn ec = knn_exact(Context::cpu(2), x, 15, KnnMetric::cosine);
+  const Knn ac = knn_hnsw(Context::cpu(2), x, 15, KnnMetric::cosine);
+  const double rc = recall(ac, ec);
+  std::printf("hnsw recall@15 (cosine) = %.4f\n", rc);
+  EXPECT_GE(rc, 0.95);
+  // Self first; distances exact for the neighbours found.
+  for (int64_t i = 0; i < a.n; ++i) {
+    ASSERT_EQ(a.index(i, 0), i);
+    for (int64_t j = 2; j < a.k; ++j) ASSERT_LE(a.distance(i, j - 1), a.distance(i, j));
+  }
+  // Same seed, other thread count: same result.
+  const Knn b = knn_hnsw(Context::cpu(1), x, 15, KnnMetric::euclidean);
+  EXPECT_EQ(a.indices, b.indices);
+}
+
+TEST(Knn, BadInput) {
+  const DenseF x = clustered(20, 3, 2, 1);
+  EXPECT_THROW(knn_exact(Context::cpu(1), x, 21, KnnMetric::euclidean), InputError);
+  EXPECT_THROW(knn_exact(Context::cpu(1), x, 0, KnnMetric::euclidean), InputError);
+  DenseF y = x;
+  y(3, 1) = std::nanf("");
+  EXPECT_THROW(knn_exact(Context::cpu(1), y, 5, KnnMetric::euclidean), InputError);
+  EXPECT_THROW(parse_knn_metric("manhattan", "neighbors"), InputError);
+}
+
+}  // namespace
+}  // namespace scurry
