@@ -92,9 +92,10 @@ std::optional<DenseD> spectral_layout(const Context& ctx, const CsrF& graph, con
   const int64_t l = std::min(n, k + std::max<int64_t>(0, opt.oversample));
   DenseD q(n, l);
   {
+    // Gaussian start block: mt19937_64 (a fixed sequence) through Box-Muller, the same everywhere.
     std::mt19937_64 rng(opt.random_state);
-    std::normal_distribution<double> nd;  // implementation-defined sequence: only a start block
-    for (double& v : q.data) v = nd(rng);
+    auto uniform = [&] { return (static_cast<double>(rng() >> 11) + 0.5) * 0x1.0p-53; };
+    for (double& v : q.data) v = std::sqrt(-2.0 * std::log(uniform())) * std::cos(2.0 * M_PI * uniform());
   }
   linalg::SingleThreadedBlas blas_guard;
   linalg::orthonormalize_columns(q);

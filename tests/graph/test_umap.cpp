@@ -1,0 +1,183 @@
+// UMAP: a, b against scanpy's golden values; neighbour preservation of the embedding compared with
+// scanpy's golden X_umap; reproducibility; the subspace-iteration spectral layout against the dense
+// one.
+#include <algorithm>
+#include <cmath>
+#include <random>
+#include <set>
+
+#include "core/error.hpp"
+#include "exec/context.hpp"
+#include "graph/knn.hpp"
+#include "graph/neighbors.hpp"
+#include "graph/spectral.hpp"
+#include "graph/umap.hpp"
+#include "io/h5ad.hpp"
+#include "pp/linalg.hpp"
+#include "testlib.hpp"
+
+namespace scurry {
+namespace {
+
+const Dataset& golden() {
+  static const Dataset d = [] {
+    H5adReadOptions o;
+    o.read_raw = false;
+    o.read_layers = false;
+    return read_h5ad(test::shared_data("golden/pbmc3k_first1000.scanpy.h5ad"), o);
+  }();
+  return d;
+}
+
+double uns_param(const Dataset& d, const char* step, const char* key) {
+  const Value& v = d.uns.at(step).dict().at("params").dict().at(key);
+  return std::get<double>(v.v);
+}
+
+// Mean share of each cell's k nearest neighbours in `ref` found among its k nearest in `emb`
+// (self excluded), float64 brute force.
+double preservation(const DenseF& ref, const DenseF& emb, int64_t k) {
+  const Knn a = knn_brute_force(ref, k + 1, KnnMetric::euclidean);
+  const Knn b = knn_brute_force(emb, k + 1, KnnMetric::euclidean);
+  int64_t hit = 0;
+  for (int64_t i = 0; i < a.n; ++i) {
+    std::set<int32_t> s;
+    for (int64_t j = 1; j <= k; ++j) s.insert(a.index(i, j));
+    for (int64_t j = 1; j <= k; ++j) hit += s.count(b.index(i, j));
+  }
+  return static_cast<double>(hit) / static_cast<double>(a.n * k);
+}
+
+TEST(Umap, FindAbParamsMatchesScanpy) {
+  const auto [a, b] = find_ab_params(1.0, 0.5);
+  const double ga = uns_param(golden(), "umap", "a"), gb = uns_param(golden(), "umap", "b");
+  std::printf("a = %.10f (scanpy %.10f), b = %.10f (scanpy %.10f)\n", a, ga, b, gb);
+  EXPECT_NEAR(a, ga, 1e-4);
+  EXPECT_NEAR(b, gb, 1e-4);
+  // umap-learn's documented values for its own default min_dist = 0.1.
+  const auto [a1, b1] = find_ab_params(1.0, 0.1);
+  EXPECT_NEAR(a1, 1.577, 2e-3);
+  EXPECT_NEAR(b1, 0.895, 2e-3);
+}
+
+TEST(Umap, PreservesNeighboursLikeScanpyAndIsReproducible) {
+  const Dataset& g = golden();
+  Dataset d;
+  d.obs = g.obs;
+  d.obsm["X_pca"] = g.obsm.at("X_pca");
+  const Context ctx2 = Context::cpu(2);
+  neighbors(ctx2, d, NeighborsOptions{});
+  const UmapResult r = umap(ctx2, d, UmapOptions{});
+  EXPECT_EQ(r.init, "spectral");
+  EXPECT_EQ(r.n_epochs, 500);
+  const DenseF pca = to_dense_f(g.obsm.at("X_pca"));
+  const DenseF& ours = std::get<DenseF>(d.obsm.at("X_umap").m);
+  ASSERT_EQ(ours.n_rows, 1000);
+  ASSERT_EQ(ours.n_cols, 2);
+  for (float v : ours.data) ASSERT_TRUE(std::isfinite(v));
+  const double p_ours = preservation(pca, ours, 15);
+  const double p_scanpy = preservation(pca, to_dense_f(g.obsm.at("X_umap")), 15);
+  std::printf("share of 15 X_pca neighbours kept in the embedding: scurry %.4f, scanpy %.4f\n", p_ours, p_scanpy);
+  EXPECT_NEAR(p_ours, p_scanpy, 0.02);
+  EXPECT_NEAR(uns_param(d, "umap", "a"), uns_param(g, "umap", "a"), 1e-4);
+  // Same seed: identical embedding (also with another thread count); another seed: another one.
+  Dataset d1 = d;
+  umap(Context::cpu(1), d1, UmapOptions{});
+  EXPECT_EQ(std::get<DenseF>(d1.obsm.at("X_umap").m).data, ours.data);
+  UmapOptions o2;
+  o2.random_state = 7;
+  umap(ctx2, d1, o2);
+  EXPECT_NE(std::get<DenseF>(d1.obsm.at("X_umap").m).data, ours.data);
+}
+
+TEST(Umap, DisconnectedGraphFallsBackToRandomInit) {
+  // Two separate cliques.
+  CsrF g = CsrF::zeros(40, 40);
+  g.indptr.assign(1, 0);
+  for (int i = 0; i < 40; ++i) {
+    for (int j = 0; j < 40; ++j)
+      if (i != j && (i < 20) == (j < 20)) {
+        g.indices.push_back(j);
+        g.data.push_back(0.5f);
+      }
+    g.indptr.push_back(static_cast<int64_t>(g.data.size()));
+  }
+  UmapOptions o;
+  o.maxiter = 50;
+  const UmapResult r = umap(Context::cpu(1), g, o);
+  EXPECT_EQ(r.init, "random");
+  for (float v : r.embedding.data) EXPECT_TRUE(std::isfinite(v));
+}
+
+// A random symmetric kNN-like graph (connected: a ring plus random edges).
+CsrF random_graph(int64_t n, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::vector<std::vector<std::pair<int32_t, float>>> rows(n);
+  auto add = [&](int64_t i, int64_t j, float w) {
+    rows[i].emplace_back(static_cast<int32_t>(j), w);
+    rows[j].emplace_back(static_cast<int32_t>(i), w);
+  };
+  std::uniform_real_distribution<float> u(0.05f, 1.0f);
+  for (int64_t i = 0; i < n; ++i) add(i, (i + 1) % n, u(rng));
+  for (int64_t e = 0; e < 3 * n; ++e) {
+    // local edges (clustered structure): partner within 30 positions
+    const int64_t i = static_cast<int64_t>(rng() % n), j = (i + 2 + static_cast<int64_t>(rng() % 30)) % n;
+    add(i, j, u(rng));
+  }
+  CsrF m = CsrF::zeros(n, n);
+  for (int64_t i = 0; i < n; ++i) {
+    std::sort(rows[i].begin(), rows[i].end());
+    for (size_t p = 0; p < rows[i].size(); ++p) {
+      if (p > 0 && rows[i][p].first == rows[i][p - 1].first) {
+        m.data.back() += rows[i][p].second;
+        continue;
+      }
+      m.indices.push_back(rows[i][p].first);
+      m.data.push_back(rows[i][p].second);
+    }
+    m.indptr[i + 1] = m.nnz();
+  }
+  return m;
+}
+
+TEST(Spectral, SubspaceIterationSpansTheDenseEigenvectors) {
+  const CsrF g = random_graph(500, test::fresh_seed());
+  SpectralOptions dense;
+  const auto a = spectral_layout(Context::cpu(2), g, dense);
+  SpectralOptions iter;
+  iter.dense_max_nodes = 0;  // force subspace iteration
+  iter.max_iter = 3000;
+  const auto b = spectral_layout(Context::cpu(2), g, iter);
+  ASSERT_TRUE(a && b);
+  // Each dense eigenvector is (up to sign) in the span of the iterative ones: |a_c . b_c| ~ 1 when
+  // the eigenvalues are separated; here compare the projection of span(a) on span(b).
+  double min_cos = 1;
+  for (int64_t c = 0; c < 2; ++c) {
+    double proj = 0;
+    for (int64_t e = 0; e < 2; ++e) {
+      double dot = 0;
+      for (int64_t i = 0; i < 500; ++i) dot += (*a)(i, c) * (*b)(i, e);
+      proj += dot * dot;
+    }
+    min_cos = std::min(min_cos, std::sqrt(proj));
+  }
+  std::printf("spectral: smallest cosine between the dense and iterative subspaces %.6f\n", min_cos);
+  EXPECT_GT(min_cos, 0.99);
+  // Results do not depend on the thread count.
+  const auto c = spectral_layout(Context::cpu(1), g, iter);
+  EXPECT_EQ(c->data, b->data);
+}
+
+TEST(Umap, BadInput) {
+  Dataset d;
+  d.obs.index.assign(10, "c");
+  EXPECT_THROW(umap(Context::cpu(1), d, UmapOptions{}), InputError);
+  EXPECT_THROW(find_ab_params(-1.0, 0.5), InputError);
+  const CsrF g = random_graph(30, 3);
+  UmapOptions o;
+  o.n_components = 30;
+  EXPECT_THROW(umap(Context::cpu(1), g, o), InputError);
+}
+
+}  // namespace
+}  // namespace scurry
