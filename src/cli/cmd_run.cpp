@@ -51,6 +51,15 @@ void run_pipeline(const GlobalOptions& g, const RunOptions& o) {
     std::printf("scurry run: %s -> %s\n", o.input.c_str(), o.output.c_str());
     std::printf("  cells %lld, genes %lld, nnz %lld; %s\n\n", static_cast<long long>(d.n_obs()),
                 static_cast<long long>(d.n_vars()), static_cast<long long>(d.X.nnz()), ctx.describe().c_str());
+    if (d.obs.has("leiden")) {
+      const auto& cl = std::get<CategoricalColumn>(d.obs.at("leiden").c);
+      std::vector<int64_t> size(cl.categories.size(), 0);
+      for (int32_t c : cl.codes)
+        if (c >= 0) ++size[c];
+      std::printf("  leiden: %zu clusters; cells per cluster:", size.size());
+      for (size_t c = 0; c < size.size(); ++c) std::printf(" %s:%lld", cl.categories[c].c_str(), static_cast<long long>(size[c]));
+      std::printf("\n\n");
+    }
     t.print_table(stdout);
     if (!o.timings.empty()) std::printf("\ntimings written to %s\n", o.timings.c_str());
   }
@@ -67,6 +76,10 @@ void add_run_options(CLI::App& cmd, RunOptions& o) {
                  "10x v3 inputs: keep only 'Gene Expression' features (scanpy's gex_only)")
       ->default_str("true");
   add_preprocess_options(cmd, o.preprocess);
+  add_neighbors_options(cmd, o.neighbors);
+  add_umap_options(cmd, o.umap, true);
+  add_leiden_options(cmd, o.leiden, true);
+  cmd.add_flag("!--no-graph", o.graph, "Stop after PCA (no neighbors, UMAP, Leiden)");
 }
 
 std::vector<Step> build_pipeline(const RunOptions& o) {
@@ -78,7 +91,11 @@ std::vector<Step> build_pipeline(const RunOptions& o) {
                }});
   p.push_back({"preprocess", [&o](Context& ctx, Dataset& d, Timings& t) { preprocess(ctx, d, o.preprocess, &t); },
                true});
-  // ---- later steps (neighbors, umap, leiden) go here, in order ----
+  if (o.graph) {
+    p.push_back({"neighbors", [&o](Context& ctx, Dataset& d, Timings&) { neighbors(ctx, d, o.neighbors); }});
+    p.push_back({"umap", [&o](Context& ctx, Dataset& d, Timings&) { umap(ctx, d, o.umap); }});
+    p.push_back({"leiden", [&o](Context& ctx, Dataset& d, Timings&) { leiden(ctx, d, o.leiden); }});
+  }
   p.push_back({"write", [&o](Context&, Dataset& d, Timings&) {
                  make_parent_dirs(o.output);
                  write_h5ad(d, o.output, o.write);

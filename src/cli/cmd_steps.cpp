@@ -42,6 +42,31 @@ void add_step(CLI::App& app, GlobalOptions& g, const std::string& name, const st
   });
 }
 
+template <class Opt>
+void add_graph_step(CLI::App& app, GlobalOptions& g, const std::string& name, const std::string& help,
+                    const std::function<void(CLI::App&, Opt&)>& bind,
+                    const std::function<void(Context&, Dataset&, const Opt&)>& run) {
+  struct Cmd {
+    std::string input, output;
+    ReadOptions read;
+    Opt opt;
+  };
+  auto o = std::make_shared<Cmd>();
+  CLI::App* cmd = app.add_subcommand(name, help);
+  cmd->add_option("IN", o->input, "Input: an h5ad file (after pca / neighbors)")->required();
+  cmd->add_option("-o,--output", o->output, "Output .h5ad file (written atomically)")->required();
+  bind(*cmd, o->opt);
+  cmd->callback([&g, o, run] {
+    Context ctx = make_context(g);
+    check_output_path(o->output, ".h5ad", "-o/--output");
+    Dataset d = read_any(o->input, o->read);
+    run(ctx, d, o->opt);
+    make_parent_dirs(o->output);
+    write_h5ad(d, o->output);
+    log::info("wrote " + o->output);
+  });
+}
+
 }  // namespace
 
 void add_step_commands(CLI::App& app, GlobalOptions& g) {
@@ -90,6 +115,15 @@ void add_step_commands(CLI::App& app, GlobalOptions& g) {
   add_step(app, g, "pca", "pca: principal components (obsm X_pca, varm PCs, uns pca)",
            [](CLI::App& c, PreprocessOptions& p) { add_pca_options(c, p.pca); },
            [](Context& ctx, Dataset& d, const PreprocessOptions& p) { pca(ctx, d, p.pca); });
+  add_graph_step<NeighborsOptions>(app, g, "neighbors", "neighbors: kNN graph, distances and UMAP connectivities",
+                                   [](CLI::App& c, NeighborsOptions& o) { add_neighbors_options(c, o); },
+                                   [](Context& ctx, Dataset& d, const NeighborsOptions& o) { neighbors(ctx, d, o); });
+  add_graph_step<UmapOptions>(app, g, "umap", "umap: 2-D embedding of the neighbours graph (obsm X_umap)",
+                              [](CLI::App& c, UmapOptions& o) { add_umap_options(c, o, false); },
+                              [](Context& ctx, Dataset& d, const UmapOptions& o) { umap(ctx, d, o); });
+  add_graph_step<LeidenOptions>(app, g, "leiden", "leiden: clusters of the neighbours graph (obs leiden)",
+                                [](CLI::App& c, LeidenOptions& o) { add_leiden_options(c, o, false); },
+                                [](Context& ctx, Dataset& d, const LeidenOptions& o) { leiden(ctx, d, o); });
 }
 
 }  // namespace scurry::cli

@@ -17,6 +17,9 @@
 #include "io/h5ad.hpp"
 #include "core/timings.hpp"
 #include "io/read.hpp"
+#include "graph/leiden.hpp"
+#include "graph/neighbors.hpp"
+#include "graph/umap.hpp"
 #include "pp/preprocess.hpp"
 
 namespace scurry::cli {
@@ -27,6 +30,10 @@ struct RunOptions {
   std::string timings;  // --timings: per-step timings as JSON ("" = not written)
   ReadOptions read;
   H5adWriteOptions write;
+  NeighborsOptions neighbors;
+  UmapOptions umap;
+  LeidenOptions leiden;
+  bool graph = true;  // --no-graph: stop after PCA
   PreprocessOptions preprocess = [] {
     PreprocessOptions p;
     p.qc_vars = {"mt"};  // the scanpy tutorial's QC of mitochondrial genes

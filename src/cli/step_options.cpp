@@ -129,6 +129,35 @@ void add_pca_options(CLI::App& cmd, PcaOptions& o) {
   cmd.add_option("--random-state", o.random_state, "pca: seed of the randomized solver")->capture_default_str();
 }
 
+void add_neighbors_options(CLI::App& cmd, NeighborsOptions& o) {
+  cmd.add_option("--n-neighbors", o.n_neighbors, "neighbors: neighbours per cell, itself included")->capture_default_str();
+  opt_value(cmd, "--n-pcs", o.n_pcs, "neighbors: use the first n_pcs columns of use_rep (default: all)");
+  cmd.add_option("--use-rep", o.use_rep, "neighbors: obsm key of the representation (default X_pca, else X)");
+  cmd.add_option("--metric", o.metric, "neighbors: euclidean or cosine")
+      ->check(CLI::IsMember({"euclidean", "cosine"}))
+      ->capture_default_str();
+  cmd.add_option("--knn-algorithm", o.algorithm, "neighbors: exact, hnsw (approximate) or auto")
+      ->check(CLI::IsMember({"exact", "hnsw", "auto"}))
+      ->capture_default_str();
+}
+
+void add_umap_options(CLI::App& cmd, UmapOptions& o, bool prefixed) {
+  cmd.add_option("--min-dist", o.min_dist, "umap: minimum distance between embedded points")->capture_default_str();
+  cmd.add_option("--spread", o.spread, "umap: scale of the embedded points")->capture_default_str();
+  cmd.add_option("--n-components", o.n_components, "umap: embedding dimensions")->capture_default_str();
+  opt_value(cmd, "--maxiter", o.maxiter, "umap: epochs (default 500 up to 10,000 cells, else 200)");
+  cmd.add_option("--negative-sample-rate", o.negative_sample_rate, "umap: negative samples per edge")->capture_default_str();
+  cmd.add_option("--init-pos", o.init_pos, "umap: spectral, random or an obsm key")->capture_default_str();
+  cmd.add_option(prefixed ? "--umap-random-state" : "--random-state", o.random_state, "umap: seed")->capture_default_str();
+}
+
+void add_leiden_options(CLI::App& cmd, LeidenOptions& o, bool prefixed) {
+  cmd.add_option("--resolution", o.resolution, "leiden: higher gives more, smaller clusters")->capture_default_str();
+  cmd.add_option("--n-iterations", o.n_iterations, "leiden: iterations (negative: until stable)")->capture_default_str();
+  cmd.add_option(prefixed ? "--leiden-random-state" : "--random-state", o.random_state, "leiden: seed")
+      ->capture_default_str();
+}
+
 void add_preprocess_options(CLI::App& cmd, PreprocessOptions& o) {
   add_qc_options(cmd, o);
   add_filter_cells_options(cmd, o.filter_cells);

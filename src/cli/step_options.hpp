@@ -5,6 +5,9 @@
 #pragma once
 #include <CLI/CLI.hpp>
 
+#include "graph/leiden.hpp"
+#include "graph/neighbors.hpp"
+#include "graph/umap.hpp"
 #include "pp/preprocess.hpp"
 
 namespace scurry::cli {
@@ -21,6 +24,13 @@ void add_scale_options(CLI::App& cmd, ScaleOptions& o);
 void add_pca_options(CLI::App& cmd, PcaOptions& o);
 // The whole chain: every step's options plus --skip, --no-raw, --no-counts-layer, --no-subset-hvg.
 void add_preprocess_options(CLI::App& cmd, PreprocessOptions& o);
+
+// The graph steps. Where two steps share a scanpy parameter name inside `run` (random_state), the
+// later steps' options carry the step's name: --umap-random-state, --leiden-random-state,
+// --neighbors-random-state (`prefixed`); the single-step subcommands use the plain names.
+void add_neighbors_options(CLI::App& cmd, NeighborsOptions& o);
+void add_umap_options(CLI::App& cmd, UmapOptions& o, bool prefixed);
+void add_leiden_options(CLI::App& cmd, LeidenOptions& o, bool prefixed);
 
 // "8G", "512M", "1.5GiB", "1000000" -> bytes; InputError naming the option otherwise.
 size_t parse_size(const std::string& s, const char* option);
