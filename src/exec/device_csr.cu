@@ -1,11 +1,59 @@
 #include <cub/device/device_scan.cuh>
 
 #include <algorithm>
+#include <cstring>
 #include <vector>
 
 #include "exec/device_csr.cuh"
 
 namespace scurry {
+
+namespace {
+
+constexpr size_t kStageBytes = size_t(256) << 20;  // pinned staging buffer (two of them)
+
+// Host (pageable) to device through two pinned staging buffers: the copy into one buffer (spread over
+// the CPU threads) overlaps the DMA of the other. Pageable cudaMemcpy runs at ~7 GB/s on the H200
+// machine; pinned DMA at ~50 GB/s.
+void copy_to_device(CudaResources& r, void* dst, const void* src, size_t bytes) {
+  if (bytes < kStageBytes) {
+    SCURRY_CUDA(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, r.stream));
+    SCURRY_CUDA(cudaStreamSynchronize(r.stream));
+    return;
+  }
+  char* stage[2] = {nullptr, nullptr};
+  cudaEvent_t done[2];
+  SCURRY_CUDA(cudaMallocHost(reinterpret_cast<void**>(&stage[0]), kStageBytes));
+  SCURRY_CUDA(cudaMallocHost(reinterpret_cast<void**>(&stage[1]), kStageBytes));
+  SCURRY_CUDA(cudaEventCreateWithFlags(&done[0], cudaEventDisableTiming));
+  SCURRY_CUDA(cudaEventCreateWithFlags(&done[1], cudaEventDisableTiming));
+  struct Free {
+    char** s;
+    cudaEvent_t* e;
+    ~Free() {
+      cudaFreeHost(s[0]), cudaFreeHost(s[1]);
+      cudaEventDestroy(e[0]), cudaEventDestroy(e[1]);
+    }
+  } guard{stage, done};
+  const char* in = static_cast<const char*>(src);
+  char* out = static_cast<char*>(dst);
+  for (size_t off = 0, i = 0; off < bytes; off += kStageBytes, ++i) {
+    const size_t len = std::min(kStageBytes, bytes - off);
+    char* buf = stage[i % 2];
+    if (i >= 2) SCURRY_CUDA(cudaEventSynchronize(done[i % 2]));  // its previous DMA has finished
+    constexpr int64_t kPieces = 64;
+#pragma omp parallel for schedule(static)
+    for (int64_t p = 0; p < kPieces; ++p) {
+      const size_t a = len * p / kPieces, b = len * (p + 1) / kPieces;
+      std::memcpy(buf + a, in + off + a, b - a);
+    }
+    SCURRY_CUDA(cudaMemcpyAsync(out + off, buf, len, cudaMemcpyHostToDevice, r.stream));
+    SCURRY_CUDA(cudaEventRecord(done[i % 2], r.stream));
+  }
+  SCURRY_CUDA(cudaStreamSynchronize(r.stream));
+}
+
+}  // namespace
 
 DeviceCsr upload(CudaResources& r, const CsrF& m) {
   DeviceCsr d;
@@ -13,10 +61,9 @@ DeviceCsr upload(CudaResources& r, const CsrF& m) {
   d.indptr = DeviceArray<int64_t>(r, m.indptr.size(), "CSR row pointers");
   d.indices = DeviceArray<int32_t>(r, m.indices.size(), "CSR column indices");
   d.data = DeviceArray<float>(r, m.data.size(), "CSR values");
-  SCURRY_CUDA(cudaMemcpyAsync(d.indptr.data(), m.indptr.data(), m.indptr.size() * 8, cudaMemcpyHostToDevice, r.stream));
-  SCURRY_CUDA(cudaMemcpyAsync(d.indices.data(), m.indices.data(), m.indices.size() * 4, cudaMemcpyHostToDevice, r.stream));
-  SCURRY_CUDA(cudaMemcpyAsync(d.data.data(), m.data.data(), m.data.size() * 4, cudaMemcpyHostToDevice, r.stream));
-  SCURRY_CUDA(cudaStreamSynchronize(r.stream));
+  copy_to_device(r, d.indptr.data(), m.indptr.data(), m.indptr.size() * 8);
+  copy_to_device(r, d.indices.data(), m.indices.data(), m.indices.size() * 4);
+  copy_to_device(r, d.data.data(), m.data.data(), m.data.size() * 4);
   return d;
 }
 
@@ -46,7 +93,7 @@ __global__ void count_kept(const int64_t* indptr, const int32_t* idx, int64_t n_
   int64_t c = 0;
   if (!keep_rows || keep_rows[row]) {
     const int64_t s = indptr[row], e = indptr[row + 1];
-    if (!col_map) c = e - s;
+    if (!col_map) c = lane == 0 ? e - s : 0;  // summed over the warp below
     else
       for (int64_t p = s + lane; p < e; p += 32) c += col_map[idx[p]] >= 0;
   }
@@ -136,7 +183,8 @@ void filter_inplace(CudaResources& r, DeviceCsr& m, const uint8_t* keep_rows, co
     // Grow the chunk while its old entries fit the scratch buffer.
     while (r1 < n && h_indptr[r1 + 1] - h_indptr[r0] <= scratch_n) ++r1;
     const int64_t base = h_off[r0], len = h_off[r1] - base;
-    if (h_indptr[r1] - h_indptr[r0] > scratch_n) fail("internal: a row longer than the filter scratch buffer");
+    if (h_indptr[r1] - h_indptr[r0] > scratch_n || len < 0 || len > h_indptr[r1] - h_indptr[r0])
+      fail("internal: filter chunk [", r0, ", ", r1, ") keeps ", len, " of ", h_indptr[r1] - h_indptr[r0], " entries");
     gather_kept<<<blocks_for((r1 - r0) * 32, kWarpRowsBlock), kWarpRowsBlock, 0, r.stream>>>(
         m.indptr.data(), m.indices.data(), m.data.data(), r0, r1, keep_rows, col_map, new_off.data(), base,
         s_idx.data(), s_val.data());

@@ -24,7 +24,11 @@ enum class GeneTransform { identity, expm1, clip };  // clip: min(v, clip[g])
 struct GeneSums {
   std::vector<double> sum, sumsq, nnz;
 };
-GeneSums gene_sums(CudaResources& r, const DeviceCsr& m, GeneTransform f, const float* clip = nullptr);
+// `second`: which statistic besides the sum is needed (one pass each; `both` makes two passes on the
+// default shared-memory path). The one not asked for is left at 0.
+enum class SecondStat { count, squares, both };
+GeneSums gene_sums(CudaResources& r, const DeviceCsr& m, GeneTransform f, const float* clip = nullptr,
+                   SecondStat second = SecondStat::both);
 
 // Per row: total over the row; rows rescaled to target_sum (rows with total 0 untouched), then
 // log1p when `log1p` is set. In place.

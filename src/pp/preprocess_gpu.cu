@@ -5,7 +5,10 @@
 // in place, and the sparse matrix is released once the dense scaled one exists, so the peak device
 // memory is about the input plus the dense HVG matrix.
 #include <algorithm>
+#include <chrono>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 
 #include "core/error.hpp"
 #include "core/log.hpp"
@@ -58,6 +61,16 @@ void preprocess_gpu(Context& ctx, Dataset& d, const PreprocessOptions& o, Timing
   unsupported(!o.subset_hvg, "PCA without the HVG subset");
   if (d.X.empty()) throw InputError("preprocess: X is empty");
 
+  // SCURRY_PROFILE=1: wall time of the phases inside the steps, on stderr.
+  const bool profile = std::getenv("SCURRY_PROFILE") != nullptr;
+  auto mark_t = std::chrono::steady_clock::now();
+  auto mark = [&](const char* what) {
+    if (!profile) return;
+    SCURRY_CUDA(cudaStreamSynchronize(r.stream));
+    const auto now = std::chrono::steady_clock::now();
+    std::fprintf(stderr, "  %-28s %8.3f ms\n", what, std::chrono::duration<double, std::milli>(now - mark_t).count());
+    mark_t = now;
+  };
   auto step = [&](const std::string& name, auto&& fn) {
     auto scope = t.scope(name);
     fn();
@@ -88,8 +101,11 @@ void preprocess_gpu(Context& ctx, Dataset& d, const PreprocessOptions& o, Timing
     QcResult res;
     res.percent_top = qc_percent_top(q, m.n_cols);
     const std::vector<int> top(res.percent_top.begin(), res.percent_top.end());
+    mark("qc: setup");
     gpu::RowQc rq = gpu::row_qc(r, m, masks.empty() ? nullptr : dbits.data(), static_cast<int>(masks.size()), top);
-    gpu::GeneSums gs = gpu::gene_sums(r, m, gpu::GeneTransform::identity);
+    mark("qc: row_qc (+download)");
+    gpu::GeneSums gs = gpu::gene_sums(r, m, gpu::GeneTransform::identity, nullptr, gpu::SecondStat::count);
+    mark("qc: gene_sums");
     const int64_t n = m.n_rows, g = m.n_cols;
     res.n_genes_by_counts.assign(rq.n_genes.begin(), rq.n_genes.end());
     res.total_counts = rq.total;
@@ -115,6 +131,7 @@ void preprocess_gpu(Context& ctx, Dataset& d, const PreprocessOptions& o, Timing
       res.pct_dropout_by_counts[j] = (1.0 - gs.nnz[j] / dn) * 100.0;
     }
     write_qc_metrics(d, res, q, true);
+    mark("qc: host columns");
   });
 
   step("filter_cells", [&] {
@@ -130,7 +147,9 @@ void preprocess_gpu(Context& ctx, Dataset& d, const PreprocessOptions& o, Timing
   });
 
   step("filter_genes", [&] {
-    gpu::GeneSums gs = gpu::gene_sums(r, m, gpu::GeneTransform::identity);
+    mark("filter_genes: start");
+    gpu::GeneSums gs = gpu::gene_sums(r, m, gpu::GeneTransform::identity, nullptr, gpu::SecondStat::count);
+    mark("filter_genes: gene_sums");
     std::vector<int64_t> n_cells(gs.nnz.begin(), gs.nnz.end());
     FilterGenesResult fr = filter_genes_from_stats(std::move(n_cells), gs.sum, o.filter_genes);
     if (static_cast<int64_t>(fr.kept.size()) != m.n_cols) {
@@ -139,6 +158,7 @@ void preprocess_gpu(Context& ctx, Dataset& d, const PreprocessOptions& o, Timing
       DeviceArray<int32_t> dmap = to_device(r, map, "gene filter");
       filter_inplace(r, m, nullptr, dmap.data(), static_cast<int64_t>(fr.kept.size()));
     }
+    mark("filter_genes: filter_inplace");
     apply_filter_genes(d, fr, true);
     t.set_meta("nnz_filtered", std::to_string(m.nnz));
   });
@@ -170,7 +190,10 @@ void preprocess_gpu(Context& ctx, Dataset& d, const PreprocessOptions& o, Timing
 
   step("highly_variable_genes", [&] {
     const bool seurat = o.hvg.flavor == "seurat";
-    gpu::GeneSums gs = gpu::gene_sums(r, m, seurat ? gpu::GeneTransform::expm1 : gpu::GeneTransform::identity);
+    mark("hvg: start");
+    gpu::GeneSums gs = gpu::gene_sums(r, m, seurat ? gpu::GeneTransform::expm1 : gpu::GeneTransform::identity, nullptr,
+                                      gpu::SecondStat::squares);
+    mark("hvg: gene_sums");
     // scanpy's _get_mean_var: mean, (mean of squares - mean^2) * n / (n - 1), clamped at 0.
     const double n = static_cast<double>(m.n_rows);
     std::vector<double> mean(m.n_cols), var(m.n_cols);
@@ -208,7 +231,7 @@ void preprocess_gpu(Context& ctx, Dataset& d, const PreprocessOptions& o, Timing
   if (n < 2) throw InputError("scale: needs at least 2 cells");
   DeviceArray<float> dense;
   step("scale", [&] {
-    gpu::GeneSums gs = gpu::gene_sums(r, m, gpu::GeneTransform::identity);
+    gpu::GeneSums gs = gpu::gene_sums(r, m, gpu::GeneTransform::identity, nullptr, gpu::SecondStat::squares);
     const double dn = static_cast<double>(n);
     std::vector<double> mean(g), sd(g);
     for (int64_t j = 0; j < g; ++j) {
@@ -234,6 +257,7 @@ void preprocess_gpu(Context& ctx, Dataset& d, const PreprocessOptions& o, Timing
       throw InputError(detail::concat("pca: n_comps must be in [1, min(n_cells, n_genes) - 1] = [1, ",
                                       std::min(n, g) - 1, "], got ", k));
     DeviceArray<float> xpca(r, static_cast<size_t>(n) * k, "X_pca");
+    mark("pca: start");
     gpu::PcaGpuResult pr = gpu::pca_dense(r, dense.data(), n, g, static_cast<int>(k), o.pca.zero_center, xpca.data());
     PcaResult res;
     DenseF x(n, k);
@@ -248,8 +272,10 @@ void preprocess_gpu(Context& ctx, Dataset& d, const PreprocessOptions& o, Timing
     res.genes.resize(g);
     for (int64_t j = 0; j < g; ++j) res.genes[j] = j;
     SCURRY_CUDA(cudaStreamSynchronize(r.stream));
-    res.x_pca = Matrix(std::move(x), DType::f32);
-    write_pca(d, res, o.pca);
+    mark("pca: device + download");
+    write_pca(d, res, o.pca);  // res.x_pca is empty: X_pca is moved in below, not copied
+    d.obsm["X_pca"] = Matrix(std::move(x), DType::f32);
+    mark("pca: host slots");
   });
 
   if (o.scaled_x)

@@ -163,13 +163,16 @@ double f32(double v) { return static_cast<double>(static_cast<float>(v)); }
 
 std::vector<double> log1p_of(const std::vector<double>& v, bool as_f32) {
   std::vector<double> out(v.size());
-  for (size_t i = 0; i < v.size(); ++i)
-    out[i] = as_f32 ? f32(std::log1p(f32(v[i]))) : std::log1p(v[i]);
+  const int64_t n = static_cast<int64_t>(v.size());
+#pragma omp parallel for schedule(static) if (n > 100000)
+  for (int64_t i = 0; i < n; ++i) out[i] = as_f32 ? f32(std::log1p(f32(v[i]))) : std::log1p(v[i]);
   return out;
 }
 std::vector<double> rounded(const std::vector<double>& v) {
   std::vector<double> out(v.size());
-  for (size_t i = 0; i < v.size(); ++i) out[i] = f32(v[i]);
+  const int64_t n = static_cast<int64_t>(v.size());
+#pragma omp parallel for schedule(static) if (n > 100000)
+  for (int64_t i = 0; i < n; ++i) out[i] = f32(v[i]);
   return out;
 }
 template <class I>

@@ -126,6 +126,54 @@ TEST(KernelsGpu, NormalizeLog1pMatchesCpu) {
   }
 }
 
+namespace {
+// Host oracle of filter_inplace; either mask may be empty (keep all).
+CsrF host_filter(const CsrF& m, const std::vector<uint8_t>& keep, const std::vector<int32_t>& cmap, int64_t cols) {
+  CsrF want = CsrF::zeros(0, cols);
+  want.indptr = {0};
+  for (int64_t i = 0; i < m.n_rows; ++i) {
+    if (!keep.empty() && !keep[i]) continue;
+    for (int64_t p = m.indptr[i]; p < m.indptr[i + 1]; ++p) {
+      const int32_t j = cmap.empty() ? m.indices[p] : cmap[m.indices[p]];
+      if (j >= 0) want.indices.push_back(j), want.data.push_back(m.data[p]);
+    }
+    want.indptr.push_back(want.nnz());
+  }
+  want.n_rows = static_cast<int64_t>(want.indptr.size()) - 1;
+  return want;
+}
+}  // namespace
+
+TEST(KernelsGpu, FilterInPlaceRowsOnlyThenColumnsOnly) {
+  SCURRY_REQUIRE_GPU();
+  Context ctx = gpu_ctx();
+  CudaResources& r = *ctx.cuda();
+  const uint64_t seed = test::fresh_seed();
+  CsrF m = counts(seed, 3000, 4000);
+  std::mt19937_64 rng(seed + 3);
+  std::vector<uint8_t> keep(m.n_rows);
+  for (auto& k : keep) k = rng() % 4 != 0;
+  std::vector<int32_t> cmap(m.n_cols);
+  int32_t next = 0;
+  for (auto& c : cmap) c = rng() % 3 != 0 ? next++ : -1;
+  DeviceArray<uint8_t> dk(r, keep.size(), "k");
+  DeviceArray<int32_t> dc(r, cmap.size(), "c");
+  SCURRY_CUDA(cudaMemcpy(dk.data(), keep.data(), keep.size(), cudaMemcpyHostToDevice));
+  SCURRY_CUDA(cudaMemcpy(dc.data(), cmap.data(), cmap.size() * 4, cudaMemcpyHostToDevice));
+  DeviceCsr d = upload(r, m);
+  filter_inplace(r, d, dk.data(), nullptr, m.n_cols);
+  CsrF rows = host_filter(m, keep, {}, m.n_cols);
+  CsrF got = download(r, d);
+  EXPECT_EQ(got.indptr, rows.indptr);
+  EXPECT_EQ(got.indices, rows.indices);
+  filter_inplace(r, d, nullptr, dc.data(), next);
+  CsrF both = host_filter(rows, {}, cmap, next);
+  got = download(r, d);
+  EXPECT_EQ(got.indptr, both.indptr);
+  EXPECT_EQ(got.indices, both.indices);
+  EXPECT_EQ(got.data, both.data);
+}
+
 TEST(KernelsGpu, FilterInPlaceMatchesHostSubset) {
   SCURRY_REQUIRE_GPU();
   Context ctx = gpu_ctx();
