@@ -14,5 +14,6 @@ void add_run_command(CLI::App& app, GlobalOptions& g);      // cmd_run.cpp
 void add_step_commands(CLI::App& app, GlobalOptions& g);    // cmd_steps.cpp: one subcommand per step
 void add_simulate_command(CLI::App& app, GlobalOptions& g); // cmd_simulate.cpp
 void add_bench_command(CLI::App& app, GlobalOptions& g);    // cmd_bench.cpp
+void add_cnmf_command(CLI::App& app, GlobalOptions& g);     // cmd_cnmf.cpp
 
 }  // namespace scurry::cli

@@ -83,6 +83,7 @@ int main(int argc, char** argv) {
     cli::add_step_commands(app, g);
     cli::add_simulate_command(app, g);
     cli::add_bench_command(app, g);
+    cli::add_cnmf_command(app, g);
   } catch (const std::exception& e) {
     return report(e.what(), 1);
   }

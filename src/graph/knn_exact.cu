@@ -1,0 +1,369 @@
+// Exact kNN on the GPU (knn_gpu.hpp) and the primitives shared with IVF-Flat (knn_gpu.cuh).
+//
+// Floor on one H200 for 1,306,127 cells x 50 dims, k = 15 (W = 32 candidates):
+//  FLOPs 2 n^2 d = 1.7e14: fp32 SGEMM 3.3 s at 51 TFLOP/s; one TF32 pass 0.38 s at 452 TFLOP/s; split
+//  TF32 (tf32x3, K = 3d) 1.1 s. Scores: n^2 = 1.7e12 floats written by the GEMM and read by the
+//  select, 13.6 TB: 3.2 s if they went through HBM (4.3 TB/s), hence score tiles of 32 MiB
+//  (8192 queries x 1024 database rows) that stay in L2; running lists n W 8 bytes re-read per tile
+//  (2 MiB a tile). Re-rank: n W d float64 FLOPs (2e9), negligible.
+//  Expected: GEMM + L2 traffic, about 1.5-2.5 s with tf32x3 (204k tile pairs, two launches each);
+//  a fused GEMM + select kernel (scores never leave registers) is the way below that.
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "core/error.hpp"
+#include "exec/parallel.hpp"
+#include "graph/knn_gpu.cuh"
+#include "graph/knn_gpu.hpp"
+#include "graph/topk.cuh"
+
+namespace scurry {
+namespace gpu::knn {
+
+namespace {
+
+constexpr int kThreads = 256;                       // threads per block of the elementwise kernels
+constexpr int kWarpsPerBlock = 8;                   // warps per block of the per-row kernels (at most)
+constexpr int64_t kSmemBudget = 48 * 1024;          // dynamic shared memory per block (no opt-in)
+constexpr int64_t kQueryTile = 8192;                // queries per score tile
+constexpr int64_t kTileFloats = int64_t(1) << 23;   // score tile: 8M floats = 32 MiB (fits L2)
+constexpr int64_t kColumnPad = 8;                   // GEMM depth padded to a multiple of this
+constexpr int64_t kMinMargin = 8;                   // extra candidates re-ranked (at least)
+constexpr int64_t kCheckBlock = 1 << 16;            // rows per block of the host finiteness check
+
+unsigned grid_for(int64_t n, int t = kThreads) { return static_cast<unsigned>((n + t - 1) / t); }
+
+int warps_per_block(int64_t smem_per_warp) {
+  return static_cast<int>(std::clamp<int64_t>(kSmemBudget / smem_per_warp, 1, kWarpsPerBlock));
+}
+
+__device__ __forceinline__ double warp_sum(double v) {
+  for (int o = kWarp / 2; o > 0; o >>= 1) v += __shfl_xor_sync(kFullMask, v, o);
+  return v;
+}
+
+__global__ void row_stats_kernel(const float* X, int64_t n, int64_t d, const float* mean, double* nrm, float* sqn) {
+  const int64_t row = (blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x) / kWarp;
+  const int lane = threadIdx.x & (kWarp - 1);
+  if (row >= n) return;  // warp-uniform
+  const float* x = X + row * d;
+  double s = 0, c = 0;
+  for (int64_t j = lane; j < d; j += kWarp) {
+    const double v = x[j];
+    s += v * v;
+    const float u = x[j] - (mean ? mean[j] : 0.f);
+    c += static_cast<double>(u) * u;
+  }
+  s = warp_sum(s);
+  c = warp_sum(c);
+  if (lane == 0) {
+    nrm[row] = sqrt(s);
+    if (sqn) sqn[row] = static_cast<float>(c);
+  }
+}
+
+__global__ void column_means_kernel(const float* X, int64_t n, int64_t d, float* mean) {
+  const int64_t col = blockIdx.x;
+  double s = 0;
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) s += X[i * d + col];
+  __shared__ double part[kThreads];
+  part[threadIdx.x] = s;
+  __syncthreads();
+  for (int h = blockDim.x / 2; h > 0; h >>= 1) {
+    if (static_cast<int>(threadIdx.x) < h) part[threadIdx.x] += part[threadIdx.x + h];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) mean[col] = static_cast<float>(part[0] / static_cast<double>(n));
+}
+
+__global__ void unit_rows_kernel(const float* X, const double* nrm, int64_t n, int64_t d, float* out) {
+  const int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (e >= n * d) return;
+  const double nr = nrm[e / d];
+  const double s = nr > 0 ? 1.0 / nr : 0.0;
+  out[e] = static_cast<float>(static_cast<double>(X[e]) * s);
+}
+
+__global__ void fill_empty_kernel(float* d, int32_t* i, int64_t count) {
+  const int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (e >= count) return;
+  d[e] = __int_as_float(0x7f800000);
+  i[e] = -1;
+}
+
+__device__ __forceinline__ float tf32_round(float v) {
+  uint32_t u = __float_as_uint(v);
+  if ((u & 0x7f800000u) == 0x7f800000u) return v;
+  u += 0x1000u;  // round to nearest (ties away) at 10 mantissa bits
+  u &= 0xffffe000u;
+  return __uint_as_float(u);
+}
+
+// GEMM operands, n x kp row-major. Rows: x - mean (euclidean) or x / ||x|| (cosine). split: A = [hi,
+// hi, lo], B = [hi, lo, hi] so that A_q . B_r = hi.hi + hi.lo + lo.hi; otherwise A = the rows
+// (B unused). Padding columns are 0.
+__global__ void prepare_operands_kernel(const float* X, int64_t n, int64_t d, int64_t kp, const float* mean,
+                                        const double* nrm, bool cosine, bool split, float* A, float* B) {
+  const int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (e >= n * kp) return;
+  const int64_t i = e / kp, col = e - i * kp;
+  const int64_t seg = col / d, c = col - seg * d;
+  float v = 0.f;
+  if (seg < (split ? 3 : 1)) {
+    const float x = X[i * d + c];
+    if (cosine) {
+      const double nr = nrm[i];
+      v = static_cast<float>(static_cast<double>(x) * (nr > 0 ? 1.0 / nr : 0.0));
+    } else {
+      v = x - mean[c];
+    }
+  }
+  if (!split) {
+    A[e] = v;
+    return;
+  }
+  const float hi = tf32_round(v), lo = v - hi;
+  A[e] = seg == 2 ? lo : hi;
+  B[e] = seg == 1 ? lo : hi;
+}
+
+__global__ void select_tile_kernel(const float* tile, int64_t nq, int64_t nr, const float* col_add, int64_t id0,
+                                   int64_t self0, float* best_d, int32_t* best_i, int w) {
+  extern __shared__ float smem_f[];
+  const int warp = threadIdx.x / kWarp, lane = threadIdx.x & (kWarp - 1);
+  const int64_t q = blockIdx.x * static_cast<int64_t>(blockDim.x / kWarp) + warp;
+  if (q >= nq) return;  // warp-uniform
+  WarpTopK top(smem_f + static_cast<int64_t>(warp) * 4 * w, w);
+  float* gd = best_d + q * w;
+  int32_t* gi = best_i + q * w;
+  top.load(gd, gi);
+  const float* row = tile + q * nr;
+  const int64_t self = self0 >= 0 ? self0 + q : -1;
+  for (int64_t b = 0; b < nr; b += kWarp) {
+    const int64_t c = b + lane;
+    const bool in = c < nr;
+    const float s = in ? row[c] + (col_add ? col_add[c] : 0.f) : 0.f;
+    const int64_t id = id0 + c;
+    top.push(s, static_cast<int32_t>(id), in && id != self);
+  }
+  top.store(gd, gi);
+}
+
+__global__ void rerank_kernel(const float* X, const double* nrm, int64_t n, int64_t d, bool cosine,
+                              const int32_t* cand, int w, int64_t k, int32_t* out_idx, float* out_dist) {
+  extern __shared__ double smem_d[];
+  const int warp = threadIdx.x / kWarp, lane = threadIdx.x & (kWarp - 1);
+  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x / kWarp) + warp;
+  if (i >= n) return;  // warp-uniform
+  double* key = smem_d + static_cast<int64_t>(warp) * (w + w / 2);
+  int32_t* id = reinterpret_cast<int32_t*>(key + w);
+  const float* xi = X + i * d;
+  const double inf = __longlong_as_double(0x7ff0000000000000LL);
+  for (int t = lane; t < w; t += kWarp) {
+    const int32_t j = cand[i * w + t];
+    double dist = inf;
+    if (j >= 0) {
+      const float* xj = X + static_cast<int64_t>(j) * d;
+      double s = 0;
+      if (cosine) {
+        for (int64_t c = 0; c < d; ++c) s += static_cast<double>(xi[c]) * xj[c];
+        dist = (nrm[i] == 0 || nrm[j] == 0) ? 1.0 : 1.0 - s / (nrm[i] * nrm[j]);
+      } else {
+        for (int64_t c = 0; c < d; ++c) {
+          const double t2 = static_cast<double>(xi[c]) - xj[c];
+          s += t2 * t2;
+        }
+        dist = sqrt(s);
+      }
+    }
+    key[t] = dist;
+    id[t] = j;
+  }
+  warp_bitonic_sort(key, id, w);
+  int32_t* oi = out_idx + i * k;
+  float* od = out_dist + i * k;
+  if (lane == 0) oi[0] = static_cast<int32_t>(i), od[0] = 0.f;
+  for (int64_t t = lane; t < k - 1; t += kWarp) {
+    const int32_t j = id[t];
+    if (j < 0) {
+      oi[t + 1] = -1;
+      od[t + 1] = __int_as_float(0x7f800000);
+    } else {
+      oi[t + 1] = j;
+      od[t + 1] = static_cast<float>(fmax(0.0, key[t]));
+    }
+  }
+}
+
+}  // namespace
+
+CudaResources& require_cuda(const Context& ctx, const char* where) {
+  if (ctx.backend() != Backend::cuda || ctx.cuda() == nullptr)
+    fail_input(where, "the GPU neighbour search needs a CUDA context; use --device gpu or the CPU search");
+  return *ctx.cuda();
+}
+
+void check_input(const Context& ctx, const DenseF& X, int64_t k, const char* where) {
+  if (X.n_rows < 2) fail_input(where, "the embedding has ", X.n_rows, " rows; the search needs at least 2 cells");
+  if (X.n_cols < 1) fail_input(where, "the embedding has no columns; nothing to search");
+  if (X.n_rows > INT32_MAX)
+    fail_input(where, X.n_rows, " cells is more than the 2^31 - 1 the neighbour indices can hold");
+  if (k < 1 || k >= X.n_rows)
+    fail_input(where, "k = ", k, " neighbours (the cell itself included) is out of range for ", X.n_rows,
+               " cells; use 1 <= k < n_cells");
+  if (2 * (k - 1) > kMaxTopK)
+    fail_input(where, "k = ", k, " is too large for the GPU search (at most ", kMaxTopK / 2 + 1,
+               "); use the CPU search for more neighbours");
+  const int64_t n_blocks = (X.n_rows + kCheckBlock - 1) / kCheckBlock;
+  std::vector<char> bad(static_cast<size_t>(n_blocks), 0);
+  parallel_for(ctx.threads(), n_blocks, [&](int64_t b) {
+    const int64_t r0 = b * kCheckBlock, r1 = std::min(X.n_rows, r0 + kCheckBlock);
+    const float* p = X.row(r0);
+    const int64_t m = (r1 - r0) * X.n_cols;
+    for (int64_t e = 0; e < m; ++e)
+      if (!std::isfinite(p[e])) {
+        bad[b] = 1;
+        return;
+      }
+  });
+  for (char c : bad)
+    if (c) fail_input(where, "the embedding contains NaN or infinite values; clean it before the neighbour search");
+}
+
+int pow2_width(int64_t v) {
+  int w = kWarp;
+  while (w < v) w <<= 1;
+  return w;
+}
+
+int candidate_width(int64_t k) {
+  const int64_t want = k - 1;
+  return pow2_width(want + std::max(kMinMargin, want));
+}
+
+void row_stats(CudaResources& r, const float* dX, int64_t n, int64_t d, const float* mean, double* nrm, float* sqn) {
+  row_stats_kernel<<<grid_for(n * kWarp), kThreads, 0, r.stream>>>(dX, n, d, mean, nrm, sqn);
+  SCURRY_CUDA_LAUNCH();
+}
+
+void column_means(CudaResources& r, const float* dX, int64_t n, int64_t d, float* mean) {
+  column_means_kernel<<<static_cast<unsigned>(d), kThreads, 0, r.stream>>>(dX, n, d, mean);
+  SCURRY_CUDA_LAUNCH();
+}
+
+void unit_rows(CudaResources& r, const float* dX, const double* nrm, int64_t n, int64_t d, float* out) {
+  unit_rows_kernel<<<grid_for(n * d), kThreads, 0, r.stream>>>(dX, nrm, n, d, out);
+  SCURRY_CUDA_LAUNCH();
+}
+
+void fill_empty(CudaResources& r, float* d, int32_t* i, int64_t count) {
+  if (count == 0) return;
+  fill_empty_kernel<<<grid_for(count), kThreads, 0, r.stream>>>(d, i, count);
+  SCURRY_CUDA_LAUNCH();
+}
+
+void select_tile(CudaResources& r, const float* tile, int64_t nq, int64_t nr, const float* col_add, int64_t id0,
+                 int64_t self0, float* best_d, int32_t* best_i, int w) {
+  if (nq == 0 || nr == 0) return;
+  const int64_t per_warp = warp_topk_smem_bytes(w);
+  const int wpb = warps_per_block(per_warp);
+  const unsigned blocks = static_cast<unsigned>((nq + wpb - 1) / wpb);
+  select_tile_kernel<<<blocks, wpb * kWarp, static_cast<size_t>(wpb * per_warp), r.stream>>>(
+      tile, nq, nr, col_add, id0, self0, best_d, best_i, w);
+  SCURRY_CUDA_LAUNCH();
+}
+
+void rerank(CudaResources& r, const float* dX, const double* nrm, int64_t n, int64_t d, KnnMetric metric,
+            const int32_t* cand, int w, int64_t k, int32_t* out_idx, float* out_dist) {
+  const int64_t per_warp = static_cast<int64_t>(w) * (sizeof(double) + sizeof(int32_t));
+  const int wpb = warps_per_block(per_warp);
+  const unsigned blocks = static_cast<unsigned>((n + wpb - 1) / wpb);
+  rerank_kernel<<<blocks, wpb * kWarp, static_cast<size_t>(wpb * per_warp), r.stream>>>(
+      dX, nrm, n, d, metric == KnnMetric::cosine, cand, w, k, out_idx, out_dist);
+  SCURRY_CUDA_LAUNCH();
+}
+
+Knn download(CudaResources& r, const int32_t* d_idx, const float* d_dist, int64_t n, int64_t k) {
+  Knn out;
+  out.n = n;
+  out.k = k;
+  out.indices.resize(static_cast<size_t>(n * k));
+  out.distances.resize(static_cast<size_t>(n * k));
+  SCURRY_CUDA(cudaMemcpyAsync(out.indices.data(), d_idx, static_cast<size_t>(n * k) * sizeof(int32_t),
+                              cudaMemcpyDeviceToHost, r.stream));
+  SCURRY_CUDA(cudaMemcpyAsync(out.distances.data(), d_dist, static_cast<size_t>(n * k) * sizeof(float),
+                              cudaMemcpyDeviceToHost, r.stream));
+  SCURRY_CUDA(cudaStreamSynchronize(r.stream));
+  return out;
+}
+
+}  // namespace gpu::knn
+
+Knn knn_exact_gpu(const Context& ctx, const DenseF& X, int64_t k, KnnMetric metric, const KnnExactGpuOptions& opt) {
+  using namespace gpu;
+  using namespace gpu::knn;
+  const char* where = "neighbors";
+  CudaResources& r = require_cuda(ctx, where);
+  check_input(ctx, X, k, where);
+  const int64_t n = X.n_rows, d = X.n_cols;
+  const bool cosine = metric == KnnMetric::cosine;
+
+  DeviceArray<float> dX(r, static_cast<size_t>(n * d), "kNN embedding");
+  SCURRY_CUDA(cudaMemcpyAsync(dX.data(), X.data.data(), static_cast<size_t>(n * d) * sizeof(float),
+                              cudaMemcpyHostToDevice, r.stream));
+  DeviceArray<double> nrm(r, static_cast<size_t>(n), "kNN row norms");
+  DeviceArray<int32_t> out_idx(r, static_cast<size_t>(n * k), "kNN indices");
+  DeviceArray<float> out_dist(r, static_cast<size_t>(n * k), "kNN distances");
+  const int w = candidate_width(k);
+
+  DeviceArray<float> mean, sqn;
+  if (!cosine) {
+    mean = DeviceArray<float>(r, static_cast<size_t>(d), "kNN column means");
+    sqn = DeviceArray<float>(r, static_cast<size_t>(n), "kNN squared norms");
+    column_means(r, dX.data(), n, d, mean.data());
+  }
+  row_stats(r, dX.data(), n, d, cosine ? nullptr : mean.data(), nrm.data(), cosine ? nullptr : sqn.data());
+
+  DeviceArray<float> best_d(r, static_cast<size_t>(n) * w, "kNN candidate scores");
+  DeviceArray<int32_t> best_i(r, static_cast<size_t>(n) * w, "kNN candidates");
+  fill_empty(r, best_d.data(), best_i.data(), n * w);
+  if (k > 1) {
+    const bool split = opt.precision == KnnGemmPrecision::tf32x3;
+    const int64_t depth = split ? 3 * d : d;
+    const int64_t kp = (depth + kColumnPad - 1) / kColumnPad * kColumnPad;
+    DeviceArray<float> A(r, static_cast<size_t>(n * kp), "kNN GEMM operand");
+    DeviceArray<float> B;
+    if (split) B = DeviceArray<float>(r, static_cast<size_t>(n * kp), "kNN GEMM operand (split)");
+    prepare_operands_kernel<<<grid_for(n * kp), kThreads, 0, r.stream>>>(
+        dX.data(), n, d, kp, cosine ? nullptr : mean.data(), nrm.data(), cosine, split, A.data(),
+        split ? B.data() : nullptr);
+    SCURRY_CUDA_LAUNCH();
+    const float* Bq = split ? B.data() : A.data();  // database operand
+
+    const int64_t qt = std::min(n, kQueryTile);
+    const int64_t rt = std::min(n, std::max<int64_t>(kWarp, kTileFloats / qt));
+    DeviceArray<float> tile(r, static_cast<size_t>(qt * rt), "kNN score tile");
+    const cublasComputeType_t compute =
+        opt.precision == KnnGemmPrecision::fp32 ? CUBLAS_COMPUTE_32F : CUBLAS_COMPUTE_32F_FAST_TF32;
+    const float alpha = cosine ? -1.f : -2.f, beta = 0.f;
+    for (int64_t q0 = 0; q0 < n; q0 += qt) {
+      const int64_t nq = std::min(qt, n - q0);
+      for (int64_t r0 = 0; r0 < n; r0 += rt) {
+        const int64_t nr = std::min(rt, n - r0);
+        // Column-major: tile (nr x nq, ld nr) = B[r0 : r0 + nr]^T-view x A[q0 : q0 + nq], i.e. row q of
+        // the row-major nq x nr tile holds alpha * <query q0 + q, row r0 + r>.
+        SCURRY_CUBLAS(cublasGemmEx(r.cublas, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(nr), static_cast<int>(nq),
+                                   static_cast<int>(kp), &alpha, Bq + r0 * kp, CUDA_R_32F, static_cast<int>(kp),
+                                   A.data() + q0 * kp, CUDA_R_32F, static_cast<int>(kp), &beta, tile.data(),
+                                   CUDA_R_32F, static_cast<int>(nr), compute, CUBLAS_GEMM_DEFAULT));
+        select_tile(r, tile.data(), nq, nr, cosine ? nullptr : sqn.data() + r0, r0, q0, best_d.data() + q0 * w,
+                    best_i.data() + q0 * w, w);
+      }
+    }
+  }
+  rerank(r, dX.data(), nrm.data(), n, d, metric, best_i.data(), w, k, out_idx.data(), out_dist.data());
+  return download(r, out_idx.data(), out_dist.data(), n, k);
+}
+
+}  // namespace scurry

@@ -1,0 +1,48 @@
+// scurry: GPU kNN internals shared by knn_exact.cu and knn_ivf.cu (included by .cu files only).
+// The primitives are defined in knn_exact.cu.
+#pragma once
+#include <cstdint>
+
+#include "core/matrix.hpp"
+#include "exec/cuda_resources.cuh"
+#include "graph/knn.hpp"
+
+namespace scurry::gpu::knn {
+
+// The CUDA resources of ctx; InputError naming `where` when the Context is not a CUDA one.
+CudaResources& require_cuda(const Context& ctx, const char* where);
+// Validates X and k as knn_exact does, plus k < n (InputError).
+void check_input(const Context& ctx, const DenseF& X, int64_t k, const char* where);
+// Candidates kept per query before the float64 re-rank: the power of two >= (k - 1) + max(8, k - 1),
+// at least 32.
+int candidate_width(int64_t k);
+// Smallest power of two >= max(v, 32).
+int pow2_width(int64_t v);
+
+// Per row of dX (n x d): nrm[i] = ||x_i|| in float64; when sqn is given, sqn[i] = ||x_i - mean||^2
+// (mean may be null: zero) computed in float64 over the float32 centred values, rounded to float.
+void row_stats(CudaResources& r, const float* dX, int64_t n, int64_t d, const float* mean, double* nrm, float* sqn);
+// Column means of dX in float64, rounded to float (deterministic).
+void column_means(CudaResources& r, const float* dX, int64_t n, int64_t d, float* mean);
+// out[i, c] = float(x[i, c] / nrm[i]) (0 for zero rows): cosine works on unit rows.
+void unit_rows(CudaResources& r, const float* dX, const double* nrm, int64_t n, int64_t d, float* out);
+// Sets count entries to (+inf, -1).
+void fill_empty(CudaResources& r, float* d, int32_t* i, int64_t count);
+
+// Merges a score tile into running sorted top-w lists. tile: nq x nr row-major (ld nr), the score of
+// (query q, column r) being tile[q, r] + (col_add ? col_add[r] : 0) with id id0 + r; self0 >= 0
+// excludes id == self0 + q (the query itself). best_d/best_i: nq x w (sorted, from fill_empty or an
+// earlier call).
+void select_tile(CudaResources& r, const float* tile, int64_t nq, int64_t nr, const float* col_add, int64_t id0,
+                 int64_t self0, float* best_d, int32_t* best_i, int w);
+
+// Final result: per row i, self first, then the k - 1 best of cand[i, 0..w) (ids, -1 = none) by exact
+// float64 distance over dX (raw rows; nrm from row_stats for cosine), written to out_idx/out_dist
+// (n x k; missing: -1 / +inf).
+void rerank(CudaResources& r, const float* dX, const double* nrm, int64_t n, int64_t d, KnnMetric metric,
+            const int32_t* cand, int w, int64_t k, int32_t* out_idx, float* out_dist);
+
+// Copies device results into a host Knn.
+Knn download(CudaResources& r, const int32_t* d_idx, const float* d_dist, int64_t n, int64_t k);
+
+}  // namespace scurry::gpu::knn

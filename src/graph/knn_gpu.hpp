@@ -1,0 +1,76 @@
+// scurry: k-nearest-neighbour search on the GPU (host-visible API, no CUDA types), the CUDA
+// counterpart of knn.hpp with the same result (Knn: self first at distance 0, then k - 1 neighbours
+// by increasing exact float64 distance, ties by cell index) and the same metrics.
+//
+// - exact (knn_exact.cu): query tiles x database tiles; a cuBLAS GEMM gives candidate scores
+//   ||y||^2 - 2 x.y (euclidean, on column-centred data) or -x.y (cosine, unit rows) into a tile sized
+//   for L2; a warp per query keeps a running top-W list (W = k - 1 + margin, a power of two) merged
+//   tile by tile; the W candidates are then re-ranked with exact float64 distances, so the neighbour
+//   sets equal a float64 brute force (ties aside).
+// - IVF-Flat (knn_ivf.cu): k-means (seeded sample, balanced) on the GPU gives n_lists centroids; every
+//   cell goes to the list of its nearest centroid; each cell probes its n_probes nearest lists and
+//   scans their members with exact float32 distances, then the same float64 re-rank.
+//
+// Both need a CUDA Context (InputError otherwise) and return results that do not depend on timing
+// (no atomics on floating-point values). Builds without CUDA have stubs that throw InputError.
+#pragma once
+#include <cstdint>
+#include <string>
+
+#include "core/matrix.hpp"
+#include "exec/context.hpp"
+#include "graph/knn.hpp"
+
+namespace scurry {
+
+// Arithmetic of the candidate GEMM of the exact search (the final distances are float64 either way).
+//  fp32    plain float32 SGEMM (CUDA cores): as exact as the CPU search, the slowest.
+//  tf32x3  split TF32 on tensor cores: x = hi + lo, x.y ~ hi.hi + hi.lo + lo.hi (one GEMM over 3d
+//          columns): float32-level accuracy at three TF32 passes.
+//  tf32    one TF32 pass (10-bit mantissa): fastest; candidates may miss a neighbour whose score is
+//          within TF32 rounding of the W-th candidate (the re-rank cannot recover it).
+enum class KnnGemmPrecision { fp32, tf32x3, tf32 };
+
+struct KnnExactGpuOptions {
+  KnnGemmPrecision precision = KnnGemmPrecision::tf32x3;
+};
+
+struct IvfOptions {
+  // Number of inverted lists (k-means centroids); 0 = round(sqrt(n_cells)). 1 <= n_lists <= n_cells.
+  int64_t n_lists = 0;
+  // Lists scanned per query; 0 = min(n_lists, max(32, n_lists / 16)) (recall@15 >= 0.95 on clustered
+  // data). At most n_lists and 1024.
+  int64_t n_probes = 0;
+  // Seeds the k-means sample, its initial centroids and the re-seeding of small clusters.
+  uint64_t seed = 0;
+  // k-means (Lloyd) iterations on the sample.
+  int kmeans_iterations = 10;
+  // k-means sample size = min(n_cells, kmeans_points_per_list * n_lists).
+  int64_t kmeans_points_per_list = 256;
+  // Balance: after each iteration, a centroid with fewer than this fraction of the mean cluster size
+  // moves onto a random sample point of a cluster larger than the mean (splitting it).
+  double kmeans_min_cluster_fraction = 0.25;
+};
+
+// Exact k nearest neighbours of every row of X (n x d float32, host) among all rows, self included as
+// neighbour 0. 1 <= k < n and k <= 513 (InputError otherwise), finite values.
+Knn knn_exact_gpu(const Context& ctx, const DenseF& X, int64_t k, KnnMetric metric,
+                  const KnnExactGpuOptions& opt = {});
+// Approximate (IVF-Flat) search, same conventions. Rows for which the probed lists hold fewer than
+// k - 1 other cells get index -1 and distance +inf in the missing columns (as knn_hnsw does).
+Knn knn_ivf_gpu(const Context& ctx, const DenseF& X, int64_t k, KnnMetric metric, const IvfOptions& opt = {});
+
+// Conveniences with the metric by name ("euclidean" | "cosine").
+inline Knn knn_exact_gpu(const Context& ctx, const DenseF& X, int64_t k, const std::string& metric) {
+  return knn_exact_gpu(ctx, X, k, parse_knn_metric(metric, "neighbors"));
+}
+inline Knn knn_ivf_gpu(const Context& ctx, const DenseF& X, int64_t k, const std::string& metric, int64_t n_lists,
+                       int64_t n_probes, uint64_t seed) {
+  IvfOptions o;
+  o.n_lists = n_lists;
+  o.n_probes = n_probes;
+  o.seed = seed;
+  return knn_ivf_gpu(ctx, X, k, parse_knn_metric(metric, "neighbors"), o);
+}
+
+}  // namespace scurry

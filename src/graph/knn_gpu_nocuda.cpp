@@ -1,0 +1,15 @@
+// Built without CUDA: the GPU neighbour search is not there.
+#include "core/error.hpp"
+#include "graph/knn_gpu.hpp"
+
+namespace scurry {
+
+Knn knn_exact_gpu(const Context&, const DenseF&, int64_t, KnnMetric, const KnnExactGpuOptions&) {
+  throw InputError("neighbors: this scurry was built without CUDA; use --device cpu");
+}
+
+Knn knn_ivf_gpu(const Context&, const DenseF&, int64_t, KnnMetric, const IvfOptions&) {
+  throw InputError("neighbors: this scurry was built without CUDA; use --device cpu");
+}
+
+}  // namespace scurry

@@ -1,0 +1,228 @@
+// scurry: cNMF's files (see cnmf_files.hpp).
+#include "nmf/cnmf_files.hpp"
+
+#include <charconv>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <sstream>
+
+#include "core/error.hpp"
+
+namespace scurry {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string fmt_path(const std::string& base, const std::string& pattern) { return base + "/" + pattern; }
+
+// Python repr from scientific shortest digits "d.ddde±XX".
+std::string py_style(const char* sci) {
+  std::string s(sci);
+  bool neg = false;
+  if (!s.empty() && s[0] == '-') neg = true, s.erase(0, 1);
+  const size_t e = s.find('e');
+  std::string mant = s.substr(0, e);
+  const int exp = std::atoi(s.c_str() + e + 1);
+  std::string digits;
+  for (const char c : mant)
+    if (c != '.') digits.push_back(c);
+  while (digits.size() > 1 && digits.back() == '0') digits.pop_back();
+  std::string out = neg ? "-" : "";
+  if (exp < -4 || exp >= 16) {
+    out += digits.substr(0, 1);
+    if (digits.size() > 1) out += "." + digits.substr(1);
+    char eb[16];
+    std::snprintf(eb, sizeof eb, "e%c%02d", exp < 0 ? '-' : '+', std::abs(exp));
+    return out + eb;
+  }
+  if (exp < 0) return out + "0." + std::string(static_cast<size_t>(-exp - 1), '0') + digits;
+  const size_t ip = static_cast<size_t>(exp) + 1;
+  if (digits.size() <= ip) return out + digits + std::string(ip - digits.size(), '0') + ".0";
+  return out + digits.substr(0, ip) + "." + digits.substr(ip);
+}
+
+template <class T>
+std::string repr(T v) {
+  if (std::isnan(v)) return "nan";
+  if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
+  if (v == 0) return std::signbit(v) ? "-0.0" : "0.0";
+  char buf[64];
+  const auto r = std::to_chars(buf, buf + sizeof buf - 1, v, std::chars_format::scientific);
+  *r.ptr = '\0';
+  return py_style(buf);
+}
+
+std::string field(double v) { return std::isnan(v) ? std::string() : repr(v); }
+std::string field(float v) { return std::isnan(v) ? std::string() : repr(v); }
+
+template <class M>
+void write_table(const std::string& path, const std::vector<std::string>& index, const std::vector<std::string>& columns,
+                 const M& values) {
+  if (static_cast<int64_t>(index.size()) != values.n_rows || static_cast<int64_t>(columns.size()) != values.n_cols)
+    fail("write_tsv_table: labels do not match the values' shape for ", path);
+  std::string s;
+  for (const auto& c : columns) s += "\t" + c;
+  s += "\n";
+  for (int64_t i = 0; i < values.n_rows; ++i) {
+    s += index[i];
+    for (int64_t j = 0; j < values.n_cols; ++j) s += "\t" + field(values(i, j));
+    s += "\n";
+  }
+  write_text_file(path, s);
+}
+
+std::vector<std::string> split_tabs(const std::string& line) {
+  std::vector<std::string> out;
+  size_t p = 0;
+  for (;;) {
+    const size_t q = line.find('\t', p);
+    out.push_back(line.substr(p, q == std::string::npos ? std::string::npos : q - p));
+    if (q == std::string::npos) break;
+    p = q + 1;
+  }
+  return out;
+}
+
+}  // namespace
+
+CnmfPaths::CnmfPaths(const std::string& output_dir, const std::string& n)
+    : dir(output_dir + "/" + n), tmp(output_dir + "/" + n + "/cnmf_tmp"), name(n) {
+  if (n.empty() || n.find('/') != std::string::npos)
+    fail_input("--name", "'", n, "' is not a usable analysis name (non-empty, no '/')");
+}
+
+void CnmfPaths::make_dirs() const {
+  std::error_code ec;
+  fs::create_directories(tmp, ec);
+  if (ec) fail_input(tmp, "cannot create the directory: ", ec.message());
+}
+
+std::string CnmfPaths::normalized_counts() const { return fmt_path(tmp, name + ".norm_counts.h5ad"); }
+std::string CnmfPaths::tpm() const { return fmt_path(tmp, name + ".tpm.h5ad"); }
+std::string CnmfPaths::tpm_stats() const { return fmt_path(tmp, name + ".tpm_stats.df.txt"); }
+std::string CnmfPaths::replicate_params() const { return fmt_path(tmp, name + ".nmf_params.df.txt"); }
+std::string CnmfPaths::run_params() const { return fmt_path(tmp, name + ".nmf_idvrun_params.txt"); }
+std::string CnmfPaths::genes_list() const { return fmt_path(dir, name + ".overdispersed_genes.txt"); }
+std::string CnmfPaths::iter_spectra(int k, int iter) const {
+  return fmt_path(tmp, name + ".spectra.k_" + std::to_string(k) + ".iter_" + std::to_string(iter) + ".df.txt");
+}
+std::string CnmfPaths::merged_spectra(int k) const {
+  return fmt_path(tmp, name + ".spectra.k_" + std::to_string(k) + ".merged.df.txt");
+}
+std::string CnmfPaths::consensus_spectra_txt(int k, const std::string& dt) const {
+  return fmt_path(dir, name + ".spectra.k_" + std::to_string(k) + ".dt_" + dt + ".consensus.txt");
+}
+std::string CnmfPaths::consensus_usages_txt(int k, const std::string& dt) const {
+  return fmt_path(dir, name + ".usages.k_" + std::to_string(k) + ".dt_" + dt + ".consensus.txt");
+}
+std::string CnmfPaths::consensus_stats(int k, const std::string& dt) const {
+  return fmt_path(tmp, name + ".stats.k_" + std::to_string(k) + ".dt_" + dt + ".df.txt");
+}
+std::string CnmfPaths::gene_spectra_score_txt(int k, const std::string& dt) const {
+  return fmt_path(dir, name + ".gene_spectra_score.k_" + std::to_string(k) + ".dt_" + dt + ".txt");
+}
+std::string CnmfPaths::gene_spectra_tpm_txt(int k, const std::string& dt) const {
+  return fmt_path(dir, name + ".gene_spectra_tpm.k_" + std::to_string(k) + ".dt_" + dt + ".txt");
+}
+std::string CnmfPaths::k_selection_plot() const { return fmt_path(dir, name + ".k_selection.png"); }
+std::string CnmfPaths::k_selection_stats() const { return fmt_path(dir, name + ".k_selection_stats.df.txt"); }
+
+std::string py_float_repr(double v) { return repr(v); }
+std::string py_float_repr(float v) { return repr(v); }
+
+std::string cnmf_dt_tag(double threshold) {
+  std::string s = py_float_repr(threshold);
+  for (char& c : s)
+    if (c == '.') c = '_';
+  return s;
+}
+
+void write_tsv_table(const std::string& path, const std::vector<std::string>& index,
+                     const std::vector<std::string>& columns, const DenseF& values) {
+  write_table(path, index, columns, values);
+}
+void write_tsv_table(const std::string& path, const std::vector<std::string>& index,
+                     const std::vector<std::string>& columns, const DenseD& values) {
+  write_table(path, index, columns, values);
+}
+
+TsvTable read_tsv_table(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) fail_input(path, "cannot open the file (did the previous cNMF step run with the same --output-dir/--name?)");
+  TsvTable t;
+  std::string line;
+  if (!std::getline(in, line)) fail_input(path, "the file is empty");
+  auto head = split_tabs(line);
+  t.columns.assign(head.begin() + 1, head.end());
+  std::vector<double> vals;
+  int64_t ln = 1;
+  while (std::getline(in, line)) {
+    ++ln;
+    if (line.empty()) continue;
+    const auto f = split_tabs(line);
+    if (f.size() != head.size())
+      fail_input(path, "line ", ln, " has ", f.size(), " fields but the header has ", head.size());
+    t.index.push_back(f[0]);
+    for (size_t q = 1; q < f.size(); ++q) {
+      if (f[q].empty()) {
+        vals.push_back(std::nan(""));
+        continue;
+      }
+      char* end = nullptr;
+      const double v = std::strtod(f[q].c_str(), &end);
+      if (end == f[q].c_str() || *end != '\0') fail_input(path, "line ", ln, ": '", f[q], "' is not a number");
+      vals.push_back(v);
+    }
+  }
+  t.values.n_rows = static_cast<int64_t>(t.index.size());
+  t.values.n_cols = static_cast<int64_t>(t.columns.size());
+  t.values.data = std::move(vals);
+  return t;
+}
+
+void write_key_values(const std::string& path, const std::vector<std::pair<std::string, std::string>>& kv) {
+  std::string s;
+  for (const auto& [k, v] : kv) s += k + "\t" + v + "\n";
+  write_text_file(path, s);
+}
+
+std::vector<std::pair<std::string, std::string>> read_key_values(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) fail_input(path, "cannot open the file (run `scurry cnmf prepare` first)");
+  std::vector<std::pair<std::string, std::string>> out;
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.empty()) continue;
+    const size_t t = line.find('\t');
+    if (t == std::string::npos) fail_input(path, "line '", line, "' is not key<TAB>value");
+    out.emplace_back(line.substr(0, t), line.substr(t + 1));
+  }
+  return out;
+}
+
+void write_text_file(const std::string& path, const std::string& text) {
+  std::random_device rd;
+  const std::string tmp = path + ".tmp-" + std::to_string(rd() % 1000000);
+  {
+    std::ofstream out(tmp, std::ios::binary);
+    if (!out) fail_input(path, "cannot write the file (is the directory writable?)");
+    out.write(text.data(), static_cast<std::streamsize>(text.size()));
+    if (!out) {
+      std::error_code ec;
+      fs::remove(tmp, ec);
+      fail_input(path, "writing failed (disk full?)");
+    }
+  }
+  std::error_code ec;
+  fs::rename(tmp, path, ec);
+  if (ec) {
+    fs::remove(tmp, ec);
+    fail_input(path, "cannot rename the temporary file into place");
+  }
+}
+
+}  // namespace scurry

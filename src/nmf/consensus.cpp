@@ -1,0 +1,174 @@
+// scurry: cNMF consensus (see consensus.hpp).
+#include "nmf/consensus.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "core/error.hpp"
+#include "core/row_blocks.hpp"
+#include "exec/parallel.hpp"
+#include "pp/linalg.hpp"
+
+namespace scurry {
+
+namespace {
+
+constexpr int64_t kDistanceChunk = 256;
+constexpr int64_t kRowsPerBlock = 512;
+
+double median_of(std::vector<double>& v) {
+  const size_t m = v.size();
+  std::sort(v.begin(), v.end());
+  return m % 2 ? v[m / 2] : 0.5 * (v[m / 2 - 1] + v[m / 2]);
+}
+
+}  // namespace
+
+CnmfConsensus cnmf_consensus(const Context& ctx, const DenseF& merged, int k, const CsrF& X,
+                             const CnmfConsensusOptions& opt) {
+  const int64_t N = merged.n_rows, g = merged.n_cols;
+  if (k < 1 || N < k || N % k != 0)
+    fail_input("consensus", "the merged spectra have ", N, " rows, not a positive multiple of k = ", k);
+  if (g != X.n_cols) fail("cnmf_consensus: spectra have ", g, " genes but X has ", X.n_cols);
+  CnmfConsensus out;
+  // L2-normalised spectra (float64).
+  DenseD l2(N, g);
+  std::vector<double> sq(N);
+  for (int64_t i = 0; i < N; ++i) {
+    double s = 0;
+    for (int64_t j = 0; j < g; ++j) s += static_cast<double>(merged(i, j)) * merged(i, j);
+    const double nrm = std::sqrt(s);
+    double s2 = 0;
+    for (int64_t j = 0; j < g; ++j) {
+      l2(i, j) = nrm > 0 ? merged(i, j) / nrm : 0.0;
+      s2 += l2(i, j) * l2(i, j);
+    }
+    sq[i] = s2;
+  }
+  out.kept.assign(N, 1);
+  if (!opt.skip_density) {
+    const int64_t nn = static_cast<int64_t>(opt.local_neighborhood_size * static_cast<double>(N) / k);
+    if (nn < 1 || nn + 1 > N)
+      fail_input("consensus", "the local neighbourhood holds ", nn, " spectra (", opt.local_neighborhood_size,
+                 " x ", N / k, " replicates); use more replicates (--n-iter) or a larger --local-neighborhood-size");
+    out.local_density.assign(N, 0.0);
+    const RowBlocks rb = RowBlocks::uniform(N, kDistanceChunk);
+    linalg::SingleThreadedBlas st;
+    parallel_for(ctx.threads(), rb.n_blocks(), [&](int64_t b) {
+      std::vector<double> D;
+      euclidean_rows(l2, sq, rb.begin(b), rb.end(b), D);
+      for (int64_t i = rb.begin(b); i < rb.end(b); ++i) {
+        double* row = D.data() + (i - rb.begin(b)) * N;
+        std::nth_element(row, row + nn, row + N);
+        double s = 0;
+        for (int64_t q = 0; q <= nn; ++q) s += row[q];  // the nn + 1 nearest, self (0) included
+        out.local_density[i] = s / static_cast<double>(nn);
+      }
+    });
+    for (int64_t i = 0; i < N; ++i) out.kept[i] = out.local_density[i] < opt.density_threshold;
+  }
+  std::vector<int64_t> keep;
+  for (int64_t i = 0; i < N; ++i)
+    if (out.kept[i]) keep.push_back(i);
+  if (static_cast<int64_t>(keep.size()) < k + 1)
+    fail_input("consensus", "only ", keep.size(), " of ", N, " spectra pass --local-density-threshold ",
+               opt.density_threshold, "; k = ", k, " clusters need more: raise the threshold");
+  DenseD kept(static_cast<int64_t>(keep.size()), g);
+  for (size_t q = 0; q < keep.size(); ++q) std::copy(l2.row(keep[q]), l2.row(keep[q]) + g, kept.row(q));
+  KMeansResult km = kmeans(ctx, kept, k, opt.kmeans);
+  out.labels = km.labels;
+  // Cluster medians, normalised to sum 1.
+  out.spectra = DenseF(k, g);
+  {
+    std::vector<std::vector<int64_t>> members(k);
+    for (size_t q = 0; q < keep.size(); ++q) members[km.labels[q]].push_back(static_cast<int64_t>(q));
+    parallel_for(ctx.threads(), k, [&](int64_t c) {
+      std::vector<double> v, med(g);
+      double tot = 0;
+      for (int64_t j = 0; j < g; ++j) {
+        v.clear();
+        for (const int64_t q : members[c]) v.push_back(kept(q, j));
+        med[j] = v.empty() ? 0.0 : median_of(v);
+        tot += med[j];
+      }
+      for (int64_t j = 0; j < g; ++j) out.spectra(c, j) = static_cast<float>(tot > 0 ? med[j] / tot : 0.0);
+    });
+  }
+  out.stability = silhouette_score(ctx, kept, km.labels);
+  out.usages = nmf_fit_w_fixed_h(ctx, X, out.spectra, opt.refit);
+  out.prediction_error = frobenius_error_sq(ctx, X, out.usages, out.spectra);
+  return out;
+}
+
+DenseD cnmf_gene_spectra_score(const Context& ctx, const DenseF& usages, const CsrF& tpm,
+                               const std::vector<double>& tpm_mean, const std::vector<double>& tpm_std) {
+  const int64_t n = tpm.n_rows, G = tpm.n_cols, k = usages.n_cols;
+  if (usages.n_rows != n) fail("cnmf_gene_spectra_score: usages have ", usages.n_rows, " rows, tpm ", n);
+  // U^T U and U^T 1.
+  DenseD M(k, k);
+  std::vector<double> colsum(k, 0.0);
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t a = 0; a < k; ++a) {
+      const double ua = usages(i, a);
+      colsum[a] += ua;
+      for (int64_t b = 0; b < k; ++b) M(a, b) += ua * usages(i, b);
+    }
+  // (U^T U)^+ by eigen-decomposition (numpy pinv's cutoff: singular values > 1e-15 * largest).
+  DenseD Mc = M;
+  const linalg::SymEigen e = linalg::eigh_top(Mc, k);
+  DenseD P(k, k);
+  const double lmax = e.values.empty() ? 0.0 : e.values[0];
+  for (int64_t q = 0; q < k; ++q) {
+    const double l = e.values[q];
+    if (!(l > 0) || std::sqrt(l) <= 1e-15 * std::sqrt(lmax)) continue;
+    for (int64_t a = 0; a < k; ++a)
+      for (int64_t b = 0; b < k; ++b) P(a, b) += e.vectors(a, q) * e.vectors(b, q) / l;
+  }
+  // U^T T (k x G) by row blocks, combined in block order.
+  const RowBlocks rb = RowBlocks::uniform(n, kRowsPerBlock);
+  std::vector<double> utt;
+  reduce_blocks(ctx.threads(), rb.n_blocks(), static_cast<size_t>(k * G), utt, [&](int64_t b, double* p) {
+    for (int64_t i = rb.begin(b); i < rb.end(b); ++i)
+      for (int64_t q = tpm.indptr[i]; q < tpm.indptr[i + 1]; ++q) {
+        const double t = tpm.data[q];
+        const int64_t j = tpm.indices[q];
+        for (int64_t a = 0; a < k; ++a) p[a * G + j] += usages(i, a) * t;
+      }
+  });
+  DenseD out(k, G);
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  std::vector<double> z(k);
+  for (int64_t j = 0; j < G; ++j) {
+    const double sd = tpm_std[j];
+    for (int64_t a = 0; a < k; ++a) z[a] = (utt[a * G + j] - colsum[a] * tpm_mean[j]) / sd;
+    for (int64_t a = 0; a < k; ++a) {
+      if (sd == 0) {
+        out(a, j) = nan;
+        continue;
+      }
+      double s = 0;
+      for (int64_t b = 0; b < k; ++b) s += P(a, b) * z[b];
+      out(a, j) = s;
+    }
+  }
+  return out;
+}
+
+DenseF cnmf_gene_spectra_tpm(const Context& ctx, const DenseF& usages, const CsrF& tpm, const NmfOptions& refit) {
+  const int64_t n = tpm.n_rows, k = usages.n_cols;
+  DenseF H(k, n);  // normalised usages, transposed
+  for (int64_t i = 0; i < n; ++i) {
+    double s = 0;
+    for (int64_t a = 0; a < k; ++a) s += usages(i, a);
+    for (int64_t a = 0; a < k; ++a) H(a, i) = static_cast<float>(s > 0 ? usages(i, a) / s : 0.0);
+  }
+  const CsrF tt = transpose(tpm);
+  const DenseF W = nmf_fit_w_fixed_h(ctx, tt, H, refit);  // G x k
+  DenseF out(k, tpm.n_cols);
+  for (int64_t j = 0; j < tpm.n_cols; ++j)
+    for (int64_t a = 0; a < k; ++a) out(a, j) = W(j, a);
+  return out;
+}
+
+}  // namespace scurry

@@ -1,0 +1,205 @@
+// scurry: k-means (k-means++ + Lloyd) and the silhouette score (see kmeans.hpp).
+#include "nmf/kmeans.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <random>
+
+#include "core/error.hpp"
+#include "core/row_blocks.hpp"
+#include "exec/parallel.hpp"
+#include "pp/linalg.hpp"
+
+namespace scurry {
+
+namespace {
+
+constexpr int64_t kPointsPerBlock = 64;
+constexpr int64_t kDistanceChunk = 256;
+
+double uniform01(std::mt19937_64& rng) { return static_cast<double>(rng() >> 11) * 0x1.0p-53; }
+
+double sqdist(const double* a, const double* b, int64_t d) {
+  double s = 0;
+  for (int64_t q = 0; q < d; ++q) {
+    const double t = a[q] - b[q];
+    s += t * t;
+  }
+  return s;
+}
+
+// Labels and squared distances to the nearest centre; returns the inertia (block-ordered sum).
+double assign(const Context& ctx, const DenseD& X, const DenseD& C, std::vector<int>& labels, std::vector<double>& dist) {
+  const int64_t n = X.n_rows, d = X.n_cols, k = C.n_rows;
+  labels.resize(n);
+  dist.resize(n);
+  const RowBlocks rb = RowBlocks::uniform(n, kPointsPerBlock);
+  std::vector<double> tot;
+  reduce_blocks(ctx.threads(), rb.n_blocks(), 1, tot, [&](int64_t b, double* p) {
+    for (int64_t i = rb.begin(b); i < rb.end(b); ++i) {
+      double best = std::numeric_limits<double>::infinity();
+      int bl = 0;
+      for (int64_t c = 0; c < k; ++c) {
+        const double s = sqdist(X.row(i), C.row(c), d);
+        if (s < best) best = s, bl = static_cast<int>(c);
+      }
+      labels[i] = bl;
+      dist[i] = best;
+      p[0] += best;
+    }
+  });
+  return tot[0];
+}
+
+DenseD kmeans_pp(const DenseD& X, int k, std::mt19937_64& rng) {
+  const int64_t n = X.n_rows, d = X.n_cols;
+  DenseD C(k, d);
+  const int trials = 2 + static_cast<int>(std::log(static_cast<double>(k)));
+  int64_t first = std::min<int64_t>(static_cast<int64_t>(uniform01(rng) * n), n - 1);
+  std::copy(X.row(first), X.row(first) + d, C.row(0));
+  std::vector<double> closest(n);
+  double pot = 0;
+  for (int64_t i = 0; i < n; ++i) pot += (closest[i] = sqdist(X.row(i), C.row(0), d));
+  std::vector<double> cum(n), cand_d(n), best_d(n);
+  for (int c = 1; c < k; ++c) {
+    double s = 0;
+    for (int64_t i = 0; i < n; ++i) cum[i] = (s += closest[i]);
+    double best_pot = std::numeric_limits<double>::infinity();
+    int64_t best_id = 0;
+    for (int t = 0; t < trials; ++t) {
+      const double v = uniform01(rng) * pot;
+      int64_t id = std::lower_bound(cum.begin(), cum.end(), v) - cum.begin();  // numpy searchsorted (left)
+      id = std::min(id, n - 1);
+      double cp = 0;
+      for (int64_t i = 0; i < n; ++i) cp += (cand_d[i] = std::min(closest[i], sqdist(X.row(i), X.row(id), d)));
+      if (cp < best_pot) best_pot = cp, best_id = id, best_d.swap(cand_d);
+    }
+    std::copy(X.row(best_id), X.row(best_id) + d, C.row(c));
+    closest.swap(best_d);
+    best_d.resize(n);
+    pot = best_pot;
+  }
+  return C;
+}
+
+}  // namespace
+
+KMeansResult kmeans(const Context& ctx, const DenseD& X, int k, const KMeansOptions& opt) {
+  const int64_t n = X.n_rows, d = X.n_cols;
+  if (k < 1 || k > n) fail_input("k-means", "cannot make ", k, " clusters of ", n, " points");
+  // sklearn's _tolerance: tol * mean of the per-column variances.
+  double tol = 0;
+  for (int64_t q = 0; q < d; ++q) {
+    double m = 0, m2 = 0;
+    for (int64_t i = 0; i < n; ++i) m += X(i, q);
+    m /= n;
+    for (int64_t i = 0; i < n; ++i) m2 += (X(i, q) - m) * (X(i, q) - m);
+    tol += m2 / n;
+  }
+  tol = d > 0 ? tol / d * opt.tol : 0;
+  std::mt19937_64 rng(opt.seed);
+  KMeansResult best;
+  bool have = false;
+  for (int run = 0; run < std::max(1, opt.n_init); ++run) {
+    DenseD C = kmeans_pp(X, k, rng);
+    std::vector<int> labels, prev;
+    std::vector<double> dist;
+    for (int it = 0; it < opt.max_iter; ++it) {
+      assign(ctx, X, C, labels, dist);
+      DenseD nc(k, d);
+      std::vector<int64_t> cnt(k, 0);
+      for (int64_t i = 0; i < n; ++i) {
+        ++cnt[labels[i]];
+        double* c = nc.row(labels[i]);
+        const double* x = X.row(i);
+        for (int64_t q = 0; q < d; ++q) c[q] += x[q];
+      }
+      // Empty clusters: the points farthest from their centres (sklearn's relocation).
+      std::vector<int64_t> far(n);
+      for (int64_t i = 0; i < n; ++i) far[i] = i;
+      std::stable_sort(far.begin(), far.end(), [&](int64_t a, int64_t b) { return dist[a] > dist[b]; });
+      size_t next_far = 0;
+      for (int c = 0; c < k; ++c) {
+        if (cnt[c] > 0) {
+          for (int64_t q = 0; q < d; ++q) nc(c, q) /= static_cast<double>(cnt[c]);
+        } else {
+          const int64_t p = far[std::min(next_far++, far.size() - 1)];
+          std::copy(X.row(p), X.row(p) + d, nc.row(c));
+        }
+      }
+      double shift = 0;
+      for (int c = 0; c < k; ++c) shift += sqdist(C.row(c), nc.row(c), d);
+      C = std::move(nc);
+      if (labels == prev) break;  // strict convergence
+      prev = labels;
+      if (shift <= tol) break;
+    }
+    const double inertia = assign(ctx, X, C, labels, dist);
+    if (!have || inertia < best.inertia) {
+      best.labels = labels;
+      best.centers = C;
+      best.inertia = inertia;
+      have = true;
+    }
+  }
+  return best;
+}
+
+void euclidean_rows(const DenseD& X, const std::vector<double>& sqnorm, int64_t r0, int64_t r1, std::vector<double>& out) {
+  const int64_t n = X.n_rows, d = X.n_cols, m = r1 - r0;
+  out.assign(static_cast<size_t>(m) * n, 0.0);
+  if (m == 0) return;
+  linalg::dgemm(false, true, m, n, d, -2.0, X.row(r0), d, X.data.data(), d, 0.0, out.data(), n);
+  for (int64_t a = 0; a < m; ++a)
+    for (int64_t b = 0; b < n; ++b) {
+      double& v = out[a * n + b];
+      v = (r0 + a == b) ? 0.0 : std::sqrt(std::max(0.0, v + sqnorm[r0 + a] + sqnorm[b]));
+    }
+}
+
+double silhouette_score(const Context& ctx, const DenseD& X, const std::vector<int>& labels) {
+  const int64_t n = X.n_rows;
+  int nl = 0;
+  for (const int l : labels) nl = std::max(nl, l + 1);
+  std::vector<int64_t> size(nl, 0);
+  for (const int l : labels) ++size[l];
+  int used = 0;
+  for (const auto s : size) used += s > 0;
+  if (used < 2 || used > n - 1)
+    fail_input("silhouette", "needs between 2 and n_points - 1 clusters (got ", used, " of ", n, " points)");
+  std::vector<double> sq(n);
+  for (int64_t i = 0; i < n; ++i) {
+    double s = 0;
+    for (int64_t q = 0; q < X.n_cols; ++q) s += X(i, q) * X(i, q);
+    sq[i] = s;
+  }
+  const RowBlocks rb = RowBlocks::uniform(n, kDistanceChunk);
+  std::vector<double> s_of(n, 0.0);
+  linalg::SingleThreadedBlas st;
+  parallel_for(ctx.threads(), rb.n_blocks(), [&](int64_t b) {
+    std::vector<double> D, sums(nl);
+    euclidean_rows(X, sq, rb.begin(b), rb.end(b), D);
+    for (int64_t i = rb.begin(b); i < rb.end(b); ++i) {
+      std::fill(sums.begin(), sums.end(), 0.0);
+      const double* row = D.data() + (i - rb.begin(b)) * n;
+      for (int64_t j = 0; j < n; ++j) sums[labels[j]] += row[j];
+      const int li = labels[i];
+      if (size[li] <= 1) {
+        s_of[i] = 0;
+        continue;
+      }
+      const double a = sums[li] / static_cast<double>(size[li] - 1);
+      double bmin = std::numeric_limits<double>::infinity();
+      for (int c = 0; c < nl; ++c)
+        if (c != li && size[c] > 0) bmin = std::min(bmin, sums[c] / static_cast<double>(size[c]));
+      const double den = std::max(a, bmin);
+      s_of[i] = den > 0 ? (bmin - a) / den : 0.0;
+    }
+  });
+  double s = 0;
+  for (const double v : s_of) s += v;
+  return s / static_cast<double>(n);
+}
+
+}  // namespace scurry

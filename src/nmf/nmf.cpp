@@ -1,0 +1,467 @@
+// scurry: batched NMF on the CPU (see nmf.hpp for the semantics).
+#include "nmf/nmf.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "core/error.hpp"
+#include "core/row_blocks.hpp"
+#include "exec/parallel.hpp"
+
+namespace scurry {
+
+namespace {
+
+constexpr double kEps32 = 1.1920928955078125e-07;  // np.finfo(np.float32).eps: sklearn's EPSILON
+constexpr double kEps64 = 2.220446049250313e-16;   // np.finfo(np.float64).eps
+
+// ---- random numbers: splitmix64 seeding a xoshiro256**, Box-Muller normals ----------------------
+uint64_t splitmix64(uint64_t& s) {
+  uint64_t z = (s += 0x9E3779B97F4A7C15ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+class Rng {
+ public:
+  explicit Rng(uint64_t seed) {
+    for (auto& v : s_) v = splitmix64(seed);
+  }
+  uint64_t next() {
+    const uint64_t result = rotl(s_[1] * 5, 7) * 9;
+    const uint64_t t = s_[1] << 17;
+    s_[2] ^= s_[0];
+    s_[3] ^= s_[1];
+    s_[1] ^= s_[2];
+    s_[0] ^= s_[3];
+    s_[2] ^= t;
+    s_[3] = rotl(s_[3], 45);
+    return result;
+  }
+  double uniform() { return static_cast<double>(next() >> 11) * 0x1.0p-53; }  // [0, 1)
+  double normal() {
+    if (has_spare_) {
+      has_spare_ = false;
+      return spare_;
+    }
+    double u1 = uniform();
+    while (u1 <= 0.0) u1 = uniform();
+    const double u2 = uniform();
+    const double rad = std::sqrt(-2.0 * std::log(u1));
+    const double th = 2.0 * M_PI * u2;
+    spare_ = rad * std::sin(th);
+    has_spare_ = true;
+    return rad * std::cos(th);
+  }
+
+ private:
+  static uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+  uint64_t s_[4];
+  bool has_spare_ = false;
+  double spare_ = 0;
+};
+
+void check_input(const CsrF& X) {
+  for (int64_t i = 0; i < X.n_rows; ++i)
+    for (int64_t p = X.indptr[i]; p < X.indptr[i + 1]; ++p) {
+      const float v = X.data[p];
+      if (!std::isfinite(v) || v < 0)
+        fail_input("NMF input", "X has the value ", v, " at row ", i, ", column ", X.indices[p],
+                   "; NMF needs finite non-negative values (pass counts, not log/scaled-and-centred data)");
+    }
+}
+
+double sum_of_squares(const CsrF& X) {
+  double s = 0;
+  for (const float v : X.data) s += static_cast<double>(v) * v;
+  return s;
+}
+
+// Per-replicate Gram of the k columns of an interleaved [m, R*k] matrix: out[r*k*k + a*k + b].
+void grams(int threads, const std::vector<float>& A, int64_t m, int R, int k, int64_t bs, std::vector<double>& out) {
+  const RowBlocks rb = RowBlocks::uniform(m, bs);
+  const size_t kk = static_cast<size_t>(k) * k;
+  reduce_blocks(threads, rb.n_blocks(), static_cast<size_t>(R) * kk, out, [&](int64_t b, double* p) {
+    for (int64_t i = rb.begin(b); i < rb.end(b); ++i)
+      for (int r = 0; r < R; ++r) {
+        const float* a = A.data() + static_cast<size_t>(i * R + r) * k;
+        double* o = p + r * kk;
+        for (int x = 0; x < k; ++x) {
+          const double ax = a[x];
+          if (ax == 0) continue;
+          for (int y = 0; y < k; ++y) o[x * k + y] += ax * a[y];
+        }
+      }
+  });
+}
+
+// Per-replicate column sums of an interleaved [m, R*k] matrix: out[r*k + c].
+void colsums(int threads, const std::vector<float>& A, int64_t m, int64_t rk, int64_t bs, std::vector<double>& out) {
+  const RowBlocks rb = RowBlocks::uniform(m, bs);
+  reduce_blocks(threads, rb.n_blocks(), static_cast<size_t>(rk), out, [&](int64_t b, double* p) {
+    for (int64_t i = rb.begin(b); i < rb.end(b); ++i) {
+      const float* a = A.data() + static_cast<size_t>(i) * rk;
+      for (int64_t c = 0; c < rk; ++c) p[c] += a[c];
+    }
+  });
+}
+
+// acc[0..rk) = sum over the nonzeros (j, x) of row i of M: x * B[j, 0..rk)  (float64).
+inline void gather_row(const CsrF& M, int64_t i, const std::vector<float>& B, int64_t rk, double* acc) {
+  std::fill(acc, acc + rk, 0.0);
+  for (int64_t p = M.indptr[i]; p < M.indptr[i + 1]; ++p) {
+    const double x = M.data[p];
+    const float* b = B.data() + static_cast<size_t>(M.indices[p]) * rk;
+    for (int64_t c = 0; c < rk; ++c) acc[c] += x * b[c];
+  }
+}
+
+struct Fit {
+  const Context& ctx;
+  const CsrF& X;
+  CsrF Xt;  // X transposed (genes x cells), built when H is updated
+  NmfBatch& f;
+  const NmfOptions& opt;
+  int R, k;
+  int64_t rk;
+  int64_t cell_bs, gene_bs;
+  std::vector<uint8_t> active;
+
+  Fit(const Context& c, const CsrF& x, NmfBatch& fb, const NmfOptions& o)
+      : ctx(c), X(x), f(fb), opt(o), R(fb.R), k(fb.k), rk(fb.rk()) {
+    cell_bs = std::max<int64_t>(1, opt.rows_per_block);
+    gene_bs = std::max<int64_t>(1, opt.rows_per_block / 4);
+    active.assign(R, 1);
+  }
+
+  // Frobenius update of the rows of A ([m, rk]) given M (m x other, CSR), B ([other, rk]) and the
+  // per-replicate Gram G of B. cd: HALS; mu: multiplicative. Returns per-replicate violations (cd).
+  std::vector<double> frob_rows(const CsrF& M, std::vector<float>& A, const std::vector<float>& B,
+                                const std::vector<double>& G, int64_t bs, const std::vector<double>* cached) {
+    const int64_t m = M.n_rows;
+    const RowBlocks rb = RowBlocks::uniform(m, bs);
+    const size_t kk = static_cast<size_t>(k) * k;
+    const bool cd = opt.solver == NmfSolver::cd;
+    std::vector<double> viol;
+    reduce_blocks(ctx.threads(), rb.n_blocks(), static_cast<size_t>(R), viol, [&](int64_t b, double* part) {
+      std::vector<double> acc(rk), row(k), tmp(k);
+      for (int64_t i = rb.begin(b); i < rb.end(b); ++i) {
+        const double* xr_all;
+        if (cached) {
+          xr_all = cached->data() + static_cast<size_t>(i) * rk;
+        } else {
+          gather_row(M, i, B, rk, acc.data());
+          xr_all = acc.data();
+        }
+        for (int r = 0; r < R; ++r) {
+          if (!active[r]) continue;
+          float* a = A.data() + static_cast<size_t>(i * R + r) * k;
+          const double* Gr = G.data() + r * kk;
+          const double* xr = xr_all + static_cast<size_t>(r) * k;
+          for (int t = 0; t < k; ++t) row[t] = a[t];
+          if (cd) {
+            double v = 0;
+            for (int t = 0; t < k; ++t) {
+              double grad = -xr[t];
+              for (int s = 0; s < k; ++s) grad += Gr[t * k + s] * row[s];
+              const double pg = row[t] == 0 ? std::min(0.0, grad) : grad;
+              v += std::fabs(pg);
+              const double hess = Gr[t * k + t];
+              if (hess != 0) row[t] = std::max(row[t] - grad / hess, 0.0);
+            }
+            part[r] += v;
+            for (int t = 0; t < k; ++t) a[t] = static_cast<float>(row[t]);
+          } else {
+            for (int t = 0; t < k; ++t) {
+              double den = 0;
+              for (int s = 0; s < k; ++s) den += row[s] * Gr[s * k + t];
+              if (den == 0) den = kEps32;
+              tmp[t] = row[t] * (xr[t] / den);
+            }
+            for (int t = 0; t < k; ++t) a[t] = static_cast<float>(tmp[t]);
+          }
+        }
+      }
+    });
+    return viol;
+  }
+
+  // Kullback-Leibler multiplicative update of the rows of A given M, B and the per-replicate column
+  // sums of B. is_h: sklearn's H update (zero sums -> 1, entries < float64 eps -> 0).
+  void kl_rows(const CsrF& M, std::vector<float>& A, const std::vector<float>& B, const std::vector<double>& bsum,
+               int64_t bs, bool is_h) {
+    const RowBlocks rb = RowBlocks::uniform(M.n_rows, bs);
+    parallel_for(ctx.threads(), rb.n_blocks(), [&](int64_t b) {
+      std::vector<double> acc(rk);
+      for (int64_t i = rb.begin(b); i < rb.end(b); ++i) {
+        std::fill(acc.begin(), acc.end(), 0.0);
+        const float* arow = A.data() + static_cast<size_t>(i) * rk;
+        for (int64_t p = M.indptr[i]; p < M.indptr[i + 1]; ++p) {
+          const double x = M.data[p];
+          const float* brow = B.data() + static_cast<size_t>(M.indices[p]) * rk;
+          for (int r = 0; r < R; ++r) {
+            if (!active[r]) continue;
+            const float* ar = arow + r * k;
+            const float* br = brow + r * k;
+            double wh = 0;
+            for (int c = 0; c < k; ++c) wh += static_cast<double>(ar[c]) * br[c];
+            const double q = x / std::max(wh, kEps32);
+            double* o = acc.data() + r * k;
+            for (int c = 0; c < k; ++c) o[c] += q * br[c];
+          }
+        }
+        float* aw = A.data() + static_cast<size_t>(i) * rk;
+        for (int r = 0; r < R; ++r) {
+          if (!active[r]) continue;
+          for (int c = 0; c < k; ++c) {
+            double den = bsum[r * k + c];
+            if (is_h && den == 0) den = 1.0;
+            if (den == 0) den = kEps32;
+            double v = aw[r * k + c] * (acc[r * k + c] / den);
+            if (is_h && v < kEps64) v = 0;
+            aw[r * k + c] = static_cast<float>(v);
+          }
+        }
+      }
+    });
+  }
+
+  NmfResult run() {
+    NmfResult res;
+    res.n_iter.assign(R, 0);
+    const bool upd_h = opt.update_h;
+    if (upd_h) Xt = transpose(X);
+    const bool kl = opt.loss == NmfLoss::kullback_leibler;
+    const bool cd = opt.solver == NmfSolver::cd;
+    if (kl && cd) fail_input("NMF", "the cd solver supports only the frobenius loss; use --solver mu for kullback-leibler");
+
+    // H fixed and Frobenius: X Ht is constant, computed once (as sklearn reuses XHt).
+    std::vector<double> cached;
+    if (!upd_h && !kl) {
+      cached.resize(static_cast<size_t>(X.n_rows) * rk);
+      const RowBlocks rb = RowBlocks::uniform(X.n_rows, cell_bs);
+      parallel_for(ctx.threads(), rb.n_blocks(), [&](int64_t b) {
+        for (int64_t i = rb.begin(b); i < rb.end(b); ++i)
+          gather_row(X, i, f.Ht, rk, cached.data() + static_cast<size_t>(i) * rk);
+      });
+    }
+
+    std::vector<double> err_init, prev_err, viol_init(R, 0.0);
+    if (!cd) {
+      err_init = nmf_objective(ctx, X, f, opt.loss, cell_bs);
+      prev_err = err_init;
+    }
+    std::vector<double> G, sums;
+    for (int it = 1; it <= opt.max_iter; ++it) {
+      if (std::none_of(active.begin(), active.end(), [](uint8_t a) { return a != 0; })) break;
+      std::vector<double> viol(R, 0.0);
+      // W half-step.
+      if (kl) {
+        colsums(ctx.threads(), f.Ht, f.g, rk, gene_bs, sums);
+        kl_rows(X, f.W, f.Ht, sums, cell_bs, false);
+      } else {
+        grams(ctx.threads(), f.Ht, f.g, R, k, gene_bs, G);
+        const auto v = frob_rows(X, f.W, f.Ht, G, cell_bs, cached.empty() ? nullptr : &cached);
+        for (int r = 0; r < R; ++r) viol[r] += v[r];
+      }
+      // H half-step.
+      if (upd_h) {
+        if (kl) {
+          colsums(ctx.threads(), f.W, f.n, rk, cell_bs, sums);
+          kl_rows(Xt, f.Ht, f.W, sums, gene_bs, true);
+        } else {
+          grams(ctx.threads(), f.W, f.n, R, k, cell_bs, G);
+          const auto v = frob_rows(Xt, f.Ht, f.W, G, gene_bs, nullptr);
+          for (int r = 0; r < R; ++r) viol[r] += v[r];
+        }
+      }
+      for (int r = 0; r < R; ++r)
+        if (active[r]) res.n_iter[r] = it;
+      if (cd) {
+        for (int r = 0; r < R; ++r) {
+          if (!active[r]) continue;
+          if (it == 1) viol_init[r] = viol[r];
+          if (viol_init[r] == 0 || viol[r] / viol_init[r] <= opt.tol) active[r] = 0;
+        }
+      } else if (opt.tol > 0 && it % 10 == 0) {
+        const auto err = nmf_objective(ctx, X, f, opt.loss, cell_bs);
+        for (int r = 0; r < R; ++r) {
+          if (!active[r]) continue;
+          if ((prev_err[r] - err[r]) / err_init[r] < opt.tol) active[r] = 0;
+          prev_err[r] = err[r];
+        }
+      }
+    }
+    res.error = nmf_objective(ctx, X, f, opt.loss, cell_bs);
+    return res;
+  }
+};
+
+}  // namespace
+
+NmfSolver parse_nmf_solver(const std::string& s) {
+  if (s == "cd") return NmfSolver::cd;
+  if (s == "mu") return NmfSolver::mu;
+  fail_input("--solver", "unknown NMF solver '", s, "'; use cd or mu");
+}
+NmfLoss parse_nmf_loss(const std::string& s) {
+  if (s == "frobenius") return NmfLoss::frobenius;
+  if (s == "kullback-leibler") return NmfLoss::kullback_leibler;
+  fail_input("--beta-loss", "unknown NMF loss '", s, "'; use frobenius or kullback-leibler");
+}
+const char* nmf_solver_name(NmfSolver s) { return s == NmfSolver::cd ? "cd" : "mu"; }
+const char* nmf_loss_name(NmfLoss l) { return l == NmfLoss::frobenius ? "frobenius" : "kullback-leibler"; }
+
+DenseF NmfBatch::w_of(int r) const {
+  DenseF out(n, k);
+  for (int64_t i = 0; i < n; ++i)
+    for (int c = 0; c < k; ++c) out(i, c) = w(r, i, c);
+  return out;
+}
+DenseF NmfBatch::h_of(int r) const {
+  DenseF out(k, g);
+  for (int c = 0; c < k; ++c)
+    for (int64_t j = 0; j < g; ++j) out(c, j) = h(r, c, j);
+  return out;
+}
+NmfBatch NmfBatch::from(const DenseF& W, const DenseF& H) {
+  if (W.n_cols != H.n_rows) fail("NmfBatch::from: W has ", W.n_cols, " columns but H has ", H.n_rows, " rows");
+  NmfBatch b;
+  b.n = W.n_rows, b.g = H.n_cols, b.k = static_cast<int>(H.n_rows), b.R = 1;
+  b.W = W.data;
+  b.Ht.resize(static_cast<size_t>(b.g) * b.k);
+  for (int c = 0; c < b.k; ++c)
+    for (int64_t j = 0; j < b.g; ++j) b.h(0, c, j) = H(c, j);
+  return b;
+}
+
+std::vector<uint64_t> nmf_replicate_seeds(uint64_t seed, int64_t n) {
+  uint64_t s = seed ^ 0x636E6D66ull;  // "cnmf"
+  std::vector<uint64_t> out(static_cast<size_t>(n));
+  for (auto& v : out) v = 1 + splitmix64(s) % ((uint64_t(1) << 32) - 2);
+  return out;
+}
+
+NmfBatch nmf_random_init(const CsrF& X, int k, const std::vector<uint64_t>& seeds) {
+  if (k < 1) fail_input("NMF", "the number of components k must be at least 1 (got ", k, ")");
+  if (seeds.empty()) fail("nmf_random_init: no seeds");
+  NmfBatch b;
+  b.n = X.n_rows, b.g = X.n_cols, b.k = k, b.R = static_cast<int>(seeds.size());
+  double total = 0;
+  for (const float v : X.data) total += v;
+  const double cells = static_cast<double>(X.n_rows) * static_cast<double>(X.n_cols);
+  const double avg = std::sqrt(cells > 0 ? total / cells / k : 0.0);
+  b.W.resize(static_cast<size_t>(b.n) * b.rk());
+  b.Ht.resize(static_cast<size_t>(b.g) * b.rk());
+  for (int r = 0; r < b.R; ++r) {
+    Rng rng(seeds[r]);
+    for (int c = 0; c < k; ++c)
+      for (int64_t j = 0; j < b.g; ++j) b.h(r, c, j) = static_cast<float>(std::fabs(avg * rng.normal()));
+    for (int64_t i = 0; i < b.n; ++i)
+      for (int c = 0; c < k; ++c) b.w(r, i, c) = static_cast<float>(std::fabs(avg * rng.normal()));
+  }
+  return b;
+}
+
+std::vector<double> nmf_objective(const Context& ctx, const CsrF& X, const NmfBatch& f, NmfLoss loss,
+                                  int64_t rows_per_block) {
+  const int R = f.R, k = f.k;
+  const int64_t rk = f.rk();
+  const RowBlocks rb = RowBlocks::uniform(X.n_rows, std::max<int64_t>(1, rows_per_block));
+  std::vector<double> out(R);
+  if (loss == NmfLoss::frobenius) {
+    std::vector<double> cross;
+    reduce_blocks(ctx.threads(), rb.n_blocks(), static_cast<size_t>(R), cross, [&](int64_t b, double* p) {
+      std::vector<double> acc(rk);
+      for (int64_t i = rb.begin(b); i < rb.end(b); ++i) {
+        gather_row(X, i, f.Ht, rk, acc.data());
+        const float* w = f.W.data() + static_cast<size_t>(i) * rk;
+        for (int r = 0; r < R; ++r) {
+          double s = 0;
+          for (int c = 0; c < k; ++c) s += acc[r * k + c] * w[r * k + c];
+          p[r] += s;
+        }
+      }
+    });
+    std::vector<double> wtw, hht;
+    grams(ctx.threads(), f.W, f.n, R, k, rows_per_block, wtw);
+    grams(ctx.threads(), f.Ht, f.g, R, k, rows_per_block, hht);
+    const double nx = sum_of_squares(X);
+    const size_t kk = static_cast<size_t>(k) * k;
+    for (int r = 0; r < R; ++r) {
+      double nwh = 0;
+      for (size_t q = 0; q < kk; ++q) nwh += wtw[r * kk + q] * hht[r * kk + q];
+      const double res = (nx + nwh - 2.0 * cross[r]) / 2.0;
+      out[r] = std::sqrt(2.0 * std::max(res, 0.0));
+    }
+    return out;
+  }
+  // Kullback-Leibler: sum over nonzeros x > eps of x log(x / max(WH, eps)) + sum(WH) - sum(x).
+  std::vector<double> part;
+  reduce_blocks(ctx.threads(), rb.n_blocks(), static_cast<size_t>(R) + 1, part, [&](int64_t b, double* p) {
+    for (int64_t i = rb.begin(b); i < rb.end(b); ++i) {
+      const float* w = f.W.data() + static_cast<size_t>(i) * rk;
+      for (int64_t q = X.indptr[i]; q < X.indptr[i + 1]; ++q) {
+        const double x = X.data[q];
+        if (!(x > kEps32)) continue;
+        p[R] += x;
+        const float* h = f.Ht.data() + static_cast<size_t>(X.indices[q]) * rk;
+        for (int r = 0; r < R; ++r) {
+          double wh = 0;
+          for (int c = 0; c < k; ++c) wh += static_cast<double>(w[r * k + c]) * h[r * k + c];
+          p[r] += x * std::log(x / std::max(wh, kEps32));
+        }
+      }
+    }
+  });
+  std::vector<double> ws, hs;
+  colsums(ctx.threads(), f.W, f.n, rk, rows_per_block, ws);
+  colsums(ctx.threads(), f.Ht, f.g, rk, rows_per_block, hs);
+  for (int r = 0; r < R; ++r) {
+    double swh = 0;
+    for (int c = 0; c < k; ++c) swh += ws[r * k + c] * hs[r * k + c];
+    const double res = part[r] + swh - part[R];
+    out[r] = std::sqrt(2.0 * std::max(res, 0.0));
+  }
+  return out;
+}
+
+double frobenius_error_sq(const Context& ctx, const CsrF& X, const DenseF& W, const DenseF& H) {
+  const NmfBatch b = NmfBatch::from(W, H);
+  const double e = nmf_objective(ctx, X, b, NmfLoss::frobenius)[0];
+  return e * e;
+}
+
+NmfResult nmf_fit(const Context& ctx, const CsrF& X, NmfBatch init, const NmfOptions& opt) {
+  check_input(X);
+  if (init.n != X.n_rows || init.g != X.n_cols)
+    fail("nmf_fit: factors are for ", init.n, " x ", init.g, " but X is ", X.n_rows, " x ", X.n_cols);
+  if (opt.max_iter < 1) fail_input("--max-iter", "must be at least 1 (got ", opt.max_iter, ")");
+  if (!(opt.tol >= 0)) fail_input("--tol", "must be >= 0 (got ", opt.tol, ")");
+  Fit fit(ctx, X, init, opt);
+  NmfResult res = fit.run();
+  res.f = std::move(init);
+  return res;
+}
+
+DenseF nmf_fit_w_fixed_h(const Context& ctx, const CsrF& X, const DenseF& H, NmfOptions opt, int* n_iter) {
+  if (H.n_cols != X.n_cols)
+    fail("nmf_fit_w_fixed_h: H has ", H.n_cols, " columns but X has ", X.n_cols);
+  const int k = static_cast<int>(H.n_rows);
+  float fill = 0;
+  if (opt.solver == NmfSolver::mu) {
+    double total = 0;
+    for (const float v : X.data) total += v;
+    const double cells = static_cast<double>(X.n_rows) * static_cast<double>(X.n_cols);
+    fill = static_cast<float>(std::sqrt(cells > 0 ? total / cells / k : 0.0));
+  }
+  DenseF W0(X.n_rows, k, fill);
+  opt.update_h = false;
+  NmfResult r = nmf_fit(ctx, X, NmfBatch::from(W0, H), opt);
+  if (n_iter) *n_iter = r.n_iter[0];
+  return r.f.w_of(0);
+}
+
+}  // namespace scurry

@@ -1,0 +1,108 @@
+// scurry: batched non-negative matrix factorisation X (n x g) ~ W H, as sklearn's
+// non_negative_factorization (sklearn/decomposition/_nmf.py) with cNMF's settings: R replicates
+// (different random inits, possibly different seeds) factorised together, so that one read of X per
+// half-iteration serves all of them (X Ht_cat with the replicates' H^T concatenated [g, R*k], and
+// X^T W_cat with W concatenated [n, R*k]). Each replicate stops on its own.
+//
+// Solvers (l1 = l2 = 0, alpha_W = 0 as cNMF):
+//  cd  sklearn's coordinate descent (HALS, `_update_cdnmf_fast`): for every row of W (then of H^T)
+//      the components in order 0..k-1, grad = (W HHt - XHt)[i,t], W[i,t] = max(W[i,t] - grad/HHt[t,t],
+//      0); stops when violation / violation_at_iteration_1 <= tol (sklearn's rule for cd: the sum of
+//      the projected gradients, checked every iteration).
+//  mu  multiplicative updates for Frobenius or Kullback-Leibler; denominators equal to 0 become
+//      float32 eps (KL: W column sums equal to 0 become 1; H entries < float64 eps set to 0); checks
+//      every 10 iterations (previous_error - error) / error_at_init < tol, error being
+//      sklearn's _beta_divergence(..., square_root=True).
+// The Frobenius error comes from the Gram identity ||X||^2 - 2<X Ht, W> + <W^T W, H H^T> (float64);
+// no n x g temporary is ever formed; X stays CSR.
+//
+// Storage: float32 factors, float64 accumulation of every sum (products, Grams, violations,
+// errors). The CPU path is deterministic: fixed row/gene blocks, per-block partials combined in
+// block order, so any thread count gives bit-identical factors, and a batch of R replicates gives the
+// same factors as R single-replicate runs.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/matrix.hpp"
+#include "exec/context.hpp"
+
+namespace scurry {
+
+enum class NmfSolver { cd, mu };
+enum class NmfLoss { frobenius, kullback_leibler };
+
+// "cd" | "mu", "frobenius" | "kullback-leibler" (InputError otherwise).
+NmfSolver parse_nmf_solver(const std::string& s);
+NmfLoss parse_nmf_loss(const std::string& s);
+const char* nmf_solver_name(NmfSolver s);
+const char* nmf_loss_name(NmfLoss l);
+
+struct NmfOptions {
+  NmfSolver solver = NmfSolver::cd;   // cNMF: 'cd' for frobenius, 'mu' for kullback-leibler
+  NmfLoss loss = NmfLoss::frobenius;  // cNMF's default beta_loss
+  double tol = 1e-4;                  // sklearn's tol; 0 = run max_iter iterations
+  int max_iter = 1000;                // cNMF's max_iter
+  bool update_h = true;               // false: H is fixed, only W is fitted (sklearn update_H=False)
+  int64_t rows_per_block = 256;       // fixed partition of cells/genes for parallel work
+};
+
+// R factorisations of an n x g matrix with k components, replicate-interleaved:
+// W[(i * R + r) * k + c] (cell i, replicate r, component c), Ht[(j * R + r) * k + c] (H transposed).
+struct NmfBatch {
+  int64_t n = 0, g = 0;
+  int k = 0, R = 0;
+  std::vector<float> W;   // n * R * k
+  std::vector<float> Ht;  // g * R * k
+
+  int64_t rk() const { return static_cast<int64_t>(R) * k; }
+  float& w(int r, int64_t i, int c) { return W[static_cast<size_t>((i * R + r)) * k + c]; }
+  float w(int r, int64_t i, int c) const { return W[static_cast<size_t>((i * R + r)) * k + c]; }
+  float& h(int r, int c, int64_t j) { return Ht[static_cast<size_t>((j * R + r)) * k + c]; }
+  float h(int r, int c, int64_t j) const { return Ht[static_cast<size_t>((j * R + r)) * k + c]; }
+  // One replicate's factors: W (n x k) and H (k x g), row-major.
+  DenseF w_of(int r) const;
+  DenseF h_of(int r) const;
+  // A batch of R = 1 from W (n x k) and H (k x g).
+  static NmfBatch from(const DenseF& W, const DenseF& H);
+};
+
+struct NmfResult {
+  NmfBatch f;
+  std::vector<int> n_iter;     // per replicate: iterations run
+  std::vector<double> error;   // per replicate: sklearn's reconstruction_err_ (sqrt(2 * beta-divergence))
+};
+
+// cNMF's replicate seeds: `n` values in [1, 2^32 - 1) drawn from a generator seeded with `seed`
+// (cNMF draws them with numpy's RandomState(seed).randint; our stream differs, documented).
+std::vector<uint64_t> nmf_replicate_seeds(uint64_t seed, int64_t n);
+
+// sklearn's init='random' for each seed: avg = sqrt(mean(X) / k) over all n*g entries;
+// H = avg * |N(0,1)| (k x g, drawn first), then W = avg * |N(0,1)| (n x k), row-major draw order.
+// The normal stream is our own (splitmix64 + xoshiro256** + Box-Muller), not numpy's MT19937, so
+// values differ from sklearn's for the same seed; the distribution is the same.
+NmfBatch nmf_random_init(const CsrF& X, int k, const std::vector<uint64_t>& seeds);
+
+// Fits all replicates of `init` on X (n x g, non-negative). With opt.update_h = false, H stays fixed
+// and W starts from init.W (sklearn starts cd from zeros and mu from sqrt(mean(X)/k): see
+// nmf_fit_w_fixed_h). Throws InputError on negative or non-finite values of X.
+NmfResult nmf_fit(const Context& ctx, const CsrF& X, NmfBatch init, const NmfOptions& opt);
+
+// sklearn's non_negative_factorization(X, H=H, update_H=False): W (n x k) with H (k x g) fixed,
+// W initialised as sklearn does (zeros for cd, sqrt(mean(X)/k) for mu).
+DenseF nmf_fit_w_fixed_h(const Context& ctx, const CsrF& X, const DenseF& H, NmfOptions opt,
+                         int* n_iter = nullptr);
+
+// Per replicate: sklearn's _beta_divergence(X, W, H, loss, square_root=True).
+std::vector<double> nmf_objective(const Context& ctx, const CsrF& X, const NmfBatch& f, NmfLoss loss,
+                                  int64_t rows_per_block = 256);
+// ||X - W H||_F^2 (not square-rooted) of one factorisation, by the Gram identity (float64).
+double frobenius_error_sq(const Context& ctx, const CsrF& X, const DenseF& W, const DenseF& H);
+
+// GPU: the same batched fit with cuBLAS/cuSPARSE (src/nmf/nmf_gpu.cu; a stub throws without CUDA).
+// Float32 products (cuBLAS/cuSPARSE accumulate in float32), so results match the CPU up to float32
+// rounding, not bit for bit.
+NmfResult nmf_fit_gpu(const Context& ctx, const CsrF& X, NmfBatch init, const NmfOptions& opt);
+
+}  // namespace scurry

@@ -1,0 +1,284 @@
+// GPU kNN (label gpu): exact search against float64 brute force (every GEMM precision, sizes that
+// are not multiples of the tiles, several k and both metrics), IVF-Flat recall against the exact
+// search, determinism, and input errors.
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <random>
+#include <set>
+#include <vector>
+
+#include "core/error.hpp"
+#include "exec/context.hpp"
+#include "graph/knn.hpp"
+#include "graph/knn_gpu.hpp"
+#include "testlib.hpp"
+
+namespace scurry {
+namespace {
+
+Context gpu_ctx() {
+  ContextOptions o;
+  o.device = "gpu";
+  return Context::create(o);
+}
+
+// Seeded clustered data: Gaussian blobs (centres sd 5, points sd 1) with an offset so that norms are
+// large compared with neighbour distances (stresses the GEMM). zero_row >= 0: that row is all zeros
+// (cosine: distance 1 from everything).
+DenseF clustered(int64_t n, int64_t d, int clusters, uint64_t seed, float offset = 20.0f, int64_t zero_row = -1) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<double> nd;
+  DenseD centres(clusters, d);
+  for (double& v : centres.data) v = 5.0 * nd(rng) + offset;
+  DenseF x(n, d);
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t c = static_cast<int64_t>(rng() % clusters);
+    for (int64_t j = 0; j < d; ++j) x(i, j) = static_cast<float>(centres(c, j) + nd(rng));
+  }
+  if (zero_row >= 0)
+    for (int64_t j = 0; j < d; ++j) x(zero_row, j) = 0.f;
+  return x;
+}
+
+// The oracle for one row: float64 distances to every other row, sorted by (distance, index), the
+// first `keep` kept.
+using Row = std::vector<std::pair<double, int32_t>>;
+Row oracle_row(const DenseF& x, int64_t i, KnnMetric metric, size_t keep) {
+  Row r;
+  r.reserve(static_cast<size_t>(x.n_rows));
+  double ni = 0;
+  for (int64_t c = 0; c < x.n_cols; ++c) ni += static_cast<double>(x(i, c)) * x(i, c);
+  for (int64_t j = 0; j < x.n_rows; ++j) {
+    if (j == i) continue;
+    double dd = 0, dot = 0, nj = 0;
+    for (int64_t c = 0; c < x.n_cols; ++c) {
+      const double a = x(i, c), b = x(j, c);
+      dd += (a - b) * (a - b);
+      dot += a * b;
+      nj += b * b;
+    }
+    double dist = std::sqrt(dd);
+    if (metric == KnnMetric::cosine) dist = (ni == 0 || nj == 0) ? 1.0 : 1.0 - dot / std::sqrt(ni * nj);
+    r.emplace_back(dist, static_cast<int32_t>(j));
+  }
+  keep = std::min(keep, r.size());
+  std::partial_sort(r.begin(), r.begin() + static_cast<std::ptrdiff_t>(keep), r.end());
+  r.resize(keep);
+  return r;
+}
+
+struct Oracle {
+  std::vector<int64_t> rows;
+  std::vector<Row> best;
+};
+
+// Oracle rows: all rows (n <= all_below) or a seeded sample of `sample` rows plus the first and last.
+Oracle make_oracle(const DenseF& x, KnnMetric metric, int64_t k, uint64_t seed, int64_t sample = 1500,
+                   int64_t all_below = 4000) {
+  Oracle o;
+  if (x.n_rows <= all_below) {
+    for (int64_t i = 0; i < x.n_rows; ++i) o.rows.push_back(i);
+  } else {
+    std::mt19937_64 rng(seed ^ 0x9e3779b97f4a7c15ull);
+    o.rows = {0, x.n_rows - 1};
+    for (int64_t s = 0; s < sample; ++s) o.rows.push_back(static_cast<int64_t>(rng() % x.n_rows));
+  }
+  for (int64_t i : o.rows) o.best.push_back(oracle_row(x, i, metric, static_cast<size_t>(k + 64)));
+  return o;
+}
+
+// Compares a result with the oracle rows: self first at 0; distances within 1e-4 relative of the
+// oracle's j-th; a neighbour outside the oracle's k - 1 set only as a tie (within 1e-5 relative) with
+// the k-th distance. Returns the rows whose set differs otherwise.
+int64_t mismatches(const Knn& knn, const Oracle& o, double* max_rel_err) {
+  int64_t bad = 0;
+  *max_rel_err = 0;
+  for (size_t s = 0; s < o.rows.size(); ++s) {
+    const int64_t i = o.rows[s];
+    const Row& best = o.best[s];
+    EXPECT_EQ(knn.index(i, 0), i);
+    EXPECT_EQ(knn.distance(i, 0), 0.0f);
+    const int64_t m = knn.k - 1;
+    if (m == 0) continue;
+    const double kth = best[static_cast<size_t>(m - 1)].first;
+    std::set<int32_t> want;
+    for (int64_t j = 0; j < m; ++j) want.insert(best[static_cast<size_t>(j)].second);
+    bool row_bad = false;
+    for (int64_t j = 1; j < knn.k; ++j) {
+      const double ref = best[static_cast<size_t>(j - 1)].first;
+      *max_rel_err = std::max(*max_rel_err, std::fabs(knn.distance(i, j) - ref) / std::max(1e-6, std::fabs(ref)));
+      const int32_t c = knn.index(i, j);
+      if (want.count(c)) continue;
+      auto it = std::find_if(best.begin(), best.end(), [&](const auto& p) { return p.second == c; });
+      if (it == best.end() || std::fabs(it->first - kth) > 1e-5 * std::max(1e-6, std::fabs(kth))) row_bad = true;
+    }
+    bad += row_bad;
+  }
+  return bad;
+}
+
+const char* precision_name(KnnGemmPrecision p) {
+  return p == KnnGemmPrecision::fp32 ? "fp32" : p == KnnGemmPrecision::tf32x3 ? "tf32x3" : "tf32";
+}
+
+// Share of the true k - 1 non-self neighbours found.
+double recall(const Knn& approx, const Knn& exact) {
+  int64_t hit = 0, total = 0;
+  for (int64_t i = 0; i < exact.n; ++i) {
+    std::set<int32_t> truth;
+    for (int64_t j = 1; j < exact.k; ++j) truth.insert(exact.index(i, j));
+    for (int64_t j = 1; j < approx.k; ++j) hit += truth.count(approx.index(i, j));
+    total += exact.k - 1;
+  }
+  return static_cast<double>(hit) / static_cast<double>(total);
+}
+
+TEST(KnnGpu, ExactEqualsFloat64BruteForce20000) {
+  SCURRY_REQUIRE_GPU();
+  const Context ctx = gpu_ctx();
+  const uint64_t seed = test::fresh_seed();
+  const DenseF x = clustered(20000, 50, 40, seed, 20.0f, 777);  // 20000: not a multiple of the tiles
+  for (KnnMetric metric : {KnnMetric::euclidean, KnnMetric::cosine}) {
+    const Oracle o = make_oracle(x, metric, 15, seed);
+    for (KnnGemmPrecision p : {KnnGemmPrecision::tf32x3, KnnGemmPrecision::fp32, KnnGemmPrecision::tf32}) {
+      const Knn knn = knn_exact_gpu(ctx, x, 15, metric, KnnExactGpuOptions{p});
+      ASSERT_EQ(knn.n, x.n_rows);
+      ASSERT_EQ(knn.k, 15);
+      double err = 0;
+      const int64_t bad = mismatches(knn, o, &err);
+      std::printf("exact gpu %s %s: %lld of %zu rows differ, max distance error %.3g\n", knn_metric_name(metric),
+                  precision_name(p), static_cast<long long>(bad), o.rows.size(), err);
+      EXPECT_LT(err, 1e-4) << knn_metric_name(metric) << " " << precision_name(p);
+      if (p == KnnGemmPrecision::tf32) {
+        // One TF32 pass: candidates may miss a neighbour within TF32 rounding; most rows are exact.
+        EXPECT_LE(bad, static_cast<int64_t>(o.rows.size()) / 50) << knn_metric_name(metric);
+      } else {
+        EXPECT_EQ(bad, 0) << knn_metric_name(metric) << " " << precision_name(p);
+      }
+    }
+    // k = 1: the cell itself.
+    const Knn one = knn_exact_gpu(ctx, x, 1, metric);
+    ASSERT_EQ(one.k, 1);
+    for (int64_t i = 0; i < x.n_rows; ++i) {
+      ASSERT_EQ(one.index(i, 0), i);
+      ASSERT_EQ(one.distance(i, 0), 0.0f);
+    }
+    // k = 2: the single nearest other cell.
+    const Knn two = knn_exact_gpu(ctx, x, 2, metric);
+    double err = 0;
+    EXPECT_EQ(mismatches(two, o, &err), 0) << knn_metric_name(metric);
+    EXPECT_LT(err, 1e-4);
+  }
+}
+
+TEST(KnnGpu, ExactEqualsLibraryBruteForceSmallSizesAndLargeK) {
+  SCURRY_REQUIRE_GPU();
+  const Context ctx = gpu_ctx();
+  const uint64_t seed = test::fresh_seed();
+  // Smaller than one tile in both directions, odd dims; k giving candidate widths 32, 128 and 512.
+  const DenseF x = clustered(1237, 37, 9, seed, 20.0f, 5);
+  for (KnnMetric metric : {KnnMetric::euclidean, KnnMetric::cosine}) {
+    for (int64_t k : {int64_t(15), int64_t(1), int64_t(40), int64_t(200)}) {
+      const Knn bf = knn_brute_force(x, k, metric);
+      const Knn g = knn_exact_gpu(ctx, x, k, metric);
+      ASSERT_EQ(g.k, k);
+      int64_t bad = 0;
+      double err = 0;
+      for (int64_t i = 0; i < x.n_rows; ++i) {
+        ASSERT_EQ(g.index(i, 0), i);
+        std::set<int32_t> want;
+        for (int64_t j = 1; j < k; ++j) want.insert(bf.index(i, j));
+        const double kth = bf.distance(i, k - 1);
+        bool row_bad = false;
+        for (int64_t j = 1; j < k; ++j) {
+          const double ref = bf.distance(i, j);
+          err = std::max(err, std::fabs(g.distance(i, j) - ref) / std::max(1e-6, ref));
+          if (!want.count(g.index(i, j)) && std::fabs(g.distance(i, j) - kth) > 1e-5 * std::max(1e-6, kth))
+            row_bad = true;
+          if (j > 1) ASSERT_LE(g.distance(i, j - 1), g.distance(i, j));
+        }
+        bad += row_bad;
+      }
+      EXPECT_EQ(bad, 0) << knn_metric_name(metric) << " k=" << k;
+      EXPECT_LT(err, 1e-4) << knn_metric_name(metric) << " k=" << k;
+    }
+  }
+}
+
+TEST(KnnGpu, IvfRecallAtLeast95Percent) {
+  SCURRY_REQUIRE_GPU();
+  const Context ctx = gpu_ctx();
+  const uint64_t seed = test::fresh_seed();
+  const DenseF x = clustered(20000, 50, 40, seed);
+  for (KnnMetric metric : {KnnMetric::euclidean, KnnMetric::cosine}) {
+    const Knn exact = knn_exact_gpu(ctx, x, 15, metric);
+    IvfOptions opt;
+    opt.seed = seed;
+    const Knn a = knn_ivf_gpu(ctx, x, 15, metric, opt);
+    const double r = recall(a, exact);
+    std::printf("ivf recall@15 (%s, default probes) = %.4f\n", knn_metric_name(metric), r);
+    EXPECT_GE(r, 0.95) << knn_metric_name(metric);
+    // Self first, ascending, and every returned distance is the exact one.
+    for (int64_t i = 0; i < a.n; ++i) {
+      ASSERT_EQ(a.index(i, 0), i);
+      for (int64_t j = 1; j < a.k; ++j) {
+        const int32_t c = a.index(i, j);
+        ASSERT_GE(c, 0);
+        ASSERT_NE(c, i);
+        if (j > 1) ASSERT_LE(a.distance(i, j - 1), a.distance(i, j));
+      }
+    }
+    for (int64_t i = 0; i < a.n; i += 97) {
+      const Row o = oracle_row(x, i, metric, static_cast<size_t>(x.n_rows));
+      for (int64_t j = 1; j < a.k; ++j) {
+        const auto it = std::find_if(o.begin(), o.end(), [&](const auto& p) { return p.second == a.index(i, j); });
+        ASSERT_NE(it, o.end());
+        EXPECT_NEAR(a.distance(i, j), it->first, 1e-4 * std::max(1e-6, it->first));
+      }
+    }
+    // Same seed: identical result (no floating-point atomics).
+    const Knn b = knn_ivf_gpu(ctx, x, 15, metric, opt);
+    EXPECT_EQ(a.indices, b.indices);
+    EXPECT_EQ(a.distances, b.distances);
+    // Fewer probes: lower recall, printed for information; all lists probed: exact.
+    for (int64_t probes : {int64_t(4), int64_t(16)}) {
+      IvfOptions few = opt;
+      few.n_probes = probes;
+      std::printf("ivf recall@15 (%s, %lld probes of %lld lists) = %.4f\n", knn_metric_name(metric),
+                  static_cast<long long>(probes), static_cast<long long>(std::llround(std::sqrt(20000.0))),
+                  recall(knn_ivf_gpu(ctx, x, 15, metric, few), exact));
+    }
+    IvfOptions all = opt;
+    all.n_lists = 50;
+    all.n_probes = 50;
+    EXPECT_EQ(recall(knn_ivf_gpu(ctx, x, 15, metric, all), exact), 1.0) << knn_metric_name(metric);
+  }
+}
+
+TEST(KnnGpu, BadInput) {
+  SCURRY_REQUIRE_GPU();
+  const Context ctx = gpu_ctx();
+  const DenseF x = clustered(20, 3, 2, 1);
+  EXPECT_THROW(knn_exact_gpu(ctx, x, 20, KnnMetric::euclidean), InputError);  // k >= n
+  EXPECT_THROW(knn_exact_gpu(ctx, x, 21, KnnMetric::euclidean), InputError);
+  EXPECT_THROW(knn_exact_gpu(ctx, x, 0, KnnMetric::euclidean), InputError);
+  EXPECT_THROW(knn_ivf_gpu(ctx, x, 20, KnnMetric::cosine), InputError);
+  EXPECT_THROW(knn_exact_gpu(ctx, x, 5, "manhattan"), InputError);
+  IvfOptions o;
+  o.n_lists = 4;
+  o.n_probes = 5;  // more probes than lists
+  EXPECT_THROW(knn_ivf_gpu(ctx, x, 5, KnnMetric::euclidean, o), InputError);
+  o.n_lists = 21;  // more lists than cells
+  o.n_probes = 0;
+  EXPECT_THROW(knn_ivf_gpu(ctx, x, 5, KnnMetric::euclidean, o), InputError);
+  DenseF y = x;
+  y(3, 1) = std::nanf("");
+  EXPECT_THROW(knn_exact_gpu(ctx, y, 5, KnnMetric::euclidean), InputError);
+  EXPECT_THROW(knn_ivf_gpu(ctx, y, 5, KnnMetric::euclidean), InputError);
+  // A CPU context is refused with a message, not a crash.
+  EXPECT_THROW(knn_exact_gpu(Context::cpu(1), x, 5, KnnMetric::euclidean), InputError);
+}
+
+}  // namespace
+}  // namespace scurry
