@@ -1,5 +1,5 @@
-// scurry info FILE: format, shape, nnz, X encoding and dtype, and every slot. h5ad files are
-// summarised from their metadata without reading matrix values; other formats are read.
+// scurry info FILE: format, shape, nnz, X encoding and dtype, and every slot. h5ad files and zarr
+// stores are summarised from their metadata without reading matrix values; other formats are read.
 #include <cstdio>
 #include <memory>
 #include <string>
@@ -10,6 +10,7 @@
 #include "io/format.hpp"
 #include "io/h5ad.hpp"
 #include "io/read.hpp"
+#include "io/zarr.hpp"
 
 namespace scurry::cli {
 
@@ -99,6 +100,14 @@ void run_info(const GlobalOptions& g, const InfoOptions& o) {
     print_slots(s.slots);
     return;
   }
+  if (f == Format::zarr) {
+    const H5adSummary s = summarize_zarr(o.path);
+    std::string fmt = "zarr";
+    if (!s.anndata_encoding_version.empty()) fmt += " (anndata encoding-version " + s.anndata_encoding_version + ")";
+    print_header(o.path, fmt, s.n_obs, s.n_vars, s.x_encoding, s.x_dtype, s.x_nnz);
+    print_slots(s.slots);
+    return;
+  }
   const Dataset d = read_any(o.path);
   print_header(o.path, format_name(f), d.n_obs(), d.n_vars(), d.X.is_sparse() ? "csr_matrix" : "array",
                dtype_name(d.X.dtype), d.X.nnz());
@@ -110,7 +119,7 @@ void run_info(const GlobalOptions& g, const InfoOptions& o) {
 void add_info_command(CLI::App& app, GlobalOptions& g) {
   auto o = std::make_shared<InfoOptions>();
   CLI::App* cmd = app.add_subcommand("info", "Describe a dataset: format, shape, nnz, X encoding and dtype, every slot");
-  cmd->add_option("FILE", o->path, "An h5ad file, a 10x .h5 file or a 10x mtx directory")->required();
+  cmd->add_option("FILE", o->path, "An h5ad file, a zarr store, a 10x .h5 file or a 10x mtx directory")->required();
   cmd->callback([&g, o] { run_info(g, *o); });
 }
 

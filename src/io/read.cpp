@@ -1,6 +1,7 @@
 #include "io/read.hpp"
 
 #include "core/error.hpp"
+#include "io/zarr.hpp"
 
 namespace scurry {
 
@@ -10,7 +11,7 @@ Dataset read_any(const std::string& path, Format& format, const ReadOptions& opt
     case Format::h5ad: return read_h5ad(path, opt.h5ad);
     case Format::tenx_h5: return read_10x_h5(path, opt.tenx);
     case Format::tenx_mtx: return read_10x_mtx(path, opt.tenx);
-    case Format::zarr: fail_input(path, "zarr input is not supported yet; convert it to h5ad with anndata first");
+    case Format::zarr: return read_zarr(path, opt.h5ad);
     case Format::unknown: break;
   }
   fail_input(path, "unknown input format");
