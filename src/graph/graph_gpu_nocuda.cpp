@@ -1,0 +1,18 @@
+// Built without CUDA: the GPU UMAP layout and Leiden are not there.
+#include "core/error.hpp"
+#include "graph/leiden_gpu.hpp"
+#include "graph/umap_gpu.hpp"
+
+namespace scurry {
+namespace {
+[[noreturn]] void no_cuda(const char* step) {
+  fail_input(step, "this scurry was built without CUDA; use --device cpu");
+}
+}  // namespace
+
+UmapResult umap_gpu(const Context&, const CsrF&, const DenseF&, const UmapOptions&) { no_cuda("umap (gpu)"); }
+UmapResult umap_gpu(const Context&, const CsrF&, const UmapOptions&, const DenseF*) { no_cuda("umap (gpu)"); }
+UmapResult umap_gpu(const Context&, Dataset&, const UmapOptions&) { no_cuda("umap (gpu)"); }
+LeidenResult leiden_gpu(const Context&, const CsrF&, const LeidenOptions&) { no_cuda("leiden (gpu)"); }
+LeidenResult leiden_gpu(const Context&, Dataset&, const LeidenOptions&) { no_cuda("leiden (gpu)"); }
+}  // namespace scurry

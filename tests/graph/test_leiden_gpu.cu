@@ -1,0 +1,147 @@
+// GPU Leiden (label gpu): modularity of the GPU partition against the CPU (igraph) partition, the
+// oracle, on the golden pbmc3k connectivities and on a seeded planted-partition graph of 50,000
+// nodes; the labels' numbering and the Dataset slots; the CPU-context error.
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <random>
+#include <vector>
+
+#include "core/error.hpp"
+#include "exec/context.hpp"
+#include "graph/leiden.hpp"
+#include "graph/leiden_gpu.hpp"
+#include "io/h5ad.hpp"
+#include "testlib.hpp"
+
+namespace scurry {
+namespace {
+
+Context gpu_ctx() {
+  ContextOptions o;
+  o.device = "gpu";
+  return Context::create(o);
+}
+
+CsrF golden_graph() {
+  H5adReadOptions o;
+  o.read_raw = false;
+  o.read_layers = false;
+  const Dataset d = read_h5ad(test::shared_data("golden/pbmc3k_first1000.scanpy.h5ad"), o);
+  return to_csr_f(d.obsp.at("connectivities"));
+}
+
+// A planted partition: `blocks` groups of equal size; each node draws `intra` partners in its group
+// and `inter` anywhere, weights U(0.1, 1); symmetric, duplicates summed, sorted columns.
+CsrF planted(int64_t n, int64_t blocks, int intra, int inter, uint64_t seed, std::vector<int32_t>& truth) {
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<float> u(0.1f, 1.0f);
+  const int64_t size = n / blocks;
+  truth.resize(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) truth[i] = static_cast<int32_t>(std::min(i / size, blocks - 1));
+  std::vector<std::vector<std::pair<int32_t, float>>> rows(static_cast<size_t>(n));
+  auto add = [&](int64_t i, int64_t j) {
+    if (i == j) return;
+    const float w = u(rng);
+    rows[i].emplace_back(static_cast<int32_t>(j), w);
+    rows[j].emplace_back(static_cast<int32_t>(i), w);
+  };
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t b0 = truth[i] * size, b1 = truth[i] == blocks - 1 ? n : b0 + size;
+    for (int t = 0; t < intra; ++t) add(i, b0 + static_cast<int64_t>(rng() % static_cast<uint64_t>(b1 - b0)));
+    for (int t = 0; t < inter; ++t) add(i, static_cast<int64_t>(rng() % static_cast<uint64_t>(n)));
+  }
+  CsrF m = CsrF::zeros(n, n);
+  for (int64_t i = 0; i < n; ++i) {
+    std::sort(rows[i].begin(), rows[i].end());
+    for (size_t p = 0; p < rows[i].size(); ++p) {
+      if (p > 0 && rows[i][p].first == rows[i][p - 1].first) {
+        m.data.back() += rows[i][p].second;
+        continue;
+      }
+      m.indices.push_back(rows[i][p].first);
+      m.data.push_back(rows[i][p].second);
+    }
+    m.indptr[i + 1] = m.nnz();
+  }
+  return m;
+}
+
+// Labels numbered 0..n_clusters-1 by decreasing size.
+void expect_numbered_by_size(const LeidenResult& r) {
+  std::vector<int64_t> size(static_cast<size_t>(r.n_clusters), 0);
+  for (int32_t l : r.labels) {
+    ASSERT_GE(l, 0);
+    ASSERT_LT(l, r.n_clusters);
+    ++size[l];
+  }
+  for (int64_t s : size) EXPECT_GT(s, 0);
+  EXPECT_TRUE(std::is_sorted(size.rbegin(), size.rend()));
+}
+
+void compare(const char* what, const CsrF& g, const LeidenOptions& o) {
+  const LeidenResult c = leiden(Context::cpu(0), g, o);
+  const LeidenResult r = leiden_gpu(gpu_ctx(), g, o);
+  ASSERT_EQ(r.labels.size(), c.labels.size());
+  expect_numbered_by_size(r);
+  const double q_gpu = modularity(g, r.labels, o.resolution), q_cpu = modularity(g, c.labels, o.resolution);
+  std::printf("%s (resolution %.2f): gpu %lld clusters, modularity %.5f; cpu %lld clusters, modularity %.5f; ARI %.4f\n",
+              what, o.resolution, static_cast<long long>(r.n_clusters), q_gpu, static_cast<long long>(c.n_clusters),
+              q_cpu, adjusted_rand_index(r.labels, c.labels));
+  EXPECT_GE(q_gpu, q_cpu - 0.01);
+  EXPECT_NEAR(r.modularity, q_gpu, 1e-9);
+}
+
+TEST(LeidenGpu, GoldenGraphModularityNearCpu) {
+  SCURRY_REQUIRE_GPU();
+  const CsrF g = golden_graph();
+  compare("pbmc3k golden graph", g, LeidenOptions{});
+  LeidenOptions hi;
+  hi.resolution = 2.0;
+  compare("pbmc3k golden graph", g, hi);
+  LeidenOptions unweighted;
+  unweighted.use_weights = false;
+  const LeidenResult r = leiden_gpu(gpu_ctx(), g, unweighted);
+  expect_numbered_by_size(r);
+  EXPECT_NEAR(r.modularity, modularity(g, r.labels, 1.0), 1e-9);  // the weighted modularity, as the CPU path
+}
+
+TEST(LeidenGpu, PlantedPartitionModularityNearCpu) {
+  SCURRY_REQUIRE_GPU();
+  std::vector<int32_t> truth;
+  const CsrF g = planted(50000, 40, 10, 3, test::fresh_seed(), truth);
+  compare("planted partition 50000 nodes", g, LeidenOptions{});
+  const LeidenResult r = leiden_gpu(gpu_ctx(), g, LeidenOptions{});
+  const double ari = adjusted_rand_index(r.labels, truth);
+  std::printf("planted partition: ARI of the gpu partition vs the planted one %.4f\n", ari);
+  EXPECT_GT(ari, 0.85);
+}
+
+TEST(LeidenGpu, DatasetLevelWritesScanpysSlots) {
+  SCURRY_REQUIRE_GPU();
+  Dataset d;
+  const CsrF g = golden_graph();
+  d.obs.index.assign(static_cast<size_t>(g.n_rows), "c");
+  d.obsp["connectivities"] = Matrix(g);
+  const LeidenResult r = leiden_gpu(gpu_ctx(), d, LeidenOptions{});
+  const auto& col = std::get<CategoricalColumn>(d.obs.at("leiden").c);
+  ASSERT_EQ(static_cast<int64_t>(col.categories.size()), r.n_clusters);
+  EXPECT_EQ(col.codes, r.labels);
+  EXPECT_TRUE(d.uns.count("leiden"));
+}
+
+TEST(LeidenGpu, NeedsGpuContextAndValidInput) {
+  const CsrF g = CsrF::zeros(5, 5);
+  EXPECT_THROW(leiden_gpu(Context::cpu(1), g, LeidenOptions{}), InputError);
+  if (!test::have_gpu()) return;
+  LeidenOptions o;
+  o.resolution = 0;
+  EXPECT_THROW(leiden_gpu(gpu_ctx(), g, o), InputError);
+  EXPECT_THROW(leiden_gpu(gpu_ctx(), CsrF::zeros(5, 6), LeidenOptions{}), InputError);
+  // No edges: every node alone.
+  const LeidenResult r = leiden_gpu(gpu_ctx(), g, LeidenOptions{});
+  EXPECT_EQ(r.n_clusters, 5);
+}
+
+}  // namespace
+}  // namespace scurry

@@ -1,0 +1,141 @@
+// GPU UMAP (label gpu): the layout of a seeded clustered dataset against the CPU layout (the oracle)
+// on the same graph and the same initial layout: neighbour preservation and kNN classification of
+// the clusters in the embedding; the CPU-context and bad-input errors.
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <random>
+#include <set>
+#include <vector>
+
+#include "core/error.hpp"
+#include "exec/context.hpp"
+#include "graph/knn.hpp"
+#include "graph/neighbors.hpp"
+#include "graph/umap.hpp"
+#include "graph/umap_gpu.hpp"
+#include "testlib.hpp"
+
+namespace scurry {
+namespace {
+
+Context gpu_ctx() {
+  ContextOptions o;
+  o.device = "gpu";
+  return Context::create(o);
+}
+
+// n points in d dims around `k` Gaussian centres (centres N(0, 3^2) per coordinate, points N(centre, 1)).
+DenseF clustered(int64_t n, int64_t d, int k, uint64_t seed, std::vector<int32_t>& labels) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<double> z(0.0, 1.0);
+  std::vector<double> centres(static_cast<size_t>(k * d));
+  for (double& c : centres) c = 3.0 * z(rng);
+  DenseF x(n, d);
+  labels.resize(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) {
+    const int c = static_cast<int>(rng() % static_cast<uint64_t>(k));
+    labels[i] = c;
+    for (int64_t j = 0; j < d; ++j) x(i, j) = static_cast<float>(centres[c * d + j] + z(rng));
+  }
+  return x;
+}
+
+// Mean share of each cell's k nearest neighbours in `ref` found among its k nearest in `emb`.
+double preservation(const Context& ctx, const DenseF& ref, const DenseF& emb, int64_t k) {
+  const Knn a = knn_exact(ctx, ref, k + 1, KnnMetric::euclidean);
+  const Knn b = knn_exact(ctx, emb, k + 1, KnnMetric::euclidean);
+  int64_t hit = 0;
+  for (int64_t i = 0; i < a.n; ++i) {
+    std::set<int32_t> s;
+    for (int64_t j = 1; j <= k; ++j) s.insert(a.index(i, j));
+    for (int64_t j = 1; j <= k; ++j) hit += static_cast<int64_t>(s.count(b.index(i, j)));
+  }
+  return static_cast<double>(hit) / static_cast<double>(a.n * k);
+}
+
+// Leave-one-out k-nearest-neighbour classification accuracy of `labels` in `emb` (majority vote).
+double knn_accuracy(const Context& ctx, const DenseF& emb, const std::vector<int32_t>& labels, int64_t k) {
+  const Knn nn = knn_exact(ctx, emb, k + 1, KnnMetric::euclidean);
+  const int32_t n_labels = *std::max_element(labels.begin(), labels.end()) + 1;
+  int64_t right = 0;
+  std::vector<int> votes(static_cast<size_t>(n_labels));
+  for (int64_t i = 0; i < nn.n; ++i) {
+    std::fill(votes.begin(), votes.end(), 0);
+    for (int64_t j = 1; j <= k; ++j) ++votes[labels[nn.index(i, j)]];
+    const int32_t best = static_cast<int32_t>(std::max_element(votes.begin(), votes.end()) - votes.begin());
+    right += best == labels[i];
+  }
+  return static_cast<double>(right) / static_cast<double>(nn.n);
+}
+
+TEST(UmapGpu, LayoutQualityMatchesCpuOnClusteredData) {
+  SCURRY_REQUIRE_GPU();
+  const uint64_t seed = test::fresh_seed();
+  std::vector<int32_t> labels;
+  const DenseF x = clustered(20000, 30, 10, seed, labels);
+  const Context cpu = Context::cpu(0);
+  const NeighborsResult nb = neighbors(cpu, x, NeighborsOptions{});
+  UmapOptions o;
+  o.random_state = seed;
+  const UmapResult c = umap(cpu, nb.connectivities, o);
+  const UmapResult g = umap_gpu(gpu_ctx(), nb.connectivities, o);
+  ASSERT_EQ(g.embedding.n_rows, 20000);
+  ASSERT_EQ(g.embedding.n_cols, 2);
+  for (float v : g.embedding.data) ASSERT_TRUE(std::isfinite(v));
+  EXPECT_EQ(g.n_epochs, c.n_epochs);
+  EXPECT_EQ(g.init, c.init);
+  EXPECT_DOUBLE_EQ(g.a, c.a);
+  EXPECT_DOUBLE_EQ(g.b, c.b);
+  const double p_cpu = preservation(cpu, x, c.embedding, 15), p_gpu = preservation(cpu, x, g.embedding, 15);
+  const double a_cpu = knn_accuracy(cpu, c.embedding, labels, 15), a_gpu = knn_accuracy(cpu, g.embedding, labels, 15);
+  std::printf("umap 20000 cells: 15-NN preservation cpu %.4f gpu %.4f; 15-NN cluster accuracy cpu %.4f gpu %.4f\n",
+              p_cpu, p_gpu, a_cpu, a_gpu);
+  EXPECT_NEAR(p_gpu, p_cpu, 0.02);
+  EXPECT_GE(a_gpu, a_cpu - 0.02);
+}
+
+TEST(UmapGpu, GivenLayoutAndThreeDimensions) {
+  SCURRY_REQUIRE_GPU();
+  // The low-level overload from a given start layout, 3 components, a short run: the result stays
+  // finite and keeps the clusters apart as well as the CPU path from the same start.
+  const uint64_t seed = test::fresh_seed();
+  std::vector<int32_t> labels;
+  const DenseF x = clustered(3000, 10, 5, seed, labels);
+  const Context cpu = Context::cpu(0);
+  const NeighborsResult nb = neighbors(cpu, x, NeighborsOptions{});
+  UmapOptions o;
+  o.n_components = 3;
+  o.maxiter = 0;
+  const DenseF start = umap(cpu, nb.connectivities, o).embedding;  // the CPU initial layout
+  o.maxiter = 100;
+  o.random_state = seed;
+  const UmapResult g = umap_gpu(gpu_ctx(), nb.connectivities, start, o);
+  UmapOptions oc = o;
+  oc.init_pos = "given";
+  const UmapResult c = umap(cpu, nb.connectivities, oc, &start);
+  ASSERT_EQ(g.embedding.n_cols, 3);
+  for (float v : g.embedding.data) ASSERT_TRUE(std::isfinite(v));
+  EXPECT_EQ(g.n_epochs, 100);
+  const double a_cpu = knn_accuracy(cpu, c.embedding, labels, 15), a_gpu = knn_accuracy(cpu, g.embedding, labels, 15);
+  const double p_cpu = preservation(cpu, x, c.embedding, 15), p_gpu = preservation(cpu, x, g.embedding, 15);
+  std::printf("umap 3000 cells, 3 dims, 100 epochs: preservation cpu %.4f gpu %.4f; accuracy cpu %.4f gpu %.4f\n",
+              p_cpu, p_gpu, a_cpu, a_gpu);
+  EXPECT_GE(a_gpu, a_cpu - 0.02);
+  EXPECT_NEAR(p_gpu, p_cpu, 0.03);
+}
+
+TEST(UmapGpu, NeedsGpuContextAndValidInput) {
+  CsrF g = CsrF::zeros(4, 4);
+  DenseF init(4, 2);
+  EXPECT_THROW(umap_gpu(Context::cpu(1), g, init, UmapOptions{}), InputError);
+  EXPECT_THROW(umap_gpu(Context::cpu(1), g, UmapOptions{}), InputError);
+  if (!test::have_gpu()) return;
+  const Context ctx = gpu_ctx();
+  EXPECT_THROW(umap_gpu(ctx, g, DenseF(3, 2), UmapOptions{}), InputError);  // wrong init shape
+  CsrF bad = CsrF::zeros(3, 4);
+  EXPECT_THROW(umap_gpu(ctx, bad, DenseF(3, 2), UmapOptions{}), InputError);  // not square
+}
+
+}  // namespace
+}  // namespace scurry
