@@ -2,6 +2,8 @@
 // memory (no disk), repeated; per-step medians over the repetitions after the first (warm-up), peak
 // memory, and each step's floor (bytes over memory bandwidth, FLOPs over the fp32 rate) on the GPU.
 #include <algorithm>
+#include <chrono>
+#include <iterator>
 #include <cstdio>
 #include <map>
 #include <memory>
@@ -13,6 +15,13 @@
 #include "cli/step_options.hpp"
 #include "core/error.hpp"
 #include "core/log.hpp"
+#include "graph/connectivities.hpp"
+#include "graph/knn.hpp"
+#include "graph/knn_gpu.hpp"
+#include "graph/leiden.hpp"
+#include "graph/leiden_gpu.hpp"
+#include "graph/umap.hpp"
+#include "graph/umap_gpu.hpp"
 #include "sim/simulate.hpp"
 
 namespace scurry::cli {
@@ -29,6 +38,8 @@ struct BenchOptions {
   SimulateOptions sim;
   int repeat = 3;
   std::string json;
+  bool graph = false;   // --graph: then neighbors (exact and IVF-Flat), connectivities, UMAP, Leiden
+  int64_t recall_rows = 20000;
   PreprocessOptions pp = [] {
     PreprocessOptions p;
     p.qc_vars = {"mt"};
@@ -68,6 +79,68 @@ double floor_s(const std::string& step, const Timings& t, double n0, double g0, 
   return 0;
 }
 
+// The graph half on the PCA of the last run: exact kNN and IVF-Flat (recall against exact on the first
+// rows), connectivities, UMAP (random init: the spectral init is CPU work), Leiden. Median of 3 runs
+// after a warm-up for the GPU steps.
+nlohmann::json bench_graph(Context& ctx, const DenseF& x, const BenchOptions& o) {
+  nlohmann::json j;
+  const bool gpu = ctx.backend() == Backend::cuda;
+  const int64_t n = x.n_rows, d = x.n_cols, k = 15;
+  std::printf("\ngraph: %lld cells x %lld PCs, k = %lld, %s\n", static_cast<long long>(n), static_cast<long long>(d),
+              static_cast<long long>(k), gpu ? "GPU" : "CPU");
+  auto timed = [&](const char* name, int reps, auto&& fn) {
+    std::vector<double> w;
+    for (int i = 0; i < reps; ++i) {
+      const auto t0 = std::chrono::steady_clock::now();
+      fn();
+      w.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    }
+    if (reps > 1) w.erase(w.begin());  // warm-up
+    const double m = median(w);
+    std::printf("  %-22s %9.3f s\n", name, m);
+    j[name] = m;
+    return m;
+  };
+  const int reps = gpu ? 3 : 1;
+  Knn exact, ivf;
+  timed("knn_exact", reps, [&] { exact = gpu ? knn_exact_gpu(ctx, x, k, KnnMetric::euclidean) : knn_exact(ctx, x, k, KnnMetric::euclidean); });
+  timed(gpu ? "knn_ivf_flat" : "knn_hnsw", reps, [&] {
+    ivf = gpu ? knn_ivf_gpu(ctx, x, k, KnnMetric::euclidean) : knn_hnsw(ctx, x, k, KnnMetric::euclidean);
+  });
+  const int64_t rows = std::min<int64_t>(n, o.recall_rows);
+  int64_t hit = 0, total = 0;
+  for (int64_t i = 0; i < rows; ++i) {
+    std::vector<int64_t> a, b;
+    for (int64_t c = 1; c < k; ++c) a.push_back(exact.index(i, c)), b.push_back(ivf.index(i, c));
+    std::sort(a.begin(), a.end());
+    std::sort(b.begin(), b.end());
+    std::vector<int64_t> both;
+    std::set_intersection(a.begin(), a.end(), b.begin(), b.end(), std::back_inserter(both));
+    hit += static_cast<int64_t>(both.size()), total += k - 1;
+  }
+  const double recall = static_cast<double>(hit) / static_cast<double>(total);
+  std::printf("  %-22s %9.4f (first %lld cells, against exact)\n", "recall@15", recall, static_cast<long long>(rows));
+  j["recall_at_15"] = recall;
+  CsrF conn;
+  timed("connectivities (cpu)", 1, [&] { conn = fuzzy_simplicial_set(exact); });
+  UmapOptions uo;
+  uo.init_pos = "random";
+  timed("umap", reps, [&] {
+    if (gpu) umap_gpu(ctx, conn, uo);
+    else umap(ctx, conn, uo);
+  });
+  LeidenResult lr;
+  timed("leiden", reps, [&] { lr = gpu ? leiden_gpu(ctx, conn, LeidenOptions{}) : leiden(ctx, conn, LeidenOptions{}); });
+  std::printf("  leiden: %d clusters, modularity %.4f\n",
+              lr.labels.empty() ? 0 : 1 + *std::max_element(lr.labels.begin(), lr.labels.end()), lr.modularity);
+  j["leiden_modularity"] = lr.modularity;
+  if (gpu) {
+    j["gpu_peak_bytes"] = static_cast<double>(cuda_peak_bytes(ctx.cuda()));
+    std::printf("  peak GPU memory (whole process) %.2f GiB\n", static_cast<double>(cuda_peak_bytes(ctx.cuda())) / (1ull << 30));
+  }
+  return j;
+}
+
 void run_bench(const GlobalOptions& g, BenchOptions& o) {
   Context ctx = make_context(g);
   int64_t cells = 0, genes = 0;
@@ -96,6 +169,7 @@ void run_bench(const GlobalOptions& g, BenchOptions& o) {
   std::vector<Timings> runs;
   nlohmann::json jruns = nlohmann::json::array();
   int64_t n1 = 0, g1 = 0;
+  DenseF x_pca;
   for (int rep = 0; rep <= o.repeat; ++rep) {  // rep 0 is the warm-up
     Dataset d = base;
     Timings t;
@@ -108,6 +182,7 @@ void run_bench(const GlobalOptions& g, BenchOptions& o) {
                 ctx.backend() == Backend::cuda ? ", matrix already on the GPU" : "");
     jruns.push_back(nlohmann::json::parse(t.to_json()));
     if (rep > 0) runs.push_back(std::move(t));
+    if (rep == o.repeat && o.graph) x_pca = to_dense_f(d.obsm.at("X_pca"));
   }
   // Per-step medians.
   std::vector<std::string> names;
@@ -140,8 +215,10 @@ void run_bench(const GlobalOptions& g, BenchOptions& o) {
     std::printf("; peak GPU memory %.2f GiB = %.2f x the input", gpu_peak / (1ull << 30), gpu_peak / input_bytes);
   }
   std::printf("\n");
+  nlohmann::json jgraph;
+  if (o.graph) jgraph = bench_graph(ctx, x_pca, o);
   if (!o.json.empty()) {
-    nlohmann::json j = {{"synthetic", o.synthetic},   {"nnz_per_cell", o.sim.nnz_per_cell},
+    nlohmann::json j = {{"graph", jgraph},{"synthetic", o.synthetic},   {"nnz_per_cell", o.sim.nnz_per_cell},
                         {"seed", o.sim.seed},         {"device", ctx.describe()},
                         {"nnz", base.X.nnz()},        {"input_bytes", input_bytes},
                         {"cells_after_filter", n1},   {"genes_after_hvg", g1},
@@ -164,6 +241,7 @@ void add_bench_command(CLI::App& app, GlobalOptions& g) {
   cmd->add_option("--seed", o->sim.seed, "Seed of the simulation")->capture_default_str();
   cmd->add_option("--repeat", o->repeat, "Timed repetitions after one warm-up")->capture_default_str();
   cmd->add_option("--json", o->json, "Write all timings as JSON to this file");
+  cmd->add_flag("--graph", o->graph, "Also time kNN (exact and approximate), connectivities, UMAP and Leiden on the PCA");
   add_preprocess_options(*cmd, o->pp);
   cmd->callback([&g, o] { run_bench(g, *o); });
 }

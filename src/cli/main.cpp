@@ -1,6 +1,7 @@
 // scurry: the command line. Parses, dispatches to the subcommands (cmd_*.cpp) and turns errors into
 // one line on stderr and an exit code: 2 for bad input or arguments, 1 for anything else.
 #include <CLI/CLI.hpp>
+#include <malloc.h>
 #include <charconv>
 #include <cstdio>
 #include <exception>
@@ -42,6 +43,10 @@ std::string version_string() {
 
 int main(int argc, char** argv) {
   using namespace scurry;
+  // Large vectors come and go step after step: keep freed memory in the heap for reuse rather than
+  // returning it to the kernel (each fresh page costs a fault, dear on virtual machines).
+  mallopt(M_MMAP_THRESHOLD, 32 << 20);
+  mallopt(M_TRIM_THRESHOLD, 1 << 30);
   CLI::App app{"scurry: single-cell RNA-seq analysis (scanpy's pipeline, faster)", "scurry"};
   cli::GlobalOptions g;
   g.argv.assign(argv, argv + argc);

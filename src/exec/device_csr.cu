@@ -55,6 +55,49 @@ void copy_to_device(CudaResources& r, void* dst, const void* src, size_t bytes) 
 
 }  // namespace
 
+void copy_to_host(CudaResources& r, void* dst, const void* src, size_t bytes) {
+  if (bytes < kStageBytes) {
+    SCURRY_CUDA(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, r.stream));
+    SCURRY_CUDA(cudaStreamSynchronize(r.stream));
+    return;
+  }
+  char* stage[2] = {nullptr, nullptr};
+  cudaEvent_t done[2];
+  SCURRY_CUDA(cudaMallocHost(reinterpret_cast<void**>(&stage[0]), kStageBytes));
+  SCURRY_CUDA(cudaMallocHost(reinterpret_cast<void**>(&stage[1]), kStageBytes));
+  SCURRY_CUDA(cudaEventCreateWithFlags(&done[0], cudaEventDisableTiming));
+  SCURRY_CUDA(cudaEventCreateWithFlags(&done[1], cudaEventDisableTiming));
+  struct Free {
+    char** s;
+    cudaEvent_t* e;
+    ~Free() {
+      cudaFreeHost(s[0]), cudaFreeHost(s[1]);
+      cudaEventDestroy(e[0]), cudaEventDestroy(e[1]);
+    }
+  } guard{stage, done};
+  const char* in = static_cast<const char*>(src);
+  char* out = static_cast<char*>(dst);
+  const size_t n_chunks = (bytes + kStageBytes - 1) / kStageBytes;
+  auto issue = [&](size_t i) {
+    const size_t off = i * kStageBytes, len = std::min(kStageBytes, bytes - off);
+    SCURRY_CUDA(cudaMemcpyAsync(stage[i % 2], in + off, len, cudaMemcpyDeviceToHost, r.stream));
+    SCURRY_CUDA(cudaEventRecord(done[i % 2], r.stream));
+  };
+  issue(0);
+  for (size_t i = 0; i < n_chunks; ++i) {
+    SCURRY_CUDA(cudaEventSynchronize(done[i % 2]));
+    if (i + 1 < n_chunks) issue(i + 1);  // the next DMA overlaps this chunk's copy out
+    const size_t off = i * kStageBytes, len = std::min(kStageBytes, bytes - off);
+    const char* buf = stage[i % 2];
+    constexpr int64_t kPieces = 64;
+#pragma omp parallel for schedule(static)
+    for (int64_t p = 0; p < kPieces; ++p) {
+      const size_t a = len * p / kPieces, b = len * (p + 1) / kPieces;
+      std::memcpy(out + off + a, buf + a, b - a);
+    }
+  }
+}
+
 DeviceCsr upload(CudaResources& r, const CsrF& m) {
   DeviceCsr d;
   d.n_rows = m.n_rows, d.n_cols = m.n_cols, d.nnz = m.nnz();
@@ -73,10 +116,9 @@ CsrF download(CudaResources& r, const DeviceCsr& d) {
   m.indptr.resize(static_cast<size_t>(d.n_rows) + 1);
   m.indices.resize(static_cast<size_t>(d.nnz));
   m.data.resize(static_cast<size_t>(d.nnz));
-  SCURRY_CUDA(cudaMemcpyAsync(m.indptr.data(), d.indptr.data(), m.indptr.size() * 8, cudaMemcpyDeviceToHost, r.stream));
-  SCURRY_CUDA(cudaMemcpyAsync(m.indices.data(), d.indices.data(), m.indices.size() * 4, cudaMemcpyDeviceToHost, r.stream));
-  SCURRY_CUDA(cudaMemcpyAsync(m.data.data(), d.data.data(), m.data.size() * 4, cudaMemcpyDeviceToHost, r.stream));
-  SCURRY_CUDA(cudaStreamSynchronize(r.stream));
+  copy_to_host(r, m.indptr.data(), d.indptr.data(), m.indptr.size() * 8);
+  copy_to_host(r, m.indices.data(), d.indices.data(), m.indices.size() * 4);
+  copy_to_host(r, m.data.data(), d.data.data(), m.data.size() * 4);
   return m;
 }
 

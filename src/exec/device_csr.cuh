@@ -17,6 +17,9 @@ struct DeviceCsr {
 
 DeviceCsr upload(CudaResources& r, const CsrF& m);
 CsrF download(CudaResources& r, const DeviceCsr& m);
+// Device to pageable host memory through pinned staging buffers (large copies ~7x faster than a
+// plain cudaMemcpy from pageable memory); synchronous.
+void copy_to_host(CudaResources& r, void* dst, const void* src, size_t bytes);
 
 // Keeps the rows with keep_rows[r] != 0 (device array of n_rows bytes; null keeps all) and the
 // columns with col_map[c] >= 0, renumbered to col_map[c] (device array of n_cols; null keeps all),

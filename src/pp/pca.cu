@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <string>
 
 #include "pp/kernels.cuh"
 
@@ -27,6 +28,24 @@ __global__ void add_upper(const float* src, double* dst, int64_t g) {
   if (i >= g * g) return;
   const int64_t row = i % g, col = i / g;  // column-major
   if (row <= col) dst[i] += src[i];
+}
+
+// Splits a into a TF32-representable high part and the float32 remainder (3xTF32: a.b ~ ah.bh + ah.bl + al.bh).
+__global__ void split_tf32(const float* a, int64_t n, float* hi, float* lo) {
+  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i >= n) return;
+  const float x = a[i];
+  const float h = __uint_as_float(__float_as_uint(x) & 0xffffe000u);  // keep the 10 mantissa bits TF32 has
+  hi[i] = h;
+  lo[i] = x - h;
+}
+
+// G += hh + hl + hl^T (column-major g x g).
+__global__ void add_gram3(const float* hh, const float* hl, double* G, int64_t g) {
+  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i >= g * g) return;
+  const int64_t row = i % g, col = i / g;
+  G[i] += static_cast<double>(hh[i]) + static_cast<double>(hl[i]) + static_cast<double>(hl[row * g + col]);
 }
 
 __global__ void add_vec(const float* src, double* dst, int64_t n) {
@@ -123,11 +142,19 @@ PcaGpuResult pca_dense(CudaResources& r, const float* X, int64_t n, int64_t g, i
   if (k <= 0 || k > g || k >= n) fail("pca: n_comps must be in [1, min(n_cells, n_genes)), got ", k);
   cublasHandle_t h = r.cublas;
   PhaseTimer timer(r.stream);
-  // SCURRY_PCA_TF32=1: the Gram matrix on the TF32 tensor cores (faster, ~1e-3 relative per product).
-  const bool tf32 = std::getenv("SCURRY_PCA_TF32") != nullptr;
-  if (tf32) SCURRY_CUBLAS(cublasSetMathMode(h, CUBLAS_TF32_TENSOR_OP_MATH));
+  // The Gram matrix: SCURRY_PCA_GRAM=fp32 (cuBLAS SSYRK, 51 TFLOP/s peak), or tf32x3 (default: two
+  // TF32 tensor-core GEMMs on the high/low split of each chunk, float32-level accuracy at ~3x the
+  // TF32 rate of 452 TFLOP/s).
+  const char* gram_env = std::getenv("SCURRY_PCA_GRAM");
+  const bool fp32_gram = gram_env && std::string(gram_env) == "fp32";
   DeviceArray<double> G(r, g * g, "Gram matrix"), sum(r, g, "column sums");
   DeviceArray<float> Gf(r, g * g, "Gram chunk"), sumf(r, g, "column sums chunk"), ones(r, std::min(n, kGramChunkRows), "ones");
+  DeviceArray<float> Gf2, thi, tlo;
+  if (!fp32_gram) {
+    Gf2 = DeviceArray<float>(r, g * g, "Gram chunk (cross terms)");
+    thi = DeviceArray<float>(r, std::min(n, kGramChunkRows) * g, "TF32 split (high)");
+    tlo = DeviceArray<float>(r, std::min(n, kGramChunkRows) * g, "TF32 split (low)");
+  }
   SCURRY_CUDA(cudaMemsetAsync(G.data(), 0, g * g * 8, r.stream));
   SCURRY_CUDA(cudaMemsetAsync(sum.data(), 0, g * 8, r.stream));
   fill_f<<<blocks(ones.size()), 256, 0, r.stream>>>(ones.data(), ones.size(), 1.f);
@@ -136,17 +163,30 @@ PcaGpuResult pca_dense(CudaResources& r, const float* X, int64_t n, int64_t g, i
   for (int64_t r0 = 0; r0 < n; r0 += kGramChunkRows) {
     const int rows = static_cast<int>(std::min(kGramChunkRows, n - r0));
     const float* A = X + r0 * g;  // column-major g x rows, lda g
-    SCURRY_CUBLAS(cublasSsyrk(h, CUBLAS_FILL_MODE_UPPER, CUBLAS_OP_N, static_cast<int>(g), rows, &one, A,
-                              static_cast<int>(g), &zero, Gf.data(), static_cast<int>(g)));
+    if (fp32_gram) {
+      SCURRY_CUBLAS(cublasSsyrk(h, CUBLAS_FILL_MODE_UPPER, CUBLAS_OP_N, static_cast<int>(g), rows, &one, A,
+                                static_cast<int>(g), &zero, Gf.data(), static_cast<int>(g)));
+    } else {
+      split_tf32<<<blocks(rows * g), 256, 0, r.stream>>>(A, rows * g, thi.data(), tlo.data());
+      SCURRY_CUDA_LAUNCH();
+      const int gi = static_cast<int>(g);
+      SCURRY_CUBLAS(cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_T, gi, gi, rows, &one, thi.data(), CUDA_R_32F, gi, thi.data(),
+                                 CUDA_R_32F, gi, &zero, Gf.data(), CUDA_R_32F, gi, CUBLAS_COMPUTE_32F_FAST_TF32,
+                                 CUBLAS_GEMM_DEFAULT));
+      SCURRY_CUBLAS(cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_T, gi, gi, rows, &one, thi.data(), CUDA_R_32F, gi, tlo.data(),
+                                 CUDA_R_32F, gi, &zero, Gf2.data(), CUDA_R_32F, gi, CUBLAS_COMPUTE_32F_FAST_TF32,
+                                 CUBLAS_GEMM_DEFAULT));
+    }
     SCURRY_CUBLAS(cublasSgemv(h, CUBLAS_OP_N, static_cast<int>(g), rows, &one, A, static_cast<int>(g), ones.data(), 1,
                               &zero, sumf.data(), 1));
-    add_upper<<<blocks(g * g), 256, 0, r.stream>>>(Gf.data(), G.data(), g);
+    if (fp32_gram) add_upper<<<blocks(g * g), 256, 0, r.stream>>>(Gf.data(), G.data(), g);
+    else add_gram3<<<blocks(g * g), 256, 0, r.stream>>>(Gf.data(), Gf2.data(), G.data(), g);
     SCURRY_CUDA_LAUNCH();
     add_vec<<<blocks(g), 256, 0, r.stream>>>(sumf.data(), sum.data(), g);
     SCURRY_CUDA_LAUNCH();
   }
   Gf.release();
-  if (tf32) SCURRY_CUBLAS(cublasSetMathMode(h, CUBLAS_DEFAULT_MATH));
+  Gf2.release(), thi.release(), tlo.release();
   timer.mark("gram");
   center_gram<<<blocks(g * g), 256, 0, r.stream>>>(G.data(), sum.data(), g, static_cast<double>(n), zero_center);
   SCURRY_CUDA_LAUNCH();

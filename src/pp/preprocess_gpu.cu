@@ -261,7 +261,7 @@ void preprocess_gpu(Context& ctx, Dataset& d, const PreprocessOptions& o, Timing
     gpu::PcaGpuResult pr = gpu::pca_dense(r, dense.data(), n, g, static_cast<int>(k), o.pca.zero_center, xpca.data());
     PcaResult res;
     DenseF x(n, k);
-    SCURRY_CUDA(cudaMemcpyAsync(x.data.data(), xpca.data(), x.data.size() * 4, cudaMemcpyDeviceToHost, r.stream));
+    copy_to_host(r, x.data.data(), xpca.data(), x.data.size() * 4);
     res.components = DenseD(g, k);
     for (int64_t i = 0; i < g * k; ++i) res.components.data[i] = pr.components[i];
     res.variance = pr.variance;
@@ -281,8 +281,7 @@ void preprocess_gpu(Context& ctx, Dataset& d, const PreprocessOptions& o, Timing
   if (o.scaled_x)
     step("download_x", [&] {
       DenseF x(n, g);
-      SCURRY_CUDA(cudaMemcpyAsync(x.data.data(), dense.data(), x.data.size() * 4, cudaMemcpyDeviceToHost, r.stream));
-      SCURRY_CUDA(cudaStreamSynchronize(r.stream));
+      copy_to_host(r, x.data.data(), dense.data(), x.data.size() * 4);
       d.X = Matrix(std::move(x), DType::f32);
     });
   t.set_meta("gpu_peak_bytes", std::to_string(r.memory->peak()));
