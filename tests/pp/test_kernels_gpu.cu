@@ -274,7 +274,7 @@ TEST(KernelsGpu, ScaleAndPcaMatchCpu) {
   for (auto& c : C) c /= (n - 1);
   double total = 0;
   for (int64_t j = 0; j < g; ++j) total += C[j * g + j];
-  EXPECT_LT(rel(p.total_variance, total), 1e-6);
+  EXPECT_LT(rel(p.total_variance, total), 1e-5);  // float32-level (the Gram is 3xTF32)
   std::vector<float> hx(n * k);
   SCURRY_CUDA(cudaMemcpy(hx.data(), xpca.data(), hx.size() * 4, cudaMemcpyDeviceToHost));
   for (int c = 0; c < 4; ++c) {  // the 4 leading components (well separated by construction)
