@@ -3,6 +3,7 @@
 // memory, and each step's floor (bytes over memory bandwidth, FLOPs over the fp32 rate) on the GPU.
 #include <algorithm>
 #include <chrono>
+#include <filesystem>
 #include <iterator>
 #include <cstdio>
 #include <map>
@@ -22,6 +23,7 @@
 #include "graph/leiden_gpu.hpp"
 #include "graph/umap.hpp"
 #include "graph/umap_gpu.hpp"
+#include "io/read.hpp"
 #include "sim/simulate.hpp"
 
 namespace scurry::cli {
@@ -38,6 +40,7 @@ struct BenchOptions {
   SimulateOptions sim;
   int repeat = 3;
   std::string json;
+  std::string read;     // --read FILE: time reading FILE instead (I/O benchmark)
   bool graph = false;   // --graph: then neighbors (exact and IVF-Flat), connectivities, UMAP, Leiden
   int64_t recall_rows = 20000;
   PreprocessOptions pp = [] {
@@ -141,8 +144,33 @@ nlohmann::json bench_graph(Context& ctx, const DenseF& x, const BenchOptions& o)
   return j;
 }
 
+// Reading a file whole, repeated: wall time and throughput over the file's bytes.
+void bench_read(const std::string& path, int repeat) {
+  namespace fs = std::filesystem;
+  uintmax_t bytes = 0;
+  if (fs::is_directory(path)) {
+    for (const auto& e : fs::recursive_directory_iterator(path))
+      if (e.is_regular_file()) bytes += e.file_size();
+  } else {
+    bytes = fs::file_size(path);
+  }
+  std::vector<double> w;
+  Dataset d;
+  for (int i = 0; i <= repeat; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    d = read_any(path);
+    w.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    std::printf("read %d%s: %.3f s\n", i, i == 0 ? " (warm-up)" : "", w.back());
+  }
+  w.erase(w.begin());
+  const double m = median(w);
+  std::printf("%s: %.2f GB on disk, %s; median read %.3f s = %.2f GB/s\n", path.c_str(), bytes / 1e9,
+              d.X.describe().c_str(), m, bytes / 1e9 / m);
+}
+
 void run_bench(const GlobalOptions& g, BenchOptions& o) {
   Context ctx = make_context(g);
+  if (!o.read.empty()) return bench_read(o.read, o.repeat);
   int64_t cells = 0, genes = 0;
   {
     char x = 0;
@@ -241,6 +269,7 @@ void add_bench_command(CLI::App& app, GlobalOptions& g) {
   cmd->add_option("--seed", o->sim.seed, "Seed of the simulation")->capture_default_str();
   cmd->add_option("--repeat", o->repeat, "Timed repetitions after one warm-up")->capture_default_str();
   cmd->add_option("--json", o->json, "Write all timings as JSON to this file");
+  cmd->add_option("--read", o->read, "Time reading this file (h5ad, zarr, 10x) instead of the pipeline");
   cmd->add_flag("--graph", o->graph, "Also time kNN (exact and approximate), connectivities, UMAP and Leiden on the PCA");
   add_preprocess_options(*cmd, o->pp);
   cmd->callback([&g, o] { run_bench(g, *o); });

@@ -25,6 +25,9 @@ void Dataset::check_shapes(const std::string& where) const {
     if (m.n_rows() != g || m.n_cols() != g) bad("varp/" + k, m, detail::concat("var has ", g, " rows"));
 }
 
+// Row and column selection: a count pass, a prefix sum, then a fill pass; the passes run over fixed
+// row ranges on all threads (OpenMP), and each row's output position is fixed by the prefix sum, so
+// the result does not depend on the thread count.
 template <class T>
 Csr<T> take_rows(const Csr<T>& a, const std::vector<int64_t>& rows) {
   Csr<T> b;
@@ -34,7 +37,9 @@ Csr<T> take_rows(const Csr<T>& a, const std::vector<int64_t>& rows) {
   for (size_t i = 0; i < rows.size(); ++i) b.indptr[i + 1] = b.indptr[i] + a.row_nnz(rows[i]);
   b.indices.resize(static_cast<size_t>(b.indptr.back()));
   b.data.resize(static_cast<size_t>(b.indptr.back()));
-  for (size_t i = 0; i < rows.size(); ++i) {
+  const int64_t n = b.n_rows;
+#pragma omp parallel for schedule(static, 1024) if (b.indptr.back() > (1 << 20))
+  for (int64_t i = 0; i < n; ++i) {
     const int64_t s = a.indptr[rows[i]], len = a.row_nnz(rows[i]);
     std::copy_n(a.indices.begin() + s, len, b.indices.begin() + b.indptr[i]);
     std::copy_n(a.data.begin() + s, len, b.data.begin() + b.indptr[i]);
@@ -59,20 +64,33 @@ template <class T>
 Csr<T> take_cols(const Csr<T>& a, const std::vector<int64_t>& cols) {
   std::vector<int32_t> remap(static_cast<size_t>(a.n_cols), -1);
   for (size_t j = 0; j < cols.size(); ++j) remap[cols[j]] = static_cast<int32_t>(j);
-  // Columns must come out sorted within each row when `cols` is increasing (the usual case).
+  // Columns come out sorted within each row when `cols` is increasing (the usual case).
   Csr<T> b;
   b.n_rows = a.n_rows;
   b.n_cols = static_cast<int64_t>(cols.size());
   b.indptr.assign(static_cast<size_t>(a.n_rows) + 1, 0);
-  for (int64_t r = 0; r < a.n_rows; ++r) {
+  const int64_t n = a.n_rows;
+  const bool big = a.nnz() > (1 << 20);
+#pragma omp parallel for schedule(static, 1024) if (big)
+  for (int64_t r = 0; r < n; ++r) {
+    int64_t c = 0;
+    for (int64_t p = a.indptr[r]; p < a.indptr[r + 1]; ++p) c += remap[a.indices[p]] >= 0;
+    b.indptr[r + 1] = c;
+  }
+  for (int64_t r = 0; r < n; ++r) b.indptr[r + 1] += b.indptr[r];
+  b.indices.resize(static_cast<size_t>(b.indptr.back()));
+  b.data.resize(static_cast<size_t>(b.indptr.back()));
+#pragma omp parallel for schedule(static, 1024) if (big)
+  for (int64_t r = 0; r < n; ++r) {
+    int64_t q = b.indptr[r];
     for (int64_t p = a.indptr[r]; p < a.indptr[r + 1]; ++p) {
       const int32_t j = remap[a.indices[p]];
       if (j >= 0) {
-        b.indices.push_back(j);
-        b.data.push_back(a.data[p]);
+        b.indices[q] = j;
+        b.data[q] = a.data[p];
+        ++q;
       }
     }
-    b.indptr[r + 1] = static_cast<int64_t>(b.data.size());
   }
   return b;
 }

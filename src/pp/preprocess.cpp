@@ -50,11 +50,41 @@ void preprocess(Context& ctx, Dataset& d, const PreprocessOptions& o, Timings* t
     q.qc_vars = qc_var_names(o.qc_vars);
     calculate_qc_metrics(ctx, d, q);
   });
-  run("filter_cells", [&] { filter_cells(ctx, d, o.filter_cells); });
-  run("filter_genes", [&] { filter_genes(ctx, d, o.filter_genes); });
+  // The filters read QC's per-cell and per-gene sums when QC ran on X (no second pass over the data;
+  // QC counts entries != 0 where the filters count entries > 0: the same for counts, which `scurry run`
+  // checks to be non-negative). filter_genes reuses QC's gene sums only when no cell was removed.
+  const bool qc_ran = !skipped(o, "qc") && o.qc.layer.empty() && o.qc.expr_type == "counts" && o.qc.var_type == "genes";
+  const bool single = std::holds_alternative<CsrF>(d.X.m) || std::holds_alternative<DenseF>(d.X.m);
+  bool cells_removed = false;
+  run("filter_cells", [&] {
+    if (!qc_ran) {
+      cells_removed = filter_cells(ctx, d, o.filter_cells).kept.size() != static_cast<size_t>(d.n_obs());
+      return;
+    }
+    const auto& ng = d.obs.numeric("n_genes_by_counts");
+    FilterCellsResult r = filter_cells_from_stats(std::vector<int64_t>(ng.begin(), ng.end()), d.obs.numeric("total_counts"),
+                                                  o.filter_cells);
+    cells_removed = r.kept.size() != r.keep.size();
+    apply_filter_cells(d, r, single);
+  });
+  run("filter_genes", [&] {
+    if (!qc_ran || cells_removed) {
+      filter_genes(ctx, d, o.filter_genes);
+      return;
+    }
+    const auto& nc = d.var.numeric("n_cells_by_counts");
+    FilterGenesResult r = filter_genes_from_stats(std::vector<int64_t>(nc.begin(), nc.end()), d.var.numeric("total_counts"),
+                                                  o.filter_genes);
+    apply_filter_genes(d, r, single);
+  });
   if (o.counts_layer && !d.X.empty()) d.layers["counts"] = d.X;
-  run("normalize_total", [&] { normalize_total(ctx, d, o.normalize); });
-  run("log1p", [&] { log1p(ctx, d, o.log1p); });
+  if (!skipped(o, "normalize_total") && !skipped(o, "log1p")) {
+    // One pass: normalize_total and log1p fused (the same bits as the two steps apart).
+    run("normalize_total+log1p", [&] { normalize_log1p(ctx, d, o.normalize, o.log1p); });
+  } else {
+    run("normalize_total", [&] { normalize_total(ctx, d, o.normalize); });
+    run("log1p", [&] { log1p(ctx, d, o.log1p); });
+  }
   run("highly_variable_genes", [&] {
     HvgOptions h = o.hvg;
     if ((h.flavor == "seurat_v3" || h.flavor == "pearson_residuals") && h.layer.empty()) {
