@@ -4,6 +4,8 @@
 # Writes demo_out/pbmc3k.h5ad (open it with anndata/scanpy) and demo_out/timings.json.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# ccache: paths relative to the checkout, so that builds in any clone share the cache.
+export CCACHE_BASEDIR="$PWD" CCACHE_NOHASHDIR=1
 bash scripts/install-deps.sh
 cmake -B build -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build build -j2 --target scurry

@@ -5,6 +5,8 @@
 # CUDA device is visible, so all labels run. Exits with ctest's status.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# ccache: paths relative to the checkout, so that builds in any clone share the cache.
+export CCACHE_BASEDIR="$PWD" CCACHE_NOHASHDIR=1
 bash scripts/install-deps.sh
 cmake -B build -G Ninja -DCMAKE_BUILD_TYPE=Release
 cmake --build build -j2
