@@ -625,11 +625,19 @@ void check_counts(const Matrix& X, const std::string& where) {
         using X = std::decay_t<decltype(x)>;
         if constexpr (std::is_same_v<X, std::monostate>) {
         } else if constexpr (std::is_same_v<X, CsrF> || std::is_same_v<X, CsrD>) {
-          for (int64_t r = 0; r < x.n_rows; ++r)
-            for (int64_t p = x.indptr[r]; p < x.indptr[r + 1]; ++p) {
-              const double v = x.data[p];
-              if (!std::isfinite(v) || v < 0) bad(v, r, x.indices[p]);
-            }
+          // One parallel pass for the first bad entry (by position, so the message does not depend
+          // on the thread count), then its row by binary search.
+          const int64_t nnz = static_cast<int64_t>(x.data.size());
+          int64_t first = nnz;
+#pragma omp parallel for reduction(min : first) schedule(static)
+          for (int64_t p = 0; p < nnz; ++p) {
+            const double v = x.data[p];
+            if (!std::isfinite(v) || v < 0) first = std::min(first, p);
+          }
+          if (first < nnz) {
+            const int64_t r = std::upper_bound(x.indptr.begin(), x.indptr.end(), first) - x.indptr.begin() - 1;
+            bad(x.data[first], r, x.indices[first]);
+          }
         } else {
           for (int64_t r = 0; r < x.n_rows; ++r)
             for (int64_t c = 0; c < x.n_cols; ++c) {
