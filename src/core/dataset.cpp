@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "core/error.hpp"
+#include "core/memory.hpp"
 
 namespace scurry {
 
@@ -35,8 +36,8 @@ Csr<T> take_rows(const Csr<T>& a, const std::vector<int64_t>& rows) {
   b.n_cols = a.n_cols;
   b.indptr.assign(rows.size() + 1, 0);
   for (size_t i = 0; i < rows.size(); ++i) b.indptr[i + 1] = b.indptr[i] + a.row_nnz(rows[i]);
-  b.indices.resize(static_cast<size_t>(b.indptr.back()));
-  b.data.resize(static_cast<size_t>(b.indptr.back()));
+  resize_large(b.indices, static_cast<size_t>(b.indptr.back()));
+  resize_large(b.data, static_cast<size_t>(b.indptr.back()));
   const int64_t n = b.n_rows;
 #pragma omp parallel for schedule(static, 1024) if (b.indptr.back() > (1 << 20))
   for (int64_t i = 0; i < n; ++i) {
@@ -78,8 +79,8 @@ Csr<T> take_cols(const Csr<T>& a, const std::vector<int64_t>& cols) {
     b.indptr[r + 1] = c;
   }
   for (int64_t r = 0; r < n; ++r) b.indptr[r + 1] += b.indptr[r];
-  b.indices.resize(static_cast<size_t>(b.indptr.back()));
-  b.data.resize(static_cast<size_t>(b.indptr.back()));
+  resize_large(b.indices, static_cast<size_t>(b.indptr.back()));
+  resize_large(b.data, static_cast<size_t>(b.indptr.back()));
 #pragma omp parallel for schedule(static, 1024) if (big)
   for (int64_t r = 0; r < n; ++r) {
     int64_t q = b.indptr[r];
@@ -140,17 +141,84 @@ Matrix take_cols(const Matrix& m, const std::vector<int64_t>& cols) {
   return out;
 }
 
+namespace {
+
+bool increasing(const std::vector<int64_t>& v) {
+  for (size_t i = 1; i < v.size(); ++i)
+    if (v[i] <= v[i - 1]) return false;
+  return true;
+}
+
+// In-place selection of increasing rows / columns of a CSR matrix: one sequential compaction pass
+// (every entry moves to a position at or before its own), no second copy of the matrix in memory
+// (a fresh multi-GB allocation costs more in page faults than the pass itself).
+template <class T>
+void keep_rows_inplace(Csr<T>& a, const std::vector<int64_t>& rows) {
+  int64_t q = 0;
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const int64_t s = a.indptr[rows[i]], e = a.indptr[rows[i] + 1];
+    if (q != s) {
+      std::copy(a.indices.begin() + s, a.indices.begin() + e, a.indices.begin() + q);
+      std::copy(a.data.begin() + s, a.data.begin() + e, a.data.begin() + q);
+    }
+    a.indptr[i] = q;
+    q += e - s;
+  }
+  a.indptr[rows.size()] = q;
+  a.indptr.resize(rows.size() + 1);
+  a.indices.resize(static_cast<size_t>(q));
+  a.data.resize(static_cast<size_t>(q));
+  a.n_rows = static_cast<int64_t>(rows.size());
+}
+
+template <class T>
+void keep_cols_inplace(Csr<T>& a, const std::vector<int64_t>& cols) {
+  std::vector<int32_t> remap(static_cast<size_t>(a.n_cols), -1);
+  for (size_t j = 0; j < cols.size(); ++j) remap[cols[j]] = static_cast<int32_t>(j);
+  int64_t q = 0, start = 0;
+  for (int64_t r = 0; r < a.n_rows; ++r) {
+    const int64_t e = a.indptr[r + 1];
+    for (int64_t p = start; p < e; ++p) {
+      const int32_t j = remap[a.indices[p]];
+      if (j >= 0) {
+        a.indices[q] = j;
+        a.data[q] = a.data[p];
+        ++q;
+      }
+    }
+    start = e;
+    a.indptr[r + 1] = q;
+  }
+  a.indices.resize(static_cast<size_t>(q));
+  a.data.resize(static_cast<size_t>(q));
+  a.n_cols = static_cast<int64_t>(cols.size());
+}
+
+// Rows (or columns) of m kept in place when m is CSR and the selection increasing; else a copy.
+void select_rows(Matrix& m, const std::vector<int64_t>& keep) {
+  if (auto* f = std::get_if<CsrF>(&m.m); f && increasing(keep)) return keep_rows_inplace(*f, keep);
+  if (auto* d = std::get_if<CsrD>(&m.m); d && increasing(keep)) return keep_rows_inplace(*d, keep);
+  m = take_rows(m, keep);
+}
+void select_cols(Matrix& m, const std::vector<int64_t>& keep) {
+  if (auto* f = std::get_if<CsrF>(&m.m); f && increasing(keep)) return keep_cols_inplace(*f, keep);
+  if (auto* d = std::get_if<CsrD>(&m.m); d && increasing(keep)) return keep_cols_inplace(*d, keep);
+  m = take_cols(m, keep);
+}
+
+}  // namespace
+
 void Dataset::subset_obs(const std::vector<int64_t>& keep) {
-  if (!X.empty()) X = take_rows(X, keep);
-  for (auto& [k, m] : layers) m = take_rows(m, keep);
+  if (!X.empty()) select_rows(X, keep);
+  for (auto& [k, m] : layers) select_rows(m, keep);
   for (auto& [k, m] : obsm) m = take_rows(m, keep);
   for (auto& [k, m] : obsp) m = take_cols(take_rows(m, keep), keep);
   obs = obs.take(keep);
 }
 
 void Dataset::subset_vars(const std::vector<int64_t>& keep) {
-  if (!X.empty()) X = take_cols(X, keep);
-  for (auto& [k, m] : layers) m = take_cols(m, keep);
+  if (!X.empty()) select_cols(X, keep);
+  for (auto& [k, m] : layers) select_cols(m, keep);
   for (auto& [k, m] : varm) m = take_rows(m, keep);
   for (auto& [k, m] : varp) m = take_cols(take_rows(m, keep), keep);
   var = var.take(keep);

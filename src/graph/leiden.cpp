@@ -1,5 +1,7 @@
 #include "graph/leiden.hpp"
 
+#include "graph/leiden_gpu.hpp"
+
 #include <igraph/igraph.h>
 
 #include <algorithm>
@@ -154,9 +156,10 @@ LeidenResult leiden(const Context&, const CsrF& graph, const LeidenOptions& opt)
 
 LeidenResult leiden(const Context& ctx, Dataset& d, const LeidenOptions& opt) {
   const CsrF g = neighbors_graph(d, opt.neighbors_key, kWhere);
-  LeidenResult res = leiden(ctx, g, opt);
+  const bool gpu = ctx.backend() == Backend::cuda;  // our own GPU kernels; igraph on the CPU
+  LeidenResult res = gpu ? leiden_gpu(ctx, g, opt) : leiden(ctx, g, opt);
   write_leiden(d, res, opt);
-  log::info(detail::concat("leiden: ", res.n_clusters, " clusters of ", g.n_rows, " cells (resolution ",
+  log::info(detail::concat(gpu ? "leiden (gpu): " : "leiden: ", res.n_clusters, " clusters of ", g.n_rows, " cells (resolution ",
                            opt.resolution, ", modularity ", res.modularity, ")"));
   return res;
 }

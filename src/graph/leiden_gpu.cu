@@ -650,13 +650,5 @@ LeidenResult leiden_gpu(const Context& ctx, const CsrF& graph, const LeidenOptio
   return res;
 }
 
-LeidenResult leiden_gpu(const Context& ctx, Dataset& d, const LeidenOptions& opt) {
-  const CsrF g = neighbors_graph(d, opt.neighbors_key, kWhere);
-  LeidenResult res = leiden_gpu(ctx, g, opt);
-  write_leiden(d, res, opt);
-  log::info(detail::concat("leiden (gpu): ", res.n_clusters, " clusters of ", g.n_rows, " cells (resolution ",
-                           opt.resolution, ", modularity ", res.modularity, ")"));
-  return res;
-}
 
 }  // namespace scurry

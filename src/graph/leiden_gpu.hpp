@@ -36,8 +36,6 @@ namespace scurry {
 
 // Needs a CUDA context (InputError otherwise).
 LeidenResult leiden_gpu(const Context& ctx, const CsrF& graph, const LeidenOptions& opt);
-// Dataset level, as leiden(ctx, d, opt): reads the connectivities of uns[neighbors_key], writes
-// obs[key_added] and uns[key_added] (write_leiden).
-LeidenResult leiden_gpu(const Context& ctx, Dataset& d, const LeidenOptions& opt);
+// Dataset level: leiden(ctx, d, opt) (leiden.hpp) calls leiden_gpu when ctx is a CUDA context.
 
 }  // namespace scurry

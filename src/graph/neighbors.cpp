@@ -1,5 +1,7 @@
 #include "graph/neighbors.hpp"
 
+#include "graph/knn_gpu.hpp"
+
 #include "core/error.hpp"
 #include "core/log.hpp"
 
@@ -26,9 +28,16 @@ NeighborsResult neighbors(const Context& ctx, const DenseF& X, const NeighborsOp
   check_options(opt, X.n_rows);
   const KnnMetric metric = parse_knn_metric(opt.metric, kWhere);
   NeighborsResult res;
-  res.algorithm = opt.algorithm == "auto" ? (X.n_rows <= opt.auto_exact_max_cells ? "exact" : "hnsw") : opt.algorithm;
+  const bool gpu = ctx.backend() == Backend::cuda;
+  // On the GPU the exact search is the default at any size ("hnsw" there means IVF-Flat).
+  res.algorithm = opt.algorithm == "auto" ? (gpu || X.n_rows <= opt.auto_exact_max_cells ? "exact" : "hnsw") : opt.algorithm;
   if (res.algorithm == "exact") {
-    res.knn = knn_exact(ctx, X, opt.n_neighbors, metric);
+    res.knn = gpu ? knn_exact_gpu(ctx, X, opt.n_neighbors, metric) : knn_exact(ctx, X, opt.n_neighbors, metric);
+  } else if (gpu) {
+    IvfOptions ivf;
+    ivf.seed = opt.random_state;
+    res.knn = knn_ivf_gpu(ctx, X, opt.n_neighbors, metric, ivf);
+    res.algorithm = "ivf_flat";
   } else {
     HnswOptions h = opt.hnsw;
     h.random_state = opt.random_state;

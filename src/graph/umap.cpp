@@ -1,5 +1,7 @@
 #include "graph/umap.hpp"
 
+#include "graph/umap_gpu.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -280,9 +282,10 @@ UmapResult umap(const Context& ctx, Dataset& d, const UmapOptions& opt) {
     init = to_dense_f(it->second);
     init_ptr = &init;
   }
-  UmapResult res = umap(ctx, g, opt, init_ptr);
+  const bool gpu = ctx.backend() == Backend::cuda;  // the layout's epochs on the GPU
+  UmapResult res = gpu ? umap_gpu(ctx, g, opt, init_ptr) : umap(ctx, g, opt, init_ptr);
   write_umap(d, res, opt);
-  log::info(detail::concat("umap: ", g.n_rows, " cells, ", res.n_epochs, " epochs, a = ", res.a, ", b = ", res.b,
+  log::info(detail::concat(gpu ? "umap (gpu): " : "umap: ", g.n_rows, " cells, ", res.n_epochs, " epochs, a = ", res.a, ", b = ", res.b,
                            ", ", res.init, " initialisation"));
   return res;
 }

@@ -272,22 +272,5 @@ UmapResult umap_gpu(const Context& ctx, const CsrF& graph, const UmapOptions& op
   return res;
 }
 
-UmapResult umap_gpu(const Context& ctx, Dataset& d, const UmapOptions& opt) {
-  const CsrF g = neighbors_graph(d, opt.neighbors_key, kWhere);
-  DenseF init;
-  const DenseF* init_ptr = nullptr;
-  if (opt.init_pos != "spectral" && opt.init_pos != "random") {
-    auto it = d.obsm.find(opt.init_pos);
-    if (it == d.obsm.end())
-      fail_input(kWhere, "init_pos '", opt.init_pos, "' is neither spectral, random nor an obsm key");
-    init = to_dense_f(it->second);
-    init_ptr = &init;
-  }
-  UmapResult res = umap_gpu(ctx, g, opt, init_ptr);
-  write_umap(d, res, opt);
-  log::info(detail::concat("umap (gpu): ", g.n_rows, " cells, ", res.n_epochs, " epochs, a = ", res.a, ", b = ", res.b,
-                           ", ", res.init, " initialisation"));
-  return res;
-}
 
 }  // namespace scurry

@@ -34,8 +34,6 @@ UmapResult umap_gpu(const Context& ctx, const CsrF& graph, const DenseF& init, c
 // spectral layout is computed on the graph pruned at max / default_epochs, not max / maxiter.)
 UmapResult umap_gpu(const Context& ctx, const CsrF& graph, const UmapOptions& opt, const DenseF* init = nullptr);
 
-// Dataset level, as umap(ctx, d, opt): reads obsp[connectivities of uns[neighbors_key]], writes
-// obsm['X_umap'] and uns['umap'] (write_umap).
-UmapResult umap_gpu(const Context& ctx, Dataset& d, const UmapOptions& opt);
+// Dataset level: umap(ctx, d, opt) (umap.hpp) runs the epochs here when ctx is a CUDA context.
 
 }  // namespace scurry

@@ -1,5 +1,7 @@
 #include "io/hdf5.hpp"
 
+#include "core/memory.hpp"
+
 #include <algorithm>
 #include <cstring>
 #include <filesystem>
@@ -417,7 +419,7 @@ std::vector<T> read_selection(const Dataset& d, hid_t mspace, hid_t fspace, size
   if (ti.cls != H5T_INTEGER && ti.cls != H5T_FLOAT)
     fail_h5(d.file(), ti.is_string ? "holds strings where numbers were expected" : "holds a non-numeric element type",
             d.path());
-  out.resize(n);
+  resize_large(out, n);
   rd(native_type<T>(), out.data());
   return out;
 }

@@ -23,6 +23,7 @@ constexpr int64_t kGramChunkRows = 256;                    // rows densified per
 constexpr int64_t kGramTile = 128;                         // Gram columns per task
 constexpr int64_t kMaxPartials = 16;                       // partial accumulators of a reduction
 constexpr int64_t kPartialBytes = int64_t{512} << 20;      // memory budget of those partials
+constexpr double kCellGramMaxElems = 2e8;                   // cells x genes densified for the cells' Gram
 
 const char* kWhere = "pca";
 
@@ -359,7 +360,36 @@ PcaResult run(const Context& ctx, Input& in, const PcaOptions& opt) {
   res.solver = solver;
   std::vector<double> mu(g);
 
-  if (solver == "gram") {
+  // Fewer cells than genes (one rank, small enough to hold densely): the same exact PCA from the
+  // cells' Gram matrix Xc Xc^T (n x n) instead of the genes' (g x g): the eigen-solve is (g/n)^3
+  // cheaper. Components V = Xc^T U / sqrt((n - 1) lambda).
+  if (solver == "gram" && opt.zero_center && ctx.comm().size() == 1 && n_total < g &&
+      static_cast<double>(n_total) * static_cast<double>(g) <= kCellGramMaxElems) {
+    res.solver = "gram (cells)";
+    const int64_t nn = in.n;
+    DenseD xc(nn, g);
+    in.densify(0, nn, xc.data.data());
+    for (int64_t j = 0; j < g; ++j) mu[j] = 0;
+    for (int64_t i = 0; i < nn; ++i)
+      for (int64_t j = 0; j < g; ++j) mu[j] += xc(i, j);
+    for (int64_t j = 0; j < g; ++j) mu[j] /= n;
+    check_finite(mu, "per-gene means");
+    for (int64_t i = 0; i < nn; ++i)
+      for (int64_t j = 0; j < g; ++j) xc(i, j) -= mu[j];
+    DenseD kk(nn, nn);
+    linalg::dsyrk_lower(false, nn, g, 1.0 / (n - 1), xc.data.data(), g, 0.0, kk.data.data(), nn);
+    for (int64_t i = 0; i < nn; ++i) res.total_variance += std::max(0.0, kk(i, i));
+    linalg::SymEigen e = linalg::eigh_top(kk, k);
+    res.variance = std::move(e.values);
+    for (double& v : res.variance) v = std::max(0.0, v);
+    res.components = DenseD(g, k);
+    linalg::dgemm(true, false, g, k, nn, 1.0, xc.data.data(), g, e.vectors.data.data(), k, 0.0,
+                  res.components.data.data(), k);
+    for (int64_t c = 0; c < k; ++c) {
+      const double s = res.variance[c] > 0 ? 1.0 / std::sqrt(res.variance[c] * (n - 1)) : 0.0;
+      for (int64_t j = 0; j < g; ++j) res.components(j, c) *= s;
+    }
+  } else if (solver == "gram") {
     DenseD c;
     std::vector<double> sums;
     gram(ctx, in, c, sums);

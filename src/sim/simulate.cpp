@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "core/error.hpp"
+#include "core/memory.hpp"
 #include "exec/parallel.hpp"
 
 namespace scurry {
@@ -176,8 +177,8 @@ Dataset simulate(const Context& ctx, const SimulateOptions& o) {
     }
     offset[b + 1] = offset[b] + static_cast<int64_t>(blocks[b].idx.size());
   }
-  X.indices.resize(static_cast<size_t>(offset.back()));
-  X.data.resize(static_cast<size_t>(offset.back()));
+  resize_large(X.indices, static_cast<size_t>(offset.back()));
+  resize_large(X.data, static_cast<size_t>(offset.back()));
   CategoricalColumn cluster;
   for (int c = 0; c < o.n_clusters; ++c) cluster.categories.push_back(std::to_string(c));
   cluster.codes.resize(static_cast<size_t>(o.n_cells));

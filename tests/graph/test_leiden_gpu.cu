@@ -123,7 +123,7 @@ TEST(LeidenGpu, DatasetLevelWritesScanpysSlots) {
   const CsrF g = golden_graph();
   d.obs.index.assign(static_cast<size_t>(g.n_rows), "c");
   d.obsp["connectivities"] = Matrix(g);
-  const LeidenResult r = leiden_gpu(gpu_ctx(), d, LeidenOptions{});
+  const LeidenResult r = leiden(gpu_ctx(), d, LeidenOptions{});  // dispatches to the GPU
   const auto& col = std::get<CategoricalColumn>(d.obs.at("leiden").c);
   ASSERT_EQ(static_cast<int64_t>(col.categories.size()), r.n_clusters);
   EXPECT_EQ(col.codes, r.labels);
