@@ -8,7 +8,6 @@
 #include <vector>
 
 #include "core/dtype.hpp"
-#include "core/memory.hpp"
 
 namespace scurry {
 
@@ -39,12 +38,8 @@ struct Dense {
   std::vector<T> data;  // row-major, n_rows * n_cols
 
   Dense() = default;
-  Dense(int64_t r, int64_t c, T fill = T(0)) : n_rows(r), n_cols(c) {
-    const size_t n = static_cast<size_t>(r) * static_cast<size_t>(c);
-    data.reserve(n);
-    advise_huge_pages(data.data(), n * sizeof(T));
-    data.assign(n, fill);
-  }
+  Dense(int64_t r, int64_t c, T fill = T(0))
+      : n_rows(r), n_cols(c), data(static_cast<size_t>(r) * static_cast<size_t>(c), fill) {}
   T& operator()(int64_t r, int64_t c) { return data[static_cast<size_t>(r) * n_cols + c]; }
   const T& operator()(int64_t r, int64_t c) const { return data[static_cast<size_t>(r) * n_cols + c]; }
   T* row(int64_t r) { return data.data() + static_cast<size_t>(r) * n_cols; }
