@@ -12,6 +12,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "core/dataset.hpp"
 
 namespace scurry {
@@ -278,6 +280,101 @@ Dataset random_dataset(uint64_t seed, int x_kind) {
   raw->varm["stats"] = Matrix(random_dense<float>(g_raw, 2, rng), DType::f32);
   d.raw = raw;
   return d;
+}
+
+// The expected values of a written sample, as JSON, for the Python clients (anndata_client.py,
+// zarr_client.py).
+nlohmann::json sidecar(const Dataset& d) {
+  using nlohmann::json;
+  auto mat = [](const Matrix& m) {
+    double sum = 0, sq = 0;
+    std::vector<double> row0(static_cast<size_t>(std::min<int64_t>(m.n_cols(), 20)), 0.0);
+    std::visit(
+        [&](const auto& x) {
+          using X = std::decay_t<decltype(x)>;
+          if constexpr (std::is_same_v<X, std::monostate>) {
+          } else {
+            for (double v : x.data) {
+              sum += v;
+              sq += v * v;
+            }
+            if constexpr (std::is_same_v<X, CsrF> || std::is_same_v<X, CsrD>) {
+              for (int64_t p = x.indptr[0]; p < x.indptr[1]; ++p)
+                if (x.indices[p] < static_cast<int32_t>(row0.size())) row0[x.indices[p]] = x.data[p];
+            } else {
+              for (size_t c = 0; c < row0.size(); ++c) row0[c] = x.data[c];
+            }
+          }
+        },
+        m.m);
+    return json{{"shape", {m.n_rows(), m.n_cols()}},
+                {"sparse", m.is_sparse()},
+                {"nnz", m.is_sparse() ? m.nnz() : -1},
+                {"dtype", dtype_name(m.dtype)},
+                {"sum", sum},
+                {"sumsq", sq},
+                {"row0", row0}};
+  };
+  auto table = [](const Table& t) {
+    json j;
+    j["index"] = t.index;
+    j["columns"] = t.names();
+    json cols = json::object();
+    for (const auto& name : t.names()) {
+      const Column& c = t.at(name);
+      json cj;
+      if (auto* x = std::get_if<NumericColumn>(&c.c)) {
+        cj = {{"kind", "numeric"}, {"dtype", dtype_name(x->dtype)}, {"values", x->values}};
+      } else if (auto* x = std::get_if<BoolColumn>(&c.c)) {
+        cj = {{"kind", "bool"}, {"values", std::vector<int>(x->values.begin(), x->values.end())}};
+      } else if (auto* x = std::get_if<StringColumn>(&c.c)) {
+        cj = {{"kind", "string"}, {"values", x->values}};
+      } else {
+        const auto& y = std::get<CategoricalColumn>(c.c);
+        cj = {{"kind", "categorical"}, {"categories", y.categories}, {"codes", y.codes}, {"ordered", y.ordered}};
+      }
+      cols[name] = cj;
+    }
+    j["cols"] = cols;
+    return j;
+  };
+  std::function<json(const Value&)> val = [&](const Value& v) -> json {
+    return std::visit(
+        [&](const auto& x) -> json {
+          using X = std::decay_t<decltype(x)>;
+          if constexpr (std::is_same_v<X, std::monostate>) return nullptr;
+          else if constexpr (std::is_same_v<X, Dict>) {
+            json o = json::object();
+            for (const auto& [k, e] : x) o[k] = val(e);
+            return json{{"type", "dict"}, {"items", o}};
+          } else if constexpr (std::is_same_v<X, std::string>) return json{{"type", "string"}, {"value", x}};
+          else if constexpr (std::is_same_v<X, std::vector<std::string>>)
+            return json{{"type", "string-array"}, {"value", x}};
+          else if constexpr (std::is_same_v<X, double>) return json{{"type", "float"}, {"value", x}};
+          else if constexpr (std::is_same_v<X, int64_t>) return json{{"type", "int"}, {"value", x}};
+          else if constexpr (std::is_same_v<X, bool>) return json{{"type", "bool"}, {"value", x}};
+          else return json{{"type", "array"}, {"shape", x.shape}, {"dtype", dtype_name(x.dtype)}, {"value", x.data}};
+        },
+        v.v);
+  };
+  json j;
+  j["X"] = mat(d.X);
+  j["obs"] = table(d.obs);
+  j["var"] = table(d.var);
+  for (const auto* slot : {"layers", "obsm", "varm", "obsp", "varp"}) {
+    const auto& m = std::string(slot) == "layers" ? d.layers
+                    : std::string(slot) == "obsm" ? d.obsm
+                    : std::string(slot) == "varm" ? d.varm
+                    : std::string(slot) == "obsp" ? d.obsp
+                                                  : d.varp;
+    json o = json::object();
+    for (const auto& [k, x] : m) o[k] = mat(x);
+    j[slot] = o;
+  }
+  j["uns"] = val(Value(d.uns));
+  const auto& raw = *d.raw;
+  j["raw"] = {{"X", mat(raw.X)}, {"var", table(raw.var)}, {"varm", {{"stats", mat(raw.varm.at("stats"))}}}};
+  return j;
 }
 
 }  // namespace
