@@ -24,6 +24,15 @@ void Dataset::check_shapes(const std::string& where) const {
     if (m.n_rows() != n || m.n_cols() != n) bad("obsp/" + k, m, detail::concat("obs has ", n, " rows"));
   for (const auto& [k, m] : varp)
     if (m.n_rows() != g || m.n_cols() != g) bad("varp/" + k, m, detail::concat("var has ", g, " rows"));
+  if (raw) {
+    const int64_t rg = raw->var.n_rows();
+    if (!raw->X.empty() && (raw->X.n_rows() != n || raw->X.n_cols() != rg))
+      fail_input(where, "raw/X has shape ", raw->X.n_rows(), "x", raw->X.n_cols(), " but obs has ", n,
+                 " rows and raw/var ", rg, " (shape mismatch)");
+    for (const auto& [k, m] : raw->varm)
+      if (m.n_rows() != rg)
+        fail_input(where, "raw/varm/", k, " has ", m.n_rows(), " rows but raw/var has ", rg, " (shape mismatch)");
+  }
 }
 
 // Row and column selection: a count pass, a prefix sum, then a fill pass; the passes run over fixed

@@ -25,7 +25,8 @@ struct Dataset {
   int64_t n_obs() const { return obs.n_rows(); }
   int64_t n_vars() const { return var.n_rows(); }
 
-  // Checks every slot against (n_obs, n_vars); throws InputError "<where>: <slot> has shape ... but ...".
+  // Checks every slot against (n_obs, n_vars), and raw's against (n_obs, raw.var); throws InputError
+  // "<where>: <slot> has shape ... but ...".
   void check_shapes(const std::string& where) const;
 
   // Keep the given cells (rows), in that order, in X, layers, obs, obsm, obsp.

@@ -602,14 +602,8 @@ scurry::Dataset read_h5ad(const std::string& path, const H5adReadOptions& opt) {
     raw->X = *read_matrix(rg, "X", true);
     raw->var = read_dataframe(rg, "var");
     raw->varm = read_matrix_dict(rg, "varm");
-    if (raw->X.n_rows() != d.n_obs() || raw->X.n_cols() != raw->var.n_rows())
-      fail_input(path, "raw/X has shape ", raw->X.n_rows(), "x", raw->X.n_cols(), " but obs has ", d.n_obs(),
-                 " rows and raw/var ", raw->var.n_rows(), " (shape mismatch)");
-    for (const auto& [k, m] : raw->varm)
-      if (m.n_rows() != raw->var.n_rows())
-        fail_input(path, "raw/varm/", k, " has ", m.n_rows(), " rows but raw/var has ", raw->var.n_rows(),
-                   " (shape mismatch)");
     d.raw = std::move(raw);
+    d.check_shapes(path);  // raw's shapes
   }
   return d;
 }

@@ -598,14 +598,8 @@ Dataset read_zarr(const std::string& dir_in, const H5adReadOptions& opt) {
     raw->X = *read_matrix(r, "raw/X", true);
     raw->var = read_dataframe(r, "raw/var");
     raw->varm = read_matrix_dict(r, "raw/varm");
-    if (raw->X.n_rows() != d.n_obs() || raw->X.n_cols() != raw->var.n_rows())
-      fail_input(dir, "raw/X has shape ", raw->X.n_rows(), "x", raw->X.n_cols(), " but obs has ", d.n_obs(),
-                 " rows and raw/var ", raw->var.n_rows(), " (shape mismatch)");
-    for (const auto& [k, m] : raw->varm)
-      if (m.n_rows() != raw->var.n_rows())
-        fail_input(dir, "raw/varm/", k, " has ", m.n_rows(), " rows but raw/var has ", raw->var.n_rows(),
-                   " (shape mismatch)");
     d.raw = std::move(raw);
+    d.check_shapes(dir);  // raw's shapes
   }
   return d;
 }
