@@ -111,6 +111,20 @@ static Dense<Out> to_dense_impl(const Matrix& m) {
 DenseD to_dense_d(const Matrix& m) { return to_dense_impl<double>(m); }
 DenseF to_dense_f(const Matrix& m) { return to_dense_impl<float>(m); }
 
+CsrF csr_from_dense_rows(const float* rows, int64_t n_rows, int64_t n_cols) {
+  CsrF out = CsrF::zeros(n_rows, n_cols);
+  for (int64_t r = 0; r < n_rows; ++r) {
+    const float* row = rows + static_cast<size_t>(r) * static_cast<size_t>(n_cols);
+    for (int64_t c = 0; c < n_cols; ++c)
+      if (row[c] != 0.0f) {
+        out.indices.push_back(static_cast<int32_t>(c));
+        out.data.push_back(row[c]);
+      }
+    out.indptr[r + 1] = out.nnz();
+  }
+  return out;
+}
+
 template <class T>
 Csr<T> transpose(const Csr<T>& a) {
   Csr<T> t;

@@ -86,7 +86,9 @@ CsrF to_csr_f(const Matrix& m);    // any kind -> CSR float (dense zeros dropped
 DenseD to_dense_d(const Matrix& m);  // any kind -> dense double
 DenseF to_dense_f(const Matrix& m);
 template <class T>
-Csr<T> transpose(const Csr<T>& a);  // CSC <-> CSR conversion is a transpose
+Csr<T> transpose(const Csr<T>& a);
+// CSR of n_rows dense rows (row-major, n_cols each) held in a buffer; zeros dropped.
+CsrF csr_from_dense_rows(const float* rows, int64_t n_rows, int64_t n_cols);  // CSC <-> CSR conversion is a transpose
 
 // Structural check: indptr size/monotonicity/bounds, indices in range. Throws InputError
 // "<where>: <problem>" on the first violation. Values are not inspected.

@@ -810,23 +810,14 @@ CsrF H5adRowReader::read_rows(int64_t begin, int64_t end) {
     }
     return slice_rows(*m.whole, begin, end);
   }
+  if (m.dense) {
+    const auto vals = m.dense_ds.read_rows<float>(begin, end - begin);
+    return csr_from_dense_rows(vals.data(), end - begin, m.cols);
+  }
   CsrF out;
   out.n_rows = end - begin;
   out.n_cols = m.cols;
   out.indptr.assign(static_cast<size_t>(out.n_rows) + 1, 0);
-  if (m.dense) {
-    const auto vals = m.dense_ds.read_rows<float>(begin, end - begin);
-    for (int64_t r = 0; r < out.n_rows; ++r) {
-      const float* row = vals.data() + static_cast<size_t>(r) * m.cols;
-      for (int64_t c = 0; c < m.cols; ++c)
-        if (row[c] != 0.0f) {
-          out.indices.push_back(static_cast<int32_t>(c));
-          out.data.push_back(row[c]);
-        }
-      out.indptr[r + 1] = out.nnz();
-    }
-    return out;
-  }
   const int64_t p0 = m.indptr[begin], p1 = m.indptr[end];
   out.indices = m.indices.read_range<int32_t>(p0, p1 - p0);
   out.data = m.data.read_range<float>(p0, p1 - p0);

@@ -193,15 +193,7 @@ TEST(KernelsGpu, FilterInPlaceMatchesHostSubset) {
   DeviceCsr d = upload(r, m);
   filter_inplace(r, d, dk.data(), dc.data(), next);
   CsrF got = download(r, d);
-  CsrF want = CsrF::zeros(0, next);
-  want.indptr = {0};
-  for (int64_t i = 0; i < m.n_rows; ++i) {
-    if (!keep[i]) continue;
-    for (int64_t p = m.indptr[i]; p < m.indptr[i + 1]; ++p)
-      if (cmap[m.indices[p]] >= 0) want.indices.push_back(cmap[m.indices[p]]), want.data.push_back(m.data[p]);
-    want.indptr.push_back(want.nnz());
-  }
-  want.n_rows = static_cast<int64_t>(want.indptr.size()) - 1;
+  const CsrF want = host_filter(m, keep, cmap, next);
   EXPECT_EQ(got.n_rows, want.n_rows);
   EXPECT_EQ(got.n_cols, next);
   EXPECT_EQ(got.indptr, want.indptr);
