@@ -8,6 +8,7 @@ pkgs=(
   libopenblas-dev liblapack-dev liblapacke-dev
   libigraph-dev libhnswlib-dev libcli11-dev nlohmann-json3-dev
   libgtest-dev libgmock-dev libbenchmark-dev
+  libopenmpi-dev openmpi-bin
   python3-anndata python3-h5py python3-numpy python3-scipy python3-pandas python3-zarr
 )
 missing=()

@@ -1,17 +1,21 @@
 // scurry cnmf prepare|factorize|combine|consensus|k-selection|run: consensus NMF gene programs as
 // dylkot/cNMF (Kotliar et al. 2019), with its file layout (nmf/cnmf_files.hpp). `run` does every step.
 #include <algorithm>
+#include <cstdio>
 #include <fstream>
 #include <map>
 #include <memory>
 #include <set>
 #include <sstream>
 
+#include <nlohmann/json.hpp>
+
 #include "cli/commands.hpp"
 #include "core/error.hpp"
 #include "core/log.hpp"
 #include "io/h5ad.hpp"
 #include "io/read.hpp"
+#include "nmf/cnmf_bench.hpp"
 #include "nmf/cnmf_files.hpp"
 #include "nmf/cnmf_prepare.hpp"
 #include "nmf/consensus.hpp"
@@ -33,6 +37,8 @@ struct CnmfCli {
   std::string beta_loss = "frobenius";
   int worker_index = 0, total_workers = 1;
   std::string write_h5ad;        // run: input + obsm['cnmf_usages_k<K>']
+  std::string gpus = "all";      // --gpus (with --device gpu): all | N | 0,1,...
+  CudaOptions cuda;              // the global --device options, for the extra GPUs' resources
   CnmfPrepareOptions prep;
   CnmfConsensusOptions cons;
   NmfOptions nmf;
@@ -171,6 +177,7 @@ void do_prepare(const Context& ctx, const CnmfCli& o, const CnmfPaths& p, const 
 }
 
 void do_factorize(const Context& ctx, const CnmfCli& o, const CnmfPaths& p) {
+  if (ctx.backend() == Backend::cuda) parse_gpus(o.gpus, cuda_device_count());  // a bad --gpus fails before any work
   if (o.total_workers < 1 || o.worker_index < 0 || o.worker_index >= o.total_workers)
     fail_input("--worker-index", "must be in [0, --total-workers) (got ", o.worker_index, " of ", o.total_workers, ")");
   const auto reps = read_replicates(p);
@@ -183,8 +190,10 @@ void do_factorize(const Context& ctx, const CnmfCli& o, const CnmfPaths& p) {
     std::vector<uint64_t> seeds;
     for (const auto& j : jobs) seeds.push_back(j.seed);
     NmfBatch init = nmf_random_init(nc.X, k, seeds);
-    const NmfResult r = ctx.backend() == Backend::cuda ? nmf_fit_gpu(ctx, nc.X, std::move(init), nmf)
-                                                        : nmf_fit(ctx, nc.X, std::move(init), nmf);
+    const NmfResult r =
+        ctx.backend() == Backend::cuda
+            ? nmf_fit_gpus(nc.X, std::move(init), nmf, parse_gpus(o.gpus, cuda_device_count()), o.cuda)
+            : nmf_fit(ctx, nc.X, std::move(init), nmf);
     int lo = nmf.max_iter, hi = 0;
     for (size_t q = 0; q < jobs.size(); ++q) {
       write_tsv_table(p.iter_spectra(k, jobs[q].iter), numbered(k), nc.genes, r.f.h_of(static_cast<int>(q)));
@@ -314,6 +323,124 @@ void add_consensus_opts(CLI::App* c, CnmfCli& o) {
       ->capture_default_str();
 }
 
+void add_gpus_opt(CLI::App* c, CnmfCli& o) {
+  c->add_option("--gpus", o.gpus,
+                "With --device gpu: replicates spread over these GPUs: all, a count N (the first N), or ordinals "
+                "0,2 (a comma makes a list: '1,' is device 1)")
+      ->capture_default_str();
+}
+
+// ---- bench -------------------------------------------------------------------------------------
+
+struct BenchCli {
+  CnmfBenchOptions b;
+  std::string gpus = "all";
+  std::string layout = "auto";
+  std::string json;
+};
+
+void print_bench(const CnmfBenchResult& r, const CnmfBenchOptions& o) {
+  std::printf("cnmf bench: %s, %s (%d device%s)\n", r.backend.c_str(), r.device.c_str(), r.n_devices,
+              r.n_devices == 1 ? "" : "s");
+  std::printf("  %lld cells x %lld genes, nnz %lld (density %.3f), %d planted programs\n",
+              static_cast<long long>(r.cells), static_cast<long long>(r.genes), static_cast<long long>(r.nnz), r.density,
+              o.programs);
+  std::printf("  generate %.3f s, scale %.3f s, layout %.3f s; %d iterations per replicate (tol 0)%s\n",
+              r.generate_seconds, r.scale_seconds, r.layout_seconds, o.iterations, o.tf32 ? ", TF32 GEMMs" : "");
+  std::printf("  %4s %5s %7s %10s %10s %9s %9s %10s %10s %10s %9s %9s\n", "k", "R", "layout", "time_s", "s/iter",
+              "rep/s", "x_ref", "TFLOP/s", "floor_f_s", "floor_b_s", "peak_GiB", "rel_err");
+  for (const auto& k : r.ks) {
+    double peak = 0;
+    for (const double p : k.peak_bytes) peak = std::max(peak, p);
+    std::printf("  %4d %5d %7s %10.3f %10.4f %9.3f %9.2f %10.3f %10.4f %10.4f %9.2f %9.4f\n", k.k, k.replicates,
+                k.layout.c_str(), k.seconds, k.seconds_per_iteration, k.replicates_per_second,
+                k.replicates_per_second * kCnmfReferenceSecondsPerReplicate, k.achieved_flops / 1e12,
+                k.floor_flops_seconds, k.floor_bytes_seconds, peak / (1ull << 30), k.relative_error);
+  }
+  std::printf("  x_ref: replicates/s over the published GPU cNMF's (%.1f s per replicate at 2.4M cells, A100; "
+              "meaningful at 2.4M cells); target >= 20\n",
+              kCnmfReferenceSecondsPerReplicate);
+}
+
+nlohmann::json bench_json(const CnmfBenchResult& r, const CnmfBenchOptions& o) {
+  nlohmann::json j;
+  j["backend"] = r.backend;
+  j["device"] = r.device;
+  j["n_devices"] = r.n_devices;
+  j["cells"] = r.cells;
+  j["genes"] = r.genes;
+  j["nnz"] = r.nnz;
+  j["density"] = r.density;
+  j["programs"] = o.programs;
+  j["iterations"] = o.iterations;
+  j["warmup"] = o.warmup;
+  j["tf32"] = o.tf32;
+  j["seed"] = o.seed;
+  j["generate_seconds"] = r.generate_seconds;
+  j["scale_seconds"] = r.scale_seconds;
+  j["layout_seconds"] = r.layout_seconds;
+  j["reference_seconds_per_replicate"] = kCnmfReferenceSecondsPerReplicate;
+  nlohmann::json ks = nlohmann::json::array();
+  for (const auto& k : r.ks) {
+    nlohmann::json e;
+    e["k"] = k.k;
+    e["replicates"] = k.replicates;
+    e["layout"] = k.layout;
+    e["seconds"] = k.seconds;
+    e["seconds_per_iteration"] = k.seconds_per_iteration;
+    e["replicates_per_second"] = k.replicates_per_second;
+    e["speedup_vs_reference"] = k.replicates_per_second * kCnmfReferenceSecondsPerReplicate;
+    e["flops_per_iteration"] = k.flops_per_iteration;
+    e["achieved_flops"] = k.achieved_flops;
+    e["floor_flops_seconds_per_iteration"] = k.floor_flops_seconds;
+    e["floor_bytes_seconds_per_iteration"] = k.floor_bytes_seconds;
+    e["peak_bytes_per_device"] = k.peak_bytes;
+    e["relative_error"] = k.relative_error;
+    ks.push_back(e);
+  }
+  j["ks"] = ks;
+  return j;
+}
+
+void add_bench_subcommand(CLI::App* cnmf, GlobalOptions& g) {
+  auto o = std::make_shared<BenchCli>();
+  CLI::App* b = cnmf->add_subcommand(
+      "bench", "Benchmark the replicates' factorisation on synthetic counts with planted programs (--device cpu|gpu)");
+  b->add_option("--cells", o->b.cells, "Cells")->capture_default_str();
+  b->add_option("--genes", o->b.genes, "Genes")->capture_default_str();
+  b->add_option("-k,--components", o->b.ks, "Numbers of components")->expected(1, -1)->capture_default_str();
+  b->add_option("--replicates", o->b.replicates, "Replicates per k over all GPUs (0: as many as fit; CPU: 2)")
+      ->capture_default_str();
+  b->add_option("--iterations", o->b.iterations, "Timed HALS iterations per replicate (no early stop)")->capture_default_str();
+  b->add_option("--warmup", o->b.warmup, "GPU: untimed iterations first")->capture_default_str();
+  b->add_option("--programs", o->b.programs, "Planted programs (1..32)")->capture_default_str();
+  b->add_option("--library-size", o->b.library_size, "Median counts per cell")->capture_default_str();
+  b->add_option("--seed", o->b.seed, "Seed of the data and of the inits")->capture_default_str();
+  b->add_option("--gpus", o->gpus, "With --device gpu: all, a count N, or ordinals 0,2")->capture_default_str();
+  b->add_option("--layout", o->layout, "GPU layout of X: auto (by density and memory), sparse or dense")
+      ->check(CLI::IsMember({"auto", "sparse", "dense"}))
+      ->capture_default_str();
+  b->add_flag("--tf32", o->b.tf32, "GPU dense layout: GEMMs on TF32 tensor cores");
+  b->add_option("--json", o->json, "Also write the results as JSON to this file");
+  b->callback([&g, o] {
+    Context ctx = make_context(g);
+    if (!o->json.empty()) check_output_path(o->json, ".json", "--json");
+    CnmfBenchOptions bo = o->b;
+    bo.layout = o->layout == "dense" ? NmfGpuLayout::dense
+                : o->layout == "sparse" ? NmfGpuLayout::sparse
+                                        : NmfGpuLayout::automatic;
+    CnmfBenchResult r;
+    if (ctx.backend() == Backend::cuda) {
+      bo.devices = parse_gpus(o->gpus, cuda_device_count());
+      r = cnmf_bench_gpu(bo, g.context.cuda);
+    } else {
+      r = cnmf_bench_cpu(ctx, bo);
+    }
+    print_bench(r, bo);
+    if (!o->json.empty()) write_text_atomic(o->json, bench_json(r, bo).dump(2) + "\n");
+  });
+}
+
 }  // namespace
 
 void add_cnmf_command(CLI::App& app, GlobalOptions& g) {
@@ -336,8 +463,10 @@ void add_cnmf_command(CLI::App& app, GlobalOptions& g) {
   add_common(fact, *o);
   fact->add_option("--worker-index", o->worker_index, "This worker's index (0-based)")->capture_default_str();
   fact->add_option("--total-workers", o->total_workers, "Workers sharing the replicates")->capture_default_str();
+  add_gpus_opt(fact, *o);
   fact->callback([&g, o] {
     Context ctx = make_context(g);
+    o->cuda = g.context.cuda;
     do_factorize(ctx, *o, CnmfPaths(o->output_dir, o->name));
   });
 
@@ -365,14 +494,18 @@ void add_cnmf_command(CLI::App& app, GlobalOptions& g) {
     do_k_selection(ctx, *o, CnmfPaths(o->output_dir, o->name));
   });
 
+  add_bench_subcommand(cnmf, g);
+
   CLI::App* run = cnmf->add_subcommand("run", "prepare, factorize, combine, consensus and k-selection in one go");
   run->add_option("INPUT", o->input, "Counts: .h5ad, 10x .h5 or 10x mtx directory")->required();
   add_common(run, *o);
   add_prepare_opts(run, *o);
   add_consensus_opts(run, *o);
   run->add_option("--write-h5ad", o->write_h5ad, "Also write the input with obsm['cnmf_usages_k<K>'] to this .h5ad");
+  add_gpus_opt(run, *o);
   run->callback([&g, o] {
     Context ctx = make_context(g);
+    o->cuda = g.context.cuda;
     if (!o->write_h5ad.empty()) check_output_path(o->write_h5ad, ".h5ad", "--write-h5ad");
     const CnmfPaths p(o->output_dir, o->name);
     Dataset d = read_any(o->input);

@@ -1,5 +1,14 @@
 // scurry run INPUT -o OUT.h5ad: read, run the pipeline's steps in order (each timed), write.
+//
+// Under an MPI launcher (`mpirun -np R scurry run ...`, a build with MPI) the run is sharded: every
+// rank reads the input and keeps one contiguous range of cells (balanced by nonzeros; pp/shard.hpp),
+// the preprocessing chain runs on the shards (per-gene partials allreduced), the kNN search runs each
+// rank's cells against all cells' PCA coordinates (gathered: n x 50), and rank 0 gathers the cells
+// and the graph, then runs UMAP and Leiden, writes the result and prints the timings. An error on any
+// rank ends all ranks (MPI_Abort with the exit code: 2 for bad input, 1 otherwise).
 #include <cstdio>
+#include <exception>
+#include <new>
 #include <memory>
 #include <string>
 
@@ -11,6 +20,7 @@
 #include "core/timings.hpp"
 #include "io/h5ad.hpp"
 #include "io/read.hpp"
+#include "pp/shard.hpp"
 
 namespace scurry::cli {
 
@@ -21,12 +31,12 @@ std::string shape_of(const Dataset& d) {
          (d.X.is_sparse() ? ", nnz " + std::to_string(d.X.nnz()) : std::string(", dense"));
 }
 
-void run_pipeline(const GlobalOptions& g, const RunOptions& o) {
-  Context ctx = make_context(g);
+void run_ranks(const GlobalOptions& g, const RunOptions& o) {
+  Context ctx = make_distributed_context(g);
   check_output_path(o.output, ".h5ad", "-o/--output");
   if (!o.timings.empty()) check_output_path(o.timings, ".json", "--timings");
 
-  log::info("using " + ctx.describe());
+  log::info("using " + ctx.describe() + (ctx.comm().size() > 1 ? "; " + ctx.comm().describe() : std::string()));
   Timings t;
   t.set_argv(g.argv);
   t.set_meta("device", ctx.describe());
@@ -45,6 +55,7 @@ void run_pipeline(const GlobalOptions& g, const RunOptions& o) {
     steps[i].run(ctx, d, t);
     s.set_extra(shape_of(d));
   }
+  if (ctx.comm().rank() != 0) return;  // rank 0 writes and reports
   if (!o.timings.empty()) write_text_atomic(o.timings, t.to_json() + "\n");
 
   if (!log::quiet()) {
@@ -62,6 +73,27 @@ void run_pipeline(const GlobalOptions& g, const RunOptions& o) {
     }
     t.print_table(stdout);
     if (!o.timings.empty()) std::printf("\ntimings written to %s\n", o.timings.c_str());
+  }
+}
+
+void run_pipeline(const GlobalOptions& g, const RunOptions& o) {
+  std::shared_ptr<Comm> comm = make_mpi_comm();
+  if (comm->size() == 1) return run_ranks(g, o);
+  // Several ranks: an error on one must end them all, never leave the others waiting in a collective.
+  auto die = [&](const char* what, int code) {
+    std::fflush(stdout);
+    std::fprintf(stderr, "scurry: error (rank %d of %d): %s\n", comm->rank(), comm->size(), what);
+    std::fflush(stderr);
+    comm->abort(code);
+  };
+  try {
+    run_ranks(g, o);
+  } catch (const InputError& e) {
+    die(e.what(), 2);
+  } catch (const std::bad_alloc&) {
+    die("out of memory", 1);
+  } catch (const std::exception& e) {
+    die(e.what(), 1);
   }
 }
 
@@ -84,7 +116,10 @@ void add_run_options(CLI::App& cmd, RunOptions& o) {
 
 std::vector<Step> build_pipeline(const RunOptions& o) {
   std::vector<Step> p;
-  p.push_back({"read", [&o](Context&, Dataset& d, Timings&) { d = read_any(o.input, o.read); }});
+  p.push_back({"read", [&o](Context& ctx, Dataset& d, Timings&) {
+                 d = read_any(o.input, o.read);
+                 shard_rows(ctx, d);  // several ranks: keep this rank's cells
+               }});
   p.push_back({"check_counts", [&o](Context&, Dataset& d, Timings&) {
                  if (d.X.empty()) fail_input(o.input, "has no X matrix");
                  check_counts(d.X, o.input);
@@ -92,11 +127,28 @@ std::vector<Step> build_pipeline(const RunOptions& o) {
   p.push_back({"preprocess", [&o](Context& ctx, Dataset& d, Timings& t) { preprocess(ctx, d, o.preprocess, &t); },
                true});
   if (o.graph) {
-    p.push_back({"neighbors", [&o](Context& ctx, Dataset& d, Timings&) { neighbors(ctx, d, o.neighbors); }});
-    p.push_back({"umap", [&o](Context& ctx, Dataset& d, Timings&) { umap(ctx, d, o.umap); }});
-    p.push_back({"leiden", [&o](Context& ctx, Dataset& d, Timings&) { leiden(ctx, d, o.leiden); }});
+    p.push_back({"neighbors", [&o](Context& ctx, Dataset& d, Timings&) {
+                   if (ctx.comm().size() == 1) return static_cast<void>(neighbors(ctx, d, o.neighbors));
+                   // Each rank searches its cells against all; rank 0 gathers the cells and the graph.
+                   std::string used;
+                   const DenseF rep = choose_representation(d, o.neighbors.use_rep, o.neighbors.n_pcs, &used);
+                   NeighborsResult res = neighbors_sharded(ctx, rep, o.neighbors, 0);
+                   gather_rows(ctx, d, 0);
+                   if (ctx.comm().rank() != 0) return;
+                   res.use_rep = used;
+                   write_neighbors(d, res, o.neighbors);
+                 }});
+    // UMAP and Leiden on the gathered graph, on rank 0.
+    p.push_back({"umap", [&o](Context& ctx, Dataset& d, Timings&) {
+                   if (ctx.comm().rank() == 0) umap(ctx, d, o.umap);
+                 }});
+    p.push_back({"leiden", [&o](Context& ctx, Dataset& d, Timings&) {
+                   if (ctx.comm().rank() == 0) leiden(ctx, d, o.leiden);
+                 }});
   }
-  p.push_back({"write", [&o](Context&, Dataset& d, Timings&) {
+  p.push_back({"write", [&o](Context& ctx, Dataset& d, Timings&) {
+                 if (!o.graph) gather_rows(ctx, d, 0);  // with the graph: gathered by neighbors
+                 if (ctx.comm().rank() != 0) return;
                  make_parent_dirs(o.output);
                  write_h5ad(d, o.output, o.write);
                }});

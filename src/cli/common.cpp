@@ -19,6 +19,20 @@ Context make_context(const GlobalOptions& g) {
   return Context::create(g.context);
 }
 
+Context make_distributed_context(const GlobalOptions& g) {
+  std::shared_ptr<Comm> comm = make_mpi_comm();
+  if (comm->size() == 1) return make_context(g);
+  GlobalOptions one = g;
+  if (g.context.device == "gpu")
+    throw InputError(detail::concat("--device gpu: multi-rank GPU runs: not yet (", comm->size(),
+                                    " MPI ranks); use --device cpu, or run a single process"));
+  one.context.device = "cpu";
+  one.quiet = g.quiet || comm->rank() != 0;
+  Context ctx = make_context(one);
+  ctx.set_comm(comm);
+  return ctx;
+}
+
 void check_output_path(const std::string& path, const std::string& ext, const char* what) {
   if (path.empty()) throw InputError(std::string(what) + ": an output path is required");
   if (path.size() < ext.size() || path.compare(path.size() - ext.size(), ext.size(), ext) != 0)

@@ -16,6 +16,11 @@ struct GlobalOptions {
 
 // Applies --quiet and builds the Context (throws InputError for an unusable --device).
 Context make_context(const GlobalOptions& g);
+// As make_context, with the communicator of all ranks when launched by an MPI launcher (`mpirun -np R
+// scurry run ...`; see make_mpi_comm): several ranks run on the CPU (--device auto picks the CPU;
+// --device gpu is an InputError: multi-rank GPU runs are not supported yet) and only rank 0 prints
+// info messages. One rank: make_context(g).
+Context make_distributed_context(const GlobalOptions& g);
 
 // Checks an output path before any work is done: it must end in `ext` and must not be a
 // directory. Throws InputError naming the path.

@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <cstring>
+#include <map>
+#include <memory>
+#include <mutex>
 #include <vector>
 
 #include "exec/device_csr.cuh"
@@ -11,8 +14,11 @@ namespace scurry {
 namespace {
 
 constexpr size_t kStageBytes = size_t(256) << 20;  // pinned staging buffer (two of them)
+constexpr size_t kDirectBytes = size_t(4) << 20;   // smaller copies go straight (pageable cudaMemcpy)
 
-// Two pinned staging buffers and an event each (freed on scope exit).
+// Two pinned staging buffers and an event each, made once per device on first use and kept for the
+// process (pinning 512 MiB costs ~0.1 s: too much to pay on every copy). Copies through them are
+// serialised per device.
 struct Staging {
   char* buf[2] = {nullptr, nullptr};
   cudaEvent_t done[2] = {nullptr, nullptr};
@@ -30,7 +36,17 @@ struct Staging {
   }
   Staging(const Staging&) = delete;
   Staging& operator=(const Staging&) = delete;
+  std::mutex busy;
 };
+
+Staging& staging_for(int device) {
+  static std::mutex m;
+  static std::map<int, std::unique_ptr<Staging>>* all = new std::map<int, std::unique_ptr<Staging>>();  // never freed
+  std::lock_guard<std::mutex> lock(m);
+  auto& s = (*all)[device];
+  if (!s) s = std::make_unique<Staging>();
+  return *s;
+}
 
 // Copies [0, len) of src to dst on all CPU threads (pinned staging buffers are filled and drained
 // faster than one thread's memcpy).
@@ -47,12 +63,13 @@ void parallel_memcpy(char* dst, const char* src, size_t len) {
 // the CPU threads) overlaps the DMA of the other. Pageable cudaMemcpy runs at ~7 GB/s on the H200
 // machine; pinned DMA at ~50 GB/s.
 void copy_to_device(CudaResources& r, void* dst, const void* src, size_t bytes) {
-  if (bytes < kStageBytes) {
+  if (bytes < kDirectBytes) {
     SCURRY_CUDA(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, r.stream));
     SCURRY_CUDA(cudaStreamSynchronize(r.stream));
     return;
   }
-  Staging st;
+  Staging& st = staging_for(r.device);
+  std::lock_guard<std::mutex> lock(st.busy);
   char** stage = st.buf;
   cudaEvent_t* done = st.done;
   const char* in = static_cast<const char*>(src);
@@ -71,12 +88,13 @@ void copy_to_device(CudaResources& r, void* dst, const void* src, size_t bytes) 
 }  // namespace
 
 void copy_to_host(CudaResources& r, void* dst, const void* src, size_t bytes) {
-  if (bytes < kStageBytes) {
+  if (bytes < kDirectBytes) {
     SCURRY_CUDA(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, r.stream));
     SCURRY_CUDA(cudaStreamSynchronize(r.stream));
     return;
   }
-  Staging st;
+  Staging& st = staging_for(r.device);
+  std::lock_guard<std::mutex> lock(st.busy);
   char** stage = st.buf;
   cudaEvent_t* done = st.done;
   const char* in = static_cast<const char*>(src);

@@ -65,16 +65,16 @@ double exact_distance(const DenseF& X, const std::vector<double>& nrm, KnnMetric
   return 1.0 - s / (nrm[i] * nrm[j]);
 }
 
-// Writes row i of the result: self first, then the best k - 1 of `cands` (self excluded), re-ranked
-// by exact float64 distance.
+// Writes the result for cell i into row i - row0 of `out`: self first, then the best k - 1 of
+// `cands` (self excluded), re-ranked by exact float64 distance.
 void finish_row(const DenseF& X, const std::vector<double>& nrm, KnnMetric metric, int64_t i,
-                std::vector<Cand>& cands, Knn& out) {
+                std::vector<Cand>& cands, Knn& out, int64_t row0 = 0) {
   for (Cand& c : cands) c.first = exact_distance(X, nrm, metric, i, c.second);
   const size_t want = static_cast<size_t>(out.k - 1);
   const size_t take = std::min(want, cands.size());
   std::partial_sort(cands.begin(), cands.begin() + static_cast<std::ptrdiff_t>(take), cands.end());
-  int32_t* idx = out.indices.data() + static_cast<size_t>(i * out.k);
-  float* dst = out.distances.data() + static_cast<size_t>(i * out.k);
+  int32_t* idx = out.indices.data() + static_cast<size_t>((i - row0) * out.k);
+  float* dst = out.distances.data() + static_cast<size_t>((i - row0) * out.k);
   idx[0] = static_cast<int32_t>(i);
   dst[0] = 0.0f;
   for (size_t j = 0; j < want; ++j) {
@@ -118,9 +118,15 @@ KnnMetric parse_knn_metric(const std::string& s, const std::string& where) {
 const char* knn_metric_name(KnnMetric m) { return m == KnnMetric::euclidean ? "euclidean" : "cosine"; }
 
 Knn knn_exact(const Context& ctx, const DenseF& X, int64_t k, KnnMetric metric) {
+  return knn_exact(ctx, X, k, metric, 0, X.n_rows);
+}
+
+Knn knn_exact(const Context& ctx, const DenseF& X, int64_t k, KnnMetric metric, int64_t row_begin, int64_t row_end) {
   check_input(X, k, "neighbors");
   const int64_t n = X.n_rows, d = X.n_cols;
-  Knn out = empty_result(n, k);
+  if (row_begin < 0 || row_end > n || row_begin > row_end)
+    fail("internal: knn query rows [", row_begin, ", ", row_end, ") out of [0, ", n, ")");
+  Knn out = empty_result(row_end - row_begin, k);
   const std::vector<double> nrm = row_norms(X);
   // The matrix the GEMM sees: X (euclidean) or unit rows (cosine); candidate score per pair is
   // ||y||^2 - 2 x.y (euclidean, the query's own ||x||^2 is constant per row) or -x.y (cosine).
@@ -133,11 +139,11 @@ Knn knn_exact(const Context& ctx, const DenseF& X, int64_t k, KnnMetric metric) 
   const int64_t want = k - 1;
   if (want == 0) return out;
   const int64_t n_cand = std::min(n - 1, want + std::max(kMinMargin, want));
-  const int64_t n_blocks = (n + kQueryBlock - 1) / kQueryBlock;
+  const int64_t n_blocks = (row_end - row_begin + kQueryBlock - 1) / kQueryBlock;
 
   linalg::SingleThreadedBlas blas_guard;
   parallel_for(ctx.threads(), n_blocks, [&](int64_t b) {
-    const int64_t q0 = b * kQueryBlock, q1 = std::min(n, q0 + kQueryBlock), nq = q1 - q0;
+    const int64_t q0 = row_begin + b * kQueryBlock, q1 = std::min(row_end, q0 + kQueryBlock), nq = q1 - q0;
     std::vector<float> dots(static_cast<size_t>(nq * kRefTile));
     // Per query: a max-heap of the n_cand best float32 scores seen so far.
     std::vector<std::vector<std::pair<float, int32_t>>> heaps(static_cast<size_t>(nq));
@@ -170,19 +176,26 @@ Knn knn_exact(const Context& ctx, const DenseF& X, int64_t k, KnnMetric metric) 
     for (int64_t q = 0; q < nq; ++q) {
       cands.clear();
       for (const auto& c : heaps[q]) cands.emplace_back(0.0, c.second);
-      finish_row(X, nrm, metric, q0 + q, cands, out);
+      finish_row(X, nrm, metric, q0 + q, cands, out, row_begin);
     }
   });
   return out;
 }
 
 Knn knn_hnsw(const Context& ctx, const DenseF& X, int64_t k, KnnMetric metric, const HnswOptions& opt) {
+  return knn_hnsw(ctx, X, k, metric, opt, 0, X.n_rows);
+}
+
+Knn knn_hnsw(const Context& ctx, const DenseF& X, int64_t k, KnnMetric metric, const HnswOptions& opt,
+             int64_t row_begin, int64_t row_end) {
   check_input(X, k, "neighbors");
+  if (row_begin < 0 || row_end > X.n_rows || row_begin > row_end)
+    fail("internal: knn query rows [", row_begin, ", ", row_end, ") out of [0, ", X.n_rows, ")");
   if (opt.M < 2 || opt.ef_construction < 1)
     fail_input("neighbors", "hnsw parameters M = ", opt.M, ", ef_construction = ", opt.ef_construction,
                " are invalid; use M >= 2 and ef_construction >= 1");
   const int64_t n = X.n_rows, d = X.n_cols;
-  Knn out = empty_result(n, k);
+  Knn out = empty_result(row_end - row_begin, k);
   const std::vector<double> nrm = row_norms(X);
   DenseF unit;
   if (metric == KnnMetric::cosine) unit = normalized_rows(X, nrm);
@@ -200,9 +213,9 @@ Knn knn_hnsw(const Context& ctx, const DenseF& X, int64_t k, KnnMetric metric, c
   const int64_t ef = opt.ef > 0 ? opt.ef : std::max<int64_t>(4 * k, 64);
   index.setEf(static_cast<size_t>(ef));
   const int64_t kq = std::min(n, k + 1);  // one extra in case the cell itself is not returned first
-  const int64_t n_blocks = (n + kQueryBlock - 1) / kQueryBlock;
+  const int64_t n_blocks = (row_end - row_begin + kQueryBlock - 1) / kQueryBlock;
   parallel_for(ctx.threads(), n_blocks, [&](int64_t b) {
-    const int64_t q0 = b * kQueryBlock, q1 = std::min(n, q0 + kQueryBlock);
+    const int64_t q0 = row_begin + b * kQueryBlock, q1 = std::min(row_end, q0 + kQueryBlock);
     std::vector<Cand> cands;
     for (int64_t q = q0; q < q1; ++q) {
       auto pq = index.searchKnn(Y.row(q), static_cast<size_t>(kq));
@@ -212,7 +225,7 @@ Knn knn_hnsw(const Context& ctx, const DenseF& X, int64_t k, KnnMetric metric, c
         pq.pop();
         if (j != q) cands.emplace_back(0.0, static_cast<int32_t>(j));
       }
-      finish_row(X, nrm, metric, q, cands, out);
+      finish_row(X, nrm, metric, q, cands, out, row_begin);
     }
   });
   return out;

@@ -52,6 +52,12 @@ struct HnswOptions {
 Knn knn_exact(const Context& ctx, const DenseF& X, int64_t k, KnnMetric metric);
 // Approximate search with hnswlib (same conventions).
 Knn knn_hnsw(const Context& ctx, const DenseF& X, int64_t k, KnnMetric metric, const HnswOptions& opt = {});
+// The same searches for the query cells [row_begin, row_end) only, against all rows of X (one rank's
+// share of the cells): the result has row_end - row_begin rows (neighbour indices into X), each equal
+// to that cell's row of the full search.
+Knn knn_exact(const Context& ctx, const DenseF& X, int64_t k, KnnMetric metric, int64_t row_begin, int64_t row_end);
+Knn knn_hnsw(const Context& ctx, const DenseF& X, int64_t k, KnnMetric metric, const HnswOptions& opt,
+             int64_t row_begin, int64_t row_end);
 // Float64 brute force, O(n^2 d) single-threaded: the oracle for tests.
 Knn knn_brute_force(const DenseF& X, int64_t k, KnnMetric metric);
 

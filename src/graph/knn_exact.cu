@@ -9,12 +9,16 @@
 //  Expected: GEMM + L2 traffic, about 1.5-2.5 s with tf32x3 (204k tile pairs, two launches each);
 //  a fused GEMM + select kernel (scores never leave registers) is the way below that.
 #include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <cmath>
 #include <vector>
 
 #include "core/error.hpp"
 #include "exec/parallel.hpp"
 #include "graph/knn_gpu.cuh"
+#include "graph/knn_fused.cuh"
 #include "graph/knn_gpu.hpp"
 #include "graph/topk.cuh"
 
@@ -104,23 +108,25 @@ __device__ __forceinline__ float tf32_round(float v) {
 // hi, lo], B = [hi, lo, hi] so that A_q . B_r = hi.hi + hi.lo + lo.hi; otherwise A = the rows
 // (B unused). Padding columns are 0.
 __global__ void prepare_operands_kernel(const float* X, int64_t n, int64_t d, int64_t kp, const float* mean,
-                                        const double* nrm, bool cosine, bool split, float* A, float* B) {
+                                        const double* nrm, bool cosine, bool split, bool round, float* A, float* B,
+                                        const int32_t* rows) {
   const int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (e >= n * kp) return;
   const int64_t i = e / kp, col = e - i * kp;
   const int64_t seg = col / d, c = col - seg * d;
   float v = 0.f;
   if (seg < (split ? 3 : 1)) {
-    const float x = X[i * d + c];
+    const int64_t src = rows ? rows[i] : i;  // rows: a gathered subset
+    const float x = X[src * d + c];
     if (cosine) {
-      const double nr = nrm[i];
+      const double nr = nrm[src];
       v = static_cast<float>(static_cast<double>(x) * (nr > 0 ? 1.0 / nr : 0.0));
     } else {
       v = x - mean[c];
     }
   }
   if (!split) {
-    A[e] = v;
+    A[e] = round ? tf32_round(v) : v;
     return;
   }
   const float hi = tf32_round(v), lo = v - hi;
@@ -129,7 +135,7 @@ __global__ void prepare_operands_kernel(const float* X, int64_t n, int64_t d, in
 }
 
 __global__ void select_tile_kernel(const float* tile, int64_t nq, int64_t nr, const float* col_add, int64_t id0,
-                                   int64_t self0, float* best_d, int32_t* best_i, int w) {
+                                   int64_t self0, const int32_t* self_ids, float* best_d, int32_t* best_i, int w) {
   extern __shared__ float smem_f[];
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x & (kWarp - 1);
   const int64_t q = blockIdx.x * static_cast<int64_t>(blockDim.x / kWarp) + warp;
@@ -139,7 +145,7 @@ __global__ void select_tile_kernel(const float* tile, int64_t nq, int64_t nr, co
   int32_t* gi = best_i + q * w;
   top.load(gd, gi);
   const float* row = tile + q * nr;
-  const int64_t self = self0 >= 0 ? self0 + q : -1;
+  const int64_t self = self_ids ? self_ids[q] : self0 >= 0 ? self0 + q : -1;
   for (int64_t b = 0; b < nr; b += kWarp) {
     const int64_t c = b + lane;
     const bool in = c < nr;
@@ -151,17 +157,19 @@ __global__ void select_tile_kernel(const float* tile, int64_t nq, int64_t nr, co
 }
 
 __global__ void rerank_kernel(const float* X, const double* nrm, int64_t n, int64_t d, bool cosine,
-                              const int32_t* cand, int w, int64_t k, int32_t* out_idx, float* out_dist) {
+                              const int32_t* cand, int w, int64_t k, int32_t* out_idx, float* out_dist,
+                              const int32_t* rows) {
   extern __shared__ double smem_d[];
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x & (kWarp - 1);
-  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x / kWarp) + warp;
-  if (i >= n) return;  // warp-uniform
+  const int64_t t_row = blockIdx.x * static_cast<int64_t>(blockDim.x / kWarp) + warp;
+  if (t_row >= n) return;  // warp-uniform
+  const int64_t i = rows ? rows[t_row] : t_row;  // rows: candidates of a gathered subset, row t_row
   double* key = smem_d + static_cast<int64_t>(warp) * (w + w / 2);
   int32_t* id = reinterpret_cast<int32_t*>(key + w);
   const float* xi = X + i * d;
   const double inf = __longlong_as_double(0x7ff0000000000000LL);
   for (int t = lane; t < w; t += kWarp) {
-    const int32_t j = cand[i * w + t];
+    const int32_t j = cand[t_row * w + t];
     double dist = inf;
     if (j >= 0) {
       const float* xj = X + static_cast<int64_t>(j) * d;
@@ -194,6 +202,33 @@ __global__ void rerank_kernel(const float* X, const double* nrm, int64_t n, int6
       od[t + 1] = static_cast<float>(fmax(0.0, key[t]));
     }
   }
+}
+
+// The certificate of the fused TF32 search (knn_fused.cu): fail[i] = 1 unless the exact (k-1)-th
+// neighbour's score is below the W-th candidate's TF32 score by more than the TF32 error bound.
+__global__ void certify_kernel(const float* best_d, const int32_t* best_i, int w, const float* out_dist, int64_t k,
+                               const float* sqn, double max_norm, int64_t n, uint8_t* fail) {
+  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i >= n) return;
+  uint8_t bad = 0;
+  if (k >= 2 && best_i[i * w + w - 1] >= 0) {
+    const double T = best_d[i * w + w - 1];
+    const double dist = out_dist[i * k + k - 1];
+    double s, bound;
+    if (sqn) {  // euclidean on centred rows: score = dist^2 - ||q||^2
+      // A row y outside the candidates with ||y|| > ||q|| + dist is farther than dist anyway (triangle
+      // inequality), so the bound needs ||y|| only up to min(max_norm, ||q|| + dist).
+      const double q2 = sqn[i], qn = sqrt(q2);
+      const double rho = fmin(max_norm, qn + dist);
+      s = dist * dist - q2;
+      bound = 0x1p-8 * qn * rho + 0x1p-20 * (q2 + rho * rho);
+    } else {  // cosine on unit rows: score = -cos = dist - 1
+      s = dist - 1.0;
+      bound = 0x1p-8 + 0x1p-20;
+    }
+    bad = !(s < T - bound);
+  }
+  fail[i] = bad;
 }
 
 }  // namespace
@@ -264,23 +299,23 @@ void fill_empty(CudaResources& r, float* d, int32_t* i, int64_t count) {
 }
 
 void select_tile(CudaResources& r, const float* tile, int64_t nq, int64_t nr, const float* col_add, int64_t id0,
-                 int64_t self0, float* best_d, int32_t* best_i, int w) {
+                 int64_t self0, float* best_d, int32_t* best_i, int w, const int32_t* self_ids) {
   if (nq == 0 || nr == 0) return;
   const int64_t per_warp = warp_topk_smem_bytes(w);
   const int wpb = warps_per_block(per_warp);
   const unsigned blocks = static_cast<unsigned>((nq + wpb - 1) / wpb);
   select_tile_kernel<<<blocks, wpb * kWarp, static_cast<size_t>(wpb * per_warp), r.stream>>>(
-      tile, nq, nr, col_add, id0, self0, best_d, best_i, w);
+      tile, nq, nr, col_add, id0, self0, self_ids, best_d, best_i, w);
   SCURRY_CUDA_LAUNCH();
 }
 
 void rerank(CudaResources& r, const float* dX, const double* nrm, int64_t n, int64_t d, KnnMetric metric,
-            const int32_t* cand, int w, int64_t k, int32_t* out_idx, float* out_dist) {
+            const int32_t* cand, int w, int64_t k, int32_t* out_idx, float* out_dist, const int32_t* rows) {
   const int64_t per_warp = static_cast<int64_t>(w) * (sizeof(double) + sizeof(int32_t));
   const int wpb = warps_per_block(per_warp);
   const unsigned blocks = static_cast<unsigned>((n + wpb - 1) / wpb);
   rerank_kernel<<<blocks, wpb * kWarp, static_cast<size_t>(wpb * per_warp), r.stream>>>(
-      dX, nrm, n, d, metric == KnnMetric::cosine, cand, w, k, out_idx, out_dist);
+      dX, nrm, n, d, metric == KnnMetric::cosine, cand, w, k, out_idx, out_dist, rows);
   SCURRY_CUDA_LAUNCH();
 }
 
@@ -328,41 +363,122 @@ Knn knn_exact_gpu(const Context& ctx, const DenseF& X, int64_t k, KnnMetric metr
   DeviceArray<float> best_d(r, static_cast<size_t>(n) * w, "kNN candidate scores");
   DeviceArray<int32_t> best_i(r, static_cast<size_t>(n) * w, "kNN candidates");
   fill_empty(r, best_d.data(), best_i.data(), n * w);
-  if (k > 1) {
-    const bool split = opt.precision == KnnGemmPrecision::tf32x3;
+  // The cuBLAS tile path (fp32, tf32, tf32x3) for the queries `rows` (all when null; nq of them),
+  // leaving their candidates in cand_d/cand_i (nq x w).
+  auto tile_search = [&](KnnGemmPrecision prec, const int32_t* rows, int64_t nq_all, float* cand_d, int32_t* cand_i) {
+    const bool split = prec == KnnGemmPrecision::tf32x3;
     const int64_t depth = split ? 3 * d : d;
     const int64_t kp = (depth + kColumnPad - 1) / kColumnPad * kColumnPad;
-    DeviceArray<float> A(r, static_cast<size_t>(n * kp), "kNN GEMM operand");
+    DeviceArray<float> A(r, static_cast<size_t>(nq_all * kp), "kNN GEMM operand");
     DeviceArray<float> B;
-    if (split) B = DeviceArray<float>(r, static_cast<size_t>(n * kp), "kNN GEMM operand (split)");
-    prepare_operands_kernel<<<grid_for(n * kp), kThreads, 0, r.stream>>>(
-        dX.data(), n, d, kp, cosine ? nullptr : mean.data(), nrm.data(), cosine, split, A.data(),
-        split ? B.data() : nullptr);
+    if (split) B = DeviceArray<float>(r, static_cast<size_t>(nq_all * kp), "kNN GEMM operand (split)");
+    DeviceArray<float> Bdb;  // database operand when the queries are a subset
+    float* qA = A.data();
+    prepare_operands_kernel<<<grid_for(nq_all * kp), kThreads, 0, r.stream>>>(
+        dX.data(), nq_all, d, kp, cosine ? nullptr : mean.data(), nrm.data(), cosine, split, false, A.data(),
+        split ? B.data() : nullptr, rows);
     SCURRY_CUDA_LAUNCH();
-    const float* Bq = split ? B.data() : A.data();  // database operand
-
-    const int64_t qt = std::min(n, kQueryTile);
-    const int64_t rt = std::min(n, std::max<int64_t>(kWarp, kTileFloats / qt));
+    const float* Bq = split ? B.data() : A.data();
+    if (rows) {  // the database side: every row
+      Bdb = DeviceArray<float>(r, static_cast<size_t>(n * kp), "kNN GEMM operand (database)");
+      DeviceArray<float> scratch;
+      if (split) scratch = DeviceArray<float>(r, static_cast<size_t>(n * kp), "kNN GEMM operand (scratch)");
+      // split: B = [hi, lo, hi] is the database operand; the kernel writes A-form into scratch
+      prepare_operands_kernel<<<grid_for(n * kp), kThreads, 0, r.stream>>>(
+          dX.data(), n, d, kp, cosine ? nullptr : mean.data(), nrm.data(), cosine, split, false,
+          split ? scratch.data() : Bdb.data(), split ? Bdb.data() : nullptr, nullptr);
+      SCURRY_CUDA_LAUNCH();
+      Bq = Bdb.data();
+    }
+    const int64_t qt = std::min(nq_all, kQueryTile);
+    const int64_t rt = std::min(n, std::max<int64_t>(kWarp, kTileFloats / std::max<int64_t>(qt, 1)));
     DeviceArray<float> tile(r, static_cast<size_t>(qt * rt), "kNN score tile");
-    const cublasComputeType_t compute =
-        opt.precision == KnnGemmPrecision::fp32 ? CUBLAS_COMPUTE_32F : CUBLAS_COMPUTE_32F_FAST_TF32;
+    const cublasComputeType_t compute = prec == KnnGemmPrecision::fp32 ? CUBLAS_COMPUTE_32F : CUBLAS_COMPUTE_32F_FAST_TF32;
     const float alpha = cosine ? -1.f : -2.f, beta = 0.f;
-    for (int64_t q0 = 0; q0 < n; q0 += qt) {
-      const int64_t nq = std::min(qt, n - q0);
+    for (int64_t q0 = 0; q0 < nq_all; q0 += qt) {
+      const int64_t nq = std::min(qt, nq_all - q0);
       for (int64_t r0 = 0; r0 < n; r0 += rt) {
         const int64_t nr = std::min(rt, n - r0);
         // Column-major: tile (nr x nq, ld nr) = B[r0 : r0 + nr]^T-view x A[q0 : q0 + nq], i.e. row q of
         // the row-major nq x nr tile holds alpha * <query q0 + q, row r0 + r>.
         SCURRY_CUBLAS(cublasGemmEx(r.cublas, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(nr), static_cast<int>(nq),
                                    static_cast<int>(kp), &alpha, Bq + r0 * kp, CUDA_R_32F, static_cast<int>(kp),
-                                   A.data() + q0 * kp, CUDA_R_32F, static_cast<int>(kp), &beta, tile.data(),
-                                   CUDA_R_32F, static_cast<int>(nr), compute, CUBLAS_GEMM_DEFAULT));
-        select_tile(r, tile.data(), nq, nr, cosine ? nullptr : sqn.data() + r0, r0, q0, best_d.data() + q0 * w,
-                    best_i.data() + q0 * w, w);
+                                   qA + q0 * kp, CUDA_R_32F, static_cast<int>(kp), &beta, tile.data(), CUDA_R_32F,
+                                   static_cast<int>(nr), compute, CUBLAS_GEMM_DEFAULT));
+        select_tile(r, tile.data(), nq, nr, cosine ? nullptr : sqn.data() + r0, r0, rows ? -1 : q0, cand_d + q0 * w,
+                    cand_i + q0 * w, w, rows ? rows + q0 : nullptr);
       }
     }
+  };
+
+  if (k > 1 && opt.precision != KnnGemmPrecision::fused) {
+    tile_search(opt.precision, nullptr, n, best_d.data(), best_i.data());
+    rerank(r, dX.data(), nrm.data(), n, d, metric, best_i.data(), w, k, out_idx.data(), out_dist.data());
+  } else if (k > 1) {
+    // SCURRY_PROFILE=1: phase times on stderr.
+    const bool profile = std::getenv("SCURRY_PROFILE") != nullptr;
+    auto t_last = std::chrono::steady_clock::now();
+    auto prof = [&](const char* what) {
+      if (!profile) return;
+      SCURRY_CUDA(cudaStreamSynchronize(r.stream));
+      const auto now = std::chrono::steady_clock::now();
+      std::fprintf(stderr, "  knn_exact %-20s %9.3f ms\n", what, std::chrono::duration<double, std::milli>(now - t_last).count());
+      t_last = now;
+    };
+    prof("setup");
+    const int64_t kp = (d + kColumnPad - 1) / kColumnPad * kColumnPad;
+    if (!fused_supported(kp, w)) {  // too deep or too wide for the fused kernel's shared memory
+      tile_search(KnnGemmPrecision::tf32x3, nullptr, n, best_d.data(), best_i.data());
+      rerank(r, dX.data(), nrm.data(), n, d, metric, best_i.data(), w, k, out_idx.data(), out_dist.data());
+    } else {
+      {
+        DeviceArray<float> A(r, static_cast<size_t>(n * kp), "kNN fused operand");
+        prepare_operands_kernel<<<grid_for(n * kp), kThreads, 0, r.stream>>>(
+            dX.data(), n, d, kp, cosine ? nullptr : mean.data(), nrm.data(), cosine, false, true, A.data(), nullptr,
+            nullptr);
+        SCURRY_CUDA_LAUNCH();
+        prof("prepare");
+        fused_candidates(r, A.data(), cosine ? nullptr : sqn.data(), n, kp, w, best_d.data(), best_i.data());
+        prof("fused candidates");
+      }
+      rerank(r, dX.data(), nrm.data(), n, d, metric, best_i.data(), w, k, out_idx.data(), out_dist.data());
+      prof("rerank");
+      // The certificate; the queries without it are searched again with split TF32.
+      double max_norm = 1.0;
+      if (!cosine) {
+        std::vector<float> h_sqn(static_cast<size_t>(n));
+        SCURRY_CUDA(cudaMemcpyAsync(h_sqn.data(), sqn.data(), static_cast<size_t>(n) * 4, cudaMemcpyDeviceToHost, r.stream));
+        SCURRY_CUDA(cudaStreamSynchronize(r.stream));
+        double m2 = 0;
+        for (float v : h_sqn) m2 = std::max(m2, static_cast<double>(v));
+        max_norm = std::sqrt(m2);
+      }
+      DeviceArray<uint8_t> fail(r, static_cast<size_t>(n), "kNN certificate");
+      certify_kernel<<<grid_for(n), kThreads, 0, r.stream>>>(best_d.data(), best_i.data(), w, out_dist.data(), k,
+                                                              cosine ? nullptr : sqn.data(), max_norm, n, fail.data());
+      SCURRY_CUDA_LAUNCH();
+      std::vector<uint8_t> h_fail(static_cast<size_t>(n));
+      SCURRY_CUDA(cudaMemcpyAsync(h_fail.data(), fail.data(), static_cast<size_t>(n), cudaMemcpyDeviceToHost, r.stream));
+      SCURRY_CUDA(cudaStreamSynchronize(r.stream));
+      std::vector<int32_t> redo;
+      for (int64_t i = 0; i < n; ++i)
+        if (h_fail[i]) redo.push_back(static_cast<int32_t>(i));
+      if (opt.redo_count) *opt.redo_count = static_cast<int64_t>(redo.size());
+      if (!redo.empty()) {
+        const int64_t m = static_cast<int64_t>(redo.size());
+        DeviceArray<int32_t> drows(r, redo.size(), "kNN redo rows");
+        SCURRY_CUDA(cudaMemcpyAsync(drows.data(), redo.data(), redo.size() * 4, cudaMemcpyHostToDevice, r.stream));
+        DeviceArray<float> cd(r, static_cast<size_t>(m) * w, "kNN redo candidates");
+        DeviceArray<int32_t> ci(r, static_cast<size_t>(m) * w, "kNN redo candidates");
+        fill_empty(r, cd.data(), ci.data(), m * w);
+        tile_search(KnnGemmPrecision::tf32x3, drows.data(), m, cd.data(), ci.data());
+        rerank(r, dX.data(), nrm.data(), m, d, metric, ci.data(), w, k, out_idx.data(), out_dist.data(), drows.data());
+      }
+      prof("certificate + redo");
+    }
+  } else {
+    rerank(r, dX.data(), nrm.data(), n, d, metric, best_i.data(), w, k, out_idx.data(), out_dist.data());
   }
-  rerank(r, dX.data(), nrm.data(), n, d, metric, best_i.data(), w, k, out_idx.data(), out_dist.data());
   return download(r, out_idx.data(), out_dist.data(), n, k);
 }
 

@@ -31,16 +31,17 @@ void fill_empty(CudaResources& r, float* d, int32_t* i, int64_t count);
 
 // Merges a score tile into running sorted top-w lists. tile: nq x nr row-major (ld nr), the score of
 // (query q, column r) being tile[q, r] + (col_add ? col_add[r] : 0) with id id0 + r; self0 >= 0
-// excludes id == self0 + q (the query itself). best_d/best_i: nq x w (sorted, from fill_empty or an
-// earlier call).
+// excludes id == self0 + q (the query itself); self_ids (device, nq) instead when given. best_d/best_i:
+// nq x w (sorted, from fill_empty or an earlier call).
 void select_tile(CudaResources& r, const float* tile, int64_t nq, int64_t nr, const float* col_add, int64_t id0,
-                 int64_t self0, float* best_d, int32_t* best_i, int w);
+                 int64_t self0, float* best_d, int32_t* best_i, int w, const int32_t* self_ids = nullptr);
 
 // Final result: per row i, self first, then the k - 1 best of cand[i, 0..w) (ids, -1 = none) by exact
 // float64 distance over dX (raw rows; nrm from row_stats for cosine), written to out_idx/out_dist
-// (n x k; missing: -1 / +inf).
+// (n x k; missing: -1 / +inf). With rows (device, n entries): cand holds the candidates of the rows
+// rows[0..n) (a subset), and each result goes to its row's place in out_idx/out_dist.
 void rerank(CudaResources& r, const float* dX, const double* nrm, int64_t n, int64_t d, KnnMetric metric,
-            const int32_t* cand, int w, int64_t k, int32_t* out_idx, float* out_dist);
+            const int32_t* cand, int w, int64_t k, int32_t* out_idx, float* out_dist, const int32_t* rows = nullptr);
 
 // Copies device results into a host Knn.
 Knn download(CudaResources& r, const int32_t* d_idx, const float* d_dist, int64_t n, int64_t k);

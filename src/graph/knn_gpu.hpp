@@ -29,10 +29,15 @@ namespace scurry {
 //          columns): float32-level accuracy at three TF32 passes.
 //  tf32    one TF32 pass (10-bit mantissa): fastest; candidates may miss a neighbour whose score is
 //          within TF32 rounding of the W-th candidate (the re-rank cannot recover it).
-enum class KnnGemmPrecision { fp32, tf32x3, tf32 };
+//  fused   (default) one TF32 pass fused with the top-W selection (knn_fused.cu; scores never
+//          leave the multiprocessor), then a per-query certificate from the TF32 error bound: queries
+//          whose (k-1)-th exact distance is not clear of the W-th candidate by that bound are searched
+//          again with tf32x3. Exact like tf32x3, several times faster.
+enum class KnnGemmPrecision { fp32, tf32x3, tf32, fused };
 
 struct KnnExactGpuOptions {
-  KnnGemmPrecision precision = KnnGemmPrecision::tf32x3;
+  KnnGemmPrecision precision = KnnGemmPrecision::fused;
+  int64_t* redo_count = nullptr;  // fused: when set, receives the number of queries searched again
 };
 
 struct IvfOptions {

@@ -48,6 +48,49 @@ NeighborsResult neighbors(const Context& ctx, const DenseF& X, const NeighborsOp
   return res;
 }
 
+NeighborsResult neighbors_sharded(const Context& ctx, const DenseF& local, const NeighborsOptions& opt, int root) {
+  Comm& comm = ctx.comm();
+  if (comm.size() == 1) return neighbors(ctx, local, opt);
+  if (ctx.backend() != Backend::cpu) fail_input(kWhere, "multi-rank GPU runs: not yet; use --device cpu");
+  // Every rank's rows of the representation (n x dims: small), in rank order.
+  const std::vector<int64_t> rows = allgather_count(comm, local.n_rows);
+  const std::vector<int64_t> cols = allgather_count(comm, local.n_cols);
+  for (int64_t c : cols)
+    if (c != local.n_cols) fail("internal: ranks hold representations of ", c, " and ", local.n_cols, " columns");
+  int64_t begin = 0, n = 0;
+  for (int r = 0; r < comm.size(); ++r) {
+    if (r < comm.rank()) begin += rows[r];
+    n += rows[r];
+  }
+  DenseF X;
+  X.n_rows = n;
+  X.n_cols = local.n_cols;
+  X.data = allgatherv(comm, local.data);
+  check_options(opt, n);
+  const KnnMetric metric = parse_knn_metric(opt.metric, kWhere);
+  NeighborsResult res;
+  res.algorithm = opt.algorithm == "auto" ? (n <= opt.auto_exact_max_cells ? "exact" : "hnsw") : opt.algorithm;
+  Knn mine;
+  if (res.algorithm == "exact") {
+    mine = knn_exact(ctx, X, opt.n_neighbors, metric, begin, begin + local.n_rows);
+  } else {
+    HnswOptions h = opt.hnsw;
+    h.random_state = opt.random_state;
+    mine = knn_hnsw(ctx, X, opt.n_neighbors, metric, h, begin, begin + local.n_rows);
+  }
+  // This rank's rows of the kNN result, gathered on root in rank order.
+  Knn all;
+  all.k = opt.n_neighbors;
+  all.indices = gatherv(comm, mine.indices, root);
+  all.distances = gatherv(comm, mine.distances, root);
+  if (comm.rank() != root) return res;
+  all.n = n;
+  res.knn = std::move(all);
+  res.distances = knn_distance_matrix(res.knn);
+  res.connectivities = fuzzy_simplicial_set(res.knn);
+  return res;
+}
+
 DenseF choose_representation(const Dataset& d, const std::string& use_rep, std::optional<int64_t> n_pcs,
                              std::string* used) {
   std::string rep = use_rep;

@@ -52,6 +52,13 @@ struct NeighborsResult {
 
 // Low level: neighbours of the rows of X (cells x dims).
 NeighborsResult neighbors(const Context& ctx, const DenseF& X, const NeighborsOptions& opt);
+// Several ranks (the Context's communicator; CPU only): this rank's cells are the rows of `local`, its
+// share of the representation (ranks hold consecutive cells, in rank order). The representation is
+// gathered on every rank (n x dims: small), each rank searches its own cells against all cells, and
+// the kNN rows are gathered on `root`, which gets the full result (knn, distances, connectivities:
+// the one-rank result); the other ranks get an empty result with only `algorithm` set. Collective.
+// With one rank: neighbors(ctx, local, opt).
+NeighborsResult neighbors_sharded(const Context& ctx, const DenseF& local, const NeighborsOptions& opt, int root = 0);
 // Dataset level: reads the representation (see use_rep/n_pcs), writes obsp['distances'] (float32
 // values, written as float64 as scanpy's file holds them), obsp['connectivities'] (float32) and
 // uns['neighbors'] = {connectivities_key, distances_key, params: {n_neighbors, method,

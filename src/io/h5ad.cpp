@@ -647,14 +647,14 @@ void check_counts(const Matrix& X, const std::string& where) {
 
 void write_h5ad(const scurry::Dataset& d, const std::string& path, const H5adWriteOptions& opt) {
   d.check_shapes(path);
-  if (d.X.empty()) fail_input(path, "cannot write: X is empty");
+  if (d.X.empty() && !opt.allow_no_x) fail_input(path, "cannot write: X is empty");
   const int gz = std::clamp(opt.gzip_level, 0, 9);
   const std::string tmp = temp_name(path);
   try {
     {
       h5::File f = h5::File::create(tmp);
       set_encoding(f, "anndata", "0.1.0");
-      write_matrix(f, "X", d.X, gz);
+      if (!d.X.empty()) write_matrix(f, "X", d.X, gz);
       write_dataframe(f, "obs", d.obs);
       write_dataframe(f, "var", d.var);
       write_matrix_dict(f, "layers", d.layers, gz);

@@ -25,6 +25,7 @@ void check_counts(const Matrix& X, const std::string& where);
 
 struct H5adWriteOptions {
   int gzip_level = 0;  // 0 = no compression (anndata's default); 1..9 gzip for matrices/arrays
+  bool allow_no_x = false;  // an empty X is left out (anndata reads it as X = None) instead of an error
 };
 
 // Writes atomically: to "PATH.tmp-XXXX" in the same directory, then renamed over PATH. On failure

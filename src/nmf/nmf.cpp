@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <numeric>
+#include <sstream>
 
 #include "core/error.hpp"
 #include "core/row_blocks.hpp"
@@ -335,6 +336,78 @@ NmfBatch NmfBatch::from(const DenseF& W, const DenseF& H) {
   for (int c = 0; c < b.k; ++c)
     for (int64_t j = 0; j < b.g; ++j) b.h(0, c, j) = H(c, j);
   return b;
+}
+
+NmfBatch nmf_batch_slice(const NmfBatch& b, int r0, int r1) {
+  if (r0 < 0 || r1 > b.R || r0 >= r1) fail("nmf_batch_slice: replicates [", r0, ", ", r1, ") of ", b.R);
+  NmfBatch o;
+  o.n = b.n, o.g = b.g, o.k = b.k, o.R = r1 - r0;
+  const size_t k = static_cast<size_t>(b.k), w = static_cast<size_t>(o.R) * k;
+  o.W.resize(static_cast<size_t>(b.n) * w);
+  o.Ht.resize(static_cast<size_t>(b.g) * w);
+  for (int64_t i = 0; i < b.n; ++i)
+    std::copy_n(b.W.data() + static_cast<size_t>(i * b.R + r0) * k, w, o.W.data() + static_cast<size_t>(i) * w);
+  for (int64_t j = 0; j < b.g; ++j)
+    std::copy_n(b.Ht.data() + static_cast<size_t>(j * b.R + r0) * k, w, o.Ht.data() + static_cast<size_t>(j) * w);
+  return o;
+}
+
+NmfBatch nmf_batch_concat(const std::vector<NmfBatch>& parts) {
+  if (parts.empty()) fail("nmf_batch_concat: no batches");
+  NmfBatch o;
+  o.n = parts[0].n, o.g = parts[0].g, o.k = parts[0].k, o.R = 0;
+  for (const auto& p : parts) {
+    if (p.n != o.n || p.g != o.g || p.k != o.k) fail("nmf_batch_concat: batches of different shapes");
+    o.R += p.R;
+  }
+  const size_t k = static_cast<size_t>(o.k), w = static_cast<size_t>(o.R) * k;
+  o.W.resize(static_cast<size_t>(o.n) * w);
+  o.Ht.resize(static_cast<size_t>(o.g) * w);
+  size_t off = 0;
+  for (const auto& p : parts) {
+    const size_t pw = static_cast<size_t>(p.R) * k;
+    for (int64_t i = 0; i < o.n; ++i)
+      std::copy_n(p.W.data() + static_cast<size_t>(i) * pw, pw, o.W.data() + static_cast<size_t>(i) * w + off);
+    for (int64_t j = 0; j < o.g; ++j)
+      std::copy_n(p.Ht.data() + static_cast<size_t>(j) * pw, pw, o.Ht.data() + static_cast<size_t>(j) * w + off);
+    off += pw;
+  }
+  return o;
+}
+
+std::vector<int> parse_gpus(const std::string& spec, int available) {
+  auto number = [&](const std::string& t) {
+    size_t used = 0;
+    int v = -1;
+    try {
+      v = std::stoi(t, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used != t.size() || t.empty() || v < 0)
+      fail_input("--gpus", "'", spec, "' is not all, a count N, or a comma-separated list of device ordinals");
+    return v;
+  };
+  std::vector<int> out;
+  if (spec == "all") {
+    for (int d = 0; d < available; ++d) out.push_back(d);
+  } else if (spec.find(',') == std::string::npos) {
+    const int n = number(spec);
+    if (n > available) fail_input("--gpus", "asks for ", n, " GPUs but ", available, " are visible");
+    for (int d = 0; d < n; ++d) out.push_back(d);
+  } else {
+    std::stringstream ss(spec);
+    std::string t;
+    while (std::getline(ss, t, ',')) {
+      if (t.empty()) continue;
+      const int d = number(t);
+      if (d >= available) fail_input("--gpus", "device ", d, " is not visible (", available, " GPUs: 0..", available - 1, ")");
+      if (std::find(out.begin(), out.end(), d) != out.end()) fail_input("--gpus", "device ", d, " is listed twice");
+      out.push_back(d);
+    }
+  }
+  if (out.empty()) fail_input("--gpus", "'", spec, "' selects no GPU (", available, " visible); give all, N >= 1 or a list");
+  return out;
 }
 
 std::vector<uint64_t> nmf_replicate_seeds(uint64_t seed, int64_t n) {

@@ -32,6 +32,8 @@ namespace scurry {
 
 enum class NmfSolver { cd, mu };
 enum class NmfLoss { frobenius, kullback_leibler };
+// How the GPU holds X: CSR (gather kernels) or dense row-major (cuBLAS GEMMs over all replicates).
+enum class NmfGpuLayout { automatic, sparse, dense };
 
 // "cd" | "mu", "frobenius" | "kullback-leibler" (InputError otherwise).
 NmfSolver parse_nmf_solver(const std::string& s);
@@ -46,6 +48,11 @@ struct NmfOptions {
   int max_iter = 1000;                // cNMF's max_iter
   bool update_h = true;               // false: H is fixed, only W is fitted (sklearn update_H=False)
   int64_t rows_per_block = 256;       // fixed partition of cells/genes for parallel work
+  // GPU only. automatic: dense when the loss is frobenius, nnz / (n * g) >= gpu_dense_min_density
+  // and the dense X (n * g * 4 bytes) plus the factors fit in the device's free memory; else CSR.
+  NmfGpuLayout gpu_layout = NmfGpuLayout::automatic;
+  double gpu_dense_min_density = 0.02;
+  bool gpu_tf32 = false;  // dense layout: GEMMs on TF32 tensor cores (~8x the fp32 rate, ~1e-3 rounding)
 };
 
 // R factorisations of an n x g matrix with k components, replicate-interleaved:
@@ -103,6 +110,33 @@ double frobenius_error_sq(const Context& ctx, const CsrF& X, const DenseF& W, co
 // GPU: the same batched fit with cuBLAS/cuSPARSE (src/nmf/nmf_gpu.cu; a stub throws without CUDA).
 // Float32 products (cuBLAS/cuSPARSE accumulate in float32), so results match the CPU up to float32
 // rounding, not bit for bit.
+//
+// Layouts: sparse (default below the density threshold): per (row, replicate) gathers in float64,
+// every replicate's arithmetic independent of its batch mates (Grams, violations and objectives are
+// reduced over fixed row chunks in a fixed order, never with atomics), so a replicate's factors are
+// bit-identical whatever R or the number of GPUs. Dense: X.Ht_cat and X^T.W_cat as single cuBLAS
+// GEMMs over all replicates of the batch (float32 or TF32 accumulation); cuBLAS picks its kernel by
+// shape, so the factors depend on the batch size at float32 rounding level (~1e-6 relative per
+// iteration), not bit for bit.
 NmfResult nmf_fit_gpu(const Context& ctx, const CsrF& X, NmfBatch init, const NmfOptions& opt);
+
+// The same fit on given device resources (the group runner of nmf_fit_gpus).
+NmfResult nmf_fit_gpu_on(CudaResources& res, const CsrF& X, NmfBatch init, const NmfOptions& opt);
+
+// Replicates spread over GPUs: the R replicates of `init` split into contiguous groups (sizes differ
+// by at most one, the first groups larger), one host thread per entry of `devices`, each with its own
+// CudaResources (from `base`, device replaced) and its own copy of X; results concatenated in
+// replicate order. A device may appear twice (two groups on one GPU: what the tests do). Fewer
+// replicates than devices: the extra devices stay idle.
+NmfResult nmf_fit_gpus(const CsrF& X, NmfBatch init, const NmfOptions& opt, const std::vector<int>& devices,
+                       const CudaOptions& base = {});
+
+// --gpus: "all" (every visible device), "N" (the first N), "0,2,3" (these ordinals; a comma makes
+// a list, so "1," is device 1 alone). InputError when a device is missing or the list is empty.
+std::vector<int> parse_gpus(const std::string& spec, int available);
+
+// Replicates [r0, r1) of a batch, and batches (same n, g, k) joined in order.
+NmfBatch nmf_batch_slice(const NmfBatch& b, int r0, int r1);
+NmfBatch nmf_batch_concat(const std::vector<NmfBatch>& parts);
 
 }  // namespace scurry

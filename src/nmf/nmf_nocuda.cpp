@@ -1,9 +1,16 @@
-// Built without CUDA: the GPU NMF is not there.
+// Built without CUDA: the GPU NMF and the GPU cNMF benchmark are not there.
 #include "core/error.hpp"
+#include "nmf/cnmf_bench.hpp"
 #include "nmf/nmf.hpp"
 
 namespace scurry {
 NmfResult nmf_fit_gpu(const Context&, const CsrF&, NmfBatch, const NmfOptions&) {
+  throw InputError("this scurry was built without CUDA; use --device cpu");
+}
+NmfResult nmf_fit_gpu_on(CudaResources&, const CsrF&, NmfBatch, const NmfOptions&) {
+  throw InputError("this scurry was built without CUDA; use --device cpu");
+}
+CnmfBenchResult cnmf_bench_gpu(const CnmfBenchOptions&, const CudaOptions&) {
   throw InputError("this scurry was built without CUDA; use --device cpu");
 }
 }  // namespace scurry

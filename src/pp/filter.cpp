@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <functional>
+#include <limits>
 #include <sstream>
 #include <string>
 
@@ -99,8 +100,11 @@ std::string fmt(double v) {
 }
 
 // keep[i] = passes all criteria; throws when nothing passes, naming the criterion responsible.
+// With `comm` (cells held in rows over several ranks), "nothing passes" and the values quoted are
+// over all ranks, so every rank decides alike.
 std::vector<uint8_t> apply(const std::vector<Criterion>& cs, const std::vector<int64_t>& number,
-                           const std::vector<double>& counts, int64_t n, const char* what, const char* step) {
+                           const std::vector<double>& counts, int64_t n, const char* what, const char* step,
+                           Comm* comm) {
   auto value = [&](const Criterion& c, size_t i) {
     return c.on_number ? static_cast<double>(number[i]) : counts[i];
   };
@@ -108,22 +112,31 @@ std::vector<uint8_t> apply(const std::vector<Criterion>& cs, const std::vector<i
     const double v = value(c, i);
     return c.is_min ? v >= c.threshold : v <= c.threshold;
   };
+  const bool many = comm && comm->size() > 1;
+  int64_t n_all = n;
+  if (many) comm->allreduce_sum(&n_all, 1);
   std::vector<uint8_t> keep(static_cast<size_t>(n), 1);
   for (const auto& c : cs) {
     int64_t removed = 0;
     for (size_t i = 0; i < keep.size(); ++i)
       if (!pass(c, i)) ++removed;
-    if (removed == n && n > 0) {
-      double best = value(c, 0);
-      for (size_t i = 1; i < keep.size(); ++i) best = c.is_min ? std::max(best, value(c, i)) : std::min(best, value(c, i));
-      fail_input(step, c.name, "=", fmt(c.threshold), " removes all ", n, " ", what, " (the ",
+    if (many) comm->allreduce_sum(&removed, 1);
+    if (removed == n_all && n_all > 0) {
+      const double none = c.is_min ? -std::numeric_limits<double>::infinity() : std::numeric_limits<double>::infinity();
+      double best = none;
+      for (size_t i = 0; i < keep.size(); ++i) best = c.is_min ? std::max(best, value(c, i)) : std::min(best, value(c, i));
+      if (many)
+        for (double b : allgatherv(*comm, std::vector<double>{best})) best = c.is_min ? std::max(best, b) : std::min(best, b);
+      fail_input(step, c.name, "=", fmt(c.threshold), " removes all ", n_all, " ", what, " (the ",
                  c.is_min ? "largest" : "smallest", " value is ", fmt(best), "); ", c.is_min ? "lower" : "raise", " it");
     }
     for (size_t i = 0; i < keep.size(); ++i)
       if (!pass(c, i)) keep[i] = 0;
   }
-  if (n > 0 && std::none_of(keep.begin(), keep.end(), [](uint8_t k) { return k != 0; }))
-    fail_input(step, "the thresholds together remove all ", n, " ", what, "; relax one of them");
+  int64_t kept = std::count_if(keep.begin(), keep.end(), [](uint8_t k) { return k != 0; });
+  if (many) comm->allreduce_sum(&kept, 1);
+  if (n_all > 0 && kept == 0)
+    fail_input(step, "the thresholds together remove all ", n_all, " ", what, "; relax one of them");
   return keep;
 }
 
@@ -135,12 +148,12 @@ std::vector<int64_t> indices_of(const std::vector<uint8_t>& keep) {
 }
 
 FilterCellsResult cells_from_stats(std::vector<int64_t> number, std::vector<double> counts,
-                                   const FilterCellsOptions& opt) {
+                                   const FilterCellsOptions& opt, Comm* comm) {
   const auto cs = criteria(opt, "min_genes", "max_genes", "min_counts", "max_counts", opt.min_genes, opt.max_genes);
   if (cs.empty())
     fail_input("filter_cells", "no criterion given; set one of min_counts, min_genes, max_counts, max_genes");
   FilterCellsResult r;
-  r.keep = apply(cs, number, counts, static_cast<int64_t>(number.size()), "cells", "filter_cells");
+  r.keep = apply(cs, number, counts, static_cast<int64_t>(number.size()), "cells", "filter_cells", comm);
   r.kept = indices_of(r.keep);
   if (opt.min_genes || opt.max_genes) r.n_genes = std::move(number);
   if (opt.min_counts || opt.max_counts) r.n_counts = std::move(counts);
@@ -153,7 +166,7 @@ FilterGenesResult genes_from_stats(std::vector<int64_t> number, std::vector<doub
   if (cs.empty())
     fail_input("filter_genes", "no criterion given; set one of min_counts, min_cells, max_counts, max_cells");
   FilterGenesResult r;
-  r.keep = apply(cs, number, counts, static_cast<int64_t>(number.size()), "genes", "filter_genes");
+  r.keep = apply(cs, number, counts, static_cast<int64_t>(number.size()), "genes", "filter_genes", nullptr);
   r.kept = indices_of(r.keep);
   if (opt.min_cells || opt.max_cells) r.n_cells = std::move(number);
   if (opt.min_counts || opt.max_counts) r.n_counts = std::move(counts);
@@ -165,7 +178,7 @@ FilterCellsResult cells_impl(const Context& ctx, const M& X, const FilterCellsOp
   std::vector<int64_t> number;
   std::vector<double> counts;
   per_row(ctx, X, number, counts);
-  return cells_from_stats(std::move(number), std::move(counts), opt);
+  return cells_from_stats(std::move(number), std::move(counts), opt, &ctx.comm());
 }
 
 template <class M>
@@ -208,8 +221,8 @@ FilterGenesResult filter_genes(const Context& ctx, const DenseF& X, const Filter
 }
 
 FilterCellsResult filter_cells_from_stats(std::vector<int64_t> n_genes, std::vector<double> n_counts,
-                                          const FilterCellsOptions& opt) {
-  return cells_from_stats(std::move(n_genes), std::move(n_counts), opt);
+                                          const FilterCellsOptions& opt, Comm* comm) {
+  return cells_from_stats(std::move(n_genes), std::move(n_counts), opt, comm);
 }
 FilterGenesResult filter_genes_from_stats(std::vector<int64_t> n_cells, std::vector<double> n_counts,
                                           const FilterGenesOptions& opt) {

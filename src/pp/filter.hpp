@@ -62,9 +62,11 @@ void apply_filter_cells(Dataset& d, const FilterCellsResult& r, bool single);
 void apply_filter_genes(Dataset& d, const FilterGenesResult& r, bool single);
 
 // Keep masks from per-cell / per-gene statistics (what the Dataset overloads compute first);
-// InputError naming the threshold when nothing passes.
+// InputError naming the threshold when nothing passes. The cells may be this rank's share of the
+// cells of several ranks: pass the communicator so that "nothing passes" is decided over all of them
+// (every rank must then call this collectively).
 FilterCellsResult filter_cells_from_stats(std::vector<int64_t> n_genes, std::vector<double> n_counts,
-                                          const FilterCellsOptions& opt);
+                                          const FilterCellsOptions& opt, Comm* comm = nullptr);
 FilterGenesResult filter_genes_from_stats(std::vector<int64_t> n_cells, std::vector<double> n_counts,
                                           const FilterGenesOptions& opt);
 

@@ -29,6 +29,12 @@ constexpr int64_t kInFlight = 16;
 // ---------------------------------------------------------------------------------------------
 // Row lists and the per-gene block reduction.
 
+// Cells over all ranks (each rank holds rows of them).
+int64_t global_count(const Context& ctx, int64_t n) {
+  ctx.comm().allreduce_sum(&n, 1);
+  return n;
+}
+
 // Positions [0, n) name rows: rows->at(p), or p itself when rows is null.
 struct RowList {
   const std::vector<int64_t>* rows = nullptr;
@@ -101,7 +107,7 @@ Moments moments(const Context& ctx, const CsrF& X, const RowList& rl, T transfor
     }
   });
   Moments m;
-  m.n = rl.n;
+  m.n = global_count(ctx, rl.n);
   m.sum.assign(t.begin(), t.begin() + G);
   m.sumsq.assign(t.begin() + G, t.begin() + 2 * G);
   m.npos.assign(t.begin() + 2 * G, t.end());
@@ -475,24 +481,34 @@ void check_counts(const CsrF& X, const std::string& flavor) {
   }
 }
 
-std::vector<std::vector<int64_t>> batch_rows(const std::vector<int32_t>& batch, int64_t n_cells, int64_t& n_batches) {
+// This rank's rows of each batch (batches are decided over all ranks: a batch with no cell on any
+// rank is dropped; one with cells elsewhere only stays, with an empty local list).
+std::vector<std::vector<int64_t>> batch_rows(const Context& ctx, const std::vector<int32_t>& batch, int64_t n_cells,
+                                             int64_t& n_batches) {
   std::vector<std::vector<int64_t>> rows;
-  if (batch.empty()) {
+  if (global_count(ctx, batch.empty() ? 0 : 1) == 0) {
     n_batches = 1;
     return rows;  // empty: all rows
   }
   if (static_cast<int64_t>(batch.size()) != n_cells)
     fail_input(kWhere, "batch labels have ", batch.size(), " entries but the matrix has ", n_cells, " cells");
-  int32_t mx = -1;
+  int64_t mx = -1;
   for (int32_t b : batch) {
     if (b < 0) fail_input(kWhere, "batch code ", b, " is negative (missing batch label?)");
-    mx = std::max(mx, b);
+    mx = std::max<int64_t>(mx, b);
   }
+  if (ctx.comm().size() > 1)
+    for (int64_t m : allgather_count(ctx.comm(), mx)) mx = std::max(mx, m);
   rows.resize(static_cast<size_t>(mx) + 1);
   for (int64_t i = 0; i < n_cells; ++i) rows[batch[i]].push_back(i);
-  rows.erase(std::remove_if(rows.begin(), rows.end(), [](const auto& r) { return r.empty(); }), rows.end());
-  n_batches = static_cast<int64_t>(rows.size());
-  return rows;
+  std::vector<int64_t> sizes(rows.size());
+  for (size_t b = 0; b < rows.size(); ++b) sizes[b] = static_cast<int64_t>(rows[b].size());
+  ctx.comm().allreduce_sum(sizes.data(), sizes.size());
+  std::vector<std::vector<int64_t>> kept;
+  for (size_t b = 0; b < rows.size(); ++b)
+    if (sizes[b] > 0) kept.push_back(std::move(rows[b]));
+  n_batches = static_cast<int64_t>(kept.size());
+  return kept;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -624,7 +640,7 @@ HvgResult hvg_seurat_v3(const Context& ctx, const CsrF& X, const HvgOptions& opt
   res.variances_norm.assign(G, 0.0);
   for (const auto& rows : *batches) {
     const RowList rl = brows.empty() ? RowList{nullptr, X.n_rows} : RowList{&rows, static_cast<int64_t>(rows.size())};
-    const int64_t N = rl.n;
+    const int64_t N = global_count(ctx, rl.n);
     if (N < 2) fail_input(kWhere, "flavor seurat_v3: a batch has ", N, " cell(s); each batch needs at least 2");
     std::vector<double> mean, var;
     if (brows.empty()) {
@@ -733,7 +749,7 @@ HvgResult hvg_pearson(const Context& ctx, const CsrF& X, const HvgOptions& opt,
   res.residual_variances.assign(G, 0.0);
   for (const auto& rows : *batches) {
     const RowList rl = brows.empty() ? RowList{nullptr, X.n_rows} : RowList{&rows, static_cast<int64_t>(rows.size())};
-    const int64_t N = rl.n;
+    const int64_t N = global_count(ctx, rl.n);
     Moments m = moments(ctx, X, rl, ident);
     double total = 0;
     for (int64_t g = 0; g < G; ++g)
@@ -785,8 +801,9 @@ HvgResult hvg_pearson(const Context& ctx, const CsrF& X, const HvgOptions& opt,
   return res;
 }
 
-// Batch codes from an obs column (categories in their order; strings / numbers sorted).
-std::vector<int32_t> batch_codes(const Table& obs, const std::string& key) {
+// Batch codes from an obs column (categories in their order; strings / numbers sorted, over the
+// values of all ranks).
+std::vector<int32_t> batch_codes(const Context& ctx, const Table& obs, const std::string& key) {
   if (!obs.has(key))
     fail_input(kWhere, "batch_key '", key, "' is not a column of obs; pass an existing obs column or no batch_key");
   const Column& col = obs.at(key);
@@ -799,6 +816,11 @@ std::vector<int32_t> batch_codes(const Table& obs, const std::string& key) {
   } else if (const auto* s = std::get_if<StringColumn>(&col.c)) {
     std::map<std::string, int32_t> u;
     for (const auto& v : s->values) u.emplace(v, 0);
+    if (ctx.comm().size() > 1) {
+      std::vector<std::string> mine;
+      for (const auto& kv : u) mine.push_back(kv.first);
+      for (auto& v : allgatherv_strings(ctx.comm(), mine)) u.emplace(std::move(v), 0);
+    }
     int32_t k = 0;
     for (auto& kv : u) kv.second = k++;
     for (size_t i = 0; i < codes.size(); ++i) codes[i] = u[s->values[i]];
@@ -807,6 +829,11 @@ std::vector<int32_t> batch_codes(const Table& obs, const std::string& key) {
     for (double v : nm->values) {
       if (std::isnan(v)) fail_input(kWhere, "obs['", key, "'] has a missing (NaN) value; every cell needs a batch");
       u.emplace(v, 0);
+    }
+    if (ctx.comm().size() > 1) {
+      std::vector<double> mine;
+      for (const auto& kv : u) mine.push_back(kv.first);
+      for (double v : allgatherv(ctx.comm(), mine)) u.emplace(v, 0);
     }
     int32_t k = 0;
     for (auto& kv : u) kv.second = k++;
@@ -827,11 +854,12 @@ HvgResult highly_variable_genes(const Context& ctx, const CsrF& X, const HvgOpti
   if (opt.n_top_genes && *opt.n_top_genes <= 0)
     fail_input(kWhere, "n_top_genes must be positive, got ", *opt.n_top_genes);
   if (X.n_cols == 0) fail_input(kWhere, "the matrix has no genes");
-  if (X.n_rows < 2) fail_input(kWhere, "the matrix has ", X.n_rows, " cell(s); variances need at least 2");
+  if (const int64_t n = global_count(ctx, X.n_rows); n < 2)
+    fail_input(kWhere, "the matrix has ", n, " cell(s); variances need at least 2");
   if ((f == "seurat" || f == "cell_ranger") && opt.n_bins <= 0)
     fail_input(kWhere, "n_bins must be positive, got ", opt.n_bins);
   int64_t n_batches = 1;
-  const std::vector<std::vector<int64_t>> brows = batch_rows(batch, X.n_rows, n_batches);
+  const std::vector<std::vector<int64_t>> brows = batch_rows(ctx, batch, X.n_rows, n_batches);
   if (f == "seurat" || f == "cell_ranger") return hvg_dispersion(ctx, X, opt, brows, gene_names);
   if (f == "seurat_v3") return hvg_seurat_v3(ctx, X, opt, brows);
   return hvg_pearson(ctx, X, opt, brows);
@@ -862,7 +890,7 @@ HvgResult highly_variable_genes(const Context& ctx, Dataset& d, const HvgOptions
     }
   }
   std::vector<int32_t> batch;
-  if (!o.batch_key.empty()) batch = batch_codes(d.obs, o.batch_key);
+  if (!o.batch_key.empty()) batch = batch_codes(ctx, d.obs, o.batch_key);
   HvgResult r;
   if (std::holds_alternative<CsrF>(M->m))
     r = highly_variable_genes(ctx, std::get<CsrF>(M->m), o, batch, d.var.index);

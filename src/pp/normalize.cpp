@@ -103,10 +103,12 @@ NormalizeTotalResult normalize_impl(const Context& ctx, M& X, const NormalizeTot
   if (opt.target_sum) {
     res.target_sum = *opt.target_sum;
   } else {
-    // Median of the positive totals, taken on the float32 totals as scanpy does (this rank's cells).
+    // Median of the positive totals, taken on the float32 totals as scanpy does, over the cells of
+    // all ranks (every rank gathers them: 8 bytes a cell; the median does not depend on their order).
     std::vector<double> pos;
     for (double c : res.counts_per_cell)
       if (c > 0) pos.push_back(static_cast<double>(static_cast<T>(c)));
+    if (ctx.comm().size() > 1) pos = allgatherv(ctx.comm(), pos);
     if (pos.empty())
       fail_input("normalize_total", "every cell has a total of 0, so there is no median to scale to; give target_sum "
                  "or filter empty cells first");

@@ -360,15 +360,20 @@ PcaResult run(const Context& ctx, Input& in, const PcaOptions& opt) {
   res.solver = solver;
   std::vector<double> mu(g);
 
-  // Fewer cells than genes (one rank, small enough to hold densely): the same exact PCA from the
-  // cells' Gram matrix Xc Xc^T (n x n) instead of the genes' (g x g): the eigen-solve is (g/n)^3
-  // cheaper. Components V = Xc^T U / sqrt((n - 1) lambda).
-  if (solver == "gram" && opt.zero_center && ctx.comm().size() == 1 && n_total < g &&
+  // Fewer cells than genes (small enough to hold densely): the same exact PCA from the cells' Gram
+  // matrix Xc Xc^T (n x n) instead of the genes' (g x g): the eigen-solve is (g/n)^3 cheaper.
+  // Components V = Xc^T U / sqrt((n - 1) lambda). Several ranks: every rank gathers all rows (small,
+  // by the condition) and solves the same problem, so the result is the one-rank result.
+  if (solver == "gram" && opt.zero_center && n_total < g &&
       static_cast<double>(n_total) * static_cast<double>(g) <= kCellGramMaxElems) {
     res.solver = "gram (cells)";
-    const int64_t nn = in.n;
-    DenseD xc(nn, g);
-    in.densify(0, nn, xc.data.data());
+    const int64_t nn = n_total;
+    DenseD xc(in.n, g);
+    in.densify(0, in.n, xc.data.data());
+    if (ctx.comm().size() > 1) {
+      xc.data = allgatherv(ctx.comm(), xc.data);
+      xc.n_rows = nn;
+    }
     for (int64_t j = 0; j < g; ++j) mu[j] = 0;
     for (int64_t i = 0; i < nn; ++i)
       for (int64_t j = 0; j < g; ++j) mu[j] += xc(i, j);
@@ -534,7 +539,9 @@ PcaResult pca(const Context& ctx, Dataset& d, const PcaOptions& opt) {
   write_pca(d, res, opt);
   double explained = 0;
   for (double r : res.variance_ratio) explained += r;
-  log::info(detail::concat("pca: ", res.components.n_cols, " components of ", in.n, " cells x ", in.g, " genes (",
+  int64_t n_cells = in.n;  // over all ranks
+  ctx.comm().allreduce_sum(&n_cells, 1);
+  log::info(detail::concat("pca: ", res.components.n_cols, " components of ", n_cells, " cells x ", in.g, " genes (",
                            res.solver, " solver), variance explained ", explained));
   return res;
 }

@@ -63,10 +63,16 @@ void preprocess(Context& ctx, Dataset& d, const PreprocessOptions& o, Timings* t
     }
     const auto& ng = d.obs.numeric("n_genes_by_counts");
     FilterCellsResult r = filter_cells_from_stats(std::vector<int64_t>(ng.begin(), ng.end()), d.obs.numeric("total_counts"),
-                                                  o.filter_cells);
+                                                  o.filter_cells, &ctx.comm());
     cells_removed = r.kept.size() != r.keep.size();
     apply_filter_cells(d, r, single);
   });
+  {
+    // Cells removed on any rank: every rank takes the same filter_genes path below.
+    int64_t removed = cells_removed ? 1 : 0;
+    ctx.comm().allreduce_sum(&removed, 1);
+    cells_removed = removed > 0;
+  }
   run("filter_genes", [&] {
     if (!qc_ran || cells_removed) {
       filter_genes(ctx, d, o.filter_genes);

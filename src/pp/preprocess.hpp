@@ -46,6 +46,13 @@ void preprocess(Context& ctx, Dataset& d, const PreprocessOptions& opt, Timings*
 // The GPU chain (preprocess_gpu.cu; a stub throwing Error in builds without CUDA).
 void preprocess_gpu(Context& ctx, Dataset& d, const PreprocessOptions& opt, Timings* timings);
 
+// The GPU chain on a copy of a matrix simulated on the device (benchmarks): d gets the frame's
+// metadata and the results; the device copy is timed as the step "device_copy". consume: the
+// simulated matrix itself is used (moved out of sim), no copy.
+struct DeviceSimulated;
+void preprocess_simulated(Context& ctx, DeviceSimulated& sim, Dataset& d, const PreprocessOptions& opt,
+                          Timings* timings, bool consume = false);
+
 // The --qc-vars names without the empty ones and "none".
 std::vector<std::string> qc_var_names(const std::vector<std::string>& names);
 // Marks var[name] for the gene sets of --qc-vars that are known prefixes (mt, ribo, hb).

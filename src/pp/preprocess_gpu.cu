@@ -9,12 +9,16 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
+#include <future>
 
 #include "core/error.hpp"
 #include "core/log.hpp"
+#include "core/memory.hpp"
 #include "exec/device_csr.cuh"
 #include "pp/kernels.cuh"
 #include "pp/preprocess.hpp"
+#include "sim/simulate.hpp"
 
 namespace scurry {
 
@@ -29,6 +33,17 @@ DeviceArray<T> to_device(CudaResources& r, const std::vector<T>& h, const char* 
 
 void unsupported(bool cond, const std::string& what) {
   if (cond) throw InputError("--device gpu: " + what + " is not available on the GPU yet; use --device cpu");
+}
+
+// Per gene, the nonzero entries of the given rows (one warp per row; integer atomics: exact).
+__global__ void rows_gene_nnz_kernel(const int64_t* indptr, const int32_t* idx, const float* val, const int64_t* rows,
+                                     int64_t n_rows, unsigned long long* cnt) {
+  const int64_t w = (blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x) / 32;
+  const int lane = threadIdx.x & 31;
+  if (w >= n_rows) return;
+  const int64_t row = rows[w];
+  for (int64_t p = indptr[row] + lane; p < indptr[row + 1]; p += 32)
+    if (val[p] != 0.f) atomicAdd(&cnt[idx[p]], 1ull);
 }
 
 double median_of_positive(const std::vector<double>& v) {
@@ -46,7 +61,13 @@ double median_of_positive(const std::vector<double>& v) {
 
 }  // namespace
 
-void preprocess_gpu(Context& ctx, Dataset& d, const PreprocessOptions& o, Timings* timings) {
+namespace {
+
+// The chain on the device; `acquire` puts the counts on the device (upload, or a device copy) and is
+// timed as the step `acquire_step`.
+template <class Acquire>
+void preprocess_on_device(Context& ctx, Dataset& d, const PreprocessOptions& o, Timings* timings,
+                          const char* acquire_step, Acquire&& acquire) {
   CudaResources& r = *ctx.cuda();
   Timings local;
   Timings& t = timings ? *timings : local;
@@ -59,7 +80,6 @@ void preprocess_gpu(Context& ctx, Dataset& d, const PreprocessOptions& o, Timing
   unsupported(!o.scale.zero_center, "scale without zero_center");
   unsupported(o.scale.clip_below, "scale with clip_below");
   unsupported(!o.subset_hvg, "PCA without the HVG subset");
-  if (d.X.empty()) throw InputError("preprocess: X is empty");
 
   // SCURRY_PROFILE=1: wall time of the phases inside the steps, on stderr.
   const bool profile = std::getenv("SCURRY_PROFILE") != nullptr;
@@ -73,6 +93,7 @@ void preprocess_gpu(Context& ctx, Dataset& d, const PreprocessOptions& o, Timing
   };
   auto step = [&](const std::string& name, auto&& fn) {
     auto scope = t.scope(name);
+    mark_t = std::chrono::steady_clock::now();
     fn();
     SCURRY_CUDA(cudaStreamSynchronize(r.stream));
     scope.set_extra(detail::concat(d.n_obs(), " x ", d.n_vars()));
@@ -80,13 +101,18 @@ void preprocess_gpu(Context& ctx, Dataset& d, const PreprocessOptions& o, Timing
   r.memory->reset_peak();
 
   DeviceCsr m;
-  t.set_meta("nnz_input", std::to_string(std::holds_alternative<CsrF>(d.X.m) ? d.X.nnz() : 0));
-  step("upload", [&] {
-    if (std::holds_alternative<CsrF>(d.X.m)) m = upload(r, std::get<CsrF>(d.X.m));
-    else m = upload(r, to_csr_f(d.X));
-    d.X = Matrix();  // the matrix lives on the device from here on
-  });
+  step(acquire_step, [&] { m = acquire(); });
+  t.set_meta("nnz_input", std::to_string(m.nnz));
 
+  std::vector<int64_t> qc_n_genes, qc_gene_cells;
+  std::vector<double> qc_total_f32;
+  std::future<void> qc_task;
+  std::vector<std::function<void()>> deferred;  // Dataset updates waiting for qc_task, in order
+  auto join_host = [&] {
+    if (qc_task.valid()) qc_task.get();
+    for (auto& f : deferred) f();
+    deferred.clear();
+  };
   step("qc", [&] {
     mark_qc_vars(d, o.qc_vars);
     QcOptions q = o.qc;
@@ -106,52 +132,96 @@ void preprocess_gpu(Context& ctx, Dataset& d, const PreprocessOptions& o, Timing
     mark("qc: row_qc (+download)");
     gpu::GeneSums gs = gpu::gene_sums(r, m, gpu::GeneTransform::identity, nullptr, gpu::SecondStat::count);
     mark("qc: gene_sums");
-    const int64_t n = m.n_rows, g = m.n_cols;
-    res.n_genes_by_counts.assign(rq.n_genes.begin(), rq.n_genes.end());
-    res.total_counts = rq.total;
-    for (size_t k = 0; k < top.size(); ++k) {
-      std::vector<double> pct(n);
-      for (int64_t i = 0; i < n; ++i) pct[i] = rq.total[i] != 0 ? rq.top_sum[k][i] / rq.total[i] * 100.0 : 0.0;
-      res.pct_counts_in_top.push_back(std::move(pct));
+    // What the filters decide on, kept here; the obs/var columns are built later (joined before
+    // anything else touches d).
+    const int64_t n_all = m.n_rows;
+    qc_n_genes.resize(static_cast<size_t>(n_all));
+    qc_total_f32.resize(static_cast<size_t>(n_all));
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < n_all; ++i) {
+      qc_n_genes[i] = static_cast<int64_t>(rq.n_genes[i]);
+      qc_total_f32[i] = static_cast<double>(static_cast<float>(rq.total[i]));  // as the float32 obs column holds it
     }
-    for (size_t s = 0; s < masks.size(); ++s) {
-      std::vector<double> pct(n);
-      for (int64_t i = 0; i < n; ++i) pct[i] = rq.total[i] != 0 ? rq.set_total[s][i] / rq.total[i] * 100.0 : 0.0;
-      res.total_counts_qc.push_back(rq.set_total[s]);
-      res.pct_counts_qc.push_back(std::move(pct));
-    }
-    const double dn = static_cast<double>(n);
-    res.n_cells_by_counts.resize(g);
-    res.mean_counts.resize(g);
-    res.pct_dropout_by_counts.resize(g);
-    res.var_total_counts = gs.sum;
-    for (int64_t j = 0; j < g; ++j) {
-      res.n_cells_by_counts[j] = static_cast<int64_t>(gs.nnz[j]);
-      res.mean_counts[j] = gs.sum[j] / dn;
-      res.pct_dropout_by_counts[j] = (1.0 - gs.nnz[j] / dn) * 100.0;
-    }
-    write_qc_metrics(d, res, q, true);
-    mark("qc: host columns");
+    qc_gene_cells.assign(gs.nnz.begin(), gs.nnz.end());
+    // (Deferred, not a thread of its own: a new thread gets a new malloc arena, whose fresh pages
+    // cost more than the work. It runs at the join, when the device has gone on.)
+    qc_task = std::async(std::launch::deferred, [&d, q, masks, top, rq = std::move(rq), gs = std::move(gs), res = std::move(res),
+                                              n_all, g_all = m.n_cols]() mutable {
+      const int64_t n = n_all, g = g_all;
+      res.n_genes_by_counts.assign(rq.n_genes.begin(), rq.n_genes.end());
+      res.total_counts = std::move(rq.total);
+      const auto& total = res.total_counts;
+      for (size_t k = 0; k < top.size(); ++k) {
+        std::vector<double> pct(n);
+#pragma omp parallel for schedule(static)
+        for (int64_t i = 0; i < n; ++i) pct[i] = total[i] != 0 ? rq.top_sum[k][i] / total[i] * 100.0 : 0.0;
+        res.pct_counts_in_top.push_back(std::move(pct));
+      }
+      for (size_t s = 0; s < masks.size(); ++s) {
+        std::vector<double> pct(n);
+#pragma omp parallel for schedule(static)
+        for (int64_t i = 0; i < n; ++i) pct[i] = total[i] != 0 ? rq.set_total[s][i] / total[i] * 100.0 : 0.0;
+        res.total_counts_qc.push_back(std::move(rq.set_total[s]));
+        res.pct_counts_qc.push_back(std::move(pct));
+      }
+      const double dn = static_cast<double>(n);
+      res.n_cells_by_counts.resize(g);
+      res.mean_counts.resize(g);
+      res.pct_dropout_by_counts.resize(g);
+      res.var_total_counts = gs.sum;
+      for (int64_t j = 0; j < g; ++j) {
+        res.n_cells_by_counts[j] = static_cast<int64_t>(gs.nnz[j]);
+        res.mean_counts[j] = gs.sum[j] / dn;
+        res.pct_dropout_by_counts[j] = (1.0 - gs.nnz[j] / dn) * 100.0;
+      }
+      write_qc_metrics(d, res, q, true);
+    });
+    qc_task.wait();  // runs it now
+    mark("qc: columns handed to a host thread");
   });
 
+  // filter_genes on cell counts only (the default) needs no pass over the matrix: QC's per-gene counts
+  // less those of the cells filter_cells removes.
+  const bool genes_by_cells_only = !o.filter_genes.min_counts && !o.filter_genes.max_counts;
+  std::vector<int64_t> gene_cells;  // QC's n_cells_by_counts, then less the removed cells
   step("filter_cells", [&] {
-    const auto& ng = d.obs.numeric("n_" + o.qc.var_type + "_by_" + o.qc.expr_type);
-    const auto& tc = d.obs.numeric("total_" + o.qc.expr_type);
-    std::vector<int64_t> n_genes(ng.begin(), ng.end());
-    FilterCellsResult fr = filter_cells_from_stats(std::move(n_genes), tc, o.filter_cells);
+    FilterCellsResult fr = filter_cells_from_stats(std::move(qc_n_genes), std::move(qc_total_f32), o.filter_cells);
+    if (genes_by_cells_only) gene_cells = std::move(qc_gene_cells);
     if (static_cast<int64_t>(fr.kept.size()) != m.n_rows) {
+      if (genes_by_cells_only) {
+        std::vector<int64_t> removed;
+        for (int64_t i = 0; i < m.n_rows; ++i)
+          if (!fr.keep[i]) removed.push_back(i);
+        DeviceArray<int64_t> drows = to_device(r, removed, "removed cells");
+        DeviceArray<unsigned long long> cnt(r, static_cast<size_t>(m.n_cols), "removed cells' gene counts");
+        SCURRY_CUDA(cudaMemsetAsync(cnt.data(), 0, static_cast<size_t>(m.n_cols) * 8, r.stream));
+        const int64_t threads = static_cast<int64_t>(removed.size()) * 32;
+        rows_gene_nnz_kernel<<<static_cast<unsigned>((threads + 255) / 256), 256, 0, r.stream>>>(
+            m.indptr.data(), m.indices.data(), m.data.data(), drows.data(), static_cast<int64_t>(removed.size()),
+            cnt.data());
+        SCURRY_CUDA_LAUNCH();
+        std::vector<unsigned long long> h(static_cast<size_t>(m.n_cols));
+        SCURRY_CUDA(cudaMemcpyAsync(h.data(), cnt.data(), h.size() * 8, cudaMemcpyDeviceToHost, r.stream));
+        SCURRY_CUDA(cudaStreamSynchronize(r.stream));
+        for (size_t g = 0; g < h.size(); ++g) gene_cells[g] -= static_cast<int64_t>(h[g]);
+      }
       DeviceArray<uint8_t> keep = to_device(r, fr.keep, "cell filter");
       filter_inplace(r, m, keep.data(), nullptr, m.n_cols);
     }
-    apply_filter_cells(d, fr, true);
+    deferred.push_back([&d, fr = std::move(fr)] { apply_filter_cells(d, fr, true); });
   });
 
   step("filter_genes", [&] {
-    mark("filter_genes: start");
-    gpu::GeneSums gs = gpu::gene_sums(r, m, gpu::GeneTransform::identity, nullptr, gpu::SecondStat::count);
-    mark("filter_genes: gene_sums");
-    std::vector<int64_t> n_cells(gs.nnz.begin(), gs.nnz.end());
-    FilterGenesResult fr = filter_genes_from_stats(std::move(n_cells), gs.sum, o.filter_genes);
+    FilterGenesResult fr;
+    if (genes_by_cells_only) {
+      fr = filter_genes_from_stats(std::move(gene_cells), std::vector<double>(static_cast<size_t>(m.n_cols), 0.0),
+                                   o.filter_genes);
+    } else {
+      gpu::GeneSums gs = gpu::gene_sums(r, m, gpu::GeneTransform::identity, nullptr, gpu::SecondStat::count);
+      mark("filter_genes: gene_sums");
+      std::vector<int64_t> n_cells(gs.nnz.begin(), gs.nnz.end());
+      fr = filter_genes_from_stats(std::move(n_cells), gs.sum, o.filter_genes);
+    }
     if (static_cast<int64_t>(fr.kept.size()) != m.n_cols) {
       std::vector<int32_t> map(static_cast<size_t>(m.n_cols), -1);
       for (size_t u = 0; u < fr.kept.size(); ++u) map[fr.kept[u]] = static_cast<int32_t>(u);
@@ -159,11 +229,15 @@ void preprocess_gpu(Context& ctx, Dataset& d, const PreprocessOptions& o, Timing
       filter_inplace(r, m, nullptr, dmap.data(), static_cast<int64_t>(fr.kept.size()));
     }
     mark("filter_genes: filter_inplace");
-    apply_filter_genes(d, fr, true);
+    deferred.push_back([&d, fr = std::move(fr)] { apply_filter_genes(d, fr, true); });
     t.set_meta("nnz_filtered", std::to_string(m.nnz));
   });
 
-  if (o.counts_layer) step("counts_layer", [&] { d.layers["counts"] = Matrix(download(r, m), DType::f32); });
+  if (o.counts_layer)
+    step("counts_layer", [&] {
+      join_host();
+      d.layers["counts"] = Matrix(download(r, m), DType::f32);
+    });
 
   step("normalize_total+log1p", [&] {
     double target = 0;
@@ -180,6 +254,7 @@ void preprocess_gpu(Context& ctx, Dataset& d, const PreprocessOptions& o, Timing
       target = median_of_positive(totals);
     }
     gpu::normalize_log1p(r, m, target, true, o.normalize.key_added.empty() ? nullptr : &totals);
+    join_host();  // the QC columns and the filters' updates of d, before d changes again
     if (!o.normalize.key_added.empty()) {
       std::vector<double> v(totals.size());
       for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<float>(totals[i]);
@@ -258,9 +333,16 @@ void preprocess_gpu(Context& ctx, Dataset& d, const PreprocessOptions& o, Timing
                                       std::min(n, g) - 1, "], got ", k));
     DeviceArray<float> xpca(r, static_cast<size_t>(n) * k, "X_pca");
     mark("pca: start");
+    // The host X_pca is allocated and first touched on another thread while the device computes.
+    auto host_x = std::async(std::launch::async, [n, k] {
+      DenseF x;
+      x.n_rows = n, x.n_cols = k;
+      resize_large(x.data, static_cast<size_t>(n) * k);
+      return x;
+    });
     gpu::PcaGpuResult pr = gpu::pca_dense(r, dense.data(), n, g, static_cast<int>(k), o.pca.zero_center, xpca.data());
     PcaResult res;
-    DenseF x(n, k);
+    DenseF x = host_x.get();
     copy_to_host(r, x.data.data(), xpca.data(), x.data.size() * 4);
     res.components = DenseD(g, k);
     for (int64_t i = 0; i < g * k; ++i) res.components.data[i] = pr.components[i];
@@ -285,6 +367,45 @@ void preprocess_gpu(Context& ctx, Dataset& d, const PreprocessOptions& o, Timing
       d.X = Matrix(std::move(x), DType::f32);
     });
   t.set_meta("gpu_peak_bytes", std::to_string(r.memory->peak()));
+}
+
+}  // namespace
+
+void preprocess_gpu(Context& ctx, Dataset& d, const PreprocessOptions& o, Timings* timings) {
+  if (d.X.empty()) throw InputError("preprocess: X is empty");
+  CudaResources& r = *ctx.cuda();
+  preprocess_on_device(ctx, d, o, timings, "upload", [&] {
+    DeviceCsr m = std::holds_alternative<CsrF>(d.X.m) ? upload(r, std::get<CsrF>(d.X.m)) : upload(r, to_csr_f(d.X));
+    d.X = Matrix();  // the matrix lives on the device from here on
+    return m;
+  });
+}
+
+void preprocess_simulated(Context& ctx, DeviceSimulated& sim, Dataset& d, const PreprocessOptions& o, Timings* timings,
+                          bool consume) {
+  if (!ctx.cuda()) throw Error("preprocess_simulated: needs a CUDA context");
+  if (!sim.matrix) throw Error("preprocess_simulated: the simulated matrix was consumed already");
+  CudaResources& r = *ctx.cuda();
+  DeviceCsr& src = *std::static_pointer_cast<DeviceCsr>(sim.matrix);
+  d = sim.frame;
+  preprocess_on_device(ctx, d, o, timings, "device_copy", [&] {
+    DeviceCsr m;
+    if (consume) {
+      m = std::move(src);
+      sim.matrix.reset();
+      return m;
+    }
+    m.n_rows = src.n_rows, m.n_cols = src.n_cols, m.nnz = src.nnz;
+    m.indptr = DeviceArray<int64_t>(r, src.indptr.size(), "count matrix (row pointers)");
+    m.indices = DeviceArray<int32_t>(r, static_cast<size_t>(std::max<int64_t>(src.nnz, 1)), "count matrix (indices)");
+    m.data = DeviceArray<float>(r, static_cast<size_t>(std::max<int64_t>(src.nnz, 1)), "count matrix (values)");
+    SCURRY_CUDA(cudaMemcpyAsync(m.indptr.data(), src.indptr.data(), src.indptr.size() * 8, cudaMemcpyDeviceToDevice, r.stream));
+    SCURRY_CUDA(cudaMemcpyAsync(m.indices.data(), src.indices.data(), static_cast<size_t>(src.nnz) * 4,
+                                cudaMemcpyDeviceToDevice, r.stream));
+    SCURRY_CUDA(cudaMemcpyAsync(m.data.data(), src.data.data(), static_cast<size_t>(src.nnz) * 4, cudaMemcpyDeviceToDevice,
+                                r.stream));
+    return m;
+  });
 }
 
 }  // namespace scurry

@@ -6,4 +6,7 @@ namespace scurry {
 void preprocess_gpu(Context&, Dataset&, const PreprocessOptions&, Timings*) {
   throw InputError("this scurry was built without CUDA; use --device cpu");
 }
+void preprocess_simulated(Context&, DeviceSimulated&, Dataset&, const PreprocessOptions&, Timings*, bool) {
+  throw InputError("this scurry was built without CUDA; use --device cpu");
+}
 }  // namespace scurry

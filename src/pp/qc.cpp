@@ -77,8 +77,10 @@ QcResult qc_impl(const Context& ctx, const Acc& A, const QcOptions& opt,
                  const std::vector<std::vector<uint8_t>>& masks) {
   using T = typename Acc::value_type;
   const int64_t n = A.rows(), g = A.cols();
-  if (n == 0 || g == 0)
-    fail_input("calculate_qc_metrics", "the matrix is ", n, "x", g, "; it needs at least one cell and one gene");
+  int64_t n_total = n;  // cells over all ranks (this rank holds rows of them)
+  ctx.comm().allreduce_sum(&n_total, 1);
+  if (n_total == 0 || g == 0)
+    fail_input("calculate_qc_metrics", "the matrix is ", n_total, "x", g, "; it needs at least one cell and one gene");
   if (masks.size() != opt.qc_vars.size())
     fail("internal: calculate_qc_metrics got ", masks.size(), " masks for ", opt.qc_vars.size(), " qc_vars");
   for (size_t q = 0; q < masks.size(); ++q)
@@ -141,9 +143,7 @@ QcResult qc_impl(const Context& ctx, const Acc& A, const QcOptions& opt,
       }
     }
   });
-  int64_t n_total = n;
   ctx.comm().allreduce_sum(acc.data(), acc.size());
-  ctx.comm().allreduce_sum(&n_total, 1);
 
   res.n_cells_by_counts.resize(ug);
   res.mean_counts.resize(ug);

@@ -1,14 +1,25 @@
 // Per-cell QC sums on the GPU: one block per row, one pass over the row for the total, the number of
-// nonzero entries and the qc-set sums, then the sums of the n largest values (percent_top) by radix
-// selection of the largest n's threshold T (four 8-bit rounds over the float bit patterns, which order
-// non-negative values as unsigned integers; histogram increments aggregated per warp with
-// __match_any_sync, since counts crowd into few bins), a bitonic sort of the fewer-than-n values
-// above T, and prefix sums; the ranks between are all equal to T. Rows up to kRowCap entries are held
-// in shared memory; longer rows are read from global memory in each round. Floor at 2.6e9 entries:
-// one read of indices and values, 21 GB / 4.3 TB/s = 4.9 ms.
+// nonzero entries and the qc-set sums.
+//
+// The sums of the n largest values (percent_top) take one of two routes, chosen per row:
+//  - counts (every value an integer in [0, 2^24)), the usual input: the same first pass builds a
+//    histogram of the values below kHistBins in shared memory (the values 1, 2 and 3, which make
+//    most of a count row, in per-thread registers first, so the shared-memory atomics do not
+//    collide), and keeps the few larger values apart, sorted afterwards. One warp then scans the
+//    histogram from the top and reads every top-n sum off it: no second pass over the row.
+//  - anything else (non-integer or negative values, or more than kCandCap large values): radix
+//    selection of the largest n's threshold T (four 8-bit rounds over the float bit patterns, which
+//    order non-negative values as unsigned integers; histogram increments aggregated per warp with
+//    __match_any_sync), a bitonic sort of the fewer-than-n values above T, and prefix sums; the
+//    ranks between are all equal to T. Rows up to kRowCap entries are held in shared memory.
+// SCURRY_QC_TOPN=radix forces the second route (for comparison).
+// Floor at 2.6e9 entries: one read of indices and values, 21 GB / 4.3 TB/s = 4.9 ms.
 #include <algorithm>
 #include <cfloat>
+#include <cstdlib>
+#include <string>
 
+#include "core/memory.hpp"
 #include "pp/kernels.cuh"
 
 namespace scurry::gpu {
@@ -20,6 +31,7 @@ constexpr int kRowCap = 4096;   // row values held in shared memory (16 KB)
 constexpr int kCandCap = 1024;  // values above the threshold, sorted in shared memory
 constexpr int kMaxSets = 8;
 constexpr int kMaxTop = 8;
+constexpr int kHistBins = 256;  // count values below this go to the histogram (route 1)
 
 struct QcParams {
   const int64_t* indptr;
@@ -34,6 +46,7 @@ struct QcParams {
   double* nnz;
   double* set_total;  // [set * n_rows + row]
   double* top_sum;    // [i * n_rows + row]
+  bool force_radix;
 };
 
 __device__ __forceinline__ unsigned key_of(float v) { return __float_as_uint(fmaxf(v, 0.f)); }
@@ -58,6 +71,66 @@ __device__ __forceinline__ void hist_add(unsigned* hist, unsigned bin, bool acti
   if ((threadIdx.x & 31) == __ffs(peers) - 1) atomicAdd(&hist[bin], static_cast<unsigned>(__popc(peers)));
 }
 
+// Route 1's reading of the histogram: warp 0 scans the bins from the top (each lane holds 8
+// consecutive bins), after the `nb` large values sorted in descending order in `big`.
+__device__ void top_sums_from_histogram(const QcParams& P, int64_t row, int64_t len, double total, const unsigned* hist,
+                                        const float* big, int nb) {
+  const int lane = threadIdx.x & 31;
+  // lane l holds bins [255 - 8l - 7, 255 - 8l], read from the top
+  unsigned c[8];
+  unsigned cnt = 0;
+  double sum = 0;
+#pragma unroll
+  for (int j = 0; j < 8; ++j) {
+    const int bin = kHistBins - 1 - 8 * lane - j;
+    c[j] = hist[bin];
+    cnt += c[j];
+    sum += static_cast<double>(c[j]) * bin;
+  }
+  // exclusive prefix over lanes (descending values)
+  unsigned ccnt = cnt;
+  double csum = sum;
+  for (int o = 1; o < 32; o <<= 1) {
+    const unsigned uc = __shfl_up_sync(0xffffffffu, ccnt, o);
+    const double us = __shfl_up_sync(0xffffffffu, csum, o);
+    if (lane >= o) ccnt += uc, csum += us;
+  }
+  const unsigned before_cnt = ccnt - cnt;
+  const double before_sum = csum - sum;
+  double big_prefix = 0;
+  int bi = 0;
+  for (int t = 0; t < P.n_top; ++t) {
+    const int n = P.top[t];
+    double out;
+    if (n >= len) {
+      out = total;
+    } else {
+      for (; bi < n && bi < nb; ++bi) big_prefix += big[bi];
+      if (n <= nb) {
+        out = big_prefix;
+      } else {
+        const unsigned need = static_cast<unsigned>(n - nb);  // taken from the histogram, from the top
+        // the lane where the running count reaches `need`
+        const unsigned ballot = __ballot_sync(0xffffffffu, ccnt >= need);
+        const int owner = ballot ? __ffs(ballot) - 1 : 31;
+        double part = 0;
+        if (lane == owner) {
+          unsigned k = need - before_cnt;
+          part = before_sum;
+#pragma unroll
+          for (int j = 0; j < 8; ++j) {
+            const unsigned take = min(k, c[j]);
+            part += static_cast<double>(take) * (kHistBins - 1 - 8 * lane - j);
+            k -= take;
+          }
+        }
+        out = big_prefix + __shfl_sync(0xffffffffu, part, owner);
+      }
+    }
+    if (lane == 0) P.top_sum[t * P.n_rows + row] = out;
+  }
+}
+
 __global__ void __launch_bounds__(kQcThreads) row_qc_kernel(QcParams P) {
   __shared__ unsigned keys[kRowCap];
   __shared__ float cand[kCandCap];
@@ -69,7 +142,13 @@ __global__ void __launch_bounds__(kQcThreads) row_qc_kernel(QcParams P) {
   const int64_t s = P.indptr[row], len = P.indptr[row + 1] - s;
   const float* v = P.val + s;
   const bool in_smem = len <= kRowCap;
+  const bool want_top = P.n_top > 0;
+  for (int i = threadIdx.x; i < kHistBins; i += kQcThreads) hist[i] = 0u;
+  if (threadIdx.x == 0) s_ncand = 0u;
+  __syncthreads();
   double tot = 0, cnt = 0, st[kMaxSets] = {0, 0, 0, 0, 0, 0, 0, 0};
+  unsigned c1 = 0, c2 = 0, c3 = 0;
+  bool counts = !P.force_radix;  // route 1 still possible for this thread's values
   for (int64_t p = threadIdx.x; p < len; p += kQcThreads) {
     const float x = v[p];
     tot += x;
@@ -80,7 +159,21 @@ __global__ void __launch_bounds__(kQcThreads) row_qc_kernel(QcParams P) {
       for (int k = 0; k < kMaxSets; ++k)
         if (bits & (1u << k)) st[k] += x;
     }
+    if (!want_top) continue;
     if (in_smem) keys[p] = key_of(x);
+    if (counts) {
+      if (x == 1.f) ++c1;
+      else if (x == 2.f) ++c2;
+      else if (x == 3.f) ++c3;
+      else if (x >= 0.f && x < static_cast<float>(kHistBins) && x == truncf(x)) atomicAdd(&hist[static_cast<int>(x)], 1u);
+      else if (x >= static_cast<float>(kHistBins) && x < 16777216.f && x == truncf(x)) {
+        const unsigned slot = atomicAdd(&s_ncand, 1u);
+        if (slot < kCandCap) cand[slot] = x;
+        else counts = false;
+      } else {
+        counts = false;
+      }
+    }
   }
   const double total = block_sum(tot, dscratch);
   const double count = block_sum(cnt, dscratch);
@@ -99,6 +192,41 @@ __global__ void __launch_bounds__(kQcThreads) row_qc_kernel(QcParams P) {
       for (int t = 0; t < P.n_top; ++t) P.top_sum[t * P.n_rows + row] = total;
     return;
   }
+  // Route 1 when every value of the row is a count (block-wide decision).
+  for (int o = 16; o > 0; o >>= 1) {
+    c1 += __shfl_down_sync(0xffffffffu, c1, o);
+    c2 += __shfl_down_sync(0xffffffffu, c2, o);
+    c3 += __shfl_down_sync(0xffffffffu, c3, o);
+  }
+  if ((threadIdx.x & 31) == 0) {
+    if (c1) atomicAdd(&hist[1], c1);
+    if (c2) atomicAdd(&hist[2], c2);
+    if (c3) atomicAdd(&hist[3], c3);
+  }
+  if (__syncthreads_and(counts)) {
+    const int nb = static_cast<int>(s_ncand);
+    if (nb > 1) {  // sort the large values, descending
+      int m = 1;
+      while (m < nb) m <<= 1;
+      for (int i = nb + threadIdx.x; i < m; i += kQcThreads) cand[i] = -FLT_MAX;
+      __syncthreads();
+      for (int k = 2; k <= m; k <<= 1)
+        for (int j = k >> 1; j > 0; j >>= 1) {
+          for (int i = threadIdx.x; i < m; i += kQcThreads) {
+            const int l = i ^ j;
+            if (l > i) {
+              const bool desc = (i & k) == 0;
+              const float a = cand[i], b = cand[l];
+              if (desc ? a < b : a > b) cand[i] = b, cand[l] = a;
+            }
+          }
+          __syncthreads();
+        }
+    }
+    if (threadIdx.x < 32) top_sums_from_histogram(P, row, len, total, hist, cand, nb);
+    return;
+  }
+  __syncthreads();
   if (threadIdx.x == 0) s_prefix = 0u, s_k = n_sel, s_ncand = 0u;
   for (int shift = 24; shift >= 0; shift -= 8) {
     for (int i = threadIdx.x; i < 256; i += kQcThreads) hist[i] = 0u;
@@ -185,24 +313,30 @@ RowQc row_qc(CudaResources& r, const DeviceCsr& m, const uint8_t* gene_sets, int
   for (size_t i = 0; i < top.size(); ++i) P.top[i] = top[i];
   P.total = out.data(), P.nnz = out.data() + n, P.set_total = out.data() + 2 * n;
   P.top_sum = out.data() + (2 + P.n_sets) * n;
+  const char* topn_env = std::getenv("SCURRY_QC_TOPN");
+  P.force_radix = topn_env && std::string(topn_env) == "radix";
   if (n > 0) {
     if (n > 0x7fffffffLL) fail("row_qc: more than 2^31 rows in one device matrix; split in row blocks");
     row_qc_kernel<<<static_cast<unsigned>(n), kQcThreads, 0, r.stream>>>(P);
     SCURRY_CUDA_LAUNCH();
   }
-  std::vector<double> h(out.size());
-  SCURRY_CUDA(cudaMemcpyAsync(h.data(), out.data(), h.size() * 8, cudaMemcpyDeviceToHost, r.stream));
-  SCURRY_CUDA(cudaStreamSynchronize(r.stream));
+  // Straight into the result's vectors (no staging copy).
   RowQc q;
-  auto slice = [&](size_t k) { return std::vector<double>(h.begin() + k * n, h.begin() + (k + 1) * n); };
-  q.total = slice(0);
-  q.n_genes = slice(1);
-  for (int k = 0; k < P.n_sets; ++k) q.set_total.push_back(slice(2 + k));
+  auto fetch = [&](std::vector<double>& dst, size_t k) {
+    resize_large(dst, static_cast<size_t>(n));
+    if (n > 0) copy_to_host(r, dst.data(), out.data() + k * n, static_cast<size_t>(n) * 8);
+  };
+  fetch(q.total, 0);
+  fetch(q.n_genes, 1);
+  q.set_total.resize(P.n_sets);
+  for (int k = 0; k < P.n_sets; ++k) fetch(q.set_total[k], 2 + k);
   // back in the caller's order of top_n
-  for (int want : top_n) {
-    const size_t t = static_cast<size_t>(std::find(top.begin(), top.end(), want) - top.begin());
-    q.top_sum.push_back(slice(2 + P.n_sets + t));
+  q.top_sum.resize(top_n.size());
+  for (size_t i = 0; i < top_n.size(); ++i) {
+    const size_t t = static_cast<size_t>(std::find(top.begin(), top.end(), top_n[i]) - top.begin());
+    fetch(q.top_sum[i], 2 + P.n_sets + t);
   }
+  SCURRY_CUDA(cudaStreamSynchronize(r.stream));
   return q;
 }
 

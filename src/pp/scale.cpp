@@ -29,7 +29,9 @@ void for_row(const DenseF& X, int64_t r, F&& f) {
   for (int64_t c = 0; c < X.n_cols; ++c) f(static_cast<size_t>(c), p[c]);
 }
 
-void check(int64_t n_rows, const ScaleOptions& opt) {
+// n_rows: this rank's; the check is on the cells of all ranks.
+void check(const Context& ctx, int64_t n_rows, const ScaleOptions& opt) {
+  ctx.comm().allreduce_sum(&n_rows, 1);
   if (n_rows < 2)
     fail_input("scale", "the matrix has ", n_rows, " cell(s); the standard deviation (ddof=1) needs at least 2");
   if (opt.max_value && !(*opt.max_value > 0.0))
@@ -133,7 +135,7 @@ void scale_dense_values(const Context& ctx, DenseF& X, const ScaleResult& st, co
 }  // namespace
 
 ScaleResult scale_inplace(const Context& ctx, DenseF& X, const ScaleOptions& opt) {
-  check(X.n_rows, opt);
+  check(ctx, X.n_rows, opt);
   ScaleResult st = stats(ctx, X, false);
   scale_dense_values(ctx, X, st, opt);
   return st;
@@ -147,7 +149,7 @@ ScaleResult scale(const Context& ctx, const DenseF& X, const ScaleOptions& opt) 
 }
 
 ScaleResult scale(const Context& ctx, const CsrF& X, const ScaleOptions& opt) {
-  check(X.n_rows, opt);
+  check(ctx, X.n_rows, opt);
   ScaleResult st = stats(ctx, X, !opt.zero_center);
   const RowBlocks rb = blocks_of(X);
   const Clip clip(opt);

@@ -73,7 +73,9 @@ struct Alias {
 constexpr int64_t kCellsPerBlock = 2048;  // fixed: results do not depend on the thread count
 constexpr uint64_t kStreamGenes = 1, kStreamClusters = 2;
 
-std::vector<std::vector<double>> cluster_proportions(const SimulateOptions& o) {
+}  // namespace
+
+std::vector<std::vector<double>> simulate_cluster_proportions(const SimulateOptions& o) {
   Rng r(o.seed * 1000003 + kStreamGenes);
   std::vector<double> base(static_cast<size_t>(o.n_genes));
   for (auto& b : base) b = std::exp(o.gene_log_sd * r.normal());
@@ -90,21 +92,25 @@ std::vector<std::vector<double>> cluster_proportions(const SimulateOptions& o) {
   return out;
 }
 
+namespace {
+
 // Expected distinct genes for L draws: sum_g 1 - (1 - p_g)^L, averaged over clusters and over
 // library-size quantiles.
 double expected_nnz(const std::vector<std::vector<double>>& props, double L0, double lib_sd) {
   static const double z[] = {-1.53, -0.89, -0.49, -0.16, 0.16, 0.49, 0.89, 1.53};  // octile midpoints of N(0,1)
+  const int n_c = static_cast<int>(std::min<size_t>(props.size(), 4));
+  std::vector<double> term(static_cast<size_t>(n_c) * 8, 0.0);
+  // one term per (cluster, octile), each summed in gene order: the same bits for any thread count
+#pragma omp parallel for schedule(static)
+  for (int t = 0; t < n_c * 8; ++t) {
+    const double L = L0 * std::exp(lib_sd * z[t % 8]);
+    double e = 0;
+    for (double p : props[t / 8]) e += -std::expm1(L * std::log1p(-p));
+    term[t] = e;
+  }
   double total = 0;
-  int terms = 0;
-  for (size_t c = 0; c < props.size() && c < 4; ++c)
-    for (double zi : z) {
-      const double L = L0 * std::exp(lib_sd * zi);
-      double e = 0;
-      for (double p : props[c]) e += -std::expm1(L * std::log1p(-p));
-      total += e;
-      ++terms;
-    }
-  return total / terms;
+  for (double e : term) total += e;
+  return total / static_cast<double>(term.size());
 }
 
 }  // namespace
@@ -115,7 +121,7 @@ double calibrate_library_size(const SimulateOptions& o) {
   if (!(o.nnz_per_cell > 0) || o.nnz_per_cell > 0.8 * static_cast<double>(o.n_genes))
     throw InputError(detail::concat("simulate: nnz_per_cell must be in (0, 0.8 * n_genes = ",
                                     0.8 * static_cast<double>(o.n_genes), "], got ", o.nnz_per_cell));
-  const auto props = cluster_proportions(o);
+  const auto props = simulate_cluster_proportions(o);
   double lo = o.nnz_per_cell, hi = o.nnz_per_cell;
   while (expected_nnz(props, hi, o.library_log_sd) < o.nnz_per_cell) hi *= 2;
   for (int it = 0; it < 40 && hi - lo > 0.5; ++it) {
@@ -125,9 +131,30 @@ double calibrate_library_size(const SimulateOptions& o) {
   return 0.5 * (lo + hi);
 }
 
+void simulate_frame(Dataset& d, const SimulateOptions& o, std::vector<int32_t> cluster_codes, double L0) {
+  CategoricalColumn cluster;
+  for (int c = 0; c < o.n_clusters; ++c) cluster.categories.push_back(std::to_string(c));
+  cluster.codes = std::move(cluster_codes);
+  d.obs.index.resize(static_cast<size_t>(o.n_cells));
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < o.n_cells; ++i) d.obs.index[i] = "cell" + std::to_string(i);
+  d.obs.set("cluster", Column(std::move(cluster)));
+  std::vector<std::string> ids(static_cast<size_t>(o.n_genes));
+  d.var.index.resize(static_cast<size_t>(o.n_genes));
+  for (int64_t g = 0; g < o.n_genes; ++g) {
+    d.var.index[g] = g < o.n_mito_genes ? "MT-" + std::to_string(g + 1) : "GENE" + std::to_string(g);
+    ids[g] = "SIMG" + std::to_string(g);
+  }
+  d.var.set("gene_ids", Column::strings(std::move(ids)));
+  d.uns["simulate"] = Value(Dict{{"seed", Value(static_cast<int64_t>(o.seed))},
+                                 {"n_clusters", Value(o.n_clusters)},
+                                 {"nnz_per_cell", Value(o.nnz_per_cell)},
+                                 {"library_scale", Value(L0)}});
+}
+
 Dataset simulate(const Context& ctx, const SimulateOptions& o) {
   const double L0 = calibrate_library_size(o);
-  const auto props = cluster_proportions(o);
+  const auto props = simulate_cluster_proportions(o);
   std::vector<Alias> tables;
   for (const auto& p : props) tables.emplace_back(p);
 
@@ -190,21 +217,8 @@ Dataset simulate(const Context& ctx, const SimulateOptions& o) {
     B = Block{};
   });
 
-  d.obs.index.resize(static_cast<size_t>(o.n_cells));
-  for (int64_t i = 0; i < o.n_cells; ++i) d.obs.index[i] = "cell" + std::to_string(i);
-  d.obs.set("cluster", Column(std::move(cluster)));
-  std::vector<std::string> ids(static_cast<size_t>(o.n_genes));
-  d.var.index.resize(static_cast<size_t>(o.n_genes));
-  for (int64_t g = 0; g < o.n_genes; ++g) {
-    d.var.index[g] = g < o.n_mito_genes ? "MT-" + std::to_string(g + 1) : "GENE" + std::to_string(g);
-    ids[g] = "SIMG" + std::to_string(g);
-  }
-  d.var.set("gene_ids", Column::strings(std::move(ids)));
+  simulate_frame(d, o, std::move(cluster.codes), L0);
   d.X = Matrix(std::move(X), DType::f32);
-  d.uns["simulate"] = Value(Dict{{"seed", Value(static_cast<int64_t>(o.seed))},
-                                 {"n_clusters", Value(o.n_clusters)},
-                                 {"nnz_per_cell", Value(o.nnz_per_cell)},
-                                 {"library_scale", Value(L0)}});
   return d;
 }
 

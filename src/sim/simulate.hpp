@@ -9,7 +9,9 @@
 // scale is calibrated analytically so that the mean number of nonzeros per cell hits the target.
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <string>
+#include <vector>
 
 #include "core/dataset.hpp"
 #include "exec/context.hpp"
@@ -33,7 +35,23 @@ struct SimulateOptions {
 // 'cluster' (categorical, the true labels); var index gene names, var 'gene_ids'.
 Dataset simulate(const Context& ctx, const SimulateOptions& opt);
 
+// The pieces shared with the GPU generator (simulate_gpu.cu):
+// each cluster's gene proportions (summing to 1), [cluster][gene];
+std::vector<std::vector<double>> simulate_cluster_proportions(const SimulateOptions& opt);
+// obs (index "cell<i>", 'cluster'), var (names, 'gene_ids') and uns['simulate'] of a simulated set.
+void simulate_frame(Dataset& d, const SimulateOptions& opt, std::vector<int32_t> cluster_codes, double library_scale);
+
 // The library scale L0 (median draws per cell) that gives opt.nnz_per_cell expected nonzeros.
 double calibrate_library_size(const SimulateOptions& opt);
+
+// The same model generated on the GPU (src/sim/simulate_gpu.cu): the matrix is made and kept on the
+// device; only the metadata is on the host. Not bit-identical with simulate() (other random
+// streams), the same distribution. Needs a CUDA context; throws Error otherwise.
+struct DeviceSimulated {
+  Dataset frame;                  // obs, var, uns; X empty
+  std::shared_ptr<void> matrix;   // the device CSR (opaque outside CUDA code)
+  int64_t nnz = 0;
+};
+DeviceSimulated simulate_on_device(Context& ctx, const SimulateOptions& opt);
 
 }  // namespace scurry

@@ -119,7 +119,10 @@ int64_t mismatches(const Knn& knn, const Oracle& o, double* max_rel_err) {
 }
 
 const char* precision_name(KnnGemmPrecision p) {
-  return p == KnnGemmPrecision::fp32 ? "fp32" : p == KnnGemmPrecision::tf32x3 ? "tf32x3" : "tf32";
+  return p == KnnGemmPrecision::fp32     ? "fp32"
+         : p == KnnGemmPrecision::tf32x3 ? "tf32x3"
+         : p == KnnGemmPrecision::fused  ? "fused"
+                                         : "tf32";
 }
 
 // Share of the true k - 1 non-self neighbours found.
@@ -141,8 +144,11 @@ TEST(KnnGpu, ExactEqualsFloat64BruteForce20000) {
   const DenseF x = clustered(20000, 50, 40, seed, 20.0f, 777);  // 20000: not a multiple of the tiles
   for (KnnMetric metric : {KnnMetric::euclidean, KnnMetric::cosine}) {
     const Oracle o = make_oracle(x, metric, 15, seed);
-    for (KnnGemmPrecision p : {KnnGemmPrecision::tf32x3, KnnGemmPrecision::fp32, KnnGemmPrecision::tf32}) {
-      const Knn knn = knn_exact_gpu(ctx, x, 15, metric, KnnExactGpuOptions{p});
+    for (KnnGemmPrecision p :
+         {KnnGemmPrecision::fused, KnnGemmPrecision::tf32x3, KnnGemmPrecision::fp32, KnnGemmPrecision::tf32}) {
+      int64_t redo = -1;
+      const Knn knn = knn_exact_gpu(ctx, x, 15, metric, KnnExactGpuOptions{p, &redo});
+      if (p == KnnGemmPrecision::fused) std::printf("fused %s: %lld queries searched again\n", knn_metric_name(metric), static_cast<long long>(redo));
       ASSERT_EQ(knn.n, x.n_rows);
       ASSERT_EQ(knn.k, 15);
       double err = 0;

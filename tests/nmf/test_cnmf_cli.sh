@@ -41,4 +41,24 @@ set +e
 rc=$?
 set -e
 [ "$rc" = 2 ] || { echo "expected exit 2, got $rc"; exit 1; }
+# The benchmark (CPU): table and JSON.
+"$SCURRY" -q --threads 2 cnmf bench --cells 300 --genes 100 -k 3 4 --replicates 2 --iterations 3 --seed 4 \
+  --json "$T/bench.json" > "$T/bench.log"
+grep -q "rep/s" "$T/bench.log" || { echo "no table"; cat "$T/bench.log"; exit 1; }
+/usr/bin/python3 - "$T/bench.json" <<'PY'
+import json, sys
+j = json.load(open(sys.argv[1]))
+assert j["backend"] == "cpu" and j["cells"] == 300 and j["genes"] == 100 and j["iterations"] == 3, j
+assert [k["k"] for k in j["ks"]] == [3, 4]
+for k in j["ks"]:
+    assert k["replicates"] == 2 and k["flops_per_iteration"] == 4 * 300 * 100 * k["k"] * 2
+    assert abs(k["replicates_per_second"] * k["seconds"] - 2) < 1e-9
+    assert 0 < k["relative_error"] < 1
+assert 0 < j["density"] < 1 and j["nnz"] == round(j["density"] * 300 * 100)
+PY
+set +e
+"$SCURRY" -q cnmf bench --cells 100 --genes 50 -k 3 --programs 40 2>/dev/null
+rc=$?
+set -e
+[ "$rc" = 2 ] || { echo "bench: expected exit 2, got $rc"; exit 1; }
 echo ok

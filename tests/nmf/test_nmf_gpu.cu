@@ -1,5 +1,6 @@
 // GPU batched NMF against the CPU one (the oracle) from the same init: HALS, MU Frobenius and MU
-// Kullback-Leibler for a fixed number of iterations (float32 tolerances), and with the stopping rule.
+// Kullback-Leibler for a fixed number of iterations (float32 tolerances), and with the stopping rule;
+// the Frobenius cases in both GPU layouts of X (sparse gathers, dense GEMMs).
 #include <algorithm>
 #include <cmath>
 
@@ -27,20 +28,27 @@ TEST(NmfGpu, MatchesCpuFromSameInit) {
   struct Case {
     NmfSolver s;
     NmfLoss l;
+    NmfGpuLayout layout;
   };
-  for (const Case cs : {Case{NmfSolver::cd, NmfLoss::frobenius}, Case{NmfSolver::mu, NmfLoss::frobenius},
-                        Case{NmfSolver::mu, NmfLoss::kullback_leibler}}) {
+  for (const Case cs : {Case{NmfSolver::cd, NmfLoss::frobenius, NmfGpuLayout::sparse},
+                        Case{NmfSolver::mu, NmfLoss::frobenius, NmfGpuLayout::sparse},
+                        Case{NmfSolver::cd, NmfLoss::frobenius, NmfGpuLayout::dense},
+                        Case{NmfSolver::mu, NmfLoss::frobenius, NmfGpuLayout::dense},
+                        Case{NmfSolver::mu, NmfLoss::kullback_leibler, NmfGpuLayout::sparse}}) {
     const NmfBatch init = nmf_random_init(X, 7, nmf_replicate_seeds(seed, 5));
     NmfOptions opt;
     opt.solver = cs.s;
     opt.loss = cs.l;
+    opt.gpu_layout = cs.layout;
+    const double etol = cs.layout == NmfGpuLayout::dense ? 3e-4 : 1e-4;  // dense: float32 GEMMs and updates
     opt.tol = 0;
     opt.max_iter = 15;
     const NmfResult a = nmf_fit(cpu, X, init, opt);
     const NmfResult b = nmf_fit_gpu(gpu, X, init, opt);
     for (int r = 0; r < 5; ++r) {
       EXPECT_EQ(b.n_iter[r], 15);
-      EXPECT_NEAR(b.error[r], a.error[r], 1e-4 * a.error[r]) << nmf_solver_name(cs.s) << "/" << nmf_loss_name(cs.l);
+      EXPECT_NEAR(b.error[r], a.error[r], etol * a.error[r]) << nmf_solver_name(cs.s) << "/" << nmf_loss_name(cs.l)
+                                                            << (cs.layout == NmfGpuLayout::dense ? " dense" : " sparse");
     }
     const double sw = max_abs(a.f.W), sh = max_abs(a.f.Ht);
     for (size_t q = 0; q < a.f.W.size(); ++q) ASSERT_NEAR(b.f.W[q], a.f.W[q], 2e-3 * sw) << q;

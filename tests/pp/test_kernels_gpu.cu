@@ -44,19 +44,14 @@ CsrF counts(uint64_t seed, int64_t rows = 700, int64_t cols = 9000) {
 double rel(double a, double b) { return std::abs(a - b) / std::max(1e-12, std::abs(b)); }
 }  // namespace
 
-TEST(KernelsGpu, RowQcMatchesCpu) {
-  SCURRY_REQUIRE_GPU();
-  Context ctx = gpu_ctx();
-  CudaResources& r = *ctx.cuda();
-  const uint64_t seed = test::fresh_seed();
-  CsrF m = counts(seed);
+static void check_row_qc(CudaResources& r, const CsrF& m, const char* what) {
   std::vector<uint8_t> sets(m.n_cols, 0);
   for (int64_t g = 0; g < m.n_cols; g += 7) sets[g] |= 1;
   for (int64_t g = 0; g < 300; ++g) sets[g] |= 2;
   DeviceArray<uint8_t> dsets(r, sets.size(), "sets");
   SCURRY_CUDA(cudaMemcpy(dsets.data(), sets.data(), sets.size(), cudaMemcpyHostToDevice));
   DeviceCsr d = upload(r, m);
-  const std::vector<int> top = {50, 100, 200, 500};
+  const std::vector<int> top = {100, 50, 500, 200};  // any order
   gpu::RowQc q = gpu::row_qc(r, d, dsets.data(), 2, top);
   for (int64_t i = 0; i < m.n_rows; ++i) {
     std::vector<double> v(m.data.begin() + m.indptr[i], m.data.begin() + m.indptr[i + 1]);
@@ -65,16 +60,40 @@ TEST(KernelsGpu, RowQcMatchesCpu) {
       if (sets[m.indices[p]] & 1) s0 += m.data[p];
       if (sets[m.indices[p]] & 2) s1 += m.data[p];
     }
-    ASSERT_NEAR(q.total[i], tot, 1e-9 * tot) << i;
-    ASSERT_EQ(q.n_genes[i], static_cast<double>(v.size()));
-    ASSERT_NEAR(q.set_total[0][i], s0, 1e-9 * tot);
-    ASSERT_NEAR(q.set_total[1][i], s1, 1e-9 * tot);
+    ASSERT_NEAR(q.total[i], tot, 1e-9 * tot) << what << " row " << i;
+    ASSERT_EQ(q.n_genes[i], static_cast<double>(v.size())) << what;
+    ASSERT_NEAR(q.set_total[0][i], s0, 1e-9 * tot) << what;
+    ASSERT_NEAR(q.set_total[1][i], s1, 1e-9 * tot) << what;
     std::sort(v.begin(), v.end(), std::greater<>());
     for (size_t t = 0; t < top.size(); ++t) {
       const double want = std::accumulate(v.begin(), v.begin() + std::min<size_t>(top[t], v.size()), 0.0);
-      ASSERT_NEAR(q.top_sum[t][i], want, 1e-9 * tot) << "row " << i << " (length " << v.size() << ") top " << top[t];
+      ASSERT_NEAR(q.top_sum[t][i], want, 1e-9 * tot)
+          << what << ": row " << i << " (length " << v.size() << ") top " << top[t];
     }
   }
+}
+
+// Integer counts take the histogram route; large counts (>= 256) are kept apart and sorted, and a row
+// with more than 1024 of them, non-integer values and negative values take the radix route.
+TEST(KernelsGpu, RowQcMatchesCpu) {
+  SCURRY_REQUIRE_GPU();
+  Context ctx = gpu_ctx();
+  CudaResources& r = *ctx.cuda();
+  const uint64_t seed = test::fresh_seed();
+  const CsrF m = counts(seed);
+  check_row_qc(r, m, "small counts");
+  std::mt19937_64 rng(seed + 7);
+  CsrF big = m;  // every third row multiplied by 100 (values up to 600); row 3 (dense) by 300
+  for (int64_t i = 0; i < big.n_rows; i += 3)
+    for (int64_t p = big.indptr[i]; p < big.indptr[i + 1]; ++p) big.data[p] *= (i == 3 ? 300.f : 100.f);
+  for (int64_t i = 1; i < big.n_rows; i += 5)  // a few large counts in otherwise small rows
+    for (int64_t p = big.indptr[i]; p < big.indptr[i + 1]; p += 11) big.data[p] = static_cast<float>(256 + rng() % 5000);
+  check_row_qc(r, big, "large counts");
+  CsrF frac = m;  // non-integer values in every other row, one negative value in row 1
+  for (int64_t i = 0; i < frac.n_rows; i += 2)
+    for (int64_t p = frac.indptr[i]; p < frac.indptr[i + 1]; ++p) frac.data[p] *= 0.37f;
+  if (frac.indptr[2] > frac.indptr[1]) frac.data[frac.indptr[1]] = -1.f;
+  check_row_qc(r, frac, "non-integer values");
 }
 
 TEST(KernelsGpu, GeneSumsMatchCpuForEachTransform) {

@@ -1,0 +1,231 @@
+// Fused exact-kNN candidate search on the GPU: the score tiles never leave the multiprocessor.
+//
+// A block takes kFQ queries and walks every database tile of kFR rows: the tile's scores
+// (||y||^2 - 2 x.y on column-centred rows, or -x.y on unit rows) come from TF32 tensor-core MMAs
+// (WMMA m16n16k8) into shared memory, and each warp folds the rows of its kFQ / 8 queries into their
+// running top-W lists (WarpTopK: ballot against the current W-th score, buffer, bitonic merge), so
+// after the first tiles almost every score is one compare. Operands are rounded to TF32 once
+// beforehand, so the MMA sees exactly the values the error bound below assumes.
+//
+// One TF32 pass is not exact by itself: a score is off by at most
+//   |s~ - s| <= 2 * (2 * 2^-11 + 2^-22) * ||x|| ||y|| (+ float32 accumulation, d 2^-24 ||x|| ||y||),
+// which knn_exact.cu's check turns into a per-query certificate: when the exact (k-1)-th distance of
+// the re-ranked candidates is below the W-th candidate's TF32 score minus that bound, no cell
+// outside the candidates can be nearer, and the result equals a float64 brute force. Queries without
+// the certificate are searched again with the split-TF32 GEMM path.
+//
+// Floor on one H200 at 1,306,127 x 50 (d padded to 56): 2 n^2 d = 1.9e14 TF32 FLOPs, 0.42 s at 452
+// TFLOP/s; database tiles re-read from L2 once per block, n / kFQ * n * 56 * 4 bytes = 6 TB at
+// ~10 TB/s L2: 0.6 s; the select costs ~1 compare per score.
+#include <mma.h>
+
+#include <cstdlib>
+
+#include "core/error.hpp"
+#include "exec/cuda_resources.cuh"
+#include "graph/knn_fused.cuh"
+#include "graph/topk.cuh"
+
+namespace scurry::gpu::knn {
+
+namespace {
+
+using namespace nvcuda;
+
+constexpr int kFQ = 64;            // queries per block
+constexpr int kFR = 128;           // database rows per tile
+constexpr int kFThreads = 256;     // 8 warps
+constexpr int kFWarps = kFThreads / kWarp;
+constexpr int kQPerWarp = kFQ / kFWarps;  // 8 query rows folded by each warp
+constexpr int kScoreLd = kFR + 4;  // shared-memory leading dimension of the score tile (floats)
+
+struct FusedParams {
+  const float* A;      // n x kp, TF32-rounded rows (centred or unit), zero padding
+  const float* sqn;    // n: ||row||^2 (euclidean) or null (cosine)
+  int64_t n;
+  int kp;
+  int w;
+  float* best_d;       // n x w, sorted ascending
+  int32_t* best_i;
+  int skip;            // profiling (SCURRY_KNN_SKIP): 1 = no fold, 2 = no MMA
+};
+
+constexpr int kMaxPrefetch = 8;  // float4 per thread of the next database tile held in registers (kp <= 64)
+
+// Shared-memory row stride of the operand tiles: kp + 4 floats, so that 8 consecutive rows of 4
+// floats (a WMMA fragment's access) fall in 32 distinct banks.
+__host__ __device__ constexpr int smem_stride(int kp) { return kp + 4; }
+
+size_t fused_smem_bytes(int kp, int w) {
+  const int ks = smem_stride(kp);
+  return sizeof(float) * (static_cast<size_t>(kFQ) * ks + static_cast<size_t>(kFR) * ks +
+                          static_cast<size_t>(kFQ) * kScoreLd + kFR) +
+         static_cast<size_t>(kFQ) * static_cast<size_t>(warp_topk_smem_bytes(w)) + sizeof(int) * kFQ;
+}
+
+template <int KP>  // padded depth, a multiple of 8 up to 64: constant index arithmetic
+__global__ void __launch_bounds__(kFThreads, 2) fused_knn_kernel(FusedParams P) {
+  extern __shared__ __align__(16) float smem[];
+  constexpr int kp = KP, ks = smem_stride(KP);
+  const int w = P.w;
+  float* qs = smem;                                   // kFQ x ks
+  float* rs = qs + kFQ * ks;                          // kFR x ks
+  float* sc = rs + kFR * ks;                          // kFQ x kScoreLd
+  float* rsq = sc + kFQ * kScoreLd;                   // kFR
+  char* lists = reinterpret_cast<char*>(rsq + kFR);   // kFQ x warp_topk_smem_bytes(w)
+  int* counts = reinterpret_cast<int*>(lists + static_cast<size_t>(kFQ) * warp_topk_smem_bytes(w));
+
+  const int warp = threadIdx.x / kWarp, lane = threadIdx.x & (kWarp - 1);
+  const int64_t q0 = static_cast<int64_t>(blockIdx.x) * kFQ;
+  constexpr int vec = kp / 4;  // float4 per row
+
+  // The query tile, and empty lists.
+  for (int e = threadIdx.x; e < kFQ * vec; e += kFThreads) {
+    const int row = e / vec, c = e - row * vec;
+    const int64_t q = q0 + row;
+    float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
+    if (q < P.n) v = reinterpret_cast<const float4*>(P.A + q * kp)[c];
+    reinterpret_cast<float4*>(qs + row * ks)[c] = v;
+  }
+  for (int i = 0; i < kQPerWarp; ++i) {
+    WarpTopK top(lists + static_cast<size_t>(warp * kQPerWarp + i) * warp_topk_smem_bytes(w), w);
+    top.reset();
+  }
+  if (threadIdx.x < kFQ) counts[threadIdx.x] = 0;
+
+  // The next database tile travels in registers while this one is multiplied and folded. Each
+  // thread's slots of the tile (row, float4 column) are fixed: computed once.
+  float4 pre[kMaxPrefetch];
+  float pre_sq = 0.f;
+  const bool cosine = P.sqn == nullptr;
+  constexpr int kSlots = (kFR * vec + kFThreads - 1) / kFThreads;  // float4 per thread per tile
+  static_assert(kSlots <= kMaxPrefetch, "database tile too deep for the register prefetch");
+  auto fetch = [&](int64_t r0) {
+#pragma unroll
+    for (int t = 0; t < kSlots; ++t) {
+      const int e = threadIdx.x + t * kFThreads, row = e / vec, col = e - row * vec;
+      pre[t] = make_float4(0.f, 0.f, 0.f, 0.f);
+      if (e < kFR * vec && r0 + row < P.n) pre[t] = __ldg(reinterpret_cast<const float4*>(P.A + (r0 + row) * kp) + col);
+    }
+    if (threadIdx.x < kFR) {
+      const int64_t r = r0 + threadIdx.x;
+      pre_sq = cosine || r >= P.n ? 0.f : __ldg(P.sqn + r);
+    }
+  };
+  fetch(0);
+
+  // This warp's 16 x 64 part of the 64 x 128 score tile: fragment row fr, columns fc .. fc + 63.
+  const int fr = (warp >> 1) * 16, fc = (warp & 1) * 64;
+  for (int64_t r0 = 0; r0 < P.n; r0 += kFR) {
+    __syncthreads();  // the previous tile's scores are folded in; rs and sc are free
+#pragma unroll
+    for (int t = 0; t < kSlots; ++t) {
+      const int e = threadIdx.x + t * kFThreads, row = e / vec, col = e - row * vec;
+      if (e < kFR * vec) reinterpret_cast<float4*>(rs + row * ks)[col] = pre[t];
+    }
+    if (threadIdx.x < kFR) rsq[threadIdx.x] = pre_sq;
+    __syncthreads();
+    if (r0 + kFR < P.n) fetch(r0 + kFR);
+    if (P.skip != 2) {
+      wmma::fragment<wmma::accumulator, 16, 16, 8, float> acc[4];
+#pragma unroll
+      for (int j = 0; j < 4; ++j) wmma::fill_fragment(acc[j], 0.f);
+#pragma unroll 1
+      for (int kk = 0; kk < kp; kk += 8) {
+        wmma::fragment<wmma::matrix_a, 16, 16, 8, wmma::precision::tf32, wmma::row_major> a;
+        wmma::load_matrix_sync(a, qs + fr * ks + kk, ks);
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          wmma::fragment<wmma::matrix_b, 16, 16, 8, wmma::precision::tf32, wmma::col_major> b;
+          wmma::load_matrix_sync(b, rs + (fc + 16 * j) * ks + kk, ks);
+          wmma::mma_sync(acc[j], a, b, acc[j]);
+        }
+      }
+#pragma unroll
+      for (int j = 0; j < 4; ++j)
+        wmma::store_matrix_sync(sc + fr * kScoreLd + fc + 16 * j, acc[j], kScoreLd, wmma::mem_row_major);
+    }
+    __syncthreads();
+    if (P.skip == 1) continue;
+    // Fold: each warp its kQPerWarp query rows, 4 scores per lane per row; a row none of whose
+    // scores beats the current W-th candidate costs one vote.
+    float rq[kFR / kWarp];
+#pragma unroll
+    for (int t = 0; t < kFR / kWarp; ++t) rq[t] = rsq[t * kWarp + lane];
+    for (int i = 0; i < kQPerWarp; ++i) {
+      const int qrow = warp * kQPerWarp + i;
+      const int64_t q = q0 + qrow;
+      if (q >= P.n) break;  // warp-uniform
+      char* lp = lists + static_cast<size_t>(qrow) * warp_topk_smem_bytes(w);
+      const float thr = reinterpret_cast<const float*>(lp)[w - 1];
+      const float* row = sc + qrow * kScoreLd;
+      float sv[kFR / kWarp];
+      bool any = false;
+#pragma unroll
+      for (int t = 0; t < kFR / kWarp; ++t) {
+        const int c = t * kWarp + lane;
+        sv[t] = cosine ? -row[c] : rq[t] - 2.f * row[c];
+        any |= sv[t] <= thr;  // (ties on the score are settled by index inside push)
+      }
+      if (!__any_sync(kFullMask, any)) continue;
+      WarpTopK top(lp, w);
+      top.count = counts[qrow];
+      top.thr_d = top.list_d[w - 1];
+      top.thr_i = top.list_i[w - 1];
+#pragma unroll
+      for (int t = 0; t < kFR / kWarp; ++t) {
+        const int64_t id = r0 + t * kWarp + lane;
+        top.push(sv[t], static_cast<int32_t>(id), id < P.n && id != q);
+      }
+      __syncwarp();
+      if (lane == 0) counts[qrow] = top.count;
+      __syncwarp();
+    }
+  }
+  __syncthreads();
+  for (int i = 0; i < kQPerWarp; ++i) {
+    const int qrow = warp * kQPerWarp + i;
+    const int64_t q = q0 + qrow;
+    if (q >= P.n) break;
+    WarpTopK top(lists + static_cast<size_t>(qrow) * warp_topk_smem_bytes(w), w);
+    top.count = counts[qrow];
+    top.thr_d = top.list_d[w - 1];
+    top.thr_i = top.list_i[w - 1];
+    top.store(P.best_d + q * w, P.best_i + q * w);
+  }
+}
+
+}  // namespace
+
+bool fused_supported(int64_t kp, int w) {
+  return kp % 8 == 0 && kp >= 8 && kp <= 64 && w <= 64 &&
+         fused_smem_bytes(static_cast<int>(kp), w) <= 113 * 1024;
+}
+
+void fused_candidates(CudaResources& r, const float* A, const float* sqn, int64_t n, int64_t kp, int w, float* best_d,
+                      int32_t* best_i) {
+  if (!fused_supported(kp, w)) fail("fused kNN: unsupported depth ", kp, " or width ", w);
+  if (n == 0) return;
+  const size_t smem = fused_smem_bytes(static_cast<int>(kp), w);
+  const char* skip_env = std::getenv("SCURRY_KNN_SKIP");
+  FusedParams P{A, sqn, n, static_cast<int>(kp), w, best_d, best_i, skip_env ? std::atoi(skip_env) : 0};
+  const unsigned blocks = static_cast<unsigned>((n + kFQ - 1) / kFQ);
+  auto launch = [&](auto kernel) {
+    SCURRY_CUDA(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+    kernel<<<blocks, kFThreads, smem, r.stream>>>(P);
+    SCURRY_CUDA_LAUNCH();
+  };
+  switch (kp) {
+    case 8: launch(fused_knn_kernel<8>); break;
+    case 16: launch(fused_knn_kernel<16>); break;
+    case 24: launch(fused_knn_kernel<24>); break;
+    case 32: launch(fused_knn_kernel<32>); break;
+    case 40: launch(fused_knn_kernel<40>); break;
+    case 48: launch(fused_knn_kernel<48>); break;
+    case 56: launch(fused_knn_kernel<56>); break;
+    case 64: launch(fused_knn_kernel<64>); break;
+    default: fail("fused kNN: unsupported depth ", kp);
+  }
+}
+
+}  // namespace scurry::gpu::knn

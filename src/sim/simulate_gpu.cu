@@ -1,0 +1,202 @@
+// The simulator's model (simulate.hpp) generated on the GPU, so that benchmarks at millions of cells
+// need nothing big on the host and no upload.
+//
+// One block per cell. The cell's cluster and library size L come from its own Philox stream; the L
+// multinomial draws are spread over the block's threads (each thread its own Philox subsequence,
+// so the counts do not depend on scheduling), each an O(1) draw from the cluster's Walker alias
+// table, counted in a shared-memory histogram of 16-bit counters (two per 32-bit word: up to
+// kMaxGenes genes). Two passes with the same streams: the first counts each cell's distinct genes
+// (for the row pointers, an exclusive scan), the second writes the sorted gene indices and counts.
+// Cost at 1.3M cells x ~2,000 genes (L ~ 7,000 draws per cell): 2 x 9e9 draws; each a Philox half
+// block, two L2-resident table reads and one shared-memory atomic: ~0.1 s, against 27 s on 16 host
+// threads for simulate().
+#include <cub/block/block_scan.cuh>
+#include <cub/device/device_scan.cuh>
+#include <curand_kernel.h>
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "core/error.hpp"
+#include "exec/device_csr.cuh"
+#include "sim/simulate.hpp"
+
+namespace scurry {
+
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int64_t kMaxGenes = 100000;  // histogram words: 50,000 x 4 bytes = 195 KiB of shared memory
+
+struct SimParams {
+  const float* prob;      // [cluster][gene] alias acceptance
+  const int32_t* alias;   // [cluster][gene]
+  int64_t n_cells;
+  int32_t n_genes;
+  int32_t n_clusters;
+  double lib_scale, lib_sd;
+  uint64_t seed;
+  int64_t* row_nnz;       // pass 1
+  const int64_t* indptr;  // pass 2
+  int32_t* indices;
+  float* data;
+  int32_t* cluster;
+};
+
+// Philox subsequences: one per (cell, thread) for the draws, and the cell's own for its cluster and size.
+__device__ __forceinline__ unsigned long long stream_of(int64_t cell, int t) {
+  return (static_cast<unsigned long long>(cell) << 9) | static_cast<unsigned>(t);
+}
+
+template <bool kWrite>
+__global__ void __launch_bounds__(kThreads) simulate_kernel(SimParams P) {
+  extern __shared__ uint32_t hist[];  // (n_genes + 1) / 2 words
+  using Scan = cub::BlockScan<int, kThreads>;
+  __shared__ typename Scan::TempStorage scan_tmp;
+  __shared__ int s_cluster;
+  __shared__ long long s_lib;
+  const int words = (P.n_genes + 1) / 2;
+  for (int64_t cell = blockIdx.x; cell < P.n_cells; cell += gridDim.x) {
+    for (int w = threadIdx.x; w < words; w += kThreads) hist[w] = 0u;
+    if (threadIdx.x == 0) {
+      curandStatePhilox4_32_10_t st;
+      curand_init(P.seed, stream_of(cell, 511), 0, &st);
+      s_cluster = static_cast<int>(curand(&st) % static_cast<unsigned>(P.n_clusters));
+      s_lib = llround(P.lib_scale * exp(P.lib_sd * curand_normal_double(&st)));
+    }
+    __syncthreads();
+    const int k = s_cluster;
+    const long long L = s_lib;
+    const float* prob = P.prob + static_cast<int64_t>(k) * P.n_genes;
+    const int32_t* alias = P.alias + static_cast<int64_t>(k) * P.n_genes;
+    {
+      curandStatePhilox4_32_10_t st;
+      curand_init(P.seed, stream_of(cell, threadIdx.x), 0, &st);
+      for (long long i = threadIdx.x; i < L; i += kThreads) {
+        const uint2 u = make_uint2(curand(&st), curand(&st));
+        const int slot = static_cast<int>((static_cast<unsigned long long>(u.x) * P.n_genes) >> 32);
+        const float accept = (u.y >> 8) * (1.0f / 16777216.0f);
+        const int g = accept < __ldg(prob + slot) ? slot : __ldg(alias + slot);
+        atomicAdd(&hist[g >> 1], (g & 1) ? 0x10000u : 1u);
+      }
+    }
+    __syncthreads();
+    // Each thread owns a contiguous range of genes: distinct genes per range, then a block scan.
+    const int per = (P.n_genes + kThreads - 1) / kThreads;
+    const int g0 = min(P.n_genes, static_cast<int>(threadIdx.x) * per), g1 = min(P.n_genes, g0 + per);
+    int mine = 0;
+    for (int g = g0; g < g1; ++g) mine += ((hist[g >> 1] >> ((g & 1) * 16)) & 0xffffu) != 0u;
+    int offset = 0, total = 0;
+    Scan(scan_tmp).ExclusiveSum(mine, offset, total);
+    if constexpr (!kWrite) {
+      if (threadIdx.x == 0) P.row_nnz[cell] = total, P.cluster[cell] = k;
+    } else {
+      const int64_t base = P.indptr[cell] + offset;
+      int o = 0;
+      for (int g = g0; g < g1; ++g) {
+        const unsigned c = (hist[g >> 1] >> ((g & 1) * 16)) & 0xffffu;
+        if (c) P.indices[base + o] = g, P.data[base + o] = static_cast<float>(c), ++o;
+      }
+    }
+    __syncthreads();  // before the next cell clears the histogram
+  }
+}
+
+// Walker/Vose alias table in float acceptance form (as simulate.cpp's Alias).
+void alias_table(const std::vector<double>& p, float* prob, int32_t* alias) {
+  const size_t n = p.size();
+  std::vector<double> q(n);
+  for (size_t i = 0; i < n; ++i) q[i] = p[i] * static_cast<double>(n);
+  std::vector<int32_t> small, large;
+  for (size_t i = 0; i < n; ++i) (q[i] < 1.0 ? small : large).push_back(static_cast<int32_t>(i));
+  while (!small.empty() && !large.empty()) {
+    const int32_t s = small.back(), l = large.back();
+    small.pop_back();
+    prob[s] = static_cast<float>(q[s]);
+    alias[s] = l;
+    q[l] = (q[l] + q[s]) - 1.0;
+    if (q[l] < 1.0) {
+      large.pop_back();
+      small.push_back(l);
+    }
+  }
+  for (int32_t i : large) prob[i] = 1.0f, alias[i] = i;
+  for (int32_t i : small) prob[i] = 1.0f, alias[i] = i;
+}
+
+}  // namespace
+
+DeviceSimulated simulate_on_device(Context& ctx, const SimulateOptions& o) {
+  CudaResources* rp = ctx.cuda();
+  if (!rp) throw Error("simulate on the device: needs --device gpu");
+  CudaResources& r = *rp;
+  if (o.n_genes > kMaxGenes)
+    throw InputError(detail::concat("simulate on the device: at most ", kMaxGenes, " genes (got ", o.n_genes, ")"));
+  const double L0 = calibrate_library_size(o);  // also validates the options
+  if (L0 * std::exp(6.0 * o.library_log_sd) > 60000.0)
+    throw InputError("simulate on the device: library sizes above 60,000 draws per cell (16-bit counters); "
+                     "lower --nnz-per-cell or use the host simulator");
+  const auto props = simulate_cluster_proportions(o);
+  const int64_t G = o.n_genes, C = o.n_clusters, n = o.n_cells;
+  std::vector<float> prob(static_cast<size_t>(G * C));
+  std::vector<int32_t> alias(static_cast<size_t>(G * C));
+#pragma omp parallel for schedule(static)
+  for (int64_t c = 0; c < C; ++c) alias_table(props[c], prob.data() + c * G, alias.data() + c * G);
+
+  DeviceArray<float> dprob(r, prob.size(), "simulation tables");
+  DeviceArray<int32_t> dalias(r, alias.size(), "simulation tables");
+  SCURRY_CUDA(cudaMemcpyAsync(dprob.data(), prob.data(), prob.size() * 4, cudaMemcpyHostToDevice, r.stream));
+  SCURRY_CUDA(cudaMemcpyAsync(dalias.data(), alias.data(), alias.size() * 4, cudaMemcpyHostToDevice, r.stream));
+
+  auto m = std::make_shared<DeviceCsr>();
+  m->n_rows = n, m->n_cols = G;
+  m->indptr = DeviceArray<int64_t>(r, static_cast<size_t>(n) + 1, "simulated matrix (row pointers)");
+  DeviceArray<int64_t> row_nnz(r, static_cast<size_t>(n) + 1, "simulated row sizes");
+  DeviceArray<int32_t> dcluster(r, static_cast<size_t>(std::max<int64_t>(n, 1)), "simulated clusters");
+  SimParams P{};
+  P.prob = dprob.data(), P.alias = dalias.data(), P.n_cells = n, P.n_genes = static_cast<int32_t>(G);
+  P.n_clusters = static_cast<int32_t>(C), P.lib_scale = L0, P.lib_sd = o.library_log_sd, P.seed = o.seed;
+  P.row_nnz = row_nnz.data(), P.cluster = dcluster.data();
+  const size_t smem = static_cast<size_t>((G + 1) / 2) * 4;
+  SCURRY_CUDA(cudaFuncSetAttribute(simulate_kernel<false>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+  SCURRY_CUDA(cudaFuncSetAttribute(simulate_kernel<true>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+  int sms = 0, per_sm = 0;
+  SCURRY_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, r.device));
+  SCURRY_CUDA(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, simulate_kernel<true>, kThreads, smem));
+  const unsigned grid = static_cast<unsigned>(std::max<int64_t>(1, std::min<int64_t>(n, int64_t(sms) * std::max(per_sm, 1) * 8)));
+  if (n > 0) {
+    simulate_kernel<false><<<grid, kThreads, smem, r.stream>>>(P);
+    SCURRY_CUDA_LAUNCH();
+  }
+  // Row pointers: exclusive scan of the row sizes (n + 1 entries, the last one 0).
+  SCURRY_CUDA(cudaMemsetAsync(row_nnz.data() + n, 0, 8, r.stream));
+  size_t tmp = 0;
+  SCURRY_CUDA(cub::DeviceScan::ExclusiveSum(nullptr, tmp, row_nnz.data(), m->indptr.data(), n + 1, r.stream));
+  DeviceArray<uint8_t> scratch(r, std::max<size_t>(tmp, 1), "scan scratch");
+  SCURRY_CUDA(cub::DeviceScan::ExclusiveSum(scratch.data(), tmp, row_nnz.data(), m->indptr.data(), n + 1, r.stream));
+  int64_t nnz = 0;
+  SCURRY_CUDA(cudaMemcpyAsync(&nnz, m->indptr.data() + n, 8, cudaMemcpyDeviceToHost, r.stream));
+  SCURRY_CUDA(cudaStreamSynchronize(r.stream));
+  scratch.release();
+  row_nnz.release();
+  m->nnz = nnz;
+  m->indices = DeviceArray<int32_t>(r, static_cast<size_t>(std::max<int64_t>(nnz, 1)), "simulated matrix (indices)");
+  m->data = DeviceArray<float>(r, static_cast<size_t>(std::max<int64_t>(nnz, 1)), "simulated matrix (values)");
+  P.indptr = m->indptr.data(), P.indices = m->indices.data(), P.data = m->data.data();
+  if (n > 0) {
+    simulate_kernel<true><<<grid, kThreads, smem, r.stream>>>(P);
+    SCURRY_CUDA_LAUNCH();
+  }
+  std::vector<int32_t> codes(static_cast<size_t>(n));
+  if (n > 0) SCURRY_CUDA(cudaMemcpyAsync(codes.data(), dcluster.data(), static_cast<size_t>(n) * 4, cudaMemcpyDeviceToHost, r.stream));
+  SCURRY_CUDA(cudaStreamSynchronize(r.stream));
+
+  DeviceSimulated out;
+  simulate_frame(out.frame, o, std::move(codes), L0);
+  out.nnz = nnz;
+  out.matrix = std::static_pointer_cast<void>(m);
+  return out;
+}
+
+}  // namespace scurry
