@@ -16,6 +16,7 @@
 #include "cli/step_options.hpp"
 #include "core/error.hpp"
 #include "core/log.hpp"
+#include "core/memory.hpp"
 #include "graph/connectivities.hpp"
 #include "graph/knn.hpp"
 #include "graph/knn_gpu.hpp"
@@ -187,6 +188,7 @@ void run_bench(const GlobalOptions& g, BenchOptions& o) {
   std::printf("bench start (realtime %.3f)\n",
               std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count());
   Context ctx = make_context(g);
+  if (ctx.backend() == Backend::cuda) prefault_heap(size_t(768) << 20, ctx.threads());
   const double t_context = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();
   if (!o.read.empty()) return bench_read(o.read, o.repeat);
   int64_t cells = 0, genes = 0;

@@ -4,6 +4,11 @@
 #include <unistd.h>
 
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+#include <omp.h>
 
 namespace scurry {
 
@@ -14,6 +19,22 @@ void advise_huge_pages(void* p, size_t bytes) {
   const uintptr_t a = (reinterpret_cast<uintptr_t>(p) + page - 1) / page * page;
   const uintptr_t b = (reinterpret_cast<uintptr_t>(p) + bytes) / page * page;
   if (b > a) madvise(reinterpret_cast<void*>(a), b - a, MADV_HUGEPAGE);
+}
+
+void prefault_heap(size_t bytes, int threads) {
+  constexpr size_t kPiece = size_t(24) << 20;  // below the 32 MiB mmap threshold main() sets
+  std::vector<char*> pieces;
+  for (size_t done = 0; done < bytes; done += kPiece) {
+    char* p = static_cast<char*>(std::malloc(kPiece));
+    if (!p) break;
+    pieces.push_back(p);
+  }
+  const int64_t n = static_cast<int64_t>(pieces.size());
+  const long page = sysconf(_SC_PAGESIZE);
+#pragma omp parallel for schedule(static) num_threads(threads > 0 ? threads : omp_get_max_threads())
+  for (int64_t i = 0; i < n; ++i)
+    for (size_t off = 0; off < kPiece; off += static_cast<size_t>(page)) pieces[i][off] = 0;
+  for (auto it = pieces.rbegin(); it != pieces.rend(); ++it) std::free(*it);
 }
 
 }  // namespace scurry
