@@ -1,8 +1,12 @@
 // scurry bench --synthetic CELLSxGENES: the preprocessing chain on seeded synthetic data generated in
 // memory (no disk), repeated; per-step medians over the repetitions after the first (warm-up), peak
 // memory, and each step's floor (bytes over memory bandwidth, FLOPs over the fp32 rate) on the GPU.
+// --gpus N (with --device gpu): the chain over N GPUs of this host (preprocess_gpu_sharded; with
+// --on-device the matrix is simulated on the first GPU and each GPU copies its rows); the floors are
+// then the one-GPU floors / N.
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <filesystem>
 #include <iterator>
 #include <cstdio>
@@ -187,7 +191,15 @@ void run_bench(const GlobalOptions& g, BenchOptions& o) {
   const auto t_start = std::chrono::steady_clock::now();
   std::printf("bench start (realtime %.3f)\n",
               std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count());
-  Context ctx = make_context(g);
+  // --gpus: the other GPUs' contexts first (making one selects its device on this thread), the main
+  // context (the first listed GPU) last.
+  const std::vector<int> devices = selected_gpus(g);
+  GlobalOptions gm = g;
+  if (!devices.empty()) gm.context.cuda.device = devices[0];
+  GpuContexts extra = make_extra_gpu_contexts(gm, devices);
+  Context ctx = make_context(gm);
+  const std::vector<Context*>& gpus = extra.with_main(ctx);
+  const bool multi = gpus.size() > 1;
   if (ctx.backend() == Backend::cuda) prefault_heap(size_t(768) << 20, ctx.threads());
   const double t_context = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();
   if (!o.read.empty()) return bench_read(o.read, o.repeat);
@@ -203,9 +215,10 @@ void run_bench(const GlobalOptions& g, BenchOptions& o) {
   if (o.repeat < (o.on_device ? 0 : 1))
     throw InputError(o.on_device ? "--repeat must be at least 0" : "--repeat must be at least 1 (0 only with --on-device)");
   if (o.on_device && ctx.backend() != Backend::cuda) throw InputError("--on-device needs --device gpu");
-  std::printf("scurry bench: synthetic %lld x %lld, %g nonzeros per cell, seed %llu; %s\n",
+  std::printf("scurry bench: synthetic %lld x %lld, %g nonzeros per cell, seed %llu; %s%s\n",
               static_cast<long long>(cells), static_cast<long long>(genes), o.sim.nnz_per_cell,
-              static_cast<unsigned long long>(o.sim.seed), ctx.describe().c_str());
+              static_cast<unsigned long long>(o.sim.seed), ctx.describe().c_str(),
+              multi ? detail::concat("; preprocessing on ", gpus.size(), " GPUs").c_str() : "");
   Timings sim_t;
   Dataset base;
   DeviceSimulated dsim;
@@ -230,10 +243,11 @@ void run_bench(const GlobalOptions& g, BenchOptions& o) {
     Dataset d;
     Timings t;
     if (o.on_device) {
-      preprocess_simulated(ctx, dsim, d, o.pp, &t, /*consume=*/rep == o.repeat);  // the last run needs no copy
+      preprocess_simulated_sharded(gpus, dsim, d, o.pp, &t, /*consume=*/rep == o.repeat);  // the last run needs no copy
     } else {
       d = base;
-      preprocess(ctx, d, o.pp, &t);
+      if (multi) preprocess_gpu_sharded(gpus, d, o.pp, &t);
+      else preprocess(ctx, d, o.pp, &t);
     }
     n1 = d.n_obs(), g1 = d.n_vars();
     double total = 0;
@@ -272,7 +286,8 @@ void run_bench(const GlobalOptions& g, BenchOptions& o) {
     const double mw = median(w), mc = median(c);
     const double fl = ctx.backend() == Backend::cuda
                           ? floor_s(name, runs.front(), static_cast<double>(cells), static_cast<double>(genes),
-                                    static_cast<double>(n1), static_cast<double>(g1), static_cast<double>(k))
+                                    static_cast<double>(n1), static_cast<double>(g1), static_cast<double>(k)) /
+                                static_cast<double>(gpus.size())
                           : 0.0;
     if (!acquire_step(name)) total += mw, total_floor += fl;
     std::printf("%-24s %12.4f %12.3f %10.4f %10s\n", name.c_str(), mw, mc, fl,
@@ -294,7 +309,7 @@ void run_bench(const GlobalOptions& g, BenchOptions& o) {
     nlohmann::json j = {{"graph", jgraph},{"synthetic", o.synthetic},   {"nnz_per_cell", o.sim.nnz_per_cell},
                         {"seed", o.sim.seed},         {"device", ctx.describe()},
                         {"nnz", nnz0},                {"input_bytes", input_bytes},
-                        {"on_device", o.on_device},   {"context_s", t_context},
+                        {"on_device", o.on_device},   {"context_s", t_context}, {"gpus", gpus.size()},
                         {"write_s", write_s},         {"process_to_here_s", since_start},
                         {"cells_after_filter", n1},   {"genes_after_hvg", g1},
                         {"simulate_s", sim_t.steps().back().wall_s},
@@ -322,6 +337,9 @@ void add_bench_command(CLI::App& app, GlobalOptions& g) {
   cmd->add_flag("--knn-only", o->knn_only, "With --graph: time only the exact kNN");
   cmd->add_flag("--graph", o->graph, "Also time kNN (exact and approximate), connectivities, UMAP and Leiden on the PCA");
   add_preprocess_options(*cmd, o->pp);
+  cmd->add_option("--gpus", g.gpus,
+                  "With --device gpu: run the chain over these GPUs of this host: all, a count N, or ordinals 0,2 "
+                  "(default: one GPU)");
   cmd->callback([&g, o] { run_bench(g, *o); });
 }
 

@@ -6,6 +6,10 @@
 // rank's cells against all cells' PCA coordinates (gathered: n x 50), and rank 0 gathers the cells
 // and the graph, then runs UMAP and Leiden, writes the result and prints the timings. An error on any
 // rank ends all ranks (MPI_Abort with the exit code: 2 for bad input, 1 otherwise).
+//
+// With --device gpu --gpus all|N|0,1 (one process) the preprocessing runs over several GPUs of this
+// host (preprocess_gpu_sharded: the cells split by nonzeros, one host thread per GPU); the graph steps
+// then run on the first GPU.
 #include <cstdio>
 #include <exception>
 #include <new>
@@ -32,19 +36,37 @@ std::string shape_of(const Dataset& d) {
 }
 
 void run_ranks(const GlobalOptions& g, const RunOptions& o) {
-  Context ctx = make_distributed_context(g);
+  // --gpus: the first listed GPU is the main context's; the others' contexts are made first (making
+  // one selects its device on this thread; the main context's must be selected last).
+  const std::vector<int> devices = selected_gpus(g);
+  GlobalOptions gm = g;
+  if (!devices.empty()) gm.context.cuda.device = devices[0];
+  if (devices.size() > 1 && launched_by_mpi())
+    fail_input("--gpus", "several GPUs in one process cannot be combined with MPI ranks; give one of the two");
+  GpuContexts gpus = make_extra_gpu_contexts(gm, devices);
+  Context ctx = make_distributed_context(gm);
+  const std::vector<Context*>& all_gpus = gpus.with_main(ctx);
   check_output_path(o.output, ".h5ad", "-o/--output");
   if (!o.timings.empty()) check_output_path(o.timings, ".json", "--timings");
 
-  log::info("using " + ctx.describe() + (ctx.comm().size() > 1 ? "; " + ctx.comm().describe() : std::string()));
+  std::string where = ctx.describe();
+  if (all_gpus.size() > 1) {
+    where += detail::concat("; preprocessing on ", all_gpus.size(), " GPUs:");
+    for (int dev : devices) where += " " + std::to_string(dev);
+  }
+  log::info("using " + where + (ctx.comm().size() > 1 ? "; " + ctx.comm().describe() : std::string()));
   Timings t;
   t.set_argv(g.argv);
-  t.set_meta("device", ctx.describe());
+  t.set_meta("device", where);
   t.set_meta("input", o.input);
   t.set_meta("output", o.output);
 
   Dataset d;
-  const auto steps = build_pipeline(o);
+  auto steps = build_pipeline(o);
+  if (all_gpus.size() > 1)
+    for (auto& s : steps)
+      if (s.name == "preprocess")
+        s.run = [&o, &all_gpus](Context&, Dataset& d, Timings& t) { preprocess_gpu_sharded(all_gpus, d, o.preprocess, &t); };
   for (size_t i = 0; i < steps.size(); ++i) {
     log::info("[" + std::to_string(i + 1) + "/" + std::to_string(steps.size()) + "] " + steps[i].name);
     if (steps[i].self_timed) {
@@ -159,6 +181,9 @@ void add_run_command(CLI::App& app, GlobalOptions& g) {
   auto o = std::make_shared<RunOptions>();
   CLI::App* cmd = app.add_subcommand("run", "Run the pipeline on INPUT and write the result to OUT.h5ad");
   add_run_options(*cmd, *o);
+  cmd->add_option("--gpus", g.gpus,
+                  "With --device gpu: spread the preprocessing over these GPUs of this host: all, a count N, or "
+                  "ordinals 0,2 (default: one GPU)");
   cmd->callback([&g, o] { run_pipeline(g, *o); });
 }
 

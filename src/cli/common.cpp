@@ -9,6 +9,7 @@
 
 #include "core/error.hpp"
 #include "core/log.hpp"
+#include "nmf/nmf.hpp"
 
 namespace scurry::cli {
 
@@ -31,6 +32,29 @@ Context make_distributed_context(const GlobalOptions& g) {
   Context ctx = make_context(one);
   ctx.set_comm(comm);
   return ctx;
+}
+
+std::vector<int> selected_gpus(const GlobalOptions& g) {
+  if (g.gpus.empty()) return {};
+  if (g.context.device == "cpu") fail_input("--gpus", "needs --device gpu (the GPUs to spread the preprocessing over)");
+  return parse_gpus(g.gpus, cuda_device_count());
+}
+
+GpuContexts make_extra_gpu_contexts(const GlobalOptions& g, const std::vector<int>& devices) {
+  GpuContexts out;
+  for (size_t i = 1; i < devices.size(); ++i) {
+    ContextOptions o = g.context;
+    o.device = "gpu";
+    o.cuda.device = devices[i];
+    out.extra.push_back(Context::create(o));
+  }
+  return out;
+}
+
+std::vector<Context*>& GpuContexts::with_main(Context& main) {
+  all.assign(1, &main);
+  for (Context& c : extra) all.push_back(&c);
+  return all;
 }
 
 void check_output_path(const std::string& path, const std::string& ext, const char* what) {

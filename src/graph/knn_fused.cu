@@ -14,6 +14,10 @@
 // outside the candidates can be nearer, and the result equals a float64 brute force. Queries without
 // the certificate are searched again with the split-TF32 GEMM path.
 //
+// The IVF form (knn_ivf.cu) is the same kernel over a given set of database row ranges per block
+// (tiles of kFR rows within each range, the last one partial) for a given block of queries, with
+// positions mapped to original cell indices; the exact search is the one range [0, n).
+//
 // Floor on one H200 at 1,306,127 x 50 (d padded to 56): 2 n^2 d = 1.9e14 TF32 FLOPs, 0.42 s at 452
 // TFLOP/s; database tiles re-read from L2 once per block, n / kFQ * n * 56 * 4 bytes = 6 TB at
 // ~10 TB/s L2: 0.6 s; the select costs ~1 compare per score.
@@ -32,7 +36,7 @@ namespace {
 
 using namespace nvcuda;
 
-constexpr int kFQ = 64;            // queries per block
+constexpr int kFQ = kFusedQueries;  // queries per block
 constexpr int kFR = 128;           // database rows per tile
 constexpr int kFThreads = 256;     // 8 warps
 constexpr int kFWarps = kFThreads / kWarp;
@@ -48,6 +52,7 @@ struct FusedParams {
   float* best_d;       // n x w, sorted ascending
   int32_t* best_i;
   int skip;            // profiling (SCURRY_KNN_SKIP): 1 = no fold, 2 = no MMA
+  FusedBlocks ivf;     // the IVF form (kIvf): per-block queries, database ranges, original ids
 };
 
 constexpr int kMaxPrefetch = 8;  // float4 per thread of the next database tile held in registers (kp <= 64)
@@ -63,7 +68,10 @@ size_t fused_smem_bytes(int kp, int w) {
          static_cast<size_t>(kFQ) * static_cast<size_t>(warp_topk_smem_bytes(w)) + sizeof(int) * kFQ;
 }
 
-template <int KP>  // padded depth, a multiple of 8 up to 64: constant index arithmetic
+// KP: padded depth, a multiple of 8 up to 64 (constant index arithmetic). kIvf: the block's queries,
+// database ranges and ids come from P.ivf; otherwise block b takes rows [kFQ b, kFQ b + kFQ) against
+// the one range [0, n) with ids = positions (the exact search; the range logic folds away).
+template <int KP, bool kIvf>
 __global__ void __launch_bounds__(kFThreads, 2) fused_knn_kernel(FusedParams P) {
   extern __shared__ __align__(16) float smem[];
   constexpr int kp = KP, ks = smem_stride(KP);
@@ -76,7 +84,18 @@ __global__ void __launch_bounds__(kFThreads, 2) fused_knn_kernel(FusedParams P) 
   int* counts = reinterpret_cast<int*>(lists + static_cast<size_t>(kFQ) * warp_topk_smem_bytes(w));
 
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x & (kWarp - 1);
-  const int64_t q0 = static_cast<int64_t>(blockIdx.x) * kFQ;
+  const int64_t blk = blockIdx.x;
+  // This block's queries: rows [q0, q_end) of A (at most kFQ).
+  const int64_t q0 = kIvf ? P.ivf.query_range[2 * blk] : blk * kFQ;
+  const int64_t q_end = kIvf ? P.ivf.query_range[2 * blk + 1] : (P.n - q0 < kFQ ? P.n : q0 + kFQ);
+  // Its database ranges [range_begin(j), range_end(j)), j < n_rg.
+  const int64_t* rg = kIvf ? P.ivf.ranges + blk * P.ivf.range_cap * 2 : nullptr;
+  const int n_rg = kIvf ? P.ivf.n_ranges[blk] : 1;
+  auto range_begin = [&](int j) -> int64_t { return kIvf ? rg[2 * j] : 0; };
+  auto range_end = [&](int j) -> int64_t { return kIvf ? rg[2 * j + 1] : P.n; };
+  auto original_id = [&](int64_t pos) -> int32_t {
+    return kIvf ? __ldg(P.ivf.ids + pos) : static_cast<int32_t>(pos);
+  };
   constexpr int vec = kp / 4;  // float4 per row
 
   // The query tile, and empty lists.
@@ -84,7 +103,7 @@ __global__ void __launch_bounds__(kFThreads, 2) fused_knn_kernel(FusedParams P) 
     const int row = e / vec, c = e - row * vec;
     const int64_t q = q0 + row;
     float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
-    if (q < P.n) v = reinterpret_cast<const float4*>(P.A + q * kp)[c];
+    if (q < q_end) v = reinterpret_cast<const float4*>(P.A + q * kp)[c];
     reinterpret_cast<float4*>(qs + row * ks)[c] = v;
   }
   for (int i = 0; i < kQPerWarp; ++i) {
@@ -94,29 +113,57 @@ __global__ void __launch_bounds__(kFThreads, 2) fused_knn_kernel(FusedParams P) 
   if (threadIdx.x < kFQ) counts[threadIdx.x] = 0;
 
   // The next database tile travels in registers while this one is multiplied and folded. Each
-  // thread's slots of the tile (row, float4 column) are fixed: computed once.
+  // thread's slots of the tile (row, float4 column) are fixed. A tile is rows [r0, min(r0 + kFR, r_end))
+  // of one range (the last tile of a range partial).
   float4 pre[kMaxPrefetch];
   float pre_sq = 0.f;
   const bool cosine = P.sqn == nullptr;
   constexpr int kSlots = (kFR * vec + kFThreads - 1) / kFThreads;  // float4 per thread per tile
   static_assert(kSlots <= kMaxPrefetch, "database tile too deep for the register prefetch");
-  auto fetch = [&](int64_t r0) {
+  auto fetch = [&](int64_t r0, int64_t r_end) {
 #pragma unroll
     for (int t = 0; t < kSlots; ++t) {
       const int e = threadIdx.x + t * kFThreads, row = e / vec, col = e - row * vec;
       pre[t] = make_float4(0.f, 0.f, 0.f, 0.f);
-      if (e < kFR * vec && r0 + row < P.n) pre[t] = __ldg(reinterpret_cast<const float4*>(P.A + (r0 + row) * kp) + col);
+      if (e < kFR * vec && r0 + row < r_end) pre[t] = __ldg(reinterpret_cast<const float4*>(P.A + (r0 + row) * kp) + col);
     }
     if (threadIdx.x < kFR) {
       const int64_t r = r0 + threadIdx.x;
-      pre_sq = cosine || r >= P.n ? 0.f : __ldg(P.sqn + r);
+      pre_sq = cosine || r >= r_end ? 0.f : __ldg(P.sqn + r);
     }
   };
-  fetch(0);
+  // The ranges are walked from the one holding the queries (their own list: the running thresholds
+  // tighten early, so later tiles mostly cost one compare per score), wrapping around.
+  int j0 = 0;
+  if (kIvf)
+    for (int j = 0; j < n_rg; ++j)
+      if (range_begin(j) <= q0 && q0 < range_end(j)) {
+        j0 = j;
+        break;
+      }
+  // Moves (t, r0, r_end) to the next non-empty tile (block-uniform; t counts ranges from j0); false
+  // when none is left.
+  auto advance = [&](int& t, int64_t& r0, int64_t& r_end) -> bool {
+    if (t >= 0 && r0 + kFR < r_end) {
+      r0 += kFR;
+      return true;
+    }
+    while (++t < n_rg) {
+      const int j = t + j0 < n_rg ? t + j0 : t + j0 - n_rg;
+      r0 = range_begin(j);
+      r_end = range_end(j);
+      if (r0 < r_end) return true;
+    }
+    return false;
+  };
+  int rj = -1;
+  int64_t r0 = 0, r_end = 0;
+  bool have = advance(rj, r0, r_end);
+  if (have) fetch(r0, r_end);
 
   // This warp's 16 x 64 part of the 64 x 128 score tile: fragment row fr, columns fc .. fc + 63.
   const int fr = (warp >> 1) * 16, fc = (warp & 1) * 64;
-  for (int64_t r0 = 0; r0 < P.n; r0 += kFR) {
+  while (have) {
     __syncthreads();  // the previous tile's scores are folded in; rs and sc are free
 #pragma unroll
     for (int t = 0; t < kSlots; ++t) {
@@ -125,7 +172,10 @@ __global__ void __launch_bounds__(kFThreads, 2) fused_knn_kernel(FusedParams P) 
     }
     if (threadIdx.x < kFR) rsq[threadIdx.x] = pre_sq;
     __syncthreads();
-    if (r0 + kFR < P.n) fetch(r0 + kFR);
+    int nj = rj;
+    int64_t n0 = r0, n_end = r_end;
+    const bool next = advance(nj, n0, n_end);
+    if (next) fetch(n0, n_end);
     if (P.skip != 2) {
       wmma::fragment<wmma::accumulator, 16, 16, 8, float> acc[4];
 #pragma unroll
@@ -146,53 +196,86 @@ __global__ void __launch_bounds__(kFThreads, 2) fused_knn_kernel(FusedParams P) 
         wmma::store_matrix_sync(sc + fr * kScoreLd + fc + 16 * j, acc[j], kScoreLd, wmma::mem_row_major);
     }
     __syncthreads();
-    if (P.skip == 1) continue;
-    // Fold: each warp its kQPerWarp query rows, 4 scores per lane per row; a row none of whose
-    // scores beats the current W-th candidate costs one vote.
-    float rq[kFR / kWarp];
+    if (P.skip != 1) {
+      // Fold: each warp its kQPerWarp query rows, 4 scores per lane per row; a row none of whose
+      // scores beats the current W-th candidate costs one vote.
+      float rq[kFR / kWarp];
 #pragma unroll
-    for (int t = 0; t < kFR / kWarp; ++t) rq[t] = rsq[t * kWarp + lane];
-    for (int i = 0; i < kQPerWarp; ++i) {
-      const int qrow = warp * kQPerWarp + i;
-      const int64_t q = q0 + qrow;
-      if (q >= P.n) break;  // warp-uniform
-      char* lp = lists + static_cast<size_t>(qrow) * warp_topk_smem_bytes(w);
-      const float thr = reinterpret_cast<const float*>(lp)[w - 1];
-      const float* row = sc + qrow * kScoreLd;
-      float sv[kFR / kWarp];
-      bool any = false;
+      for (int t = 0; t < kFR / kWarp; ++t) rq[t] = rsq[t * kWarp + lane];
+      for (int i = 0; i < kQPerWarp; ++i) {
+        const int qrow = warp * kQPerWarp + i;
+        const int64_t q = q0 + qrow;
+        if (q >= q_end) break;  // warp-uniform
+        char* lp = lists + static_cast<size_t>(qrow) * warp_topk_smem_bytes(w);
+        const float thr = reinterpret_cast<const float*>(lp)[w - 1];
+        const float* row = sc + qrow * kScoreLd;
+        float sv[kFR / kWarp];
+        bool any = false;
 #pragma unroll
-      for (int t = 0; t < kFR / kWarp; ++t) {
-        const int c = t * kWarp + lane;
-        sv[t] = cosine ? -row[c] : rq[t] - 2.f * row[c];
-        any |= sv[t] <= thr;  // (ties on the score are settled by index inside push)
+        for (int t = 0; t < kFR / kWarp; ++t) {
+          const int c = t * kWarp + lane;
+          sv[t] = cosine ? -row[c] : rq[t] - 2.f * row[c];
+          any |= sv[t] <= thr;  // (ties on the score are settled by index inside push)
+        }
+        if (!__any_sync(kFullMask, any)) continue;
+        WarpTopK top(lp, w);
+        top.count = counts[qrow];
+        top.thr_d = top.list_d[w - 1];
+        top.thr_i = top.list_i[w - 1];
+#pragma unroll
+        for (int t = 0; t < kFR / kWarp; ++t) {
+          const int64_t pos = r0 + t * kWarp + lane;
+          const bool valid = pos < r_end && pos != q;
+          top.push(sv[t], valid ? original_id(pos) : -1, valid);
+        }
+        __syncwarp();
+        if (lane == 0) counts[qrow] = top.count;
+        __syncwarp();
       }
-      if (!__any_sync(kFullMask, any)) continue;
-      WarpTopK top(lp, w);
-      top.count = counts[qrow];
-      top.thr_d = top.list_d[w - 1];
-      top.thr_i = top.list_i[w - 1];
-#pragma unroll
-      for (int t = 0; t < kFR / kWarp; ++t) {
-        const int64_t id = r0 + t * kWarp + lane;
-        top.push(sv[t], static_cast<int32_t>(id), id < P.n && id != q);
-      }
-      __syncwarp();
-      if (lane == 0) counts[qrow] = top.count;
-      __syncwarp();
     }
+    rj = nj;
+    r0 = n0;
+    r_end = n_end;
+    have = next;
   }
   __syncthreads();
   for (int i = 0; i < kQPerWarp; ++i) {
     const int qrow = warp * kQPerWarp + i;
     const int64_t q = q0 + qrow;
-    if (q >= P.n) break;
+    if (q >= q_end) break;
     WarpTopK top(lists + static_cast<size_t>(qrow) * warp_topk_smem_bytes(w), w);
     top.count = counts[qrow];
     top.thr_d = top.list_d[w - 1];
     top.thr_i = top.list_i[w - 1];
-    top.store(P.best_d + q * w, P.best_i + q * w);
+    const int64_t out = kIvf ? static_cast<int64_t>(original_id(q)) : q;
+    top.store(P.best_d + out * w, P.best_i + out * w);
   }
+}
+
+template <bool kIvf>
+void launch_fused(CudaResources& r, const FusedParams& P, unsigned blocks) {
+  const size_t smem = fused_smem_bytes(P.kp, P.w);
+  auto launch = [&](auto kernel) {
+    SCURRY_CUDA(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+    kernel<<<blocks, kFThreads, smem, r.stream>>>(P);
+    SCURRY_CUDA_LAUNCH();
+  };
+  switch (P.kp) {
+    case 8: launch(fused_knn_kernel<8, kIvf>); break;
+    case 16: launch(fused_knn_kernel<16, kIvf>); break;
+    case 24: launch(fused_knn_kernel<24, kIvf>); break;
+    case 32: launch(fused_knn_kernel<32, kIvf>); break;
+    case 40: launch(fused_knn_kernel<40, kIvf>); break;
+    case 48: launch(fused_knn_kernel<48, kIvf>); break;
+    case 56: launch(fused_knn_kernel<56, kIvf>); break;
+    case 64: launch(fused_knn_kernel<64, kIvf>); break;
+    default: fail("fused kNN: unsupported depth ", P.kp);
+  }
+}
+
+int skip_setting() {
+  const char* skip_env = std::getenv("SCURRY_KNN_SKIP");
+  return skip_env ? std::atoi(skip_env) : 0;
 }
 
 }  // namespace
@@ -206,26 +289,20 @@ void fused_candidates(CudaResources& r, const float* A, const float* sqn, int64_
                       int32_t* best_i) {
   if (!fused_supported(kp, w)) fail("fused kNN: unsupported depth ", kp, " or width ", w);
   if (n == 0) return;
-  const size_t smem = fused_smem_bytes(static_cast<int>(kp), w);
-  const char* skip_env = std::getenv("SCURRY_KNN_SKIP");
-  FusedParams P{A, sqn, n, static_cast<int>(kp), w, best_d, best_i, skip_env ? std::atoi(skip_env) : 0};
-  const unsigned blocks = static_cast<unsigned>((n + kFQ - 1) / kFQ);
-  auto launch = [&](auto kernel) {
-    SCURRY_CUDA(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
-    kernel<<<blocks, kFThreads, smem, r.stream>>>(P);
-    SCURRY_CUDA_LAUNCH();
-  };
-  switch (kp) {
-    case 8: launch(fused_knn_kernel<8>); break;
-    case 16: launch(fused_knn_kernel<16>); break;
-    case 24: launch(fused_knn_kernel<24>); break;
-    case 32: launch(fused_knn_kernel<32>); break;
-    case 40: launch(fused_knn_kernel<40>); break;
-    case 48: launch(fused_knn_kernel<48>); break;
-    case 56: launch(fused_knn_kernel<56>); break;
-    case 64: launch(fused_knn_kernel<64>); break;
-    default: fail("fused kNN: unsupported depth ", kp);
-  }
+  FusedParams P{A, sqn, n, static_cast<int>(kp), w, best_d, best_i, skip_setting(), FusedBlocks{}};
+  launch_fused<false>(r, P, static_cast<unsigned>((n + kFQ - 1) / kFQ));
+}
+
+void fused_candidates_ranges(CudaResources& r, const float* A, const float* sqn, int64_t n, int64_t kp, int w,
+                             const FusedBlocks& blocks, float* best_d, int32_t* best_i) {
+  if (!fused_supported(kp, w)) fail("fused kNN: unsupported depth ", kp, " or width ", w);
+  if (blocks.n_blocks == 0 || n == 0) return;
+  if (blocks.n_blocks > INT32_MAX || blocks.range_cap < 1 || !blocks.query_range || !blocks.ranges ||
+      !blocks.n_ranges || !blocks.ids)
+    fail("fused kNN: invalid IVF block description (", blocks.n_blocks, " blocks, range capacity ",
+         blocks.range_cap, ")");
+  FusedParams P{A, sqn, n, static_cast<int>(kp), w, best_d, best_i, skip_setting(), blocks};
+  launch_fused<true>(r, P, static_cast<unsigned>(blocks.n_blocks));
 }
 
 }  // namespace scurry::gpu::knn

@@ -1,10 +1,13 @@
-// Fused TF32 candidate search of the exact kNN (knn_fused.cu).
+// Fused TF32 candidate search of the exact kNN and of IVF-Flat (knn_fused.cu).
 #pragma once
 #include <cstdint>
 
 #include "exec/cuda_resources.cuh"
 
 namespace scurry::gpu::knn {
+
+// Queries per block of the fused kernel (the IVF form's query blocks hold at most this many).
+constexpr int kFusedQueries = 64;
 
 // Whether the fused kernel takes rows of kp floats (padded depth) and W candidates.
 bool fused_supported(int64_t kp, int w);
@@ -14,5 +17,22 @@ bool fused_supported(int64_t kp, int w);
 // index; empty slots +inf / -1.
 void fused_candidates(CudaResources& r, const float* A, const float* sqn, int64_t n, int64_t kp, int w, float* best_d,
                       int32_t* best_i);
+
+// The IVF form (device arrays): block b searches the queries = rows [query_range[2b], query_range[2b+1])
+// of A (at most kFusedQueries) against the rows of its n_ranges[b] database ranges
+// ranges[(b * range_cap + j) * 2 + {0, 1}] = [begin, end) of A (disjoint; any order). Rows of A are
+// positions; ids[p] is the original index of position p: candidates are written as original indices,
+// and the list of query position q goes to row ids[q] of best_d/best_i (rows of A no block queries are
+// left untouched). Same scores, order and empty slots as fused_candidates.
+struct FusedBlocks {
+  int64_t n_blocks = 0;
+  const int64_t* query_range = nullptr;  // n_blocks x 2
+  const int64_t* ranges = nullptr;       // n_blocks x range_cap x 2
+  const int32_t* n_ranges = nullptr;     // n_blocks, each <= range_cap
+  int range_cap = 0;
+  const int32_t* ids = nullptr;          // n
+};
+void fused_candidates_ranges(CudaResources& r, const float* A, const float* sqn, int64_t n, int64_t kp, int w,
+                             const FusedBlocks& blocks, float* best_d, int32_t* best_i);
 
 }  // namespace scurry::gpu::knn

@@ -8,8 +8,9 @@
 //   tile by tile; the W candidates are then re-ranked with exact float64 distances, so the neighbour
 //   sets equal a float64 brute force (ties aside).
 // - IVF-Flat (knn_ivf.cu): k-means (seeded sample, balanced) on the GPU gives n_lists centroids; every
-//   cell goes to the list of its nearest centroid; each cell probes its n_probes nearest lists and
-//   scans their members with exact float32 distances, then the same float64 re-rank.
+//   cell goes to the list of its nearest centroid; each cell picks its n_probes nearest lists; blocks
+//   of up to 64 cells of one list scan the union of their lists (the most-probed 2 x n_probes) with the
+//   fused TF32 tile kernel of the exact search, then the same float64 re-rank.
 //
 // Both need a CUDA Context (InputError otherwise) and return results that do not depend on timing
 // (no atomics on floating-point values). Builds without CUDA have stubs that throw InputError.
@@ -43,8 +44,9 @@ struct KnnExactGpuOptions {
 struct IvfOptions {
   // Number of inverted lists (k-means centroids); 0 = round(sqrt(n_cells)). 1 <= n_lists <= n_cells.
   int64_t n_lists = 0;
-  // Lists scanned per query; 0 = min(n_lists, max(32, n_lists / 16)) (recall@15 >= 0.95 on clustered
-  // data). At most n_lists and 1024.
+  // Lists scanned per query; 0 = min(n_lists, max(16, n_lists / 32)) (recall@15 >= 0.95 on clustered
+  // data; a block of up to 64 queries of one list scans the union of its queries' lists, up to
+  // 2 x n_probes of them). At most n_lists and 1024.
   int64_t n_probes = 0;
   // Seeds the k-means sample, its initial centroids and the re-seeding of small clusters.
   uint64_t seed = 0;

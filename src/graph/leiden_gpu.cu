@@ -14,6 +14,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <limits>
 #include <numeric>
 #include <vector>
@@ -149,6 +150,15 @@ __global__ void move_candidates_kernel(const unsigned long long* keys, const dou
   }
 }
 
+__device__ inline unsigned long long subset_hash(unsigned long long x) {  // splitmix64's finaliser
+  x ^= x >> 30;
+  x *= 0xbf58476d1ce4e5b9ULL;
+  x ^= x >> 27;
+  x *= 0x94d049bb133111ebULL;
+  x ^= x >> 31;
+  return x;
+}
+
 // The exact weight from each node to its chosen community.
 __global__ void best_weight_kernel(const unsigned long long* keys, const double* sums, int64_t runs,
                                    const unsigned long long* best, double* k_best) {
@@ -165,10 +175,13 @@ __global__ void best_weight_kernel(const unsigned long long* keys, const double*
 // Moves every node whose best community beats staying (float64 gains).
 __global__ void move_kernel(int64_t n, int32_t* comm, const double* kw, const double* tot, const double* k_own,
                             const double* k_best, const unsigned long long* best, double gamma_2m,
-                            unsigned long long* moved) {
+                            unsigned long long* moved, unsigned long long salt, unsigned subset_mask) {
   GRID_LOOP(i, n) {
     const unsigned long long b = best[i];
     if (b == 0) continue;
+    // Only a pseudo-random share of the nodes may move in a sweep (1 / (subset_mask + 1)): fewer
+    // simultaneous moves that undo each other.
+    if (subset_mask && (subset_hash(static_cast<unsigned long long>(i) ^ salt) & subset_mask) != 0) continue;
     const uint32_t c = unpack(b);
     const int32_t own = comm[i];
     const double stay = k_own[i] - gamma_2m * kw[i] * (tot[own] - kw[i]);
@@ -394,6 +407,15 @@ struct Workspace {
   }
 
   // Parallel local moving of g's nodes between the communities `comm`; returns the modularity.
+  // SCURRY_LEIDEN_SUBSET=s: 1 / 2^s of the nodes (a different pseudo-random share each sweep) may
+  // move per sweep. Default 1 (half): on the shared pbmc3k graph at resolution 2, all nodes moving
+  // at once reach modularity 0.4813, half 0.4829, a quarter 0.4802 (CPU igraph: 0.4926).
+  unsigned subset_mask = [] {
+    const char* e = std::getenv("SCURRY_LEIDEN_SUBSET");
+    const int s = e ? std::atoi(e) : 1;
+    return s > 0 && s < 8 ? (1u << s) - 1u : 0u;
+  }();
+
   double local_move(const Level& g, int32_t* comm) {
     community_weights(g, comm);
     double q = quality(g, comm), best_q = q, pair_start = q;
@@ -415,7 +437,9 @@ struct Workspace {
       best_weight_kernel<<<blocks_for(nr), kBlock, 0, r.stream>>>(ukeys, usums, nr, best.data(), k_best.data());
       SCURRY_CUDA_LAUNCH();
       move_kernel<<<blocks_for(g.n), kBlock, 0, r.stream>>>(g.n, comm, g.kw.data(), tot.data(), k_own.data(),
-                                                            k_best.data(), best.data(), gamma_2m(), counter.data());
+                                                            k_best.data(), best.data(), gamma_2m(), counter.data(),
+                                                            0x9E3779B97F4A7C15ULL * static_cast<unsigned long long>(sweep + 1),
+                                                            subset_mask);
       SCURRY_CUDA_LAUNCH();
       const unsigned long long moved = get(counter.data());
       if (moved > 0) {

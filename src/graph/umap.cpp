@@ -129,12 +129,15 @@ UmapResult umap(const Context& ctx, const CsrF& graph, const UmapOptions& opt, c
   const int64_t n_epochs = opt.maxiter ? *opt.maxiter : default_epochs;
   res.n_epochs = n_epochs;
 
-  // Prune weak edges: below max / n_epochs (max / default_epochs when n_epochs <= 10).
+  // Prune weak edges: below max / n_epochs (max / default_epochs when n_epochs <= 10). Not needed
+  // without epochs (the GPU path asks for the start layout only) unless the spectral layout uses it.
+  const bool need_graph = n_epochs > 0 || opt.init_pos == "spectral";
   float wmax = 0;
-  for (float w : graph.data) wmax = std::max(wmax, w);
+  if (need_graph)
+    for (float w : graph.data) wmax = std::max(wmax, w);
   const float threshold = wmax / static_cast<float>(n_epochs > 10 ? n_epochs : default_epochs);
-  CsrF g = CsrF::zeros(n, n);
-  for (int64_t i = 0; i < n; ++i) {
+  CsrF g = CsrF::zeros(need_graph ? n : 0, need_graph ? n : 0);
+  for (int64_t i = 0; need_graph && i < n; ++i) {
     for (int64_t p = graph.indptr[i]; p < graph.indptr[i + 1]; ++p)
       if (graph.data[p] >= threshold && graph.data[p] != 0.0f) {
         g.indices.push_back(graph.indices[p]);
@@ -182,6 +185,11 @@ UmapResult umap(const Context& ctx, const CsrF& graph, const UmapOptions& opt, c
     for (int64_t i = 0; i < n; ++i) lo = std::min(lo, emb(i, c)), hi = std::max(hi, emb(i, c));
     const double span = hi - lo > 0 ? hi - lo : 1.0;
     for (int64_t i = 0; i < n; ++i) e(i, c) = static_cast<float>(kInitScale * (emb(i, c) - lo) / span);
+  }
+
+  if (n_epochs == 0) {  // the start layout only
+    res.embedding = std::move(e);
+    return res;
   }
 
   // SGD with umap's schedule.

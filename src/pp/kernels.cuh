@@ -3,6 +3,7 @@
 // is shared with the CPU path.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "exec/device_csr.cuh"
@@ -55,6 +56,34 @@ struct PcaGpuResult {
   std::vector<double> mean;         // per gene
   double total_variance = 0;        // sum of the per-gene variances (ddof 1)
 };
-PcaGpuResult pca_dense(CudaResources& r, const float* X, int64_t n, int64_t g, int k, bool zero_center, float* d_xpca);
+// Several ranks (a sharded run, one rank per GPU or per thread): X holds this rank's n rows, in rank
+// order over the ranks. The Gram matrix and the column sums are summed over the ranks (device_sum, or
+// through `comm` on the host when device_sum is empty), rank 0 solves the eigenproblem and broadcasts
+// it, the projection is local, and the sign flip looks at every rank's rows (first global row among
+// ties). The results are those of one rank up to the order of the additions.
+using DeviceSum = std::function<void(double* d, size_t n, cudaStream_t stream)>;  // in place, over ranks
+struct PcaRanks {
+  Comm* comm = nullptr;  // null or one rank: pca_dense as without PcaRanks
+  DeviceSum device_sum;  // optional (NCCL)
+};
+PcaGpuResult pca_dense(CudaResources& r, const float* X, int64_t n, int64_t g, int k, bool zero_center, float* d_xpca,
+                       const PcaRanks* ranks = nullptr);
+
+}  // namespace scurry::gpu
+
+namespace scurry {
+struct Dataset;
+struct PreprocessOptions;
+class Timings;
+}  // namespace scurry
+
+namespace scurry::gpu {
+
+// The GPU preprocessing chain on one rank's cells (preprocess_gpu.cu): `acquire` puts this rank's
+// counts on the device (timed as the step `acquire_step`); d holds this rank's cells (obs rows) and
+// all genes. Every decision combines the ranks' statistics through ctx.comm() (rank-ordered sums);
+// the PCA Gram matrix through device_sum when given. With one rank: preprocess_gpu's chain.
+void preprocess_chain(Context& ctx, Dataset& d, const PreprocessOptions& o, Timings* timings, const char* acquire_step,
+                      const std::function<DeviceCsr()>& acquire, const DeviceSum& device_sum = {});
 
 }  // namespace scurry::gpu

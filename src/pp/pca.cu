@@ -1,5 +1,6 @@
 // PCA on the GPU (see kernels.cuh). FLOPs: n g^2 for the Gram matrix (SYRK), 2 n g k for the
-// projection; the eigen-solve is O(g^3) on a g x g matrix, independent of n.
+// projection; the eigen-solve is O(g^3) on a g x g matrix, independent of n. Sharded (PcaRanks): each
+// rank's Gram over its n_r rows, then one sum of g^2 + g doubles over the ranks (32 MB at g = 2000).
 #include <cuda_fp16.h>
 #include <cusolverDn.h>
 
@@ -128,7 +129,8 @@ struct PhaseTimer {
   cudaStream_t s;
   bool on = std::getenv("SCURRY_PROFILE") != nullptr;
   cudaEvent_t last{};
-  explicit PhaseTimer(cudaStream_t st) : s(st) {
+  explicit PhaseTimer(cudaStream_t st, bool silent = false) : s(st) {
+    on = on && !silent;  // (several ranks: only rank 0 reports)
     if (on) cudaEventCreate(&last), cudaEventRecord(last, s);
   }
   void mark(const char* what) {
@@ -150,10 +152,14 @@ struct PhaseTimer {
 
 }  // namespace
 
-PcaGpuResult pca_dense(CudaResources& r, const float* X, int64_t n, int64_t g, int k, bool zero_center, float* d_xpca) {
-  if (k <= 0 || k > g || k >= n) fail("pca: n_comps must be in [1, min(n_cells, n_genes)), got ", k);
+PcaGpuResult pca_dense(CudaResources& r, const float* X, int64_t n, int64_t g, int k, bool zero_center, float* d_xpca,
+                       const PcaRanks* ranks) {
+  Comm* comm = ranks && ranks->comm && ranks->comm->size() > 1 ? ranks->comm : nullptr;
+  int64_t n_all = n;  // cells over all ranks
+  if (comm) comm->allreduce_sum(&n_all, 1);
+  if (k <= 0 || k > g || k >= n_all) fail("pca: n_comps must be in [1, min(n_cells, n_genes)), got ", k);
   cublasHandle_t h = r.cublas;
-  PhaseTimer timer(r.stream);
+  PhaseTimer timer(r.stream, comm && comm->rank() != 0);
   // The Gram matrix, by SCURRY_PCA_GRAM: fp32 (cuBLAS SSYRK, 51 TFLOP/s peak); tf32x3 (two TF32
   // tensor-core GEMMs on the high/low split of each chunk, float32-level accuracy); fp16x2 (default:
   // the same two GEMMs on an fp16 high/low split, 11 + 11 bits, the low part scaled by 2^11 so that it
@@ -182,8 +188,10 @@ PcaGpuResult pca_dense(CudaResources& r, const float* X, int64_t n, int64_t g, i
   }
   SCURRY_CUDA(cudaMemsetAsync(G.data(), 0, g * g * 8, r.stream));
   SCURRY_CUDA(cudaMemsetAsync(sum.data(), 0, g * 8, r.stream));
-  fill_f<<<blocks(ones.size()), 256, 0, r.stream>>>(ones.data(), ones.size(), 1.f);
-  SCURRY_CUDA_LAUNCH();
+  if (ones.size()) {  // (a rank may hold no rows)
+    fill_f<<<blocks(ones.size()), 256, 0, r.stream>>>(ones.data(), ones.size(), 1.f);
+    SCURRY_CUDA_LAUNCH();
+  }
   const float one = 1.f, zero = 0.f;
   for (int64_t r0 = 0; r0 < n; r0 += kGramChunkRows) {
     const int rows = static_cast<int>(std::min(kGramChunkRows, n - r0));
@@ -226,7 +234,24 @@ PcaGpuResult pca_dense(CudaResources& r, const float* X, int64_t n, int64_t g, i
   Gf.release();
   Gf2.release(), thi.release(), tlo.release(), hhi.release(), hlo.release();
   timer.mark("gram");
-  center_gram<<<blocks(g * g), 256, 0, r.stream>>>(G.data(), sum.data(), g, static_cast<double>(n), zero_center);
+  if (comm) {  // the ranks' Gram matrices and column sums summed
+    if (ranks->device_sum) {
+      ranks->device_sum(G.data(), static_cast<size_t>(g * g), r.stream);
+      ranks->device_sum(sum.data(), static_cast<size_t>(g), r.stream);
+    } else {
+      std::vector<double> h(static_cast<size_t>(g * g + g));
+      SCURRY_CUDA(cudaMemcpyAsync(h.data(), G.data(), g * g * 8, cudaMemcpyDeviceToHost, r.stream));
+      SCURRY_CUDA(cudaMemcpyAsync(h.data() + g * g, sum.data(), g * 8, cudaMemcpyDeviceToHost, r.stream));
+      SCURRY_CUDA(cudaStreamSynchronize(r.stream));
+      comm->allreduce_sum(h.data(), h.size());
+      SCURRY_CUDA(cudaMemcpyAsync(G.data(), h.data(), g * g * 8, cudaMemcpyHostToDevice, r.stream));
+      SCURRY_CUDA(cudaMemcpyAsync(sum.data(), h.data() + g * g, g * 8, cudaMemcpyHostToDevice, r.stream));
+      SCURRY_CUDA(cudaStreamSynchronize(r.stream));  // h dies here
+    }
+    timer.mark("gram sum over ranks");
+  }
+  const bool solver = !comm || comm->rank() == 0;  // the rank that solves the eigenproblem
+  center_gram<<<blocks(g * g), 256, 0, r.stream>>>(G.data(), sum.data(), g, static_cast<double>(n_all), zero_center);
   SCURRY_CUDA_LAUNCH();
 
   PcaGpuResult res;
@@ -234,54 +259,80 @@ PcaGpuResult pca_dense(CudaResources& r, const float* X, int64_t n, int64_t g, i
   SCURRY_CUDA(cudaMemcpyAsync(h_sum.data(), sum.data(), g * 8, cudaMemcpyDeviceToHost, r.stream));
   SCURRY_CUDA(cudaMemcpy2DAsync(diag.data(), 8, G.data(), (g + 1) * 8, 8, g, cudaMemcpyDeviceToHost, r.stream));
 
-  // Eigenpairs of the (centred) Gram matrix, ascending.
-  cusolverDnHandle_t sh;
-  SCURRY_CUSOLVER(cusolverDnCreate(&sh));
-  struct Guard { cusolverDnHandle_t h; ~Guard() { cusolverDnDestroy(h); } } guard{sh};
-  SCURRY_CUSOLVER(cusolverDnSetStream(sh, r.stream));
-  DeviceArray<double> W(r, g, "eigenvalues");
-  DeviceArray<int> info(r, 1, "cusolver info");
-  // SCURRY_PCA_EIGEN=syevd: every eigenpair (divide and conquer); default syevdx: only the top k
-  // (tridiagonal reduction, then bisection and inverse iteration for the k wanted).
-  const char* eig_env = std::getenv("SCURRY_PCA_EIGEN");
-  const bool all_pairs = eig_env && std::string(eig_env) == "syevd";
+  // Eigenpairs of the (centred) Gram matrix, ascending (on the solving rank only).
   const int gi = static_cast<int>(g);
-  int lwork = 0, n_found = gi;
+  int n_found = gi;
   int col0 = 0;  // column of the largest eigenpair's vector, counting down
   std::vector<double> h_w(g);
   int h_info = 0;
-  if (all_pairs) {
-    SCURRY_CUSOLVER(cusolverDnDsyevd_bufferSize(sh, CUSOLVER_EIG_MODE_VECTOR, CUBLAS_FILL_MODE_UPPER, gi, G.data(), gi,
-                                                W.data(), &lwork));
-    DeviceArray<double> work(r, static_cast<size_t>(lwork), "cusolver workspace");
-    SCURRY_CUSOLVER(cusolverDnDsyevd(sh, CUSOLVER_EIG_MODE_VECTOR, CUBLAS_FILL_MODE_UPPER, gi, G.data(), gi, W.data(),
-                                     work.data(), lwork, info.data()));
-    col0 = gi - 1;
-  } else {
-    const int il = gi - k + 1, iu = gi;  // 1-based, ascending
-    SCURRY_CUSOLVER(cusolverDnDsyevdx_bufferSize(sh, CUSOLVER_EIG_MODE_VECTOR, CUSOLVER_EIG_RANGE_I, CUBLAS_FILL_MODE_UPPER,
-                                                 gi, G.data(), gi, 0.0, 0.0, il, iu, &n_found, W.data(), &lwork));
-    DeviceArray<double> work(r, static_cast<size_t>(lwork), "cusolver workspace");
-    SCURRY_CUSOLVER(cusolverDnDsyevdx(sh, CUSOLVER_EIG_MODE_VECTOR, CUSOLVER_EIG_RANGE_I, CUBLAS_FILL_MODE_UPPER, gi,
-                                      G.data(), gi, 0.0, 0.0, il, iu, &n_found, W.data(), work.data(), lwork,
-                                      info.data()));
-    if (n_found != k) fail("pca: cuSOLVER syevdx found ", n_found, " eigenpairs, expected ", k);
-    col0 = k - 1;
-  }
-  SCURRY_CUDA(cudaMemcpyAsync(h_w.data(), W.data(), static_cast<size_t>(n_found) * 8, cudaMemcpyDeviceToHost, r.stream));
-  SCURRY_CUDA(cudaMemcpyAsync(&h_info, info.data(), sizeof(int), cudaMemcpyDeviceToHost, r.stream));
-  // Top-k eigenvectors: columns col0, col0 - 1, ... of G (column-major), largest first.
   std::vector<double> V(static_cast<size_t>(g) * k);
-  SCURRY_CUDA(cudaMemcpyAsync(V.data(), G.data() + static_cast<int64_t>(col0 - k + 1) * g,
-                              static_cast<size_t>(g) * k * 8, cudaMemcpyDeviceToHost, r.stream));
-  SCURRY_CUDA(cudaStreamSynchronize(r.stream));
+  if (solver) {
+    cusolverDnHandle_t sh;
+    SCURRY_CUSOLVER(cusolverDnCreate(&sh));
+    struct Guard { cusolverDnHandle_t h; ~Guard() { cusolverDnDestroy(h); } } guard{sh};
+    SCURRY_CUSOLVER(cusolverDnSetStream(sh, r.stream));
+    DeviceArray<double> W(r, g, "eigenvalues");
+    DeviceArray<int> info(r, 1, "cusolver info");
+    // SCURRY_PCA_EIGEN=syevd: every eigenpair (divide and conquer); default syevdx: only the top k
+    // (tridiagonal reduction, then bisection and inverse iteration for the k wanted).
+    const char* eig_env = std::getenv("SCURRY_PCA_EIGEN");
+    const bool all_pairs = eig_env && std::string(eig_env) == "syevd";
+    int lwork = 0;
+    if (all_pairs) {
+      SCURRY_CUSOLVER(cusolverDnDsyevd_bufferSize(sh, CUSOLVER_EIG_MODE_VECTOR, CUBLAS_FILL_MODE_UPPER, gi, G.data(), gi,
+                                                  W.data(), &lwork));
+      DeviceArray<double> work(r, static_cast<size_t>(lwork), "cusolver workspace");
+      SCURRY_CUSOLVER(cusolverDnDsyevd(sh, CUSOLVER_EIG_MODE_VECTOR, CUBLAS_FILL_MODE_UPPER, gi, G.data(), gi, W.data(),
+                                       work.data(), lwork, info.data()));
+      col0 = gi - 1;
+    } else {
+      const int il = gi - k + 1, iu = gi;  // 1-based, ascending
+      SCURRY_CUSOLVER(cusolverDnDsyevdx_bufferSize(sh, CUSOLVER_EIG_MODE_VECTOR, CUSOLVER_EIG_RANGE_I, CUBLAS_FILL_MODE_UPPER,
+                                                   gi, G.data(), gi, 0.0, 0.0, il, iu, &n_found, W.data(), &lwork));
+      DeviceArray<double> work(r, static_cast<size_t>(lwork), "cusolver workspace");
+      SCURRY_CUSOLVER(cusolverDnDsyevdx(sh, CUSOLVER_EIG_MODE_VECTOR, CUSOLVER_EIG_RANGE_I, CUBLAS_FILL_MODE_UPPER, gi,
+                                        G.data(), gi, 0.0, 0.0, il, iu, &n_found, W.data(), work.data(), lwork,
+                                        info.data()));
+      if (n_found != k) fail("pca: cuSOLVER syevdx found ", n_found, " eigenpairs, expected ", k);
+      col0 = k - 1;
+    }
+    SCURRY_CUDA(cudaMemcpyAsync(h_w.data(), W.data(), static_cast<size_t>(n_found) * 8, cudaMemcpyDeviceToHost, r.stream));
+    SCURRY_CUDA(cudaMemcpyAsync(&h_info, info.data(), sizeof(int), cudaMemcpyDeviceToHost, r.stream));
+    // Top-k eigenvectors: columns col0, col0 - 1, ... of G (column-major), largest first.
+    SCURRY_CUDA(cudaMemcpyAsync(V.data(), G.data() + static_cast<int64_t>(col0 - k + 1) * g,
+                                static_cast<size_t>(g) * k * 8, cudaMemcpyDeviceToHost, r.stream));
+    SCURRY_CUDA(cudaStreamSynchronize(r.stream));
+  }  // solver
+  SCURRY_CUDA(cudaStreamSynchronize(r.stream));  // h_sum, diag
+  if (comm) {
+    // The solver's eigenpairs, info, column sums and diagonal to every rank: all project with the same
+    // components (and all fail together when the solve failed).
+    std::vector<double> top(static_cast<size_t>(k));
+    if (solver)
+      for (int j = 0; j < k; ++j) top[j] = h_w[col0 - j];
+    std::vector<double> buf;
+    buf.reserve(1 + k + 2 * g + V.size());
+    buf.push_back(static_cast<double>(h_info));
+    buf.insert(buf.end(), top.begin(), top.end());
+    buf.insert(buf.end(), h_sum.begin(), h_sum.end());
+    buf.insert(buf.end(), diag.begin(), diag.end());
+    buf.insert(buf.end(), V.begin(), V.end());
+    comm->broadcast(buf.data(), buf.size() * sizeof(double), 0);
+    size_t p = 0;
+    h_info = static_cast<int>(buf[p++]);
+    col0 = k - 1;  // h_w[col0 - j] = j-th largest
+    for (int j = 0; j < k; ++j) h_w[col0 - j] = buf[p++];
+    std::copy_n(buf.begin() + p, g, h_sum.begin()), p += g;
+    std::copy_n(buf.begin() + p, g, diag.begin()), p += g;
+    std::copy_n(buf.begin() + p, V.size(), V.begin());
+  }
   if (h_info != 0) fail("pca: cuSOLVER eigen-solve failed (info ", h_info, ")");
   for (int j = 0; j < k / 2; ++j)  // ascending -> descending
     std::swap_ranges(V.begin() + static_cast<size_t>(j) * g, V.begin() + static_cast<size_t>(j + 1) * g,
                      V.begin() + static_cast<size_t>(k - 1 - j) * g);
   timer.mark("eigen");
 
-  const double nn = static_cast<double>(n);
+  const double nn = static_cast<double>(n_all);
   res.mean.resize(g);
   for (int64_t i = 0; i < g; ++i) res.mean[i] = zero_center ? h_sum[i] / nn : 0.0;
   res.total_variance = 0;
@@ -306,8 +357,10 @@ PcaGpuResult pca_dense(CudaResources& r, const float* X, int64_t n, int64_t g, i
     SCURRY_CUBLAS(cublasSgemm(h, CUBLAS_OP_T, CUBLAS_OP_N, k, rows, static_cast<int>(g), &one, dV.data(),
                               static_cast<int>(g), X + r0 * g, static_cast<int>(g), &zero, d_xpca + r0 * k, k));
   }
-  subtract_cols<<<blocks(n * k), 256, 0, r.stream>>>(d_xpca, n, k, dshift.data());
-  SCURRY_CUDA_LAUNCH();
+  if (n > 0) {
+    subtract_cols<<<blocks(n * k), 256, 0, r.stream>>>(d_xpca, n, k, dshift.data());
+    SCURRY_CUDA_LAUNCH();
+  }
   timer.mark("projection");
 
   // svd_flip (u-based): the largest-|.| entry of each X_pca column made positive.
@@ -321,18 +374,42 @@ PcaGpuResult pca_dense(CudaResources& r, const float* X, int64_t n, int64_t g, i
   SCURRY_CUDA(cudaMemcpyAsync(hv.data(), bval.data(), hv.size() * 4, cudaMemcpyDeviceToHost, r.stream));
   SCURRY_CUDA(cudaMemcpyAsync(hi.data(), bidx.data(), hi.size() * 8, cudaMemcpyDeviceToHost, r.stream));
   SCURRY_CUDA(cudaStreamSynchronize(r.stream));
-  std::vector<float> sign(k, 1.f);
+  // Per component: the largest |value| (first row among ties) of this rank, then over the ranks.
+  struct Best {
+    float abs, val;
+    int64_t row;  // global row (INT64_MAX: none)
+  };
+  std::vector<Best> best(k);
+  int64_t row0 = 0;  // this rank's first global row
+  if (comm) {
+    const std::vector<int64_t> rows = allgather_count(*comm, n);
+    for (int q = 0; q < comm->rank(); ++q) row0 += rows[q];
+  }
   for (int j = 0; j < k; ++j) {
-    int best = j * kFlipChunks;
+    int b = j * kFlipChunks;
     for (int c = 1; c < kFlipChunks; ++c) {
       const int o = j * kFlipChunks + c;
-      if (ha[o] > ha[best] || (ha[o] == ha[best] && hi[o] < hi[best])) best = o;
+      if (ha[o] > ha[b] || (ha[o] == ha[b] && hi[o] < hi[b])) b = o;
     }
-    if (hv[best] < 0) sign[j] = -1.f;
+    best[j] = {ha[b], hv[b], ha[b] >= 0 && hi[b] != INT64_MAX ? hi[b] + row0 : INT64_MAX};
   }
+  if (comm) {
+    std::vector<Best> all(static_cast<size_t>(k) * comm->size());
+    comm->allgather(best.data(), best.size() * sizeof(Best), all.data());
+    for (int q = 0; q < comm->size(); ++q)  // rank order: a tie keeps the lower row
+      for (int j = 0; j < k; ++j) {
+        const Best& o = all[static_cast<size_t>(q) * k + j];
+        if (o.abs > best[j].abs || (o.abs == best[j].abs && o.row < best[j].row)) best[j] = o;
+      }
+  }
+  std::vector<float> sign(k, 1.f);
+  for (int j = 0; j < k; ++j)
+    if (best[j].val < 0) sign[j] = -1.f;
   SCURRY_CUDA(cudaMemcpyAsync(dshift.data(), sign.data(), k * 4, cudaMemcpyHostToDevice, r.stream));
-  flip_cols<<<blocks(n * k), 256, 0, r.stream>>>(d_xpca, n, k, dshift.data());
-  SCURRY_CUDA_LAUNCH();
+  if (n > 0) {
+    flip_cols<<<blocks(n * k), 256, 0, r.stream>>>(d_xpca, n, k, dshift.data());
+    SCURRY_CUDA_LAUNCH();
+  }
   SCURRY_CUDA(cudaStreamSynchronize(r.stream));
   timer.mark("sign flip");
   res.components.resize(static_cast<size_t>(g) * k);

@@ -53,6 +53,24 @@ struct DeviceSimulated;
 void preprocess_simulated(Context& ctx, DeviceSimulated& sim, Dataset& d, const PreprocessOptions& opt,
                           Timings* timings, bool consume = false);
 
+// The GPU chain over several GPUs of this host (preprocess_gpus.cu), one CUDA context per GPU (a
+// device may repeat: two ranks on one GPU, what the tests do). The cells are split into contiguous
+// ranges of near-equal nonzeros, one host thread per context runs the chain on its range, and every
+// decision combines the ranks' statistics in rank order (ThreadComm: the same bits on every rank);
+// the PCA Gram matrix is summed by NCCL when the GPUs are distinct and NCCL is built in (environment
+// SCURRY_NCCL=0: through the host). d then holds every cell again, in order (rank 0 gathers them): the
+// result of preprocess_gpu up to the order of floating-point additions. obsp is dropped (warning).
+// Timings are rank 0's plus the step "gather"; meta "gpus", "gram_sum" (nccl | host), and
+// "gpu_peak_bytes" is the largest over the GPUs. InputError when a GPU would get no cell (before or
+// after filter_cells). One context: preprocess_gpu.
+void preprocess_gpu_sharded(const std::vector<Context*>& gpus, Dataset& d, const PreprocessOptions& opt,
+                            Timings* timings);
+// The same from a matrix simulated on a device (benchmarks): each GPU copies its rows from the
+// simulating one (timed as "device_copy"); consume: the simulated matrix is freed once every GPU has
+// its copy. One context: preprocess_simulated.
+void preprocess_simulated_sharded(const std::vector<Context*>& gpus, DeviceSimulated& sim, Dataset& d,
+                                  const PreprocessOptions& opt, Timings* timings, bool consume = false);
+
 // The --qc-vars names without the empty ones and "none".
 std::vector<std::string> qc_var_names(const std::vector<std::string>& names);
 // Marks var[name] for the gene sets of --qc-vars that are known prefixes (mt, ribo, hb).

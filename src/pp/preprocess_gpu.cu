@@ -4,6 +4,12 @@
 // (src/pp/*.cpp) turns them into decisions and into the Dataset's slots. The matrix is filtered
 // in place, and the sparse matrix is released once the dense scaled one exists, so the peak device
 // memory is about the input plus the dense HVG matrix.
+//
+// The chain runs on one rank's cells (several GPUs: preprocess_gpus.cu, one rank per GPU): every
+// decision point combines the ranks' partial statistics through ctx.comm() (per-gene sums and counts
+// summed in rank order, the normalisation median over all ranks' totals, the filters' "nothing left"
+// checks), then the same host math runs on every rank; maps stay local. With one rank (LocalComm)
+// every collective is the identity: the single-GPU chain.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -63,12 +69,23 @@ double median_of_positive(const std::vector<double>& v) {
 
 namespace {
 
-// The chain on the device; `acquire` puts the counts on the device (upload, or a device copy) and is
-// timed as the step `acquire_step`.
-template <class Acquire>
-void preprocess_on_device(Context& ctx, Dataset& d, const PreprocessOptions& o, Timings* timings,
-                          const char* acquire_step, Acquire&& acquire) {
+// In-place sums over the ranks (identity with one rank).
+void sum_ranks(Comm& c, std::vector<double>& v) {
+  if (c.size() > 1) c.allreduce_sum(v.data(), v.size());
+}
+int64_t sum_ranks(Comm& c, int64_t x) {
+  if (c.size() > 1) c.allreduce_sum(&x, 1);
+  return x;
+}
+
+}  // namespace
+
+namespace gpu {
+
+void preprocess_chain(Context& ctx, Dataset& d, const PreprocessOptions& o, Timings* timings, const char* acquire_step,
+                      const std::function<DeviceCsr()>& acquire, const DeviceSum& device_sum) {
   CudaResources& r = *ctx.cuda();
+  Comm& comm = ctx.comm();
   Timings local;
   Timings& t = timings ? *timings : local;
   unsupported(!o.skip.empty(), "--skip");
@@ -82,7 +99,7 @@ void preprocess_on_device(Context& ctx, Dataset& d, const PreprocessOptions& o, 
   unsupported(!o.subset_hvg, "PCA without the HVG subset");
 
   // SCURRY_PROFILE=1: wall time of the phases inside the steps, on stderr.
-  const bool profile = std::getenv("SCURRY_PROFILE") != nullptr;
+  const bool profile = std::getenv("SCURRY_PROFILE") != nullptr && comm.rank() == 0;
   auto mark_t = std::chrono::steady_clock::now();
   auto mark = [&](const char* what) {
     if (!profile) return;
@@ -102,7 +119,7 @@ void preprocess_on_device(Context& ctx, Dataset& d, const PreprocessOptions& o, 
 
   DeviceCsr m;
   step(acquire_step, [&] { m = acquire(); });
-  t.set_meta("nnz_input", std::to_string(m.nnz));
+  t.set_meta("nnz_input", std::to_string(sum_ranks(comm, m.nnz)));
 
   std::vector<int64_t> qc_n_genes, qc_gene_cells;
   std::vector<double> qc_total_f32;
@@ -131,10 +148,13 @@ void preprocess_on_device(Context& ctx, Dataset& d, const PreprocessOptions& o, 
     gpu::RowQc rq = gpu::row_qc(r, m, masks.empty() ? nullptr : dbits.data(), static_cast<int>(masks.size()), top);
     mark("qc: row_qc (+download)");
     gpu::GeneSums gs = gpu::gene_sums(r, m, gpu::GeneTransform::identity, nullptr, gpu::SecondStat::count);
+    sum_ranks(comm, gs.sum);  // per-gene sums and counts over all cells
+    sum_ranks(comm, gs.nnz);
     mark("qc: gene_sums");
     // What the filters decide on, kept here; the obs/var columns are built later (joined before
     // anything else touches d).
-    const int64_t n_all = m.n_rows;
+    const int64_t n_all = m.n_rows;                   // this rank's cells
+    const int64_t n_cells = sum_ranks(comm, n_all);  // every rank's
     qc_n_genes.resize(static_cast<size_t>(n_all));
     qc_total_f32.resize(static_cast<size_t>(n_all));
 #pragma omp parallel for schedule(static)
@@ -146,7 +166,7 @@ void preprocess_on_device(Context& ctx, Dataset& d, const PreprocessOptions& o, 
     // (Deferred, not a thread of its own: a new thread gets a new malloc arena, whose fresh pages
     // cost more than the work. It runs at the join, when the device has gone on.)
     qc_task = std::async(std::launch::deferred, [&d, q, masks, top, rq = std::move(rq), gs = std::move(gs), res = std::move(res),
-                                              n_all, g_all = m.n_cols]() mutable {
+                                              n_all, n_cells, g_all = m.n_cols]() mutable {
       const int64_t n = n_all, g = g_all;
       res.n_genes_by_counts.assign(rq.n_genes.begin(), rq.n_genes.end());
       res.total_counts = std::move(rq.total);
@@ -164,7 +184,7 @@ void preprocess_on_device(Context& ctx, Dataset& d, const PreprocessOptions& o, 
         res.total_counts_qc.push_back(std::move(rq.set_total[s]));
         res.pct_counts_qc.push_back(std::move(pct));
       }
-      const double dn = static_cast<double>(n);
+      const double dn = static_cast<double>(n_cells);
       res.n_cells_by_counts.resize(g);
       res.mean_counts.resize(g);
       res.pct_dropout_by_counts.resize(g);
@@ -185,10 +205,14 @@ void preprocess_on_device(Context& ctx, Dataset& d, const PreprocessOptions& o, 
   const bool genes_by_cells_only = !o.filter_genes.min_counts && !o.filter_genes.max_counts;
   std::vector<int64_t> gene_cells;  // QC's n_cells_by_counts, then less the removed cells
   step("filter_cells", [&] {
-    FilterCellsResult fr = filter_cells_from_stats(std::move(qc_n_genes), std::move(qc_total_f32), o.filter_cells);
+    FilterCellsResult fr = filter_cells_from_stats(std::move(qc_n_genes), std::move(qc_total_f32), o.filter_cells, &comm);
     if (genes_by_cells_only) gene_cells = std::move(qc_gene_cells);
-    if (static_cast<int64_t>(fr.kept.size()) != m.n_rows) {
-      if (genes_by_cells_only) {
+    const int64_t removed_here = m.n_rows - static_cast<int64_t>(fr.kept.size());
+    const int64_t removed_all = sum_ranks(comm, removed_here);
+    if (genes_by_cells_only && removed_all > 0) {
+      // Per gene, the removed cells' nonzero entries (this rank's; then summed over the ranks).
+      std::vector<int64_t> sub(static_cast<size_t>(m.n_cols), 0);
+      if (removed_here > 0) {
         std::vector<int64_t> removed;
         for (int64_t i = 0; i < m.n_rows; ++i)
           if (!fr.keep[i]) removed.push_back(i);
@@ -203,10 +227,22 @@ void preprocess_on_device(Context& ctx, Dataset& d, const PreprocessOptions& o, 
         std::vector<unsigned long long> h(static_cast<size_t>(m.n_cols));
         SCURRY_CUDA(cudaMemcpyAsync(h.data(), cnt.data(), h.size() * 8, cudaMemcpyDeviceToHost, r.stream));
         SCURRY_CUDA(cudaStreamSynchronize(r.stream));
-        for (size_t g = 0; g < h.size(); ++g) gene_cells[g] -= static_cast<int64_t>(h[g]);
+        for (size_t g = 0; g < h.size(); ++g) sub[g] = static_cast<int64_t>(h[g]);
       }
+      if (comm.size() > 1) comm.allreduce_sum(sub.data(), sub.size());
+      for (size_t g = 0; g < sub.size(); ++g) gene_cells[g] -= sub[g];
+    }
+    if (removed_here > 0) {
       DeviceArray<uint8_t> keep = to_device(r, fr.keep, "cell filter");
       filter_inplace(r, m, keep.data(), nullptr, m.n_cols);
+    }
+    if (comm.size() > 1) {
+      // Every rank must keep a cell (the device steps after this one assume rows); decided together.
+      const std::vector<int64_t> left = allgather_count(comm, m.n_rows);
+      for (size_t q = 0; q < left.size(); ++q)
+        if (left[q] == 0)
+          throw InputError(detail::concat("--gpus: filter_cells left no cell on rank ", q, " of ", left.size(),
+                                          " (its share of the cells); use fewer GPUs"));
     }
     deferred.push_back([&d, fr = std::move(fr)] { apply_filter_cells(d, fr, true); });
   });
@@ -218,6 +254,8 @@ void preprocess_on_device(Context& ctx, Dataset& d, const PreprocessOptions& o, 
                                    o.filter_genes);
     } else {
       gpu::GeneSums gs = gpu::gene_sums(r, m, gpu::GeneTransform::identity, nullptr, gpu::SecondStat::count);
+      sum_ranks(comm, gs.sum);
+      sum_ranks(comm, gs.nnz);
       mark("filter_genes: gene_sums");
       std::vector<int64_t> n_cells(gs.nnz.begin(), gs.nnz.end());
       fr = filter_genes_from_stats(std::move(n_cells), gs.sum, o.filter_genes);
@@ -230,7 +268,7 @@ void preprocess_on_device(Context& ctx, Dataset& d, const PreprocessOptions& o, 
     }
     mark("filter_genes: filter_inplace");
     deferred.push_back([&d, fr = std::move(fr)] { apply_filter_genes(d, fr, true); });
-    t.set_meta("nnz_filtered", std::to_string(m.nnz));
+    t.set_meta("nnz_filtered", std::to_string(sum_ranks(comm, m.nnz)));
   });
 
   if (o.counts_layer)
@@ -251,7 +289,8 @@ void preprocess_on_device(Context& ctx, Dataset& d, const PreprocessOptions& o, 
       totals.resize(m.n_rows);
       SCURRY_CUDA(cudaMemcpyAsync(totals.data(), dt.data(), m.n_rows * 8, cudaMemcpyDeviceToHost, r.stream));
       SCURRY_CUDA(cudaStreamSynchronize(r.stream));
-      target = median_of_positive(totals);
+      // The median over every rank's cells (the order of the totals does not matter to it).
+      target = comm.size() > 1 ? median_of_positive(allgatherv(comm, totals)) : median_of_positive(totals);
     }
     gpu::normalize_log1p(r, m, target, true, o.normalize.key_added.empty() ? nullptr : &totals);
     join_host();  // the QC columns and the filters' updates of d, before d changes again
@@ -268,9 +307,11 @@ void preprocess_on_device(Context& ctx, Dataset& d, const PreprocessOptions& o, 
     mark("hvg: start");
     gpu::GeneSums gs = gpu::gene_sums(r, m, seurat ? gpu::GeneTransform::expm1 : gpu::GeneTransform::identity, nullptr,
                                       gpu::SecondStat::squares);
+    sum_ranks(comm, gs.sum);
+    sum_ranks(comm, gs.sumsq);
     mark("hvg: gene_sums");
     // scanpy's _get_mean_var: mean, (mean of squares - mean^2) * n / (n - 1), clamped at 0.
-    const double n = static_cast<double>(m.n_rows);
+    const double n = static_cast<double>(sum_ranks(comm, m.n_rows));
     std::vector<double> mean(m.n_cols), var(m.n_cols);
     for (int64_t g = 0; g < m.n_cols; ++g) {
       mean[g] = gs.sum[g] / n;
@@ -299,15 +340,18 @@ void preprocess_on_device(Context& ctx, Dataset& d, const PreprocessOptions& o, 
     DeviceArray<int32_t> dmap = to_device(r, map, "HVG subset");
     filter_inplace(r, m, nullptr, dmap.data(), static_cast<int64_t>(keep.size()));
     d.subset_vars(keep);
-    t.set_meta("nnz_hvg", std::to_string(m.nnz));
+    t.set_meta("nnz_hvg", std::to_string(sum_ranks(comm, m.nnz)));
   });
 
-  const int64_t n = m.n_rows, g = m.n_cols;
-  if (n < 2) throw InputError("scale: needs at least 2 cells");
+  const int64_t n = m.n_rows, g = m.n_cols;  // this rank's cells
+  const int64_t n_cells = sum_ranks(comm, n);  // every rank's
+  if (n_cells < 2) throw InputError("scale: needs at least 2 cells");
   DeviceArray<float> dense;
   step("scale", [&] {
     gpu::GeneSums gs = gpu::gene_sums(r, m, gpu::GeneTransform::identity, nullptr, gpu::SecondStat::squares);
-    const double dn = static_cast<double>(n);
+    sum_ranks(comm, gs.sum);
+    sum_ranks(comm, gs.sumsq);
+    const double dn = static_cast<double>(n_cells);
     std::vector<double> mean(g), sd(g);
     for (int64_t j = 0; j < g; ++j) {
       mean[j] = gs.sum[j] / dn;
@@ -327,10 +371,10 @@ void preprocess_on_device(Context& ctx, Dataset& d, const PreprocessOptions& o, 
   });
 
   step("pca", [&] {
-    const int64_t k = o.pca.n_comps ? *o.pca.n_comps : std::min<int64_t>(50, std::min(n, g) - 1);
-    if (k < 1 || k >= std::min(n, g))
+    const int64_t k = o.pca.n_comps ? *o.pca.n_comps : std::min<int64_t>(50, std::min(n_cells, g) - 1);
+    if (k < 1 || k >= std::min(n_cells, g))
       throw InputError(detail::concat("pca: n_comps must be in [1, min(n_cells, n_genes) - 1] = [1, ",
-                                      std::min(n, g) - 1, "], got ", k));
+                                      std::min(n_cells, g) - 1, "], got ", k));
     DeviceArray<float> xpca(r, static_cast<size_t>(n) * k, "X_pca");
     mark("pca: start");
     // The host X_pca is allocated and first touched on another thread while the device computes.
@@ -340,7 +384,10 @@ void preprocess_on_device(Context& ctx, Dataset& d, const PreprocessOptions& o, 
       resize_large(x.data, static_cast<size_t>(n) * k);
       return x;
     });
-    gpu::PcaGpuResult pr = gpu::pca_dense(r, dense.data(), n, g, static_cast<int>(k), o.pca.zero_center, xpca.data());
+    gpu::PcaRanks ranks;
+    ranks.comm = &comm;
+    ranks.device_sum = device_sum;
+    gpu::PcaGpuResult pr = gpu::pca_dense(r, dense.data(), n, g, static_cast<int>(k), o.pca.zero_center, xpca.data(), &ranks);
     PcaResult res;
     DenseF x = host_x.get();
     copy_to_host(r, x.data.data(), xpca.data(), x.data.size() * 4);
@@ -366,15 +413,18 @@ void preprocess_on_device(Context& ctx, Dataset& d, const PreprocessOptions& o, 
       copy_to_host(r, x.data.data(), dense.data(), x.data.size() * 4);
       d.X = Matrix(std::move(x), DType::f32);
     });
-  t.set_meta("gpu_peak_bytes", std::to_string(r.memory->peak()));
+  size_t peak = r.memory->peak();  // the largest over the ranks (GPUs)
+  if (comm.size() > 1)
+    for (int64_t p : allgather_count(comm, static_cast<int64_t>(peak))) peak = std::max(peak, static_cast<size_t>(p));
+  t.set_meta("gpu_peak_bytes", std::to_string(peak));
 }
 
-}  // namespace
+}  // namespace gpu
 
 void preprocess_gpu(Context& ctx, Dataset& d, const PreprocessOptions& o, Timings* timings) {
   if (d.X.empty()) throw InputError("preprocess: X is empty");
   CudaResources& r = *ctx.cuda();
-  preprocess_on_device(ctx, d, o, timings, "upload", [&] {
+  gpu::preprocess_chain(ctx, d, o, timings, "upload", [&] {
     DeviceCsr m = std::holds_alternative<CsrF>(d.X.m) ? upload(r, std::get<CsrF>(d.X.m)) : upload(r, to_csr_f(d.X));
     d.X = Matrix();  // the matrix lives on the device from here on
     return m;
@@ -388,7 +438,7 @@ void preprocess_simulated(Context& ctx, DeviceSimulated& sim, Dataset& d, const 
   CudaResources& r = *ctx.cuda();
   DeviceCsr& src = *std::static_pointer_cast<DeviceCsr>(sim.matrix);
   d = sim.frame;
-  preprocess_on_device(ctx, d, o, timings, "device_copy", [&] {
+  gpu::preprocess_chain(ctx, d, o, timings, "device_copy", [&] {
     DeviceCsr m;
     if (consume) {
       m = std::move(src);

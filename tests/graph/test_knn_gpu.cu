@@ -1,11 +1,13 @@
 // GPU kNN (label gpu): exact search against float64 brute force (every GEMM precision, sizes that
 // are not multiples of the tiles, several k and both metrics), IVF-Flat recall against the exact
-// search, determinism, and input errors.
+// search at the defaults, IVF with every list probed equal to float64 brute force, small lists and the
+// scalar fallback, determinism, and input errors.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <random>
 #include <set>
+#include <tuple>
 #include <vector>
 
 #include "core/error.hpp"
@@ -217,7 +219,7 @@ TEST(KnnGpu, IvfRecallAtLeast95Percent) {
   SCURRY_REQUIRE_GPU();
   const Context ctx = gpu_ctx();
   const uint64_t seed = test::fresh_seed();
-  const DenseF x = clustered(20000, 50, 40, seed);
+  const DenseF x = clustered(50000, 50, 40, seed);  // 224 lists of ~223 cells, 16 probes by default
   for (KnnMetric metric : {KnnMetric::euclidean, KnnMetric::cosine}) {
     const Knn exact = knn_exact_gpu(ctx, x, 15, metric);
     IvfOptions opt;
@@ -253,13 +255,114 @@ TEST(KnnGpu, IvfRecallAtLeast95Percent) {
       IvfOptions few = opt;
       few.n_probes = probes;
       std::printf("ivf recall@15 (%s, %lld probes of %lld lists) = %.4f\n", knn_metric_name(metric),
-                  static_cast<long long>(probes), static_cast<long long>(std::llround(std::sqrt(20000.0))),
+                  static_cast<long long>(probes), static_cast<long long>(std::llround(std::sqrt(50000.0))),
                   recall(knn_ivf_gpu(ctx, x, 15, metric, few), exact));
     }
     IvfOptions all = opt;
     all.n_lists = 50;
     all.n_probes = 50;
     EXPECT_EQ(recall(knn_ivf_gpu(ctx, x, 15, metric, all), exact), 1.0) << knn_metric_name(metric);
+  }
+}
+
+// Checks an IVF result row by row: self first at 0, k - 1 distinct other cells (none missing) by
+// ascending distance, each distance the float64 one (oracle rows for the sampled rows).
+void expect_valid_ivf(const Knn& a, const DenseF& x, KnnMetric metric, int64_t step) {
+  for (int64_t i = 0; i < a.n; ++i) {
+    ASSERT_EQ(a.index(i, 0), i);
+    ASSERT_EQ(a.distance(i, 0), 0.0f);
+    std::set<int32_t> seen;
+    for (int64_t j = 1; j < a.k; ++j) {
+      const int32_t c = a.index(i, j);
+      ASSERT_GE(c, 0) << "row " << i;
+      ASSERT_LT(c, a.n);
+      ASSERT_NE(c, i);
+      ASSERT_TRUE(seen.insert(c).second) << "row " << i << " lists " << c << " twice";
+      if (j > 1) ASSERT_LE(a.distance(i, j - 1), a.distance(i, j));
+    }
+  }
+  for (int64_t i = 0; i < a.n; i += step) {
+    const Row o = oracle_row(x, i, metric, static_cast<size_t>(x.n_rows));
+    for (int64_t j = 1; j < a.k; ++j) {
+      const auto it = std::find_if(o.begin(), o.end(), [&](const auto& p) { return p.second == a.index(i, j); });
+      ASSERT_NE(it, o.end());
+      EXPECT_NEAR(a.distance(i, j), it->first, 1e-4 * std::max(1e-6, it->first));
+    }
+  }
+}
+
+// n_probes = n_lists: every block scans every list, so IVF is the fused TF32 candidate search plus the
+// float64 re-rank, and its neighbour sets equal the float64 brute force (ties aside). Sizes not
+// multiples of 64 / 128, lists of ~52 cells (smaller than a database tile, blocks of fewer than 64
+// queries), a single list, odd depth.
+TEST(KnnGpu, IvfAllProbesEqualsExact) {
+  SCURRY_REQUIRE_GPU();
+  const Context ctx = gpu_ctx();
+  const uint64_t seed = test::fresh_seed();
+  const DenseF x = clustered(5003, 37, 20, seed);
+  for (KnnMetric metric : {KnnMetric::euclidean, KnnMetric::cosine}) {
+    const Oracle o = make_oracle(x, metric, 15, seed, 1500, 6000);  // every row
+    const Knn exact = knn_exact_gpu(ctx, x, 15, metric);
+    for (int64_t lists : {int64_t(97), int64_t(1)}) {
+      IvfOptions opt;
+      opt.seed = seed;
+      opt.n_lists = lists;
+      opt.n_probes = lists;
+      const Knn a = knn_ivf_gpu(ctx, x, 15, metric, opt);
+      ASSERT_EQ(a.n, x.n_rows);
+      ASSERT_EQ(a.k, 15);
+      double err = 0;
+      const int64_t bad = mismatches(a, o, &err);
+      std::printf("ivf %s, %lld lists all probed: %lld of %zu rows differ from float64, max distance error %.3g, "
+                  "recall vs exact gpu %.5f\n",
+                  knn_metric_name(metric), static_cast<long long>(lists), static_cast<long long>(bad), o.rows.size(),
+                  err, recall(a, exact));
+      EXPECT_EQ(bad, 0) << knn_metric_name(metric) << " lists=" << lists;
+      EXPECT_LT(err, 1e-4) << knn_metric_name(metric) << " lists=" << lists;
+      EXPECT_GE(recall(a, exact), 0.9999) << knn_metric_name(metric) << " lists=" << lists;
+    }
+  }
+}
+
+// Lists much smaller than a database tile (~10 cells: a block's probe set is many short ranges, each one
+// partial tile) with fewer probes than lists; and the scalar-scan fallback (k = 40: W = 128 is too wide
+// for the fused kernel; depth 70 > 64 too deep). Results are valid rows with exact distances and high
+// recall.
+TEST(KnnGpu, IvfSmallListsAndFallback) {
+  SCURRY_REQUIRE_GPU();
+  const Context ctx = gpu_ctx();
+  const uint64_t seed = test::fresh_seed();
+  {
+    const DenseF x = clustered(3001, 20, 30, seed);
+    for (KnnMetric metric : {KnnMetric::euclidean, KnnMetric::cosine}) {
+      const Knn exact = knn_exact_gpu(ctx, x, 15, metric);
+      IvfOptions opt;
+      opt.seed = seed;
+      opt.n_lists = 300;
+      opt.n_probes = 24;
+      const Knn a = knn_ivf_gpu(ctx, x, 15, metric, opt);
+      const double rc = recall(a, exact);
+      std::printf("ivf %s, 300 lists of ~10 cells, 24 probes: recall %.5f\n", knn_metric_name(metric), rc);
+      EXPECT_GE(rc, 0.97) << knn_metric_name(metric);
+      expect_valid_ivf(a, x, metric, 13);
+      const Knn b = knn_ivf_gpu(ctx, x, 15, metric, opt);
+      EXPECT_EQ(a.indices, b.indices);
+      EXPECT_EQ(a.distances, b.distances);
+    }
+  }
+  for (const auto& [n, d, k] : {std::tuple<int64_t, int64_t, int64_t>{4001, 20, 40}, {4001, 70, 15}}) {
+    const DenseF x = clustered(n, d, 12, seed + 1);
+    for (KnnMetric metric : {KnnMetric::euclidean, KnnMetric::cosine}) {
+      const Knn exact = knn_exact_gpu(ctx, x, k, metric);
+      IvfOptions opt;
+      opt.seed = seed;
+      const Knn a = knn_ivf_gpu(ctx, x, k, metric, opt);
+      const double rc = recall(a, exact);
+      std::printf("ivf %s fallback d=%lld k=%lld: recall %.5f\n", knn_metric_name(metric), static_cast<long long>(d),
+                  static_cast<long long>(k), rc);
+      EXPECT_GE(rc, 0.95) << knn_metric_name(metric) << " d=" << d << " k=" << k;
+      expect_valid_ivf(a, x, metric, 41);
+    }
   }
 }
 
