@@ -24,6 +24,7 @@
 #include <mma.h>
 
 #include <cstdlib>
+#include <string>
 
 #include "core/error.hpp"
 #include "exec/cuda_resources.cuh"
@@ -165,12 +166,7 @@ __global__ void __launch_bounds__(kFThreads, 2) fused_knn_kernel(FusedParams P) 
   const int fr = (warp >> 1) * 16, fc = (warp & 1) * 64;
   while (have) {
     __syncthreads();  // the previous tile's scores are folded in; rs and sc are free
-#pragma unroll
-    for (int t = 0; t < kSlots; ++t) {
-      const int e = threadIdx.x + t * kFThreads, row = e / vec, col = e - row * vec;
-      if (e < kFR * vec) reinterpret_cast<float4*>(rs + row * ks)[col] = pre[t];
-    }
-    if (threadIdx.x < kFR) rsq[threadIdx.x] = pre_sq;
+    stage_tile<kFR, vec, kFThreads, kSlots>(rs, ks, pre, rsq, pre_sq);
     __syncthreads();
     int nj = rj;
     int64_t n0 = r0, n_end = r_end;
@@ -289,6 +285,9 @@ void fused_candidates(CudaResources& r, const float* A, const float* sqn, int64_
                       int32_t* best_i) {
   if (!fused_supported(kp, w)) fail("fused kNN: unsupported depth ", kp, " or width ", w);
   if (n == 0) return;
+  const char* kernel_env = std::getenv("SCURRY_KNN_KERNEL");
+  if (kernel_env && std::string(kernel_env) == "mma" && mma_supported(kp, w))
+    return mma_candidates(r, A, sqn, n, kp, w, best_d, best_i);
   FusedParams P{A, sqn, n, static_cast<int>(kp), w, best_d, best_i, skip_setting(), FusedBlocks{}};
   launch_fused<false>(r, P, static_cast<unsigned>((n + kFQ - 1) / kFQ));
 }

@@ -35,4 +35,10 @@ struct FusedBlocks {
 void fused_candidates_ranges(CudaResources& r, const float* A, const float* sqn, int64_t n, int64_t kp, int w,
                              const FusedBlocks& blocks, float* best_d, int32_t* best_i);
 
+// The same as fused_candidates with raw mma.sync and the fold on the accumulators (knn_mma.cu);
+// SCURRY_KNN_KERNEL=mma selects it inside fused_candidates.
+bool mma_supported(int64_t kp, int w);
+void mma_candidates(CudaResources& r, const float* A, const float* sqn, int64_t n, int64_t kp, int w, float* best_d,
+                    int32_t* best_i);
+
 }  // namespace scurry::gpu::knn

@@ -147,4 +147,18 @@ struct WarpTopK {
   }
 };
 
+// Stores a database tile staged in registers into shared memory (knn_fused.cu, knn_mma.cu): pre[t] holds
+// float4 number threadIdx.x + t * kThreads of the kRows x kVec (float4) tile, written to row stride ks
+// floats; the first kRows threads store their row's squared norm pre_sq into rsq.
+template <int kRows, int kVec, int kThreads, int kUsed, int N>
+__device__ __forceinline__ void stage_tile(float* rs, int ks, const float4 (&pre)[N], float* rsq, float pre_sq) {
+  static_assert(kUsed <= N, "more slots than staged");
+#pragma unroll
+  for (int t = 0; t < kUsed; ++t) {
+    const int e = threadIdx.x + t * kThreads, row = e / kVec, col = e - row * kVec;
+    if (e < kRows * kVec) reinterpret_cast<float4*>(rs + row * ks)[col] = pre[t];
+  }
+  if (threadIdx.x < kRows) rsq[threadIdx.x] = pre_sq;
+}
+
 }  // namespace scurry::gpu
