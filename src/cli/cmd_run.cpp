@@ -1,7 +1,9 @@
 // scurry run INPUT -o OUT.h5ad: read, run the pipeline's steps in order (each timed), write.
 //
 // Under an MPI launcher (`mpirun -np R scurry run ...`, a build with MPI) the run is sharded: every
-// rank reads the input and keeps one contiguous range of cells (balanced by nonzeros; pp/shard.hpp),
+// rank keeps one contiguous range of cells (balanced by nonzeros; pp/shard.hpp) and, for an h5ad input
+// with only X to split (no layers, raw or obsp), reads only those cells' rows; otherwise it reads the
+// input whole and keeps its range,
 // the preprocessing chain runs on the shards (per-gene partials allreduced), the kNN search runs each
 // rank's cells against all cells' PCA coordinates (gathered: n x 50), and rank 0 gathers the cells
 // and the graph, then runs UMAP and Leiden, writes the result and prints the timings. An error on any
@@ -24,6 +26,8 @@
 #include "core/timings.hpp"
 #include "io/h5ad.hpp"
 #include "io/read.hpp"
+#include "core/row_blocks.hpp"
+#include "io/format.hpp"
 #include "pp/shard.hpp"
 
 namespace scurry::cli {
@@ -136,11 +140,36 @@ void add_run_options(CLI::App& cmd, RunOptions& o) {
   cmd.add_flag("!--no-graph", o.graph, "Stop after PCA (no neighbors, UMAP, Leiden)");
 }
 
+// Several ranks and an h5ad input with only X to split by rows (no layers, raw or obsp): each rank
+// reads its own cells only (balanced by nonzeros from X's row pointers), not the whole file. Returns
+// false when the input needs the whole-file path.
+static bool read_own_rows(const Context& ctx, const std::string& path, Dataset& d) {
+  Comm& c = ctx.comm();
+  if (c.size() == 1 || detect_format(path) != Format::h5ad) return false;
+  const H5adSummary sum = summarize_h5ad(path);
+  for (const auto& slot : sum.slots)
+    if (slot.name.rfind("layers/", 0) == 0 || slot.name == "raw" || slot.name.rfind("obsp/", 0) == 0) return false;
+  std::vector<int64_t> ptr;
+  if (sum.x_encoding == "csr_matrix") ptr = H5adRowReader(path).row_pointers();
+  RowRange rr{sum.n_obs * c.rank() / c.size(), sum.n_obs * (c.rank() + 1) / c.size()};
+  if (ptr.size() == static_cast<size_t>(sum.n_obs) + 1) {
+    const RowBlocks b = RowBlocks::split_nnz(ptr, c.size());
+    rr = {b.begin(c.rank()), b.end(c.rank())};
+  }
+  d = read_h5ad_rows(path, rr.begin, rr.end);
+  if (c.rank() == 0)
+    log::info(detail::concat("read: each of ", c.size(), " ranks reads only its cells (rank 0: rows ", rr.begin, " to ",
+                             rr.end, " of ", sum.n_obs, ")"));
+  return true;
+}
+
 std::vector<Step> build_pipeline(const RunOptions& o) {
   std::vector<Step> p;
   p.push_back({"read", [&o](Context& ctx, Dataset& d, Timings&) {
-                 d = read_any(o.input, o.read);
-                 shard_rows(ctx, d);  // several ranks: keep this rank's cells
+                 if (!read_own_rows(ctx, o.input, d)) {
+                   d = read_any(o.input, o.read);
+                   shard_rows(ctx, d);  // several ranks: keep this rank's cells
+                 }
                }});
   p.push_back({"check_counts", [&o](Context&, Dataset& d, Timings&) {
                  if (d.X.empty()) fail_input(o.input, "has no X matrix");

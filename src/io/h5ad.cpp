@@ -643,6 +643,41 @@ void check_counts(const Matrix& X, const std::string& where) {
       X.m);
 }
 
+scurry::Dataset read_h5ad_rows(const std::string& path, int64_t begin, int64_t end) {
+  std::string x_dtype;
+  {
+    const H5adSummary sum = summarize_h5ad(path);
+    if (begin < 0 || end > sum.n_obs || begin > end)
+      fail_input(path, "rows [", begin, ", ", end, ") are outside the file's ", sum.n_obs, " cells");
+    x_dtype = sum.x_dtype;
+  }
+  scurry::Dataset d;
+  {
+    h5::File f = h5::File::open(path);
+    const std::string root_enc = encoding_of(f);
+    if (!root_enc.empty() && root_enc != "anndata")
+      fail_input(path, "wrong root encoding-type '", root_enc, "', expected 'anndata' (not an h5ad file?)");
+    d.obs = read_dataframe(f, "obs");
+    d.var = read_dataframe(f, "var");
+    if (!f.has("X")) fail_input(path, "missing X matrix (this reader needs X; is it an AnnData file?)");
+    d.obsm = read_matrix_dict(f, "obsm");
+    d.varm = read_matrix_dict(f, "varm");
+    d.varp = read_matrix_dict(f, "varp");
+    if (f.child_kind("uns") == Kind::group) d.uns = read_dict(f.group("uns"));
+  }
+  std::vector<int64_t> keep(static_cast<size_t>(end - begin));
+  for (size_t i = 0; i < keep.size(); ++i) keep[i] = begin + static_cast<int64_t>(i);
+  d.subset_obs(keep);  // X is not read yet: obs and obsm only
+  H5adRowReader rows(path);
+  DType dt = DType::f32;
+  for (DType t : {DType::f32, DType::f64, DType::i8, DType::i16, DType::i32, DType::i64, DType::u8, DType::u16,
+                  DType::u32, DType::u64, DType::boolean})
+    if (x_dtype == dtype_name(t)) dt = t;
+  d.X = scurry::Matrix(rows.read_rows(begin, end), dt);
+  d.check_shapes(path);
+  return d;
+}
+
 // ---- public: write --------------------------------------------------------------------------------
 
 void write_h5ad(const scurry::Dataset& d, const std::string& path, const H5adWriteOptions& opt) {

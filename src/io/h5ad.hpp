@@ -19,6 +19,12 @@ struct H5adReadOptions {
 // varp, layers, nested uns. Throws InputError "PATH: <problem>" on anything malformed.
 Dataset read_h5ad(const std::string& path, const H5adReadOptions& opt = {});
 
+// Reads the cells [begin, end) only (a rank's share of a sharded run): X's rows through
+// H5adRowReader (hyperslabs of a CSR file: no other row is read), obs and obsm subset to the range;
+// var, varm, varp and uns whole. layers, raw and obsp (cells x cells) are not read. X keeps the
+// file's dtype. Throws InputError naming the file for a range outside [0, n_obs].
+Dataset read_h5ad_rows(const std::string& path, int64_t begin, int64_t end);
+
 // read_h5ad allows any values in X; steps that need raw counts call this: throws InputError
 // "<where>: X has a NaN value (...) at row R, column C; ..." on the first NaN, Inf or negative value.
 void check_counts(const Matrix& X, const std::string& where);
