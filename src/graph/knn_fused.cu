@@ -52,7 +52,6 @@ struct FusedParams {
   int w;
   float* best_d;       // n x w, sorted ascending
   int32_t* best_i;
-  int skip;            // profiling (SCURRY_KNN_SKIP): 1 = no fold, 2 = no MMA
   FusedBlocks ivf;     // the IVF form (kIvf): per-block queries, database ranges, original ids
 };
 
@@ -172,7 +171,7 @@ __global__ void __launch_bounds__(kFThreads, 2) fused_knn_kernel(FusedParams P) 
     int64_t n0 = r0, n_end = r_end;
     const bool next = advance(nj, n0, n_end);
     if (next) fetch(n0, n_end);
-    if (P.skip != 2) {
+    {
       wmma::fragment<wmma::accumulator, 16, 16, 8, float> acc[4];
 #pragma unroll
       for (int j = 0; j < 4; ++j) wmma::fill_fragment(acc[j], 0.f);
@@ -192,7 +191,7 @@ __global__ void __launch_bounds__(kFThreads, 2) fused_knn_kernel(FusedParams P) 
         wmma::store_matrix_sync(sc + fr * kScoreLd + fc + 16 * j, acc[j], kScoreLd, wmma::mem_row_major);
     }
     __syncthreads();
-    if (P.skip != 1) {
+    {
       // Fold: each warp its kQPerWarp query rows, 4 scores per lane per row; a row none of whose
       // scores beats the current W-th candidate costs one vote.
       float rq[kFR / kWarp];
@@ -269,10 +268,6 @@ void launch_fused(CudaResources& r, const FusedParams& P, unsigned blocks) {
   }
 }
 
-int skip_setting() {
-  const char* skip_env = std::getenv("SCURRY_KNN_SKIP");
-  return skip_env ? std::atoi(skip_env) : 0;
-}
 
 }  // namespace
 
@@ -288,7 +283,7 @@ void fused_candidates(CudaResources& r, const float* A, const float* sqn, int64_
   const char* kernel_env = std::getenv("SCURRY_KNN_KERNEL");
   if (kernel_env && std::string(kernel_env) == "mma" && mma_supported(kp, w))
     return mma_candidates(r, A, sqn, n, kp, w, best_d, best_i);
-  FusedParams P{A, sqn, n, static_cast<int>(kp), w, best_d, best_i, skip_setting(), FusedBlocks{}};
+  FusedParams P{A, sqn, n, static_cast<int>(kp), w, best_d, best_i, FusedBlocks{}};
   launch_fused<false>(r, P, static_cast<unsigned>((n + kFQ - 1) / kFQ));
 }
 
@@ -300,7 +295,7 @@ void fused_candidates_ranges(CudaResources& r, const float* A, const float* sqn,
       !blocks.n_ranges || !blocks.ids)
     fail("fused kNN: invalid IVF block description (", blocks.n_blocks, " blocks, range capacity ",
          blocks.range_cap, ")");
-  FusedParams P{A, sqn, n, static_cast<int>(kp), w, best_d, best_i, skip_setting(), blocks};
+  FusedParams P{A, sqn, n, static_cast<int>(kp), w, best_d, best_i, blocks};
   launch_fused<true>(r, P, static_cast<unsigned>(blocks.n_blocks));
 }
 

@@ -23,6 +23,7 @@
 #include "core/log.hpp"
 #include "exec/cuda_resources.cuh"
 #include "graph/leiden_gpu.hpp"
+#include "graph/mix64.cuh"
 #include "graph/umap.hpp"
 
 namespace scurry {
@@ -150,15 +151,6 @@ __global__ void move_candidates_kernel(const unsigned long long* keys, const dou
   }
 }
 
-__device__ inline unsigned long long subset_hash(unsigned long long x) {  // splitmix64's finaliser
-  x ^= x >> 30;
-  x *= 0xbf58476d1ce4e5b9ULL;
-  x ^= x >> 27;
-  x *= 0x94d049bb133111ebULL;
-  x ^= x >> 31;
-  return x;
-}
-
 // The exact weight from each node to its chosen community.
 __global__ void best_weight_kernel(const unsigned long long* keys, const double* sums, int64_t runs,
                                    const unsigned long long* best, double* k_best) {
@@ -181,7 +173,7 @@ __global__ void move_kernel(int64_t n, int32_t* comm, const double* kw, const do
     if (b == 0) continue;
     // Only a pseudo-random share of the nodes may move in a sweep (1 / (subset_mask + 1)): fewer
     // simultaneous moves that undo each other.
-    if (subset_mask && (subset_hash(static_cast<unsigned long long>(i) ^ salt) & subset_mask) != 0) continue;
+    if (subset_mask && (gpu::mix64(static_cast<uint64_t>(i) ^ salt) & subset_mask) != 0) continue;
     const uint32_t c = unpack(b);
     const int32_t own = comm[i];
     const double stay = k_own[i] - gamma_2m * kw[i] * (tot[own] - kw[i]);

@@ -18,10 +18,13 @@
 #include "core/error.hpp"
 #include "core/log.hpp"
 #include "exec/cuda_resources.cuh"
+#include "graph/mix64.cuh"
 #include "graph/umap_gpu.hpp"
 
 namespace scurry {
 namespace {
+
+using gpu::mix64;
 
 const char* kWhere = "umap (gpu)";
 constexpr int kBlock = 256;               // threads per block of every kernel here
@@ -30,15 +33,6 @@ constexpr float kClip = 4.0f;             // umap's gradient clip
 constexpr int kMaxGenericDim = 16;        // n_components handled by the generic kernel
 
 int blocks_for(int64_t n) { return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>((n + kBlock - 1) / kBlock, kMaxBlocks))); }
-
-__host__ __device__ inline uint64_t mix64(uint64_t x) {  // splitmix64's finaliser
-  x ^= x >> 30;
-  x *= 0xbf58476d1ce4e5b9ULL;
-  x ^= x >> 27;
-  x *= 0x94d049bb133111ebULL;
-  x ^= x >> 31;
-  return x;
-}
 
 // Counter-based: vertex for negative sample s of edge e in epoch `epoch`, uniform in [0, n).
 __device__ inline uint32_t random_vertex(uint64_t seed, int64_t e, int epoch, int64_t s, uint32_t n) {

@@ -123,13 +123,6 @@ void preprocess_chain(Context& ctx, Dataset& d, const PreprocessOptions& o, Timi
 
   std::vector<int64_t> qc_n_genes, qc_gene_cells;
   std::vector<double> qc_total_f32;
-  std::future<void> qc_task;
-  std::vector<std::function<void()>> deferred;  // Dataset updates waiting for qc_task, in order
-  auto join_host = [&] {
-    if (qc_task.valid()) qc_task.get();
-    for (auto& f : deferred) f();
-    deferred.clear();
-  };
   step("qc", [&] {
     mark_qc_vars(d, o.qc_vars);
     QcOptions q = o.qc;
@@ -151,8 +144,7 @@ void preprocess_chain(Context& ctx, Dataset& d, const PreprocessOptions& o, Timi
     sum_ranks(comm, gs.sum);  // per-gene sums and counts over all cells
     sum_ranks(comm, gs.nnz);
     mark("qc: gene_sums");
-    // What the filters decide on, kept here; the obs/var columns are built later (joined before
-    // anything else touches d).
+    // What the filters decide on, kept apart from the obs/var columns built below.
     const int64_t n_all = m.n_rows;                   // this rank's cells
     const int64_t n_cells = sum_ranks(comm, n_all);  // every rank's
     qc_n_genes.resize(static_cast<size_t>(n_all));
@@ -163,11 +155,10 @@ void preprocess_chain(Context& ctx, Dataset& d, const PreprocessOptions& o, Timi
       qc_total_f32[i] = static_cast<double>(static_cast<float>(rq.total[i]));  // as the float32 obs column holds it
     }
     qc_gene_cells.assign(gs.nnz.begin(), gs.nnz.end());
-    // (Deferred, not a thread of its own: a new thread gets a new malloc arena, whose fresh pages
-    // cost more than the work. It runs at the join, when the device has gone on.)
-    qc_task = std::async(std::launch::deferred, [&d, q, masks, top, rq = std::move(rq), gs = std::move(gs), res = std::move(res),
-                                              n_all, n_cells, g_all = m.n_cols]() mutable {
-      const int64_t n = n_all, g = g_all;
+    // The obs/var columns, on this thread (a thread of their own was measured slower: its new malloc
+    // arena's fresh pages cost more than the work).
+    {
+      const int64_t n = n_all, g = m.n_cols;
       res.n_genes_by_counts.assign(rq.n_genes.begin(), rq.n_genes.end());
       res.total_counts = std::move(rq.total);
       const auto& total = res.total_counts;
@@ -195,9 +186,8 @@ void preprocess_chain(Context& ctx, Dataset& d, const PreprocessOptions& o, Timi
         res.pct_dropout_by_counts[j] = (1.0 - gs.nnz[j] / dn) * 100.0;
       }
       write_qc_metrics(d, res, q, true);
-    });
-    qc_task.wait();  // runs it now
-    mark("qc: columns handed to a host thread");
+    }
+    mark("qc: host columns");
   });
 
   // filter_genes on cell counts only (the default) needs no pass over the matrix: QC's per-gene counts
@@ -244,7 +234,7 @@ void preprocess_chain(Context& ctx, Dataset& d, const PreprocessOptions& o, Timi
           throw InputError(detail::concat("--gpus: filter_cells left no cell on rank ", q, " of ", left.size(),
                                           " (its share of the cells); use fewer GPUs"));
     }
-    deferred.push_back([&d, fr = std::move(fr)] { apply_filter_cells(d, fr, true); });
+    apply_filter_cells(d, fr, true);
   });
 
   step("filter_genes", [&] {
@@ -267,15 +257,12 @@ void preprocess_chain(Context& ctx, Dataset& d, const PreprocessOptions& o, Timi
       filter_inplace(r, m, nullptr, dmap.data(), static_cast<int64_t>(fr.kept.size()));
     }
     mark("filter_genes: filter_inplace");
-    deferred.push_back([&d, fr = std::move(fr)] { apply_filter_genes(d, fr, true); });
+    apply_filter_genes(d, fr, true);
     t.set_meta("nnz_filtered", std::to_string(sum_ranks(comm, m.nnz)));
   });
 
   if (o.counts_layer)
-    step("counts_layer", [&] {
-      join_host();
-      d.layers["counts"] = Matrix(download(r, m), DType::f32);
-    });
+    step("counts_layer", [&] { d.layers["counts"] = Matrix(download(r, m), DType::f32); });
 
   step("normalize_total+log1p", [&] {
     double target = 0;
@@ -293,7 +280,6 @@ void preprocess_chain(Context& ctx, Dataset& d, const PreprocessOptions& o, Timi
       target = comm.size() > 1 ? median_of_positive(allgatherv(comm, totals)) : median_of_positive(totals);
     }
     gpu::normalize_log1p(r, m, target, true, o.normalize.key_added.empty() ? nullptr : &totals);
-    join_host();  // the QC columns and the filters' updates of d, before d changes again
     if (!o.normalize.key_added.empty()) {
       std::vector<double> v(totals.size());
       for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<float>(totals[i]);

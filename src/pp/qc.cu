@@ -12,12 +12,9 @@
 //    order non-negative values as unsigned integers; histogram increments aggregated per warp with
 //    __match_any_sync), a bitonic sort of the fewer-than-n values above T, and prefix sums; the
 //    ranks between are all equal to T. Rows up to kRowCap entries are held in shared memory.
-// SCURRY_QC_TOPN=radix forces the second route (for comparison).
 // Floor at 2.6e9 entries: one read of indices and values, 21 GB / 4.3 TB/s = 4.9 ms.
 #include <algorithm>
 #include <cfloat>
-#include <cstdlib>
-#include <string>
 
 #include "core/memory.hpp"
 #include "pp/kernels.cuh"
@@ -46,7 +43,6 @@ struct QcParams {
   double* nnz;
   double* set_total;  // [set * n_rows + row]
   double* top_sum;    // [i * n_rows + row]
-  bool force_radix;
 };
 
 __device__ __forceinline__ unsigned key_of(float v) { return __float_as_uint(fmaxf(v, 0.f)); }
@@ -69,6 +65,28 @@ __device__ __forceinline__ void hist_add(unsigned* hist, unsigned bin, bool acti
   if (!active) return;
   const unsigned peers = __match_any_sync(mask, bin);
   if ((threadIdx.x & 31) == __ffs(peers) - 1) atomicAdd(&hist[bin], static_cast<unsigned>(__popc(peers)));
+}
+
+// Sorts cand[0, n) descending (bitonic, padded with -FLT_MAX to a power of two <= kCandCap); called
+// by the whole block, n the same in every thread.
+__device__ void block_sort_descending(float* cand, int n) {
+  if (n < 2) return;
+  int m = 1;
+  while (m < n) m <<= 1;
+  for (int i = n + threadIdx.x; i < m; i += kQcThreads) cand[i] = -FLT_MAX;
+  __syncthreads();
+  for (int k = 2; k <= m; k <<= 1)
+    for (int j = k >> 1; j > 0; j >>= 1) {
+      for (int i = threadIdx.x; i < m; i += kQcThreads) {
+        const int l = i ^ j;
+        if (l > i) {
+          const bool desc = (i & k) == 0;
+          const float a = cand[i], b = cand[l];
+          if (desc ? a < b : a > b) cand[i] = b, cand[l] = a;
+        }
+      }
+      __syncthreads();
+    }
 }
 
 // Route 1's reading of the histogram: warp 0 scans the bins from the top (each lane holds 8
@@ -148,7 +166,7 @@ __global__ void __launch_bounds__(kQcThreads) row_qc_kernel(QcParams P) {
   __syncthreads();
   double tot = 0, cnt = 0, st[kMaxSets] = {0, 0, 0, 0, 0, 0, 0, 0};
   unsigned c1 = 0, c2 = 0, c3 = 0;
-  bool counts = !P.force_radix;  // route 1 still possible for this thread's values
+  bool counts = true;  // route 1 still possible for this thread's values
   for (int64_t p = threadIdx.x; p < len; p += kQcThreads) {
     const float x = v[p];
     tot += x;
@@ -205,24 +223,7 @@ __global__ void __launch_bounds__(kQcThreads) row_qc_kernel(QcParams P) {
   }
   if (__syncthreads_and(counts)) {
     const int nb = static_cast<int>(s_ncand);
-    if (nb > 1) {  // sort the large values, descending
-      int m = 1;
-      while (m < nb) m <<= 1;
-      for (int i = nb + threadIdx.x; i < m; i += kQcThreads) cand[i] = -FLT_MAX;
-      __syncthreads();
-      for (int k = 2; k <= m; k <<= 1)
-        for (int j = k >> 1; j > 0; j >>= 1) {
-          for (int i = threadIdx.x; i < m; i += kQcThreads) {
-            const int l = i ^ j;
-            if (l > i) {
-              const bool desc = (i & k) == 0;
-              const float a = cand[i], b = cand[l];
-              if (desc ? a < b : a > b) cand[i] = b, cand[l] = a;
-            }
-          }
-          __syncthreads();
-        }
-    }
+    block_sort_descending(cand, nb);  // the large values
     if (threadIdx.x < 32) top_sums_from_histogram(P, row, len, total, hist, cand, nb);
     return;
   }
@@ -262,22 +263,7 @@ __global__ void __launch_bounds__(kQcThreads) row_qc_kernel(QcParams P) {
   }
   __syncthreads();
   const int nc = static_cast<int>(s_ncand);
-  int m = 1;
-  while (m < nc) m <<= 1;
-  for (int i = nc + threadIdx.x; i < m; i += kQcThreads) cand[i] = -FLT_MAX;
-  __syncthreads();
-  for (int k = 2; k <= m; k <<= 1)
-    for (int j = k >> 1; j > 0; j >>= 1) {
-      for (int i = threadIdx.x; i < m; i += kQcThreads) {
-        const int l = i ^ j;
-        if (l > i) {
-          const bool desc = (i & k) == 0;
-          const float a = cand[i], b = cand[l];
-          if (desc ? a < b : a > b) cand[i] = b, cand[l] = a;
-        }
-      }
-      __syncthreads();
-    }
+  block_sort_descending(cand, nc);
   if (threadIdx.x == 0) {
     const double tv = static_cast<double>(__uint_as_float(T));
     double acc = 0;
@@ -313,8 +299,6 @@ RowQc row_qc(CudaResources& r, const DeviceCsr& m, const uint8_t* gene_sets, int
   for (size_t i = 0; i < top.size(); ++i) P.top[i] = top[i];
   P.total = out.data(), P.nnz = out.data() + n, P.set_total = out.data() + 2 * n;
   P.top_sum = out.data() + (2 + P.n_sets) * n;
-  const char* topn_env = std::getenv("SCURRY_QC_TOPN");
-  P.force_radix = topn_env && std::string(topn_env) == "radix";
   if (n > 0) {
     if (n > 0x7fffffffLL) fail("row_qc: more than 2^31 rows in one device matrix; split in row blocks");
     row_qc_kernel<<<static_cast<unsigned>(n), kQcThreads, 0, r.stream>>>(P);

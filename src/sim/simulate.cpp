@@ -11,6 +11,30 @@
 
 namespace scurry {
 
+void simulate_alias_table(const std::vector<double>& p, std::vector<double>& prob, std::vector<int32_t>& alias) {
+  const size_t n = p.size();
+  prob.assign(n, 0.0);
+  alias.assign(n, 0);
+  std::vector<double> q(n);
+  for (size_t i = 0; i < n; ++i) q[i] = p[i] * static_cast<double>(n);
+  std::vector<int32_t> small, large;
+  for (size_t i = 0; i < n; ++i) (q[i] < 1.0 ? small : large).push_back(static_cast<int32_t>(i));
+  while (!small.empty() && !large.empty()) {
+    int32_t s = small.back(), l = large.back();
+    small.pop_back();
+    prob[s] = q[s];
+    alias[s] = l;
+    q[l] = (q[l] + q[s]) - 1.0;
+    if (q[l] < 1.0) {
+      large.pop_back();
+      small.push_back(l);
+    }
+  }
+  for (int32_t i : large) prob[i] = 1.0, alias[i] = i;
+  for (int32_t i : small) prob[i] = 1.0, alias[i] = i;
+}
+
+
 namespace {
 
 // xoshiro256** (Blackman & Vigna 2018), seeded through splitmix64: fast, small, reproducible.
@@ -43,26 +67,7 @@ struct Rng {
 struct Alias {
   std::vector<double> prob;
   std::vector<int32_t> alias;
-  explicit Alias(const std::vector<double>& p) : prob(p.size()), alias(p.size()) {
-    const size_t n = p.size();
-    std::vector<double> q(n);
-    for (size_t i = 0; i < n; ++i) q[i] = p[i] * static_cast<double>(n);
-    std::vector<int32_t> small, large;
-    for (size_t i = 0; i < n; ++i) (q[i] < 1.0 ? small : large).push_back(static_cast<int32_t>(i));
-    while (!small.empty() && !large.empty()) {
-      int32_t s = small.back(), l = large.back();
-      small.pop_back();
-      prob[s] = q[s];
-      alias[s] = l;
-      q[l] = (q[l] + q[s]) - 1.0;
-      if (q[l] < 1.0) {
-        large.pop_back();
-        small.push_back(l);
-      }
-    }
-    for (int32_t i : large) prob[i] = 1.0, alias[i] = i;
-    for (int32_t i : small) prob[i] = 1.0, alias[i] = i;
-  }
+  explicit Alias(const std::vector<double>& p) { simulate_alias_table(p, prob, alias); }
   int32_t draw(Rng& r) const {
     const double u = r.uniform() * static_cast<double>(prob.size());
     const auto i = static_cast<int32_t>(u);

@@ -38,6 +38,9 @@ Dataset simulate(const Context& ctx, const SimulateOptions& opt);
 // The pieces shared with the GPU generator (simulate_gpu.cu):
 // each cluster's gene proportions (summing to 1), [cluster][gene];
 std::vector<std::vector<double>> simulate_cluster_proportions(const SimulateOptions& opt);
+// Walker/Vose alias table of the distribution p (O(1) draws: slot i uniform, kept when a uniform
+// is below prob[i], else alias[i]).
+void simulate_alias_table(const std::vector<double>& p, std::vector<double>& prob, std::vector<int32_t>& alias);
 // obs (index "cell<i>", 'cluster'), var (names, 'gene_ids') and uns['simulate'] of a simulated set.
 void simulate_frame(Dataset& d, const SimulateOptions& opt, std::vector<int32_t> cluster_codes, double library_scale);
 

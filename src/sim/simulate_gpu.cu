@@ -103,28 +103,6 @@ __global__ void __launch_bounds__(kThreads) simulate_kernel(SimParams P) {
   }
 }
 
-// Walker/Vose alias table in float acceptance form (as simulate.cpp's Alias).
-void alias_table(const std::vector<double>& p, float* prob, int32_t* alias) {
-  const size_t n = p.size();
-  std::vector<double> q(n);
-  for (size_t i = 0; i < n; ++i) q[i] = p[i] * static_cast<double>(n);
-  std::vector<int32_t> small, large;
-  for (size_t i = 0; i < n; ++i) (q[i] < 1.0 ? small : large).push_back(static_cast<int32_t>(i));
-  while (!small.empty() && !large.empty()) {
-    const int32_t s = small.back(), l = large.back();
-    small.pop_back();
-    prob[s] = static_cast<float>(q[s]);
-    alias[s] = l;
-    q[l] = (q[l] + q[s]) - 1.0;
-    if (q[l] < 1.0) {
-      large.pop_back();
-      small.push_back(l);
-    }
-  }
-  for (int32_t i : large) prob[i] = 1.0f, alias[i] = i;
-  for (int32_t i : small) prob[i] = 1.0f, alias[i] = i;
-}
-
 }  // namespace
 
 DeviceSimulated simulate_on_device(Context& ctx, const SimulateOptions& o) {
@@ -142,7 +120,13 @@ DeviceSimulated simulate_on_device(Context& ctx, const SimulateOptions& o) {
   std::vector<float> prob(static_cast<size_t>(G * C));
   std::vector<int32_t> alias(static_cast<size_t>(G * C));
 #pragma omp parallel for schedule(static)
-  for (int64_t c = 0; c < C; ++c) alias_table(props[c], prob.data() + c * G, alias.data() + c * G);
+  for (int64_t c = 0; c < C; ++c) {
+    std::vector<double> pd;
+    std::vector<int32_t> al;
+    simulate_alias_table(props[c], pd, al);
+    std::copy(pd.begin(), pd.end(), prob.begin() + c * G);  // float acceptance thresholds
+    std::copy(al.begin(), al.end(), alias.begin() + c * G);
+  }
 
   DeviceArray<float> dprob(r, prob.size(), "simulation tables");
   DeviceArray<int32_t> dalias(r, alias.size(), "simulation tables");
