@@ -9,35 +9,44 @@
 //    row pointers are not needed), float64 atomics into the per-gene sums (RED.F64 in L2; the genes'
 //    addresses spread over the L2 slices). Floor at 2.6e9 entries: 21 GB / 4.3 TB/s = 4.9 ms.
 //    The order of the atomic additions varies, so the sums can differ in the last bits run to run.
+// Templated on the value type V and the column-index type I (kernels.cuh; instantiations at the end).
+// The shared-memory partials are of type V: float32 for float values (as above), float64 for double
+// values (whose sums would otherwise lose the precision the caller chose), with half the genes a tile.
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <type_traits>
 
 #include "pp/kernels.cuh"
-
-#include <algorithm>
 
 namespace scurry::gpu {
 
 namespace {
 
-template <GeneTransform F>
-__device__ __forceinline__ float transform(float v, int g, const float* clip) {
-  if constexpr (F == GeneTransform::expm1) return expm1f(v);
-  else if constexpr (F == GeneTransform::clip) return fminf(v, clip[g]);
-  else return v;
+template <GeneTransform F, class V>
+__device__ __forceinline__ V transform(V v, int64_t g, const V* clip) {
+  if constexpr (F == GeneTransform::expm1) {
+    if constexpr (sizeof(V) == 4) return expm1f(v);
+    else return expm1(v);
+  } else if constexpr (F == GeneTransform::clip) {
+    if constexpr (sizeof(V) == 4) return fminf(v, clip[g]);
+    else return fmin(v, clip[g]);
+  } else {
+    return v;
+  }
 }
 
 constexpr int kAtomicThreads = 256;
 
-template <GeneTransform F, bool kSquares>
-__global__ void __launch_bounds__(kAtomicThreads) gene_sums_atomic(const int32_t* idx, const float* val, int64_t nnz,
-                                                                   const float* clip, double* sum, double* sumsq,
+template <GeneTransform F, bool kSquares, class V, class I>
+__global__ void __launch_bounds__(kAtomicThreads) gene_sums_atomic(const I* idx, const V* val, int64_t nnz,
+                                                                   const V* clip, double* sum, double* sumsq,
                                                                    unsigned long long* count) {
   const int64_t stride = static_cast<int64_t>(gridDim.x) * kAtomicThreads;
   for (int64_t p = blockIdx.x * static_cast<int64_t>(kAtomicThreads) + threadIdx.x; p < nnz; p += stride) {
-    const int g = idx[p];
-    const float x = transform<F>(val[p], g, clip);
-    if (x != 0.f) {
+    const I g = idx[p];
+    const V x = transform<F>(val[p], g, clip);
+    if (x != V(0)) {
       atomicAdd(&sum[g], static_cast<double>(x));
       if (kSquares) atomicAdd(&sumsq[g], static_cast<double>(x) * x);
       atomicAdd(&count[g], 1ull);
@@ -47,23 +56,29 @@ __global__ void __launch_bounds__(kAtomicThreads) gene_sums_atomic(const int32_t
 
 constexpr int kSmemThreads = 1024;
 constexpr int kSmemBlocksPerSm = 4;
-constexpr int kSmemMaxTile = 28672;  // 2 x 4 bytes x 28,672 = 224 KB of shared memory
+constexpr size_t kSmemBytes = 229376;  // 224 KB of shared memory: 2 x 4 bytes x 28,672 genes (float)
+template <class V>
+constexpr int kSmemMaxTile = static_cast<int>(kSmemBytes / (2 * sizeof(V)));
 
 // acc[0, tile): sum of f(x); acc[tile, 2 tile): sum of f(x)^2 (kSquares) or the count of nonzeros.
-template <GeneTransform F, bool kSquares>
-__global__ void __launch_bounds__(kSmemThreads) gene_sums_smem(const int32_t* idx, const float* val, int64_t nnz,
-                                                               int g0, int tile, const float* clip, double* partial) {
-  extern __shared__ float facc[];
-  for (int i = threadIdx.x; i < 2 * tile; i += kSmemThreads) facc[i] = 0.f;
+// The tile's genes are [g0, g0 + tile): the test is one unsigned comparison of idx - g0.
+template <GeneTransform F, bool kSquares, class V, class I>
+__global__ void __launch_bounds__(kSmemThreads) gene_sums_smem(const I* idx, const V* val, int64_t nnz, int64_t g0,
+                                                               int tile, const V* clip, double* partial) {
+  using U = std::make_unsigned_t<I>;
+  extern __shared__ __align__(8) unsigned char smem_raw[];
+  V* facc = reinterpret_cast<V*>(smem_raw);
+  for (int i = threadIdx.x; i < 2 * tile; i += kSmemThreads) facc[i] = V(0);
   __syncthreads();
   const int64_t stride = static_cast<int64_t>(gridDim.x) * kSmemThreads;
+  const I base = static_cast<I>(g0);
   for (int64_t p = blockIdx.x * static_cast<int64_t>(kSmemThreads) + threadIdx.x; p < nnz; p += stride) {
-    const int g = idx[p] - g0;
-    if (static_cast<unsigned>(g) < static_cast<unsigned>(tile)) {
-      const float x = transform<F>(val[p], g + g0, clip);
-      if (x != 0.f) {
+    const I g = idx[p] - base;
+    if (static_cast<U>(g) < static_cast<U>(tile)) {
+      const V x = transform<F>(val[p], static_cast<int64_t>(g) + g0, clip);
+      if (x != V(0)) {
         atomicAdd(&facc[g], x);
-        atomicAdd(&facc[tile + g], kSquares ? x * x : 1.f);
+        atomicAdd(&facc[tile + g], kSquares ? x * x : V(1));
       }
     }
   }
@@ -72,7 +87,7 @@ __global__ void __launch_bounds__(kSmemThreads) gene_sums_smem(const int32_t* id
   for (int i = threadIdx.x; i < 2 * tile; i += kSmemThreads) out[i] = facc[i];
 }
 
-// out[j] = sum over blocks b (in order) of partial[b * width + j].
+// out[j] = sum over blocks b (in order) of partial[b * width + j]. (No value type: float64 in and out.)
 __global__ void sum_blocks(const double* partial, int n_blocks, int64_t width, double* out) {
   const int64_t j = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (j >= width) return;
@@ -82,7 +97,8 @@ __global__ void sum_blocks(const double* partial, int n_blocks, int64_t width, d
 }
 
 // Two passes' worth of statistics per call: (sum, sumsq) or (sum, count).
-void gene_sums_smem_impl(CudaResources& r, const DeviceCsr& m, GeneTransform f, const float* clip, bool squares,
+template <class V, class I>
+void gene_sums_smem_impl(CudaResources& r, const CsrView<V, I>& m, GeneTransform f, const V* clip, bool squares,
                          std::vector<double>& sum, std::vector<double>& second) {
   const int64_t g = m.n_cols;
   sum.assign(g, 0.0), second.assign(g, 0.0);
@@ -90,28 +106,28 @@ void gene_sums_smem_impl(CudaResources& r, const DeviceCsr& m, GeneTransform f, 
   int sms = 0;
   SCURRY_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, r.device));
   const int blocks = sms * kSmemBlocksPerSm;
-  const int tile_max = static_cast<int>(std::min<int64_t>(g, kSmemMaxTile));
+  const int tile_max = static_cast<int>(std::min<int64_t>(g, kSmemMaxTile<V>));
   DeviceArray<double> partial(r, static_cast<size_t>(blocks) * 2 * tile_max, "gene sums partials");
   DeviceArray<double> total(r, 2 * static_cast<size_t>(tile_max), "gene sums");
   std::vector<double> h(2 * static_cast<size_t>(tile_max));
   for (int64_t g0 = 0; g0 < g; g0 += tile_max) {
     const int tile = static_cast<int>(std::min<int64_t>(tile_max, g - g0));
-    const size_t smem = 2 * static_cast<size_t>(tile) * sizeof(float);
+    const size_t smem = 2 * static_cast<size_t>(tile) * sizeof(V);
     auto launch = [&](auto kernel) {
       SCURRY_CUDA(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
-      kernel<<<blocks, kSmemThreads, smem, r.stream>>>(m.indices.data(), m.data.data(), m.nnz, static_cast<int>(g0), tile,
-                                                       clip, partial.data());
+      kernel<<<blocks, kSmemThreads, smem, r.stream>>>(m.indices, m.data, m.nnz, g0, tile, clip, partial.data());
       SCURRY_CUDA_LAUNCH();
     };
+    using T = GeneTransform;
     switch (f) {
-      case GeneTransform::identity:
-        squares ? launch(gene_sums_smem<GeneTransform::identity, true>) : launch(gene_sums_smem<GeneTransform::identity, false>);
+      case T::identity:
+        squares ? launch(gene_sums_smem<T::identity, true, V, I>) : launch(gene_sums_smem<T::identity, false, V, I>);
         break;
-      case GeneTransform::expm1:
-        squares ? launch(gene_sums_smem<GeneTransform::expm1, true>) : launch(gene_sums_smem<GeneTransform::expm1, false>);
+      case T::expm1:
+        squares ? launch(gene_sums_smem<T::expm1, true, V, I>) : launch(gene_sums_smem<T::expm1, false, V, I>);
         break;
-      case GeneTransform::clip:
-        squares ? launch(gene_sums_smem<GeneTransform::clip, true>) : launch(gene_sums_smem<GeneTransform::clip, false>);
+      case T::clip:
+        squares ? launch(gene_sums_smem<T::clip, true, V, I>) : launch(gene_sums_smem<T::clip, false, V, I>);
         break;
     }
     sum_blocks<<<static_cast<unsigned>((2 * tile + 255) / 256), 256, 0, r.stream>>>(partial.data(), blocks, 2 * tile,
@@ -129,7 +145,8 @@ __global__ void counts_to_double(const unsigned long long* c, int64_t n, double*
   if (i < n) out[i] = static_cast<double>(c[i]);
 }
 
-GeneSums gene_sums_atomic_impl(CudaResources& r, const DeviceCsr& m, GeneTransform f, const float* clip) {
+template <class V, class I>
+GeneSums gene_sums_atomic_impl(CudaResources& r, const CsrView<V, I>& m, GeneTransform f, const V* clip) {
   const int64_t g = m.n_cols;
   GeneSums out;
   out.sum.assign(g, 0.0), out.sumsq.assign(g, 0.0), out.nnz.assign(g, 0.0);
@@ -143,14 +160,14 @@ GeneSums gene_sums_atomic_impl(CudaResources& r, const DeviceCsr& m, GeneTransfo
   const int64_t want = (m.nnz + kAtomicThreads - 1) / kAtomicThreads;
   const unsigned blocks = static_cast<unsigned>(std::max<int64_t>(1, std::min<int64_t>(want, int64_t(sms) * 16)));
   auto launch = [&](auto kernel) {
-    kernel<<<blocks, kAtomicThreads, 0, r.stream>>>(m.indices.data(), m.data.data(), m.nnz, clip, acc.data(),
-                                                    acc.data() + g, cnt.data());
+    kernel<<<blocks, kAtomicThreads, 0, r.stream>>>(m.indices, m.data, m.nnz, clip, acc.data(), acc.data() + g,
+                                                    cnt.data());
     SCURRY_CUDA_LAUNCH();
   };
   switch (f) {
-    case GeneTransform::identity: launch(gene_sums_atomic<GeneTransform::identity, true>); break;
-    case GeneTransform::expm1: launch(gene_sums_atomic<GeneTransform::expm1, true>); break;
-    case GeneTransform::clip: launch(gene_sums_atomic<GeneTransform::clip, true>); break;
+    case GeneTransform::identity: launch(gene_sums_atomic<GeneTransform::identity, true, V, I>); break;
+    case GeneTransform::expm1: launch(gene_sums_atomic<GeneTransform::expm1, true, V, I>); break;
+    case GeneTransform::clip: launch(gene_sums_atomic<GeneTransform::clip, true, V, I>); break;
   }
   counts_to_double<<<static_cast<unsigned>((g + 255) / 256), 256, 0, r.stream>>>(cnt.data(), g, acc.data() + 2 * g);
   SCURRY_CUDA_LAUNCH();
@@ -163,9 +180,33 @@ GeneSums gene_sums_atomic_impl(CudaResources& r, const DeviceCsr& m, GeneTransfo
   return out;
 }
 
+// Per gene, the nonzero entries of the selected rows (one warp per row; integer atomics: exact).
+template <class V, class I>
+__global__ void rows_gene_nnz_kernel(const int64_t* indptr, const I* idx, const V* val, const int64_t* rows,
+                                     int64_t n_rows, unsigned long long* cnt) {
+  const int64_t w = (blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x) / 32;
+  const int lane = threadIdx.x & 31;
+  if (w >= n_rows) return;
+  const int64_t row = rows[w];
+  for (int64_t p = indptr[row] + lane; p < indptr[row + 1]; p += 32)
+    if (val[p] != V(0)) atomicAdd(&cnt[idx[p]], 1ull);
+}
+
 }  // namespace
 
-GeneSums gene_sums(CudaResources& r, const DeviceCsr& m, GeneTransform f, const float* clip, SecondStat second) {
+template <class V, class I>
+void rows_gene_nnz(CudaResources& r, const CsrView<V, I>& m, const int64_t* d_rows, int64_t n_sel,
+                   unsigned long long* d_cnt) {
+  if (n_sel <= 0) return;
+  const int64_t threads = n_sel * 32;
+  rows_gene_nnz_kernel<V, I><<<static_cast<unsigned>((threads + kWarpRowsBlock - 1) / kWarpRowsBlock), kWarpRowsBlock, 0,
+                               r.stream>>>(m.indptr, m.indices, m.data, d_rows, n_sel, d_cnt);
+  SCURRY_CUDA_LAUNCH();
+}
+
+template <class V, class I>
+GeneSums gene_sums(CudaResources& r, const CsrView<V, I>& m, GeneTransform f, const NonDeduced<V>* clip,
+                   SecondStat second) {
   const char* strategy = std::getenv("SCURRY_GENE_SUMS");
   if (strategy && std::strcmp(strategy, "atomic") == 0) return gene_sums_atomic_impl(r, m, f, clip);
   GeneSums out;
@@ -179,5 +220,14 @@ GeneSums gene_sums(CudaResources& r, const DeviceCsr& m, GeneTransform f, const 
   if (out.sumsq.empty()) out.sumsq.assign(m.n_cols, 0.0);
   return out;
 }
+
+#define SCURRY_GENE_SUMS(V, I)                                                                                 \
+  template GeneSums gene_sums<V, I>(CudaResources&, const CsrView<V, I>&, GeneTransform, const V*, SecondStat); \
+  template void rows_gene_nnz<V, I>(CudaResources&, const CsrView<V, I>&, const int64_t*, int64_t, unsigned long long*);
+SCURRY_GENE_SUMS(float, int32_t)
+SCURRY_GENE_SUMS(double, int32_t)
+SCURRY_GENE_SUMS(float, int64_t)
+SCURRY_GENE_SUMS(double, int64_t)
+#undef SCURRY_GENE_SUMS
 
 }  // namespace scurry::gpu

@@ -10,6 +10,41 @@
 
 namespace scurry::gpu {
 
+// The kernels are templated on the value type V (float, double) and the column-index type I (int32_t,
+// int64_t), and the templated launchers below are explicitly instantiated, in the .cu that holds the
+// kernel (no kernel is instantiated in a header), for <float, int32_t> (what DeviceCsr holds and the
+// pipeline runs), <double, int32_t>, <float, int64_t> and <double, int64_t>. Every other combination
+// fails at link time.
+//
+// Row pointers stay int64_t in every instantiation (no third parameter): the number of entries passes
+// 2^31 at ~1M cells x 2,000 genes, the row-pointer array has n_rows + 1 entries (bytes negligible next
+// to the nnz indices and values, so 32-bit row pointers would save no bandwidth), and one type keeps the
+// instantiations at four. Kernels that never read the column indices (row totals, normalize) are
+// templated on V only; their launchers take the same CsrView<V, I> for a uniform interface.
+// Accumulations are float64 whatever V is, except the documented float32 shared-memory partials of
+// gene_sums for V = float (float64 for V = double).
+
+// T in a parameter that must not take part in template argument deduction (std::type_identity_t; the
+// CUDA sources are C++17): a literal or nullptr passed for it converts to the V of the matrix.
+template <class T>
+struct NonDeducedT {
+  using type = T;
+};
+template <class T>
+using NonDeduced = typename NonDeducedT<T>::type;
+
+// A non-owning view of a device CSR matrix (n_rows + 1 row pointers; nnz indices and values).
+template <class V, class I>
+struct CsrView {
+  int64_t n_rows = 0, n_cols = 0, nnz = 0;
+  const int64_t* indptr = nullptr;
+  const I* indices = nullptr;
+  V* data = nullptr;  // written only by normalize_log1p
+};
+inline CsrView<float, int32_t> view(const DeviceCsr& m) {
+  return {m.n_rows, m.n_cols, m.nnz, m.indptr.data(), m.indices.data(), m.data.data()};
+}
+
 // Per-cell QC sums (one block per row): total, number of nonzero entries, the sum over genes of each
 // qc set (set s holds gene g when bit s of gene_sets[g] is set; up to 8 sets), and the sum of the
 // n largest values for each n in `top_n` (ascending). Results are copied to the host vectors.
@@ -18,7 +53,11 @@ struct RowQc {
   std::vector<std::vector<double>> set_total;  // [set][row]
   std::vector<std::vector<double>> top_sum;    // [i][row] for top_n[i]
 };
-RowQc row_qc(CudaResources& r, const DeviceCsr& m, const uint8_t* gene_sets, int n_sets, const std::vector<int>& top_n);
+template <class V, class I>
+RowQc row_qc(CudaResources& r, const CsrView<V, I>& m, const uint8_t* gene_sets, int n_sets, const std::vector<int>& top_n);
+inline RowQc row_qc(CudaResources& r, const DeviceCsr& m, const uint8_t* gene_sets, int n_sets, const std::vector<int>& top_n) {
+  return row_qc(r, view(m), gene_sets, n_sets, top_n);
+}
 
 // Per-gene sums over rows of f(value): sum, sum of squares, number of nonzero entries (float64).
 enum class GeneTransform { identity, expm1, clip };  // clip: min(v, clip[g])
@@ -28,19 +67,42 @@ struct GeneSums {
 // `second`: which statistic besides the sum is needed (one pass each; `both` makes two passes on the
 // default shared-memory path). The one not asked for is left at 0.
 enum class SecondStat { count, squares, both };
-GeneSums gene_sums(CudaResources& r, const DeviceCsr& m, GeneTransform f, const float* clip = nullptr,
-                   SecondStat second = SecondStat::both);
+template <class V, class I>
+GeneSums gene_sums(CudaResources& r, const CsrView<V, I>& m, GeneTransform f,
+                   const NonDeduced<V>* clip = nullptr, SecondStat second = SecondStat::both);
+inline GeneSums gene_sums(CudaResources& r, const DeviceCsr& m, GeneTransform f, const float* clip = nullptr,
+                          SecondStat second = SecondStat::both) {
+  return gene_sums(r, view(m), f, clip, second);
+}
+// Per gene, the number of nonzero entries in the rows d_rows[0, n_sel) (device array of row numbers),
+// added to d_cnt (device array of n_cols; exact integer atomics). Asynchronous on r.stream.
+template <class V, class I>
+void rows_gene_nnz(CudaResources& r, const CsrView<V, I>& m, const int64_t* d_rows, int64_t n_sel,
+                   unsigned long long* d_cnt);
 
 // Per row: total over the row; rows rescaled to target_sum (rows with total 0 untouched), then
 // log1p when `log1p` is set. In place.
-void normalize_log1p(CudaResources& r, DeviceCsr& m, double target_sum, bool log1p, std::vector<double>* totals_out);
+template <class V, class I>
+void normalize_log1p(CudaResources& r, const CsrView<V, I>& m, double target_sum, bool log1p,
+                     std::vector<double>* totals_out);
+inline void normalize_log1p(CudaResources& r, DeviceCsr& m, double target_sum, bool log1p,
+                            std::vector<double>* totals_out) {
+  normalize_log1p(r, view(m), target_sum, log1p, totals_out);
+}
 // Row totals (float64) on the device.
-void row_totals(CudaResources& r, const DeviceCsr& m, double* d_totals);
+template <class V, class I>
+void row_totals(CudaResources& r, const CsrView<V, I>& m, double* d_totals);
+inline void row_totals(CudaResources& r, const DeviceCsr& m, double* d_totals) { row_totals(r, view(m), d_totals); }
 
 // Dense row-major n_rows x n_cols output: (x - mean[g]) / std[g] (zero_center) or x / std[g],
 // clipped to max_value (max_value <= 0: no clipping).
-void scale_to_dense(CudaResources& r, const DeviceCsr& m, const float* mean, const float* std_, bool zero_center,
-                    float max_value, float* out);
+template <class V, class I>
+void scale_to_dense(CudaResources& r, const CsrView<V, I>& m, const V* mean, const V* std_, bool zero_center,
+                    NonDeduced<V> max_value, V* out);
+inline void scale_to_dense(CudaResources& r, const DeviceCsr& m, const float* mean, const float* std_, bool zero_center,
+                           float max_value, float* out) {
+  scale_to_dense(r, view(m), mean, std_, zero_center, max_value, out);
+}
 
 }  // namespace scurry::gpu
 
@@ -68,6 +130,21 @@ struct PcaRanks {
 };
 PcaGpuResult pca_dense(CudaResources& r, const float* X, int64_t n, int64_t g, int k, bool zero_center, float* d_xpca,
                        const PcaRanks* ranks = nullptr);
+
+// The post-processing of X_pca (pca.cu) on a dense row-major n x k matrix of V (float, double; explicit
+// instantiations in pca.cu; element offsets int64_t, there is no column index): x[i, j] -= shift[j];
+// x[i, j] *= factor[j]; per column, the entry of largest |value| (the first row among ties; abs -1 and
+// row INT64_MAX for a column with no rows), reduced over row chunks on the device and on the host.
+template <class V>
+void subtract_columns(CudaResources& r, V* x, int64_t n, int k, const V* d_shift);
+template <class V>
+void scale_columns(CudaResources& r, V* x, int64_t n, int k, const V* d_factor);
+struct ColumnMaxAbs {
+  double abs, val;  // the value, exactly (V converts to double without rounding)
+  int64_t row;
+};
+template <class V>
+std::vector<ColumnMaxAbs> column_max_abs(CudaResources& r, const V* x, int64_t n, int k);
 
 }  // namespace scurry::gpu
 

@@ -1,10 +1,17 @@
 // PCA on the GPU (see kernels.cuh). FLOPs: n g^2 for the Gram matrix (SYRK), 2 n g k for the
 // projection; the eigen-solve is O(g^3) on a g x g matrix, independent of n. Sharded (PcaRanks): each
 // rank's Gram over its n_r rows, then one sum of g^2 + g doubles over the ranks (32 MB at g = 2000).
+//
+// Value types: pca_dense works on float32 data through cuBLAS's S routines and fp16/TF32 splits, so the
+// Gram-side kernels (splits, chunk additions into the float64 Gram, centring) are written for the float32
+// cuBLAS outputs they read. The X_pca post-processing (shift, sign flip, per-column max |value|) is
+// templated on the value type V and explicitly instantiated for float and double (kernels.cuh). Dense
+// matrices have no column-index type: element offsets are int64_t (n x k passes 2^31 at 43M cells x 50).
 #include <cuda_fp16.h>
 #include <cusolverDn.h>
 
 #include <algorithm>
+#include <climits>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -18,6 +25,7 @@ namespace {
 
 constexpr int64_t kGramChunkRows = 1 << 16;  // fp32 SYRK over 65,536 rows, then added in float64
 constexpr int kFlipChunks = 128;
+constexpr int kThreads = 256;  // threads per block of the element-wise kernels and of column_max_abs
 
 #define SCURRY_CUSOLVER(call)                                                                          \
   do {                                                                                                 \
@@ -83,26 +91,29 @@ __global__ void center_gram(double* G, const double* sum, int64_t g, double n, b
   G[row * g + col] = v;
 }
 
-__global__ void subtract_cols(float* out, int64_t n, int k, const float* shift) {
+template <class V>
+__global__ void subtract_cols(V* out, int64_t n, int k, const V* shift) {
   const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (i < n * k) out[i] -= shift[i % k];
 }
 
-// Per (component, chunk of rows): the entry of largest |value| (first index among ties).
-__global__ void argmax_abs(const float* out, int64_t n, int k, float* best_abs, int64_t* best_idx, float* best_val) {
+// Per (component, chunk of rows): the entry of largest |value| (first index among ties). kThreads threads.
+template <class V>
+__global__ void __launch_bounds__(kThreads) argmax_abs(const V* out, int64_t n, int k, V* best_abs, int64_t* best_idx,
+                                                       V* best_val) {
   const int j = blockIdx.x, chunk = blockIdx.y;
   const int64_t r0 = n * chunk / kFlipChunks, r1 = n * (chunk + 1) / kFlipChunks;
-  float ba = -1.f, bv = 0.f;
+  V ba = V(-1), bv = V(0);
   int64_t bi = INT64_MAX;
-  for (int64_t i = r0 + threadIdx.x; i < r1; i += blockDim.x) {
-    const float v = out[i * k + j], a = fabsf(v);
+  for (int64_t i = r0 + threadIdx.x; i < r1; i += kThreads) {
+    const V v = out[i * k + j], a = v < V(0) ? -v : v;
     if (a > ba || (a == ba && i < bi)) ba = a, bi = i, bv = v;
   }
-  __shared__ float sa[256], sv[256];
-  __shared__ int64_t si[256];
+  __shared__ V sa[kThreads], sv[kThreads];
+  __shared__ int64_t si[kThreads];
   sa[threadIdx.x] = ba, si[threadIdx.x] = bi, sv[threadIdx.x] = bv;
   __syncthreads();
-  for (int s = blockDim.x / 2; s > 0; s >>= 1) {
+  for (int s = kThreads / 2; s > 0; s >>= 1) {
     if (threadIdx.x < s) {
       const int o = threadIdx.x + s;
       if (sa[o] > sa[threadIdx.x] || (sa[o] == sa[threadIdx.x] && si[o] < si[threadIdx.x]))
@@ -117,12 +128,13 @@ __global__ void argmax_abs(const float* out, int64_t n, int k, float* best_abs, 
   }
 }
 
-__global__ void flip_cols(float* out, int64_t n, int k, const float* sign) {
+template <class V>
+__global__ void flip_cols(V* out, int64_t n, int k, const V* sign) {
   const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (i < n * k) out[i] *= sign[i % k];
 }
 
-unsigned blocks(int64_t n, int t = 256) { return static_cast<unsigned>((n + t - 1) / t); }
+unsigned blocks(int64_t n, int t = kThreads) { return static_cast<unsigned>((n + t - 1) / t); }
 
 // SCURRY_PROFILE=1: phase times of the PCA (CUDA events) on stderr.
 struct PhaseTimer {
@@ -151,6 +163,55 @@ struct PhaseTimer {
 };
 
 }  // namespace
+
+template <class V>
+void subtract_columns(CudaResources& r, V* x, int64_t n, int k, const V* d_shift) {
+  if (n <= 0 || k <= 0) return;
+  subtract_cols<V><<<blocks(n * k), kThreads, 0, r.stream>>>(x, n, k, d_shift);
+  SCURRY_CUDA_LAUNCH();
+}
+
+template <class V>
+void scale_columns(CudaResources& r, V* x, int64_t n, int k, const V* d_factor) {
+  if (n <= 0 || k <= 0) return;
+  flip_cols<V><<<blocks(n * k), kThreads, 0, r.stream>>>(x, n, k, d_factor);
+  SCURRY_CUDA_LAUNCH();
+}
+
+template <class V>
+std::vector<ColumnMaxAbs> column_max_abs(CudaResources& r, const V* x, int64_t n, int k) {
+  std::vector<ColumnMaxAbs> best(static_cast<size_t>(std::max(k, 0)), ColumnMaxAbs{-1.0, 0.0, INT64_MAX});
+  if (k <= 0) return best;
+  const size_t m = static_cast<size_t>(k) * kFlipChunks;
+  DeviceArray<V> babs(r, m, "column max |value|"), bval(r, m, "column max |value|");
+  DeviceArray<int64_t> bidx(r, m, "column max |value| rows");
+  // (n = 0 too: every chunk then reports no row)
+  argmax_abs<V><<<dim3(k, kFlipChunks), kThreads, 0, r.stream>>>(x, n, k, babs.data(), bidx.data(), bval.data());
+  SCURRY_CUDA_LAUNCH();
+  std::vector<V> ha(m), hv(m);
+  std::vector<int64_t> hi(m);
+  SCURRY_CUDA(cudaMemcpyAsync(ha.data(), babs.data(), m * sizeof(V), cudaMemcpyDeviceToHost, r.stream));
+  SCURRY_CUDA(cudaMemcpyAsync(hv.data(), bval.data(), m * sizeof(V), cudaMemcpyDeviceToHost, r.stream));
+  SCURRY_CUDA(cudaMemcpyAsync(hi.data(), bidx.data(), m * sizeof(int64_t), cudaMemcpyDeviceToHost, r.stream));
+  SCURRY_CUDA(cudaStreamSynchronize(r.stream));
+  for (int j = 0; j < k; ++j) {
+    size_t b = static_cast<size_t>(j) * kFlipChunks;
+    for (int c = 1; c < kFlipChunks; ++c) {
+      const size_t o = static_cast<size_t>(j) * kFlipChunks + c;
+      if (ha[o] > ha[b] || (ha[o] == ha[b] && hi[o] < hi[b])) b = o;
+    }
+    if (ha[b] >= V(0) && hi[b] != INT64_MAX) best[j] = {static_cast<double>(ha[b]), static_cast<double>(hv[b]), hi[b]};
+  }
+  return best;
+}
+
+#define SCURRY_PCA_POST(V)                                                             \
+  template void subtract_columns<V>(CudaResources&, V*, int64_t, int, const V*);       \
+  template void scale_columns<V>(CudaResources&, V*, int64_t, int, const V*);          \
+  template std::vector<ColumnMaxAbs> column_max_abs<V>(CudaResources&, const V*, int64_t, int);
+SCURRY_PCA_POST(float)
+SCURRY_PCA_POST(double)
+#undef SCURRY_PCA_POST
 
 PcaGpuResult pca_dense(CudaResources& r, const float* X, int64_t n, int64_t g, int k, bool zero_center, float* d_xpca,
                        const PcaRanks* ranks) {
@@ -189,7 +250,7 @@ PcaGpuResult pca_dense(CudaResources& r, const float* X, int64_t n, int64_t g, i
   SCURRY_CUDA(cudaMemsetAsync(G.data(), 0, g * g * 8, r.stream));
   SCURRY_CUDA(cudaMemsetAsync(sum.data(), 0, g * 8, r.stream));
   if (ones.size()) {  // (a rank may hold no rows)
-    fill_f<<<blocks(ones.size()), 256, 0, r.stream>>>(ones.data(), ones.size(), 1.f);
+    fill_f<<<blocks(ones.size()), kThreads, 0, r.stream>>>(ones.data(), ones.size(), 1.f);
     SCURRY_CUDA_LAUNCH();
   }
   const float one = 1.f, zero = 0.f;
@@ -200,7 +261,7 @@ PcaGpuResult pca_dense(CudaResources& r, const float* X, int64_t n, int64_t g, i
       SCURRY_CUBLAS(cublasSsyrk(h, CUBLAS_FILL_MODE_UPPER, CUBLAS_OP_N, static_cast<int>(g), rows, &one, A,
                                 static_cast<int>(g), &zero, Gf.data(), static_cast<int>(g)));
     } else if (fp16_gram) {
-      split_fp16<<<blocks(rows * g), 256, 0, r.stream>>>(A, rows * g, hhi.data(), hlo.data());
+      split_fp16<<<blocks(rows * g), kThreads, 0, r.stream>>>(A, rows * g, hhi.data(), hlo.data());
       SCURRY_CUDA_LAUNCH();
       const int gi = static_cast<int>(g);
       const float lo_scale = 1.f / 2048.f;
@@ -210,7 +271,7 @@ PcaGpuResult pca_dense(CudaResources& r, const float* X, int64_t n, int64_t g, i
                                  hlo.data(), CUDA_R_16F, gi, &zero, Gf2.data(), CUDA_R_32F, gi, CUBLAS_COMPUTE_32F,
                                  CUBLAS_GEMM_DEFAULT));
     } else {
-      split_tf32<<<blocks(rows * g), 256, 0, r.stream>>>(A, rows * g, thi.data(), tlo.data());
+      split_tf32<<<blocks(rows * g), kThreads, 0, r.stream>>>(A, rows * g, thi.data(), tlo.data());
       SCURRY_CUDA_LAUNCH();
       const int gi = static_cast<int>(g);
       SCURRY_CUBLAS(cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_T, gi, gi, rows, &one, thi.data(), CUDA_R_32F, gi, thi.data(),
@@ -223,12 +284,13 @@ PcaGpuResult pca_dense(CudaResources& r, const float* X, int64_t n, int64_t g, i
     SCURRY_CUBLAS(cublasSgemv(h, CUBLAS_OP_N, static_cast<int>(g), rows, &one, A, static_cast<int>(g), ones.data(), 1,
                               &zero, sumf.data(), 1));
     if (fp32_gram) {
-      add_upper<<<blocks(g * g), 256, 0, r.stream>>>(Gf.data(), G.data(), g);
+      add_upper<<<blocks(g * g), kThreads, 0, r.stream>>>(Gf.data(), G.data(), g);
+      SCURRY_CUDA_LAUNCH();
     } else {
-      add_gram3<<<blocks(g * g), 256, 0, r.stream>>>(Gf.data(), Gf2.data(), G.data(), g);
+      add_gram3<<<blocks(g * g), kThreads, 0, r.stream>>>(Gf.data(), Gf2.data(), G.data(), g);
+      SCURRY_CUDA_LAUNCH();
     }
-    SCURRY_CUDA_LAUNCH();
-    add_vec<<<blocks(g), 256, 0, r.stream>>>(sumf.data(), sum.data(), g);
+    add_vec<<<blocks(g), kThreads, 0, r.stream>>>(sumf.data(), sum.data(), g);
     SCURRY_CUDA_LAUNCH();
   }
   Gf.release();
@@ -251,7 +313,7 @@ PcaGpuResult pca_dense(CudaResources& r, const float* X, int64_t n, int64_t g, i
     timer.mark("gram sum over ranks");
   }
   const bool solver = !comm || comm->rank() == 0;  // the rank that solves the eigenproblem
-  center_gram<<<blocks(g * g), 256, 0, r.stream>>>(G.data(), sum.data(), g, static_cast<double>(n_all), zero_center);
+  center_gram<<<blocks(g * g), kThreads, 0, r.stream>>>(G.data(), sum.data(), g, static_cast<double>(n_all), zero_center);
   SCURRY_CUDA_LAUNCH();
 
   PcaGpuResult res;
@@ -357,48 +419,25 @@ PcaGpuResult pca_dense(CudaResources& r, const float* X, int64_t n, int64_t g, i
     SCURRY_CUBLAS(cublasSgemm(h, CUBLAS_OP_T, CUBLAS_OP_N, k, rows, static_cast<int>(g), &one, dV.data(),
                               static_cast<int>(g), X + r0 * g, static_cast<int>(g), &zero, d_xpca + r0 * k, k));
   }
-  if (n > 0) {
-    subtract_cols<<<blocks(n * k), 256, 0, r.stream>>>(d_xpca, n, k, dshift.data());
-    SCURRY_CUDA_LAUNCH();
-  }
+  subtract_columns(r, d_xpca, n, k, dshift.data());
   timer.mark("projection");
 
-  // svd_flip (u-based): the largest-|.| entry of each X_pca column made positive.
-  DeviceArray<float> babs(r, k * kFlipChunks, "flip"), bval(r, k * kFlipChunks, "flip");
-  DeviceArray<int64_t> bidx(r, k * kFlipChunks, "flip");
-  argmax_abs<<<dim3(k, kFlipChunks), 256, 0, r.stream>>>(d_xpca, n, k, babs.data(), bidx.data(), bval.data());
-  SCURRY_CUDA_LAUNCH();
-  std::vector<float> ha(k * kFlipChunks), hv(k * kFlipChunks);
-  std::vector<int64_t> hi(k * kFlipChunks);
-  SCURRY_CUDA(cudaMemcpyAsync(ha.data(), babs.data(), ha.size() * 4, cudaMemcpyDeviceToHost, r.stream));
-  SCURRY_CUDA(cudaMemcpyAsync(hv.data(), bval.data(), hv.size() * 4, cudaMemcpyDeviceToHost, r.stream));
-  SCURRY_CUDA(cudaMemcpyAsync(hi.data(), bidx.data(), hi.size() * 8, cudaMemcpyDeviceToHost, r.stream));
-  SCURRY_CUDA(cudaStreamSynchronize(r.stream));
-  // Per component: the largest |value| (first row among ties) of this rank, then over the ranks.
-  struct Best {
-    float abs, val;
-    int64_t row;  // global row (INT64_MAX: none)
-  };
-  std::vector<Best> best(k);
+  // svd_flip (u-based): the largest-|.| entry of each X_pca column made positive. Per component: the
+  // largest |value| (first row among ties) of this rank, then over the ranks.
+  std::vector<ColumnMaxAbs> best = column_max_abs(r, static_cast<const float*>(d_xpca), n, k);
   int64_t row0 = 0;  // this rank's first global row
   if (comm) {
     const std::vector<int64_t> rows = allgather_count(*comm, n);
     for (int q = 0; q < comm->rank(); ++q) row0 += rows[q];
   }
-  for (int j = 0; j < k; ++j) {
-    int b = j * kFlipChunks;
-    for (int c = 1; c < kFlipChunks; ++c) {
-      const int o = j * kFlipChunks + c;
-      if (ha[o] > ha[b] || (ha[o] == ha[b] && hi[o] < hi[b])) b = o;
-    }
-    best[j] = {ha[b], hv[b], ha[b] >= 0 && hi[b] != INT64_MAX ? hi[b] + row0 : INT64_MAX};
-  }
+  for (auto& b : best)
+    if (b.row != INT64_MAX) b.row += row0;  // global row (INT64_MAX: none)
   if (comm) {
-    std::vector<Best> all(static_cast<size_t>(k) * comm->size());
-    comm->allgather(best.data(), best.size() * sizeof(Best), all.data());
+    std::vector<ColumnMaxAbs> all(static_cast<size_t>(k) * comm->size());
+    comm->allgather(best.data(), best.size() * sizeof(ColumnMaxAbs), all.data());
     for (int q = 0; q < comm->size(); ++q)  // rank order: a tie keeps the lower row
       for (int j = 0; j < k; ++j) {
-        const Best& o = all[static_cast<size_t>(q) * k + j];
+        const ColumnMaxAbs& o = all[static_cast<size_t>(q) * k + j];
         if (o.abs > best[j].abs || (o.abs == best[j].abs && o.row < best[j].row)) best[j] = o;
       }
   }
@@ -406,10 +445,7 @@ PcaGpuResult pca_dense(CudaResources& r, const float* X, int64_t n, int64_t g, i
   for (int j = 0; j < k; ++j)
     if (best[j].val < 0) sign[j] = -1.f;
   SCURRY_CUDA(cudaMemcpyAsync(dshift.data(), sign.data(), k * 4, cudaMemcpyHostToDevice, r.stream));
-  if (n > 0) {
-    flip_cols<<<blocks(n * k), 256, 0, r.stream>>>(d_xpca, n, k, dshift.data());
-    SCURRY_CUDA_LAUNCH();
-  }
+  scale_columns(r, d_xpca, n, k, static_cast<const float*>(dshift.data()));
   SCURRY_CUDA(cudaStreamSynchronize(r.stream));
   timer.mark("sign flip");
   res.components.resize(static_cast<size_t>(g) * k);

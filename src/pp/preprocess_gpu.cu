@@ -41,17 +41,6 @@ void unsupported(bool cond, const std::string& what) {
   if (cond) throw InputError("--device gpu: " + what + " is not available on the GPU yet; use --device cpu");
 }
 
-// Per gene, the nonzero entries of the given rows (one warp per row; integer atomics: exact).
-__global__ void rows_gene_nnz_kernel(const int64_t* indptr, const int32_t* idx, const float* val, const int64_t* rows,
-                                     int64_t n_rows, unsigned long long* cnt) {
-  const int64_t w = (blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x) / 32;
-  const int lane = threadIdx.x & 31;
-  if (w >= n_rows) return;
-  const int64_t row = rows[w];
-  for (int64_t p = indptr[row] + lane; p < indptr[row + 1]; p += 32)
-    if (val[p] != 0.f) atomicAdd(&cnt[idx[p]], 1ull);
-}
-
 double median_of_positive(const std::vector<double>& v) {
   std::vector<double> p;
   for (double x : v)
@@ -209,11 +198,7 @@ void preprocess_chain(Context& ctx, Dataset& d, const PreprocessOptions& o, Timi
         DeviceArray<int64_t> drows = to_device(r, removed, "removed cells");
         DeviceArray<unsigned long long> cnt(r, static_cast<size_t>(m.n_cols), "removed cells' gene counts");
         SCURRY_CUDA(cudaMemsetAsync(cnt.data(), 0, static_cast<size_t>(m.n_cols) * 8, r.stream));
-        const int64_t threads = static_cast<int64_t>(removed.size()) * 32;
-        rows_gene_nnz_kernel<<<static_cast<unsigned>((threads + 255) / 256), 256, 0, r.stream>>>(
-            m.indptr.data(), m.indices.data(), m.data.data(), drows.data(), static_cast<int64_t>(removed.size()),
-            cnt.data());
-        SCURRY_CUDA_LAUNCH();
+        gpu::rows_gene_nnz(r, gpu::view(m), drows.data(), static_cast<int64_t>(removed.size()), cnt.data());
         std::vector<unsigned long long> h(static_cast<size_t>(m.n_cols));
         SCURRY_CUDA(cudaMemcpyAsync(h.data(), cnt.data(), h.size() * 8, cudaMemcpyDeviceToHost, r.stream));
         SCURRY_CUDA(cudaStreamSynchronize(r.stream));

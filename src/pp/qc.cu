@@ -13,8 +13,13 @@
 //    __match_any_sync), a bitonic sort of the fewer-than-n values above T, and prefix sums; the
 //    ranks between are all equal to T. Rows up to kRowCap entries are held in shared memory.
 // Floor at 2.6e9 entries: one read of indices and values, 21 GB / 4.3 TB/s = 4.9 ms.
+//
+// Templated on the value type V and the column-index type I (kernels.cuh; instantiations at the end).
+// The radix keys are the bit patterns of V (32-bit keys and four rounds for float, 64-bit keys and
+// eight rounds for double); the shared memory for V = double is 41 KB (keys 32 KB, candidates 8 KB).
 #include <algorithm>
 #include <cfloat>
+#include <type_traits>
 
 #include "core/memory.hpp"
 #include "pp/kernels.cuh"
@@ -30,10 +35,11 @@ constexpr int kMaxSets = 8;
 constexpr int kMaxTop = 8;
 constexpr int kHistBins = 256;  // count values below this go to the histogram (route 1)
 
+template <class V, class I>
 struct QcParams {
   const int64_t* indptr;
-  const int32_t* idx;
-  const float* val;
+  const I* idx;
+  const V* val;
   int64_t n_rows;
   const uint8_t* sets;
   int n_sets;
@@ -45,7 +51,28 @@ struct QcParams {
   double* top_sum;    // [i * n_rows + row]
 };
 
+// Radix keys: the bit pattern of max(v, 0), which orders non-negative values as unsigned integers.
+template <class V>
+using KeyOf = std::conditional_t<sizeof(V) == 4, unsigned, unsigned long long>;
 __device__ __forceinline__ unsigned key_of(float v) { return __float_as_uint(fmaxf(v, 0.f)); }
+__device__ __forceinline__ unsigned long long key_of(double v) {
+  return static_cast<unsigned long long>(__double_as_longlong(fmax(v, 0.0)));
+}
+template <class V>
+__device__ __forceinline__ V value_of(KeyOf<V> k) {
+  if constexpr (sizeof(V) == 4) return __uint_as_float(k);
+  else return __longlong_as_double(static_cast<long long>(k));
+}
+template <class V>
+__device__ __forceinline__ V trunc_v(V x) {
+  if constexpr (sizeof(V) == 4) return truncf(x);
+  else return trunc(x);
+}
+template <class V>
+__device__ __forceinline__ V lowest() {
+  if constexpr (sizeof(V) == 4) return -FLT_MAX;
+  else return -DBL_MAX;
+}
 
 template <class T>
 __device__ T block_sum(T v, T* scratch) {
@@ -67,13 +94,14 @@ __device__ __forceinline__ void hist_add(unsigned* hist, unsigned bin, bool acti
   if ((threadIdx.x & 31) == __ffs(peers) - 1) atomicAdd(&hist[bin], static_cast<unsigned>(__popc(peers)));
 }
 
-// Sorts cand[0, n) descending (bitonic, padded with -FLT_MAX to a power of two <= kCandCap); called
-// by the whole block, n the same in every thread.
-__device__ void block_sort_descending(float* cand, int n) {
+// Sorts cand[0, n) descending (bitonic, padded with the lowest V to a power of two <= kCandCap);
+// called by the whole block, n the same in every thread.
+template <class V>
+__device__ void block_sort_descending(V* cand, int n) {
   if (n < 2) return;
   int m = 1;
   while (m < n) m <<= 1;
-  for (int i = n + threadIdx.x; i < m; i += kQcThreads) cand[i] = -FLT_MAX;
+  for (int i = n + threadIdx.x; i < m; i += kQcThreads) cand[i] = lowest<V>();
   __syncthreads();
   for (int k = 2; k <= m; k <<= 1)
     for (int j = k >> 1; j > 0; j >>= 1) {
@@ -81,7 +109,7 @@ __device__ void block_sort_descending(float* cand, int n) {
         const int l = i ^ j;
         if (l > i) {
           const bool desc = (i & k) == 0;
-          const float a = cand[i], b = cand[l];
+          const V a = cand[i], b = cand[l];
           if (desc ? a < b : a > b) cand[i] = b, cand[l] = a;
         }
       }
@@ -91,8 +119,9 @@ __device__ void block_sort_descending(float* cand, int n) {
 
 // Route 1's reading of the histogram: warp 0 scans the bins from the top (each lane holds 8
 // consecutive bins), after the `nb` large values sorted in descending order in `big`.
-__device__ void top_sums_from_histogram(const QcParams& P, int64_t row, int64_t len, double total, const unsigned* hist,
-                                        const float* big, int nb) {
+template <class V, class I>
+__device__ void top_sums_from_histogram(const QcParams<V, I>& P, int64_t row, int64_t len, double total,
+                                        const unsigned* hist, const V* big, int nb) {
   const int lane = threadIdx.x & 31;
   // lane l holds bins [255 - 8l - 7, 255 - 8l], read from the top
   unsigned c[8];
@@ -149,16 +178,21 @@ __device__ void top_sums_from_histogram(const QcParams& P, int64_t row, int64_t 
   }
 }
 
-__global__ void __launch_bounds__(kQcThreads) row_qc_kernel(QcParams P) {
-  __shared__ unsigned keys[kRowCap];
-  __shared__ float cand[kCandCap];
+template <class V, class I>
+__global__ void __launch_bounds__(kQcThreads) row_qc_kernel(QcParams<V, I> P) {
+  using Key = KeyOf<V>;
+  constexpr int kKeyBits = 8 * sizeof(Key);
+  constexpr V kCountMax = V(16777216);  // 2^24: route 1 takes integers below (exact in float)
+  __shared__ Key keys[kRowCap];
+  __shared__ V cand[kCandCap];
   __shared__ unsigned hist[256];
   __shared__ double dscratch[kQcThreads / 32];
-  __shared__ unsigned s_prefix, s_ncand;
+  __shared__ Key s_prefix;
+  __shared__ unsigned s_ncand;
   __shared__ int s_k;
   const int64_t row = blockIdx.x;
   const int64_t s = P.indptr[row], len = P.indptr[row + 1] - s;
-  const float* v = P.val + s;
+  const V* v = P.val + s;
   const bool in_smem = len <= kRowCap;
   const bool want_top = P.n_top > 0;
   for (int i = threadIdx.x; i < kHistBins; i += kQcThreads) hist[i] = 0u;
@@ -168,9 +202,9 @@ __global__ void __launch_bounds__(kQcThreads) row_qc_kernel(QcParams P) {
   unsigned c1 = 0, c2 = 0, c3 = 0;
   bool counts = true;  // route 1 still possible for this thread's values
   for (int64_t p = threadIdx.x; p < len; p += kQcThreads) {
-    const float x = v[p];
+    const V x = v[p];
     tot += x;
-    cnt += x != 0.f;
+    cnt += x != V(0);
     if (P.n_sets) {
       const uint8_t bits = P.sets[P.idx[s + p]];
 #pragma unroll
@@ -180,11 +214,11 @@ __global__ void __launch_bounds__(kQcThreads) row_qc_kernel(QcParams P) {
     if (!want_top) continue;
     if (in_smem) keys[p] = key_of(x);
     if (counts) {
-      if (x == 1.f) ++c1;
-      else if (x == 2.f) ++c2;
-      else if (x == 3.f) ++c3;
-      else if (x >= 0.f && x < static_cast<float>(kHistBins) && x == truncf(x)) atomicAdd(&hist[static_cast<int>(x)], 1u);
-      else if (x >= static_cast<float>(kHistBins) && x < 16777216.f && x == truncf(x)) {
+      if (x == V(1)) ++c1;
+      else if (x == V(2)) ++c2;
+      else if (x == V(3)) ++c3;
+      else if (x >= V(0) && x < static_cast<V>(kHistBins) && x == trunc_v(x)) atomicAdd(&hist[static_cast<int>(x)], 1u);
+      else if (x >= static_cast<V>(kHistBins) && x < kCountMax && x == trunc_v(x)) {
         const unsigned slot = atomicAdd(&s_ncand, 1u);
         if (slot < kCandCap) cand[slot] = x;
         else counts = false;
@@ -229,20 +263,20 @@ __global__ void __launch_bounds__(kQcThreads) row_qc_kernel(QcParams P) {
   }
   __syncthreads();
   if (threadIdx.x == 0) s_prefix = 0u, s_k = n_sel, s_ncand = 0u;
-  for (int shift = 24; shift >= 0; shift -= 8) {
+  for (int shift = kKeyBits - 8; shift >= 0; shift -= 8) {
     for (int i = threadIdx.x; i < 256; i += kQcThreads) hist[i] = 0u;
     __syncthreads();
-    const unsigned prefix = s_prefix;
-    const unsigned mask_hi = shift == 24 ? 0u : (0xffffffffu << (shift + 8));
+    const Key prefix = s_prefix;
+    const Key mask_hi = shift == kKeyBits - 8 ? Key(0) : (~Key(0) << (shift + 8));
     for (int64_t base = 0; base < len; base += kQcThreads) {
       const int64_t p = base + threadIdx.x;
-      unsigned key = 0u;
+      Key key = 0u;
       bool active = false;
       if (p < len) {
         key = in_smem ? keys[p] : key_of(v[p]);
         active = (key & mask_hi) == (prefix & mask_hi);
       }
-      hist_add(hist, (key >> shift) & 0xffu, active);
+      hist_add(hist, static_cast<unsigned>(key >> shift) & 0xffu, active);
     }
     __syncthreads();
     if (threadIdx.x == 0) {
@@ -251,21 +285,21 @@ __global__ void __launch_bounds__(kQcThreads) row_qc_kernel(QcParams P) {
         if (static_cast<int>(hist[bin]) >= k) break;
         k -= static_cast<int>(hist[bin]);
       }
-      s_prefix = prefix | (static_cast<unsigned>(bin) << shift);
+      s_prefix = prefix | (static_cast<Key>(bin) << shift);
       s_k = k;
     }
     __syncthreads();
   }
-  const unsigned T = s_prefix;  // the n_sel-th largest value's bits
+  const Key T = s_prefix;  // the n_sel-th largest value's bits
   for (int64_t p = threadIdx.x; p < len; p += kQcThreads) {
-    const unsigned key = in_smem ? keys[p] : key_of(v[p]);
-    if (key > T) cand[atomicAdd(&s_ncand, 1u)] = __uint_as_float(key);  // fewer than n_sel <= kCandCap
+    const Key key = in_smem ? keys[p] : key_of(v[p]);
+    if (key > T) cand[atomicAdd(&s_ncand, 1u)] = value_of<V>(key);  // fewer than n_sel <= kCandCap
   }
   __syncthreads();
   const int nc = static_cast<int>(s_ncand);
   block_sort_descending(cand, nc);
   if (threadIdx.x == 0) {
-    const double tv = static_cast<double>(__uint_as_float(T));
+    const double tv = static_cast<double>(value_of<V>(T));
     double acc = 0;
     int i = 0;
     for (int t = 0; t < P.n_top; ++t) {
@@ -282,7 +316,8 @@ __global__ void __launch_bounds__(kQcThreads) row_qc_kernel(QcParams P) {
 
 }  // namespace
 
-RowQc row_qc(CudaResources& r, const DeviceCsr& m, const uint8_t* gene_sets, int n_sets, const std::vector<int>& top_n) {
+template <class V, class I>
+RowQc row_qc(CudaResources& r, const CsrView<V, I>& m, const uint8_t* gene_sets, int n_sets, const std::vector<int>& top_n) {
   if (n_sets > kMaxSets) throw InputError(detail::concat("--device gpu: at most ", kMaxSets, " qc_vars sets"));
   if (static_cast<int>(top_n.size()) > kMaxTop)
     throw InputError(detail::concat("--device gpu: at most ", kMaxTop, " percent_top values"));
@@ -293,15 +328,15 @@ RowQc row_qc(CudaResources& r, const DeviceCsr& m, const uint8_t* gene_sets, int
                                     "); use --device cpu"));
   const int64_t n = m.n_rows;
   DeviceArray<double> out(r, static_cast<size_t>(n) * (2 + n_sets + top.size()), "QC per-cell sums");
-  QcParams P{};
-  P.indptr = m.indptr.data(), P.idx = m.indices.data(), P.val = m.data.data(), P.n_rows = n;
+  QcParams<V, I> P{};
+  P.indptr = m.indptr, P.idx = m.indices, P.val = m.data, P.n_rows = n;
   P.sets = gene_sets, P.n_sets = gene_sets ? n_sets : 0, P.n_top = static_cast<int>(top.size());
   for (size_t i = 0; i < top.size(); ++i) P.top[i] = top[i];
   P.total = out.data(), P.nnz = out.data() + n, P.set_total = out.data() + 2 * n;
   P.top_sum = out.data() + (2 + P.n_sets) * n;
   if (n > 0) {
     if (n > 0x7fffffffLL) fail("row_qc: more than 2^31 rows in one device matrix; split in row blocks");
-    row_qc_kernel<<<static_cast<unsigned>(n), kQcThreads, 0, r.stream>>>(P);
+    row_qc_kernel<V, I><<<static_cast<unsigned>(n), kQcThreads, 0, r.stream>>>(P);
     SCURRY_CUDA_LAUNCH();
   }
   // Straight into the result's vectors (no staging copy).
@@ -323,5 +358,13 @@ RowQc row_qc(CudaResources& r, const DeviceCsr& m, const uint8_t* gene_sets, int
   SCURRY_CUDA(cudaStreamSynchronize(r.stream));
   return q;
 }
+
+#define SCURRY_ROW_QC(V, I)                                                                             \
+  template RowQc row_qc<V, I>(CudaResources&, const CsrView<V, I>&, const uint8_t*, int, const std::vector<int>&);
+SCURRY_ROW_QC(float, int32_t)
+SCURRY_ROW_QC(double, int32_t)
+SCURRY_ROW_QC(float, int64_t)
+SCURRY_ROW_QC(double, int64_t)
+#undef SCURRY_ROW_QC
 
 }  // namespace scurry::gpu

@@ -1,37 +1,57 @@
 // scale on the GPU: the sparse log data of the selected genes written as a dense row-major matrix,
 // standardised per gene and clipped. One warp per row: fill the row with the value of a zero, then
-// scatter the nonzeros.
+// scatter the nonzeros. Templated on the value type V and the column-index type I (kernels.cuh;
+// instantiations at the end).
 #include "pp/kernels.cuh"
 
 namespace scurry::gpu {
 
 namespace {
 
-__global__ void scale_kernel(const int64_t* indptr, const int32_t* idx, const float* val, int64_t n_rows, int64_t n_cols,
-                             const float* mean, const float* sd, bool center, float max_value, float* out) {
+template <class V>
+__device__ __forceinline__ V min_v(V a, V b) {
+  if constexpr (sizeof(V) == 4) return fminf(a, b);
+  else return fmin(a, b);
+}
+
+template <class V, class I>
+__global__ void scale_kernel(const int64_t* indptr, const I* idx, const V* val, int64_t n_rows, int64_t n_cols,
+                             const V* mean, const V* sd, bool center, V max_value, V* out) {
   const int64_t row = (blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x) / 32;
   const int lane = threadIdx.x & 31;
   if (row >= n_rows) return;
-  float* o = out + row * n_cols;
-  auto f = [&](float x, int64_t g) {
-    float y = center ? (x - mean[g]) / sd[g] : x / sd[g];
-    if (max_value > 0.f) y = fminf(y, max_value);
+  V* o = out + row * n_cols;
+  auto f = [&](V x, int64_t g) {
+    V y = center ? (x - mean[g]) / sd[g] : x / sd[g];
+    if (max_value > V(0)) y = min_v(y, max_value);
     return y;
   };
-  for (int64_t g = lane; g < n_cols; g += 32) o[g] = f(0.f, g);
+  for (int64_t g = lane; g < n_cols; g += 32) o[g] = f(V(0), g);
   __syncwarp();
-  for (int64_t p = indptr[row] + lane; p < indptr[row + 1]; p += 32) o[idx[p]] = f(val[p], idx[p]);
+  for (int64_t p = indptr[row] + lane; p < indptr[row + 1]; p += 32) {
+    const I g = idx[p];
+    o[g] = f(val[p], g);
+  }
 }
 
 }  // namespace
 
-void scale_to_dense(CudaResources& r, const DeviceCsr& m, const float* mean, const float* std_, bool zero_center,
-                    float max_value, float* out) {
+template <class V, class I>
+void scale_to_dense(CudaResources& r, const CsrView<V, I>& m, const V* mean, const V* std_, bool zero_center,
+                    NonDeduced<V> max_value, V* out) {
   if (m.n_rows == 0) return;
   const unsigned blocks = static_cast<unsigned>((m.n_rows * 32 + kWarpRowsBlock - 1) / kWarpRowsBlock);
-  scale_kernel<<<blocks, kWarpRowsBlock, 0, r.stream>>>(m.indptr.data(), m.indices.data(), m.data.data(), m.n_rows,
-                                                        m.n_cols, mean, std_, zero_center, max_value, out);
+  scale_kernel<V, I><<<blocks, kWarpRowsBlock, 0, r.stream>>>(m.indptr, m.indices, m.data, m.n_rows, m.n_cols, mean,
+                                                              std_, zero_center, max_value, out);
   SCURRY_CUDA_LAUNCH();
 }
+
+#define SCURRY_SCALE(V, I)                                                                                 \
+  template void scale_to_dense<V, I>(CudaResources&, const CsrView<V, I>&, const V*, const V*, bool, V, V*);
+SCURRY_SCALE(float, int32_t)
+SCURRY_SCALE(double, int32_t)
+SCURRY_SCALE(float, int64_t)
+SCURRY_SCALE(double, int64_t)
+#undef SCURRY_SCALE
 
 }  // namespace scurry::gpu
