@@ -52,6 +52,7 @@ struct BenchOptions {
   bool on_device = false;  // --on-device: simulate on the GPU; each run starts from a device copy
   std::string write;       // --write FILE.h5ad: the last run's results (X left out) written there
   int64_t recall_rows = 20000;
+  std::vector<int64_t> ivf_probes;  // --ivf-probes: also time IVF-Flat at these n_probes (recall each)
   PreprocessOptions pp = [] {
     PreprocessOptions p;
     p.qc_vars = {"mt"};
@@ -126,23 +127,39 @@ nlohmann::json bench_graph(Context& ctx, const DenseF& x, const BenchOptions& o)
     j["knn_exact_redo"] = redo;
   }
   if (o.knn_only) return j;
+  const int64_t rows = std::min<int64_t>(n, o.recall_rows);
+  // recall@15 of an approximate result against the exact one on the first `rows` cells (self left out).
+  auto recall_of = [&](const Knn& approx) {
+    int64_t hit = 0, total = 0;
+    for (int64_t i = 0; i < rows; ++i) {
+      std::vector<int64_t> a, b;
+      for (int64_t c = 1; c < k; ++c) a.push_back(exact.index(i, c)), b.push_back(approx.index(i, c));
+      std::sort(a.begin(), a.end());
+      std::sort(b.begin(), b.end());
+      std::vector<int64_t> both;
+      std::set_intersection(a.begin(), a.end(), b.begin(), b.end(), std::back_inserter(both));
+      hit += static_cast<int64_t>(both.size()), total += k - 1;
+    }
+    return static_cast<double>(hit) / static_cast<double>(total);
+  };
   timed(gpu ? "knn_ivf_flat" : "knn_hnsw", reps, [&] {
     ivf = gpu ? knn_ivf_gpu(ctx, x, k, KnnMetric::euclidean) : knn_hnsw(ctx, x, k, KnnMetric::euclidean);
   });
-  const int64_t rows = std::min<int64_t>(n, o.recall_rows);
-  int64_t hit = 0, total = 0;
-  for (int64_t i = 0; i < rows; ++i) {
-    std::vector<int64_t> a, b;
-    for (int64_t c = 1; c < k; ++c) a.push_back(exact.index(i, c)), b.push_back(ivf.index(i, c));
-    std::sort(a.begin(), a.end());
-    std::sort(b.begin(), b.end());
-    std::vector<int64_t> both;
-    std::set_intersection(a.begin(), a.end(), b.begin(), b.end(), std::back_inserter(both));
-    hit += static_cast<int64_t>(both.size()), total += k - 1;
-  }
-  const double recall = static_cast<double>(hit) / static_cast<double>(total);
+  const double recall = recall_of(ivf);
   std::printf("  %-22s %9.4f (first %lld cells, against exact)\n", "recall@15", recall, static_cast<long long>(rows));
   j["recall_at_15"] = recall;
+  if (gpu) {
+    for (int64_t p : o.ivf_probes) {
+      IvfOptions io;
+      io.n_probes = p;
+      Knn v;
+      const std::string name = "knn_ivf_flat_p" + std::to_string(p);
+      timed(name.c_str(), reps, [&] { v = knn_ivf_gpu(ctx, x, k, KnnMetric::euclidean, io); });
+      const double r = recall_of(v);
+      std::printf("  %-22s %9.4f (n_probes %lld)\n", "recall@15", r, static_cast<long long>(p));
+      j[name + "_recall"] = r;
+    }
+  }
   CsrF conn;
   timed("connectivities (cpu)", 1, [&] { conn = fuzzy_simplicial_set(exact); });
   UmapOptions uo;
@@ -335,6 +352,7 @@ void add_bench_command(CLI::App& app, GlobalOptions& g) {
   cmd->add_flag("--on-device", o->on_device, "Simulate on the GPU (nothing big on the host); each run starts from a device copy");
   cmd->add_option("--write", o->write, "Write the last run's results (without X) to this h5ad");
   cmd->add_flag("--knn-only", o->knn_only, "With --graph: time only the exact kNN");
+  cmd->add_option("--ivf-probes", o->ivf_probes, "With --graph on the GPU: also time IVF-Flat at these n_probes, with the recall of each");
   cmd->add_flag("--graph", o->graph, "Also time kNN (exact and approximate), connectivities, UMAP and Leiden on the PCA");
   add_preprocess_options(*cmd, o->pp);
   cmd->add_option("--gpus", g.gpus,

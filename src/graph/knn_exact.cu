@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cmath>
+#include <string>
 #include <vector>
 
 #include "core/error.hpp"
@@ -431,7 +432,40 @@ Knn knn_exact_gpu(const Context& ctx, const DenseF& X, int64_t k, KnnMetric metr
       tile_search(KnnGemmPrecision::tf32x3, nullptr, n, best_d.data(), best_i.data());
       rerank(r, dX.data(), nrm.data(), n, d, metric, best_i.data(), w, k, out_idx.data(), out_dist.data());
     } else {
-      {
+      // The strategy: through the IVF lists (euclidean, large n) or every row.
+      KnnExactStrategy strategy = opt.strategy;
+      if (const char* e = std::getenv("SCURRY_KNN_EXACT"); e && *e)
+        strategy = std::string(e) == "brute" ? KnnExactStrategy::brute
+                   : std::string(e) == "lists" ? KnnExactStrategy::lists
+                                               : strategy;
+      const bool lists = !cosine && strategy == KnnExactStrategy::lists;
+      DeviceArray<float> sqn_lists;
+      DeviceArray<uint8_t> redo_lists;
+      const float* cert_sqn = cosine ? nullptr : sqn.data();
+      if (lists) {
+        sqn_lists = DeviceArray<float>(r, static_cast<size_t>(n), "kNN squared norms (lists)");
+        redo_lists = DeviceArray<uint8_t>(r, static_cast<size_t>(n), "kNN queries to search whole");
+        IvfOptions io;
+        io.n_probes = opt.list_probes;
+        if (const char* e = std::getenv("SCURRY_KNN_LIST_PROBES"); e && *e) io.n_probes = std::atoll(e);
+        IvfExactStats st;
+        ivf_exact_candidates(r, dX.data(), nrm.data(), n, d, k, io, w, best_d.data(), best_i.data(), out_idx.data(),
+                             out_dist.data(), sqn_lists.data(), redo_lists.data(), &st);
+        cert_sqn = sqn_lists.data();
+        if (opt.report || profile) {
+          char buf[320];
+          std::snprintf(buf, sizeof buf,
+                        "lists: %lld lists, %lld probes; stage 2: %lld of %lld query blocks, %.1f ranges each, "
+                        "%lld blocks over the cap; margin %.3g",
+                        static_cast<long long>(st.lists), static_cast<long long>(st.probes),
+                        static_cast<long long>(st.stage2_blocks), static_cast<long long>(st.blocks),
+                        st.stage2_blocks ? static_cast<double>(st.stage2_ranges) / st.stage2_blocks : 0.0,
+                        static_cast<long long>(st.overflow_blocks), st.e_abs);
+          if (opt.report) *opt.report = buf;
+          if (profile) std::fprintf(stderr, "  knn_exact %s\n", buf);
+        }
+        prof("lists candidates");
+      } else {
         DeviceArray<float> A(r, static_cast<size_t>(n * kp), "kNN fused operand");
         prepare_operands_kernel<<<grid_for(n * kp), kThreads, 0, r.stream>>>(
             dX.data(), n, d, kp, cosine ? nullptr : mean.data(), nrm.data(), cosine, false, true, A.data(), nullptr,
@@ -440,6 +474,7 @@ Knn knn_exact_gpu(const Context& ctx, const DenseF& X, int64_t k, KnnMetric metr
         prof("prepare");
         fused_candidates(r, A.data(), cosine ? nullptr : sqn.data(), n, kp, w, best_d.data(), best_i.data());
         prof("fused candidates");
+        if (opt.report) *opt.report = "brute";
       }
       rerank(r, dX.data(), nrm.data(), n, d, metric, best_i.data(), w, k, out_idx.data(), out_dist.data());
       prof("rerank");
@@ -447,7 +482,7 @@ Knn knn_exact_gpu(const Context& ctx, const DenseF& X, int64_t k, KnnMetric metr
       double max_norm = 1.0;
       if (!cosine) {
         std::vector<float> h_sqn(static_cast<size_t>(n));
-        SCURRY_CUDA(cudaMemcpyAsync(h_sqn.data(), sqn.data(), static_cast<size_t>(n) * 4, cudaMemcpyDeviceToHost, r.stream));
+        SCURRY_CUDA(cudaMemcpyAsync(h_sqn.data(), cert_sqn, static_cast<size_t>(n) * 4, cudaMemcpyDeviceToHost, r.stream));
         SCURRY_CUDA(cudaStreamSynchronize(r.stream));
         double m2 = 0;
         for (float v : h_sqn) m2 = std::max(m2, static_cast<double>(v));
@@ -455,10 +490,17 @@ Knn knn_exact_gpu(const Context& ctx, const DenseF& X, int64_t k, KnnMetric metr
       }
       DeviceArray<uint8_t> fail(r, static_cast<size_t>(n), "kNN certificate");
       certify_kernel<<<grid_for(n), kThreads, 0, r.stream>>>(best_d.data(), best_i.data(), w, out_dist.data(), k,
-                                                              cosine ? nullptr : sqn.data(), max_norm, n, fail.data());
+                                                              cert_sqn, max_norm, n, fail.data());
       SCURRY_CUDA_LAUNCH();
       std::vector<uint8_t> h_fail(static_cast<size_t>(n));
       SCURRY_CUDA(cudaMemcpyAsync(h_fail.data(), fail.data(), static_cast<size_t>(n), cudaMemcpyDeviceToHost, r.stream));
+      if (lists) {
+        std::vector<uint8_t> h_redo(static_cast<size_t>(n));
+        SCURRY_CUDA(cudaMemcpyAsync(h_redo.data(), redo_lists.data(), static_cast<size_t>(n), cudaMemcpyDeviceToHost,
+                                    r.stream));
+        SCURRY_CUDA(cudaStreamSynchronize(r.stream));
+        for (int64_t i = 0; i < n; ++i) h_fail[i] |= h_redo[i];
+      }
       SCURRY_CUDA(cudaStreamSynchronize(r.stream));
       std::vector<int32_t> redo;
       for (int64_t i = 0; i < n; ++i)

@@ -31,12 +31,15 @@ struct FusedBlocks {
   const int32_t* n_ranges = nullptr;     // n_blocks, each <= range_cap
   int range_cap = 0;
   const int32_t* ids = nullptr;          // n
+  // Start from the lists already in best_d/best_i (row ids[q]) instead of empty ones: a second pass
+  // over more ranges (the exact search through the lists) that also begins with tight thresholds.
+  bool seeded = false;
 };
 void fused_candidates_ranges(CudaResources& r, const float* A, const float* sqn, int64_t n, int64_t kp, int w,
                              const FusedBlocks& blocks, float* best_d, int32_t* best_i);
 
 // The same as fused_candidates with raw mma.sync and the fold on the accumulators (knn_mma.cu);
-// SCURRY_KNN_KERNEL=mma selects it inside fused_candidates.
+// fused_candidates uses it by default (SCURRY_KNN_KERNEL=wmma: the WMMA kernel).
 bool mma_supported(int64_t kp, int w);
 void mma_candidates(CudaResources& r, const float* A, const float* sqn, int64_t n, int64_t kp, int w, float* best_d,
                     int32_t* best_i);

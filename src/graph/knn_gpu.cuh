@@ -6,6 +6,7 @@
 #include "core/matrix.hpp"
 #include "exec/cuda_resources.cuh"
 #include "graph/knn.hpp"
+#include "graph/knn_gpu.hpp"
 
 namespace scurry::gpu::knn {
 
@@ -42,6 +43,22 @@ void select_tile(CudaResources& r, const float* tile, int64_t nq, int64_t nr, co
 // rows[0..n) (a subset), and each result goes to its row's place in out_idx/out_dist.
 void rerank(CudaResources& r, const float* dX, const double* nrm, int64_t n, int64_t d, KnnMetric metric,
             const int32_t* cand, int w, int64_t k, int32_t* out_idx, float* out_dist, const int32_t* rows = nullptr);
+
+// The exact search through the IVF lists (knn_ivf.cu), euclidean: stage 1 = the IVF search (P probes
+// per query, block unions), re-ranked into out_idx/out_dist; then per query the Voronoi-cell bound of
+// every list its block did not scan against its k-th distance; the lists that do not clear it are
+// scanned in stage 2 (per block, all of them while the range table fits 1 GiB, else at least 8P: more
+// and the block's queries get redo = 1), starting from stage 1's lists, into best_d/best_i (n x w,
+// original order, TF32 scores of rows
+// centred on their means, whose squared norms go to sqn_orig). redo[i] = 1 marks queries the caller
+// must search whole. With the caller's TF32 certificate the result equals a brute-force search.
+struct IvfExactStats {
+  int64_t lists = 0, probes = 0, blocks = 0, stage2_blocks = 0, stage2_ranges = 0, overflow_blocks = 0;
+  double e_abs = 0;  // the assignment rounding margin used by the bound
+};
+void ivf_exact_candidates(CudaResources& r, const float* dX, const double* nrm, int64_t n, int64_t d, int64_t k,
+                          const IvfOptions& opt, int w, float* best_d, int32_t* best_i, int32_t* out_idx,
+                          float* out_dist, float* sqn_orig, uint8_t* redo, IvfExactStats* stats);
 
 // Copies device results into a host Knn.
 Knn download(CudaResources& r, const int32_t* d_idx, const float* d_dist, int64_t n, int64_t k);

@@ -36,9 +36,23 @@ namespace scurry {
 //          again with tf32x3. Exact like tf32x3, several times faster.
 enum class KnnGemmPrecision { fp32, tf32x3, tf32, fused };
 
+// How the fused exact search visits the database (euclidean; cosine is always brute force):
+//  brute      every query block against every row (n^2 scores).
+//  lists      through IVF lists with a certificate (knn_ivf.cu, ivf_exact_candidates): the probed
+//             lists first, then every list whose Voronoi-cell lower bound does not clear the query's
+//             k-th distance; the same result as brute, far fewer scores on clustered data.
+//             It pays only where the Voronoi bounds are tight (low intrinsic dimension): on the
+//             synthetic 1.3M benchmark (10 near-isotropic blobs in 50 PCs) every query block still
+//             needs ~all lists and it takes 5.3 s against brute's 4.1-4.7 s (bench/RESULTS.md).
+//  automatic  brute (SCURRY_KNN_EXACT=brute|lists overrides it).
+enum class KnnExactStrategy { automatic, brute, lists };
+
 struct KnnExactGpuOptions {
   KnnGemmPrecision precision = KnnGemmPrecision::fused;
   int64_t* redo_count = nullptr;  // fused: when set, receives the number of queries searched again
+  KnnExactStrategy strategy = KnnExactStrategy::automatic;
+  int64_t list_probes = 0;        // lists: first-stage probes per query (0: IVF-Flat's default)
+  std::string* report = nullptr;  // when set, receives a line on what the search did (lists: its stages)
 };
 
 struct IvfOptions {

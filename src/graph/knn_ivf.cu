@@ -30,9 +30,13 @@
 // (3.3e10 each, < 1 ms); list assignment and probe scores 2 n L d = 1.5e11 each (3 ms fp32); re-rank
 // n W d float64 (2e9). Expected total ~0.3 s.
 #include <algorithm>
+#include <chrono>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <numeric>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "core/error.hpp"
@@ -57,6 +61,8 @@ constexpr int64_t kDefaultProbeDivisor = 32;
 constexpr int64_t kColumnPad = 8;                  // fused operand depth padded to a multiple of this
 constexpr int kProbeUnion = 2;                     // a query block scans at most kProbeUnion x P lists
 constexpr int kBalanceTries = 64;                  // random draws to find a large cluster to split
+constexpr int kExactUnion = 8;                     // exact search, stage 2: at least kExactUnion x P lists per block
+constexpr int64_t kExactRangeBytes = int64_t(1) << 30;  // exact search, stage 2: range table budget
 
 unsigned grid_for(int64_t n, int t = kThreads) { return static_cast<unsigned>((n + t - 1) / t); }
 
@@ -162,8 +168,10 @@ __global__ void probe_count_kernel(const int32_t* probes, int wp, int n_probes, 
 // entries, each <= kFusedQueries), keeps the cap lists probed by the most of its queries (ties: the
 // smaller list id) and writes their row ranges [offsets[l], offsets[l + 1]) in list order, empty lists
 // skipped and adjacent ones merged, to ranges (cap pairs per block) and their number to n_ranges.
+// overflow (may be null): when more than cap lists are probed, the block gets no ranges and
+// overflow[b0 + lb] = 1 instead (the exact search's second stage: its queries are searched whole).
 __global__ void probe_ranges_kernel(const int32_t* cnt, int64_t L, int64_t nbt, int64_t b0, const int64_t* offsets,
-                                    int cap, int64_t* ranges, int32_t* n_ranges) {
+                                    int cap, int64_t* ranges, int32_t* n_ranges, uint8_t* overflow) {
   __shared__ int hist_all[kWarpsPerBlock][kFusedQueries + 1];
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x & (kWarp - 1);
   const int64_t lb = blockIdx.x * static_cast<int64_t>(kWarpsPerBlock) + warp;
@@ -177,6 +185,14 @@ __global__ void probe_ranges_kernel(const int32_t* cnt, int64_t L, int64_t nbt, 
     if (v > 0) atomicAdd(hist + v, 1);
   }
   __syncwarp();
+  if (overflow) {
+    int total = 0;
+    for (int v = 1; v <= kFusedQueries; ++v) total += hist[v];
+    if (total > cap) {
+      if (lane == 0) n_ranges[b0 + lb] = 0, overflow[b0 + lb] = 1;
+      return;
+    }
+  }
   // Threshold: every list with a count above cstar, and the first take_eq (by id) of those with count
   // cstar; all probed lists when there are at most cap.
   int cstar = 1, take_eq = hist[1], above = 0;
@@ -277,6 +293,109 @@ std::vector<int32_t> assign(CudaResources& r, const float* P, int64_t np, int64_
   return labels;
 }
 
+
+// ---- The exact search through the lists (knn_ivf_exact): a pruning certificate and a second stage.
+//
+// A cell x in list l is nearer (in the float32 assignment) to c_l than to any other centroid c_a, up
+// to the assignment's rounding e: ||x - c_l||^2 - ||x - c_a||^2 <= e. So x lies in the half-space of
+// points whose f(y) = ||y - c_l||^2 - ||y - c_a||^2 is at most e, and a query q with f(q) > e is at
+// least (f(q) - e) / (2 ||c_l - c_a||) away from every member of l (the distance from q to that
+// half-space; f is affine with gradient 2 (c_a - c_l)). With a = q's nearest centroid this is the
+// classic Voronoi-cell bound of exact IVF search. A list whose bound exceeds the k-th exact distance
+// found in the first stage cannot hold a nearer cell; every other list not yet scanned is scanned in a
+// second stage.
+
+// scanned[(lb) * L + l] = 1 for every list l inside one of block b0 + lb's ranges.
+__global__ void scanned_lists_kernel(const int64_t* ranges, const int32_t* n_ranges, int cap, int64_t nbt, int64_t b0,
+                                     const int32_t* list_of_pos, const int64_t* offsets, int64_t L, uint8_t* scanned) {
+  const int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (e >= nbt * cap) return;
+  const int64_t lb = e / cap;
+  const int j = static_cast<int>(e - lb * cap);
+  if (j >= n_ranges[b0 + lb]) return;
+  const int64_t* rg = ranges + ((b0 + lb) * cap + j) * 2;
+  const int64_t rb = rg[0], re = rg[1];
+  if (rb >= re) return;
+  for (int64_t l = list_of_pos[rb]; l < L && offsets[l] < re; ++l) scanned[lb * L + l] = 1;
+}
+
+// One warp per query (position p0 + q): need[(blk - b0) * L + l] += 1 for every list l its block has
+// not scanned whose pruning bound does not clear the query's k-th distance after stage 1 (out_dist,
+// original order); redo[i] = 1 when the query has no k-th distance (fewer candidates than k - 1).
+// tile: -2 c_l . q (float32), so f(q) = (tile_l + cn_l) - (tile_a + cn_a). ccd: L x L, ||c_l - c_a||.
+__global__ void prune_kernel(const float* tile, int64_t nq, int64_t L, const float* cn, int64_t p0,
+                             const int32_t* perm, const int32_t* blk_of, int64_t b0, const float* out_dist, int64_t k,
+                             const double* ccd, double e_abs, const uint8_t* scanned, int32_t* need, uint8_t* redo) {
+  const int64_t q = (blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x) / kWarp;
+  const int lane = threadIdx.x & (kWarp - 1);
+  if (q >= nq) return;  // warp-uniform
+  const float* row = tile + q * L;
+  float best = __int_as_float(0x7f800000);
+  int32_t a = -1;
+  for (int64_t l = lane; l < L; l += kWarp) {
+    const float v = row[l] + cn[l];
+    if (cand_less(v, static_cast<int32_t>(l), best, a)) best = v, a = static_cast<int32_t>(l);
+  }
+  for (int o = kWarp / 2; o > 0; o >>= 1) {
+    const float ob = __shfl_xor_sync(kFullMask, best, o);
+    const int32_t ol = __shfl_xor_sync(kFullMask, a, o);
+    if (cand_less(ob, ol, best, a)) best = ob, a = ol;
+  }
+  const int64_t p = p0 + q, i = perm[p];
+  const float delta = out_dist[i * k + k - 1];
+  if (a < 0 || !isfinite(delta)) {
+    if (lane == 0) redo[i] = 1;
+    return;
+  }
+  // Margins: float32 distances are rounded from float64 (relative 2^-24); 1e-4 covers it with room.
+  const double lim = static_cast<double>(delta) * (1.0 + 1e-4) + 1e-30;
+  const double fa = static_cast<double>(row[a]) + static_cast<double>(cn[a]);
+  const int64_t lb = blk_of[p] - b0;
+  const double* cd = ccd + static_cast<int64_t>(a) * L;
+  for (int64_t l = lane; l < L; l += kWarp) {
+    if (scanned[lb * L + l]) continue;
+    const double num = static_cast<double>(row[l]) + static_cast<double>(cn[l]) - fa - e_abs;
+    if (num <= 0.0 || num <= 2.0 * cd[l] * lim) atomicAdd(need + lb * L + l, 1);
+  }
+}
+
+// ccd[a * L + l] = ||c_a - c_l|| in float64.
+__global__ void centroid_distances_kernel(const float* C, int64_t L, int64_t d, double* ccd) {
+  const int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (e >= L * L) return;
+  const int64_t a = e / L, l = e - a * L;
+  double s = 0;
+  for (int64_t c = 0; c < d; ++c) {
+    const double t = static_cast<double>(C[a * d + c]) - C[l * d + c];
+    s += t * t;
+  }
+  ccd[e] = sqrt(s);
+}
+
+// max_i v[i] (v >= 0) into out[0]; one block.
+__global__ void max_kernel(const double* v, int64_t n, double* out) {
+  __shared__ double part[kThreads];
+  double m = 0;
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) m = fmax(m, v[i]);
+  part[threadIdx.x] = m;
+  __syncthreads();
+  for (int h = blockDim.x / 2; h > 0; h >>= 1) {
+    if (static_cast<int>(threadIdx.x) < h) part[threadIdx.x] = fmax(part[threadIdx.x], part[threadIdx.x + h]);
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) out[0] = part[0];
+}
+
+// Per position p: sqn_orig[perm[p]] = sqn[p]; redo[perm[p]] |= overflow[blk_of[p]].
+__global__ void finish_exact_kernel(const float* sqn, const int32_t* perm, const int32_t* blk_of,
+                                    const uint8_t* overflow, int64_t n, float* sqn_orig, uint8_t* redo) {
+  const int64_t p = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (p >= n) return;
+  const int64_t i = perm[p];
+  sqn_orig[i] = sqn[p];
+  if (overflow[blk_of[p]]) redo[i] = 1;
+}
+
 template <class T>
 void upload(CudaResources& r, DeviceArray<T>& dst, const std::vector<T>& src) {
   SCURRY_CUDA(cudaMemcpyAsync(dst.data(), src.data(), src.size() * sizeof(T), cudaMemcpyHostToDevice, r.stream));
@@ -284,12 +403,25 @@ void upload(CudaResources& r, DeviceArray<T>& dst, const std::vector<T>& src) {
 
 }  // namespace
 
-Knn knn_ivf_gpu(const Context& ctx, const DenseF& X, int64_t k, KnnMetric metric, const IvfOptions& opt) {
+namespace {
+
+// What the exact search (ivf_exact_candidates) adds to the IVF search: the first stage's re-rank goes
+// to out_idx/out_dist, then the pruning certificate, the second stage and the merge; sqn_orig and redo
+// are its outputs (original order).
+struct ExactPart {
+  const double* nrm = nullptr;  // ||x_i|| of dX
+  int32_t* out_idx = nullptr;
+  float* out_dist = nullptr;
+  float* sqn_orig = nullptr;
+  uint8_t* redo = nullptr;
+  IvfExactStats* stats = nullptr;
+};
+
+// The IVF search of the n rows of Y (device, n x d; unit rows for cosine) into best_d/best_i (n x w,
+// original order): k-means lists, probes, the fused candidate search (or the scalar fallback).
+void ivf_search(CudaResources& r, const float* Y, const float* dX, int64_t n, int64_t d, bool cosine, int64_t k,
+                const IvfOptions& opt, int w, float* best_d_out, int32_t* best_i_out, ExactPart* ex) {
   const char* where = "neighbors";
-  CudaResources& r = require_cuda(ctx, where);
-  check_input(ctx, X, k, where);
-  const int64_t n = X.n_rows, d = X.n_cols;
-  const bool cosine = metric == KnnMetric::cosine;
   const int64_t L = opt.n_lists > 0 ? opt.n_lists : std::max<int64_t>(1, std::llround(std::sqrt(static_cast<double>(n))));
   if (opt.n_lists < 0 || L > n)
     fail_input(where, "n_lists = ", opt.n_lists, " is out of range for ", n, " cells; use 0 (sqrt(n)) or 1..n_cells");
@@ -301,19 +433,16 @@ Knn knn_ivf_gpu(const Context& ctx, const DenseF& X, int64_t k, KnnMetric metric
   if (opt.kmeans_iterations < 0 || opt.kmeans_points_per_list < 1)
     fail_input(where, "k-means settings (", opt.kmeans_iterations, " iterations, ", opt.kmeans_points_per_list,
                " points per list) are invalid; use iterations >= 0 and points per list >= 1");
-
-  // The searched vectors Y: rows as given (euclidean) or unit rows (cosine).
-  DeviceArray<float> dX(r, static_cast<size_t>(n * d), "kNN embedding");
-  SCURRY_CUDA(cudaMemcpyAsync(dX.data(), X.data.data(), static_cast<size_t>(n * d) * sizeof(float),
-                              cudaMemcpyHostToDevice, r.stream));
-  DeviceArray<double> nrm(r, static_cast<size_t>(n), "kNN row norms");
-  row_stats(r, dX.data(), n, d, nullptr, nrm.data(), nullptr);
-  DeviceArray<float> unit;
-  if (cosine) {
-    unit = DeviceArray<float>(r, static_cast<size_t>(n * d), "kNN unit rows");
-    unit_rows(r, dX.data(), nrm.data(), n, d, unit.data());
-  }
-  const float* Y = cosine ? unit.data() : dX.data();
+  // SCURRY_PROFILE=1: phase times on stderr.
+  const bool profile = std::getenv("SCURRY_PROFILE") != nullptr;
+  auto t_last = std::chrono::steady_clock::now();
+  auto prof = [&](const char* what) {
+    if (!profile) return;
+    SCURRY_CUDA(cudaStreamSynchronize(r.stream));
+    const auto now = std::chrono::steady_clock::now();
+    std::fprintf(stderr, "  knn_ivf %-24s %9.3f ms\n", what, std::chrono::duration<double, std::milli>(now - t_last).count());
+    t_last = now;
+  };
 
   // k-means sample: a seeded partial Fisher-Yates shuffle; its first L points are the initial
   // centroids.
@@ -343,6 +472,7 @@ Knn knn_ivf_gpu(const Context& ctx, const DenseF& X, int64_t k, KnnMetric metric
   DeviceArray<int64_t> d_off(r, static_cast<size_t>(L + 1), "list offsets");
   std::vector<int32_t> perm;
   std::vector<int64_t> offsets;
+  prof("setup + sample");
 
   for (int it = 0; it < opt.kmeans_iterations; ++it) {
     row_stats(r, C.data(), L, d, nullptr, cnrm.data(), cn.data());
@@ -370,6 +500,7 @@ Knn knn_ivf_gpu(const Context& ctx, const DenseF& X, int64_t k, KnnMetric metric
     }
   }
   S.release();
+  prof("k-means");
 
   // Inverted lists: every cell in the list of its nearest centroid; Xs holds the rows in list order.
   row_stats(r, C.data(), L, d, nullptr, cnrm.data(), cn.data());
@@ -381,7 +512,6 @@ Knn knn_ivf_gpu(const Context& ctx, const DenseF& X, int64_t k, KnnMetric metric
   DeviceArray<float> Xs(r, static_cast<size_t>(n * d), "IVF lists");
   gather_rows_kernel<<<grid_for(n * d), kThreads, 0, r.stream>>>(Y, d_perm.data(), n, d, Xs.data());
   SCURRY_CUDA_LAUNCH();
-  unit.release();
 
   // Query blocks: every list's cells in chunks of kFusedQueries (blk_of: the block of each position);
   // query tiles for the probe scores: runs of whole blocks of at most qt cells (tile_begin).
@@ -402,16 +532,18 @@ Knn knn_ivf_gpu(const Context& ctx, const DenseF& X, int64_t k, KnnMetric metric
   int64_t max_tile_blocks = 0;
   for (size_t t = 0; t + 1 < tile_begin.size(); ++t)
     max_tile_blocks = std::max(max_tile_blocks, tile_begin[t + 1] - tile_begin[t]);
+  prof("lists");
 
   // Search, query tiles in list order: probe scores (GEMM), the P best lists of each query (select);
   // then per query block its probe set as row ranges (fused path) or the per-query scan (fallback).
-  const int w = candidate_width(k), wp = pow2_width(P);
+  const int wp = pow2_width(P);
   const int64_t kp = (d + kColumnPad - 1) / kColumnPad * kColumnPad;
   const bool fused = k > 1 && fused_supported(kp, w);
+  if (ex && !fused) fail("exact kNN through the lists: the fused kernel does not take depth ", kp, " and width ", w);
   const int cap = static_cast<int>(std::min<int64_t>(L, kProbeUnion * P));
-  DeviceArray<float> best_d(r, static_cast<size_t>(n) * w, "kNN candidate scores");
-  DeviceArray<int32_t> best_i(r, static_cast<size_t>(n) * w, "kNN candidates");
-  if (k == 1) fill_empty(r, best_d.data(), best_i.data(), n * w);
+  float* best_d = best_d_out;
+  int32_t* best_i = best_i_out;
+  if (k == 1) fill_empty(r, best_d, best_i, n * w);
   DeviceArray<float> probe_d(r, static_cast<size_t>(qt) * wp, "IVF probe scores");
   DeviceArray<int32_t> probe_i(r, static_cast<size_t>(qt) * wp, "IVF probes");
   DeviceArray<int64_t> d_qrange, d_ranges;
@@ -428,13 +560,16 @@ Knn knn_ivf_gpu(const Context& ctx, const DenseF& X, int64_t k, KnnMetric metric
   const int64_t scan_smem = warp_topk_smem_bytes(w);
   const int wpb = static_cast<int>(std::clamp<int64_t>(kSmemBudget / scan_smem, 1, kWarpsPerBlock));
   const float alpha = -2.f, beta = 0.f;
-  for (size_t t = 0; k > 1 && t + 1 < tile_begin.size(); ++t) {
-    const int64_t b0 = tile_begin[t], nbt = tile_begin[t + 1] - b0;
-    const int64_t p0 = qrange[2 * b0], nq = qrange[2 * (b0 + nbt - 1) + 1] - p0;
+  auto probe_scores = [&](int64_t p0, int64_t nq) {
     SCURRY_CUBLAS(cublasGemmEx(r.cublas, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(L), static_cast<int>(nq),
                                static_cast<int>(d), &alpha, C.data(), CUDA_R_32F, static_cast<int>(d),
                                Xs.data() + p0 * d, CUDA_R_32F, static_cast<int>(d), &beta, tile.data(), CUDA_R_32F,
                                static_cast<int>(L), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+  };
+  for (size_t t = 0; k > 1 && t + 1 < tile_begin.size(); ++t) {
+    const int64_t b0 = tile_begin[t], nbt = tile_begin[t + 1] - b0;
+    const int64_t p0 = qrange[2 * b0], nq = qrange[2 * (b0 + nbt - 1) + 1] - p0;
+    probe_scores(p0, nq);
     fill_empty(r, probe_d.data(), probe_i.data(), nq * wp);
     select_tile(r, tile.data(), nq, L, cn.data(), 0, -1, probe_d.data(), probe_i.data(), wp);
     if (fused) {
@@ -444,46 +579,190 @@ Knn knn_ivf_gpu(const Context& ctx, const DenseF& X, int64_t k, KnnMetric metric
       SCURRY_CUDA_LAUNCH();
       probe_ranges_kernel<<<static_cast<unsigned>((nbt + kWarpsPerBlock - 1) / kWarpsPerBlock),
                             kWarpsPerBlock * kWarp, 0, r.stream>>>(cnt.data(), L, nbt, b0, d_off.data(), cap,
-                                                                   d_ranges.data(), d_nranges.data());
+                                                                   d_ranges.data(), d_nranges.data(), nullptr);
       SCURRY_CUDA_LAUNCH();
     } else {
       ivf_scan_kernel<<<static_cast<unsigned>((nq + wpb - 1) / wpb), wpb * kWarp,
                         static_cast<size_t>(wpb * scan_smem), r.stream>>>(
           Xs.data(), d_perm.data(), d_off.data(), d, p0, nq, probe_i.data(), wp, static_cast<int>(P), cosine, w,
-          best_d.data(), best_i.data());
+          best_d, best_i);
       SCURRY_CUDA_LAUNCH();
     }
   }
-  if (fused) {
-    probe_d.release();
-    probe_i.release();
+  prof("probes");
+  if (!fused) return;
+  probe_d.release();
+  probe_i.release();
+  if (!ex) {
     cnt.release();
     tile.release();
-    // The fused operand: the list-ordered rows of Xs (raw, or unit for cosine) centred on their column
-    // means, TF32-rounded, zero-padded to kp, scored as ||y||^2 - 2 x.y with sqn = ||row - mean||^2.
-    // For cosine this is the euclidean order on unit rows (||x - y||^2 = 2 - 2 cos), and centring
-    // matters: TF32's error scales with the norms, and unit rows of data far from the origin are
-    // nearly parallel (no certificate catches a miss here).
-    DeviceArray<float> mean(r, static_cast<size_t>(d), "kNN column means");
-    DeviceArray<float> sqn(r, static_cast<size_t>(n), "kNN squared norms");
-    column_means(r, Xs.data(), n, d, mean.data());
-    {
-      DeviceArray<double> list_nrm(r, static_cast<size_t>(n), "IVF row norms (list order)");
-      row_stats(r, Xs.data(), n, d, mean.data(), list_nrm.data(), sqn.data());
-    }
-    DeviceArray<float> A(r, static_cast<size_t>(n * kp), "IVF fused operand");
-    fused_operand_kernel<<<grid_for(n * kp), kThreads, 0, r.stream>>>(Xs.data(), n, d, kp, mean.data(), A.data());
-    SCURRY_CUDA_LAUNCH();
-    Xs.release();
-    FusedBlocks fb;
-    fb.n_blocks = nb;
-    fb.query_range = d_qrange.data();
-    fb.ranges = d_ranges.data();
-    fb.n_ranges = d_nranges.data();
-    fb.range_cap = cap;
-    fb.ids = d_perm.data();
-    fused_candidates_ranges(r, A.data(), sqn.data(), n, kp, w, fb, best_d.data(), best_i.data());
   }
+  // The fused operand: the list-ordered rows of Xs (raw, or unit for cosine) centred on their column
+  // means, TF32-rounded, zero-padded to kp, scored as ||y||^2 - 2 x.y with sqn = ||row - mean||^2.
+  // For cosine this is the euclidean order on unit rows (||x - y||^2 = 2 - 2 cos), and centring
+  // matters: TF32's error scales with the norms, and unit rows of data far from the origin are
+  // nearly parallel (no certificate catches a miss here).
+  DeviceArray<float> mean(r, static_cast<size_t>(d), "kNN column means");
+  DeviceArray<float> sqn(r, static_cast<size_t>(n), "kNN squared norms");
+  column_means(r, Xs.data(), n, d, mean.data());
+  {
+    DeviceArray<double> list_nrm(r, static_cast<size_t>(n), "IVF row norms (list order)");
+    row_stats(r, Xs.data(), n, d, mean.data(), list_nrm.data(), sqn.data());
+  }
+  DeviceArray<float> A(r, static_cast<size_t>(n * kp), "IVF fused operand");
+  fused_operand_kernel<<<grid_for(n * kp), kThreads, 0, r.stream>>>(Xs.data(), n, d, kp, mean.data(), A.data());
+  SCURRY_CUDA_LAUNCH();
+  if (!ex) Xs.release();
+  FusedBlocks fb;
+  fb.n_blocks = nb;
+  fb.query_range = d_qrange.data();
+  fb.ranges = d_ranges.data();
+  fb.n_ranges = d_nranges.data();
+  fb.range_cap = cap;
+  fb.ids = d_perm.data();
+  fused_candidates_ranges(r, A.data(), sqn.data(), n, kp, w, fb, best_d, best_i);
+  prof("fused candidates");
+  if (!ex) return;
+
+  // ---- Exact: stage 1's k-th distances, the pruning certificate per query, stage 2, merge.
+  rerank(r, dX, ex->nrm, n, d, KnnMetric::euclidean, best_i, w, k, ex->out_idx, ex->out_dist);
+  SCURRY_CUDA(cudaMemsetAsync(ex->redo, 0, static_cast<size_t>(n), r.stream));
+  DeviceArray<double> ccd(r, static_cast<size_t>(L * L), "centroid distances");
+  centroid_distances_kernel<<<grid_for(L * L), kThreads, 0, r.stream>>>(C.data(), L, d, ccd.data());
+  SCURRY_CUDA_LAUNCH();
+  // e_abs: twice the float32 rounding of an assignment score difference (list members) plus that of
+  // the query's (the probe tile), each score c^2 - 2 x.c off by at most gamma_d 2 |x||c| + 2^-23 (c^2
+  // + 2 |x||c|) (gamma_d = d 2^-24 / (1 - d 2^-24)); a factor 2 on top for safety.
+  DeviceArray<double> mx(r, 2, "norm maxima");
+  {
+    DeviceArray<double> ynrm(r, static_cast<size_t>(n), "row norms");
+    row_stats(r, Xs.data(), n, d, nullptr, ynrm.data(), nullptr);
+    max_kernel<<<1, kThreads, 0, r.stream>>>(ynrm.data(), n, mx.data());
+    SCURRY_CUDA_LAUNCH();
+    max_kernel<<<1, kThreads, 0, r.stream>>>(cnrm.data(), L, mx.data() + 1);
+    SCURRY_CUDA_LAUNCH();
+    double h[2];
+    SCURRY_CUDA(cudaMemcpyAsync(h, mx.data(), sizeof h, cudaMemcpyDeviceToHost, r.stream));
+    SCURRY_CUDA(cudaStreamSynchronize(r.stream));
+    const double u = 0x1p-24, gamma = d * u / (1 - d * u), xc = h[0] * h[1], c2 = h[1] * h[1];
+    const double per_score = gamma * 2 * xc + 2 * u * (c2 + 2 * xc) + u * c2;
+    ex->stats->e_abs = 2 * 4 * per_score;
+  }
+  const double e_abs = ex->stats->e_abs;
+  std::vector<int32_t> lop(static_cast<size_t>(n));
+  for (int64_t l = 0; l < L; ++l)
+    for (int64_t p = offsets[l]; p < offsets[l + 1]; ++p) lop[static_cast<size_t>(p)] = static_cast<int32_t>(l);
+  DeviceArray<int32_t> d_lop(r, lop.size(), "list of each position");
+  upload(r, d_lop, lop);
+  // Stage 2's lists per block: all of them when their ranges fit in kExactRangeBytes (1.3M cells:
+  // 21k blocks x 1143 lists x 16 B = 0.39 GB), else as many as fit, at least kExactUnion x P.
+  const int cap2 = static_cast<int>(std::min<int64_t>(
+      L, std::max<int64_t>(kExactUnion * P, kExactRangeBytes / (std::max<int64_t>(nb, 1) * 16))));
+  DeviceArray<int64_t> d_ranges2(r, static_cast<size_t>(nb) * cap2 * 2, "exact kNN stage-2 ranges");
+  DeviceArray<int32_t> d_nranges2(r, static_cast<size_t>(nb), "exact kNN stage-2 range counts");
+  DeviceArray<uint8_t> overflow(r, static_cast<size_t>(nb), "exact kNN stage-2 overflow");
+  SCURRY_CUDA(cudaMemsetAsync(overflow.data(), 0, static_cast<size_t>(nb), r.stream));
+  DeviceArray<uint8_t> scanned(r, static_cast<size_t>(max_tile_blocks * L), "lists scanned");
+  prof("exact: stage-1 rerank");
+  for (size_t t = 0; t + 1 < tile_begin.size(); ++t) {
+    const int64_t b0 = tile_begin[t], nbt = tile_begin[t + 1] - b0;
+    const int64_t p0 = qrange[2 * b0], nq = qrange[2 * (b0 + nbt - 1) + 1] - p0;
+    probe_scores(p0, nq);
+    SCURRY_CUDA(cudaMemsetAsync(scanned.data(), 0, static_cast<size_t>(nbt * L), r.stream));
+    SCURRY_CUDA(cudaMemsetAsync(cnt.data(), 0, static_cast<size_t>(nbt * L) * sizeof(int32_t), r.stream));
+    scanned_lists_kernel<<<grid_for(nbt * cap), kThreads, 0, r.stream>>>(d_ranges.data(), d_nranges.data(), cap, nbt, b0,
+                                                                         d_lop.data(), d_off.data(), L, scanned.data());
+    SCURRY_CUDA_LAUNCH();
+    prune_kernel<<<grid_for(nq * kWarp), kThreads, 0, r.stream>>>(tile.data(), nq, L, cn.data(), p0, d_perm.data(),
+                                                                  d_blk.data(), b0, ex->out_dist, k, ccd.data(), e_abs,
+                                                                  scanned.data(), cnt.data(), ex->redo);
+    SCURRY_CUDA_LAUNCH();
+    probe_ranges_kernel<<<static_cast<unsigned>((nbt + kWarpsPerBlock - 1) / kWarpsPerBlock), kWarpsPerBlock * kWarp, 0,
+                          r.stream>>>(cnt.data(), L, nbt, b0, d_off.data(), cap2, d_ranges2.data(), d_nranges2.data(),
+                                      overflow.data());
+    SCURRY_CUDA_LAUNCH();
+  }
+  Xs.release();
+  tile.release();
+  cnt.release();
+  prof("exact: pruning certificate");
+  {
+    // Stage 2 starts from stage 1's lists (seeded: tight thresholds from the first tile on) and
+    // leaves the best w of both in best_d/best_i (the two scans' rows are disjoint).
+    FusedBlocks fb2 = fb;
+    fb2.ranges = d_ranges2.data();
+    fb2.n_ranges = d_nranges2.data();
+    fb2.range_cap = cap2;
+    fb2.seeded = true;
+    fused_candidates_ranges(r, A.data(), sqn.data(), n, kp, w, fb2, best_d, best_i);
+  }
+  finish_exact_kernel<<<grid_for(n), kThreads, 0, r.stream>>>(sqn.data(), d_perm.data(), d_blk.data(), overflow.data(),
+                                                              n, ex->sqn_orig, ex->redo);
+  SCURRY_CUDA_LAUNCH();
+  {
+    std::vector<int32_t> nr2(static_cast<size_t>(nb));
+    std::vector<uint8_t> ov(static_cast<size_t>(nb));
+    SCURRY_CUDA(cudaMemcpyAsync(nr2.data(), d_nranges2.data(), nr2.size() * 4, cudaMemcpyDeviceToHost, r.stream));
+    SCURRY_CUDA(cudaMemcpyAsync(ov.data(), overflow.data(), ov.size(), cudaMemcpyDeviceToHost, r.stream));
+    SCURRY_CUDA(cudaStreamSynchronize(r.stream));
+    IvfExactStats& st = *ex->stats;
+    st.lists = L;
+    st.probes = P;
+    st.blocks = nb;
+    for (int64_t b = 0; b < nb; ++b) {
+      st.stage2_blocks += nr2[b] > 0;
+      st.stage2_ranges += nr2[b];
+      st.overflow_blocks += ov[b];
+    }
+  }
+  prof("exact: stage 2 + merge");
+}
+
+}  // namespace
+
+namespace gpu::knn {
+
+void ivf_exact_candidates(CudaResources& r, const float* dX, const double* nrm, int64_t n, int64_t d, int64_t k,
+                          const IvfOptions& opt, int w, float* best_d, int32_t* best_i, int32_t* out_idx,
+                          float* out_dist, float* sqn_orig, uint8_t* redo, IvfExactStats* stats) {
+  IvfExactStats local;
+  ExactPart ex;
+  ex.nrm = nrm;
+  ex.out_idx = out_idx;
+  ex.out_dist = out_dist;
+  ex.sqn_orig = sqn_orig;
+  ex.redo = redo;
+  ex.stats = stats ? stats : &local;
+  *ex.stats = IvfExactStats{};
+  ivf_search(r, dX, dX, n, d, false, k, opt, w, best_d, best_i, &ex);
+}
+
+}  // namespace gpu::knn
+
+Knn knn_ivf_gpu(const Context& ctx, const DenseF& X, int64_t k, KnnMetric metric, const IvfOptions& opt) {
+  const char* where = "neighbors";
+  CudaResources& r = require_cuda(ctx, where);
+  check_input(ctx, X, k, where);
+  const int64_t n = X.n_rows, d = X.n_cols;
+  const bool cosine = metric == KnnMetric::cosine;
+
+  // The searched vectors Y: rows as given (euclidean) or unit rows (cosine).
+  DeviceArray<float> dX(r, static_cast<size_t>(n * d), "kNN embedding");
+  SCURRY_CUDA(cudaMemcpyAsync(dX.data(), X.data.data(), static_cast<size_t>(n * d) * sizeof(float),
+                              cudaMemcpyHostToDevice, r.stream));
+  DeviceArray<double> nrm(r, static_cast<size_t>(n), "kNN row norms");
+  row_stats(r, dX.data(), n, d, nullptr, nrm.data(), nullptr);
+  DeviceArray<float> unit;
+  if (cosine) {
+    unit = DeviceArray<float>(r, static_cast<size_t>(n * d), "kNN unit rows");
+    unit_rows(r, dX.data(), nrm.data(), n, d, unit.data());
+  }
+  const int w = candidate_width(k);
+  DeviceArray<float> best_d(r, static_cast<size_t>(n) * w, "kNN candidate scores");
+  DeviceArray<int32_t> best_i(r, static_cast<size_t>(n) * w, "kNN candidates");
+  ivf_search(r, cosine ? unit.data() : dX.data(), dX.data(), n, d, cosine, k, opt, w, best_d.data(), best_i.data(),
+             nullptr);
+  unit.release();
   DeviceArray<int32_t> out_idx(r, static_cast<size_t>(n * k), "kNN indices");
   DeviceArray<float> out_dist(r, static_cast<size_t>(n * k), "kNN distances");
   rerank(r, dX.data(), nrm.data(), n, d, metric, best_i.data(), w, k, out_idx.data(), out_dist.data());

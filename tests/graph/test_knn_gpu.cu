@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <random>
 #include <set>
+#include <string>
 #include <tuple>
 #include <vector>
 
@@ -178,6 +179,59 @@ TEST(KnnGpu, ExactEqualsFloat64BruteForce20000) {
     double err = 0;
     EXPECT_EQ(mismatches(two, o, &err), 0) << knn_metric_name(metric);
     EXPECT_LT(err, 1e-4);
+  }
+}
+
+// The exact search through the IVF lists (first stage: probed lists; second: every list whose
+// Voronoi-cell bound does not clear the k-th distance; blocks over the cap searched whole) equals a
+// float64 brute force: clustered data at the default probes and at one probe (most of the work in the
+// second stage), structureless uniform data (weak bounds: blocks over the cap), and duplicated rows
+// (zero distances, ties).
+TEST(KnnGpu, ExactThroughListsEqualsFloat64BruteForce) {
+  SCURRY_REQUIRE_GPU();
+  const Context ctx = gpu_ctx();
+  const uint64_t seed = test::fresh_seed();
+  DenseF blobs = clustered(20000, 50, 40, seed, 20.0f);
+  for (int64_t i = 0; i < 300; ++i)  // duplicates: rows 0..299 copied over rows 10000..10299
+    for (int64_t c = 0; c < blobs.n_cols; ++c) blobs(10000 + i, c) = blobs(i, c);
+  DenseF uniform(12000, 20);
+  {
+    std::mt19937_64 rng(seed + 1);
+    std::uniform_real_distribution<float> u(-1.f, 1.f);
+    for (float& v : uniform.data) v = u(rng);
+  }
+  struct Case {
+    const char* name;
+    const DenseF* x;
+    int64_t probes;
+  };
+  for (const Case& c : {Case{"blobs, default probes", &blobs, 0}, Case{"blobs, 1 probe", &blobs, 1},
+                        Case{"uniform, 2 probes", &uniform, 2}}) {
+    const Oracle o = make_oracle(*c.x, KnnMetric::euclidean, 15, seed);
+    KnnExactGpuOptions opt;
+    int64_t redo = -1;
+    std::string report;
+    opt.redo_count = &redo;
+    opt.report = &report;
+    opt.strategy = KnnExactStrategy::lists;
+    opt.list_probes = c.probes;
+    const Knn knn = knn_exact_gpu(ctx, *c.x, 15, KnnMetric::euclidean, opt);
+    double err = 0;
+    const int64_t bad = mismatches(knn, o, &err);
+    std::printf("exact through lists, %s: %s; %lld queries searched whole; %lld of %zu rows differ, max error %.3g\n",
+                c.name, report.c_str(), static_cast<long long>(redo), static_cast<long long>(bad), o.rows.size(), err);
+    EXPECT_NE(report.find("lists:"), std::string::npos) << c.name;
+    EXPECT_EQ(bad, 0) << c.name;
+    EXPECT_LT(err, 1e-4) << c.name;
+    // The whole result equals the brute-force strategy's (ties aside: same distances).
+    KnnExactGpuOptions bo;
+    bo.strategy = KnnExactStrategy::brute;
+    const Knn ref = knn_exact_gpu(ctx, *c.x, 15, KnnMetric::euclidean, bo);
+    int64_t differ = 0;
+    for (int64_t i = 0; i < knn.n; ++i)
+      for (int64_t j = 0; j < knn.k; ++j)
+        differ += knn.distance(i, j) != ref.distance(i, j);
+    EXPECT_EQ(differ, 0) << c.name;
   }
 }
 
