@@ -1,5 +1,6 @@
 #include "graph/neighbors.hpp"
 
+#include "graph/connectivities_gpu.hpp"
 #include "graph/knn_gpu.hpp"
 
 #include "core/error.hpp"
@@ -43,8 +44,8 @@ NeighborsResult neighbors(const Context& ctx, const DenseF& X, const NeighborsOp
     h.random_state = opt.random_state;
     res.knn = knn_hnsw(ctx, X, opt.n_neighbors, metric, h);
   }
-  res.distances = knn_distance_matrix(res.knn);
-  res.connectivities = fuzzy_simplicial_set(res.knn);
+  res.distances = knn_distance_matrix(ctx, res.knn);
+  res.connectivities = gpu ? fuzzy_simplicial_set_gpu(ctx, res.knn) : fuzzy_simplicial_set(ctx, res.knn);
   return res;
 }
 
@@ -86,8 +87,8 @@ NeighborsResult neighbors_sharded(const Context& ctx, const DenseF& local, const
   if (comm.rank() != root) return res;
   all.n = n;
   res.knn = std::move(all);
-  res.distances = knn_distance_matrix(res.knn);
-  res.connectivities = fuzzy_simplicial_set(res.knn);
+  res.distances = knn_distance_matrix(ctx, res.knn);
+  res.connectivities = fuzzy_simplicial_set(ctx, res.knn);
   return res;
 }
 

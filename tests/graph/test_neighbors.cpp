@@ -37,6 +37,11 @@ TEST(Connectivities, FromGoldenDistancesEqualGoldenConnectivities) {
   for (int64_t p = 0; p < want.nnz(); ++p) max_err = std::max(max_err, std::fabs(double(got.data[p]) - want.data[p]));
   std::printf("connectivities vs golden: nnz %lld, max |diff| %.3g\n", static_cast<long long>(want.nnz()), max_err);
   EXPECT_LT(max_err, 1e-5);
+  // The threaded version gives the same matrix bit for bit.
+  const CsrF got4 = fuzzy_simplicial_set(Context::cpu(4), knn);
+  EXPECT_EQ(got4.indptr, got.indptr);
+  EXPECT_EQ(got4.indices, got.indices);
+  EXPECT_EQ(got4.data, got.data);
   // The distances matrix rebuilt from the kNN equals the golden one (float32 of float64 values).
   const CsrF back = knn_distance_matrix(knn);
   EXPECT_EQ(back.indptr, dist.indptr);
