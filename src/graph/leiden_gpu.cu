@@ -1,22 +1,37 @@
 // Leiden on the GPU (see leiden_gpu.hpp for the algorithm and its differences from the CPU path).
 //
-// Floor on one H200 (1.3M cells, k = 15: ~25M directed edges at level 0): one local-moving sweep
-// writes and radix-sorts 25M (uint64 key, float64 weight) pairs (~7 passes x 2 x 16 B x 25M = 5.6 GB)
-// and reduces them by key (~0.8 GB), ~1.5 ms at 4.3 TB/s; the node and run kernels add ~0.3 GB.
-// With ~30 sweeps + ~10 refinement rounds at level 0 and the (much smaller) upper levels about
-// half as much again: ~0.1 s floor per Leiden iteration; target 0.7 s until stable.
+// Candidates per node over the CSR rows: a group of lanes (8 for degree <= 64, 16 for <= 128, a
+// warp for <= 256) holds the node's edges in registers, gathers the neighbours' communities and those
+// communities' weights, and walks the distinct allowed communities one at a time (the first pending
+// edge's community; its weight summed over the group by a shuffle butterfly). Nodes of higher
+// degree (upper levels' hubs) take the sort path: the (node, community) keys of those that look
+// for a community (this sweep's share; refinement's well-connected singletons) are radix-sorted
+// and reduced by key. Every sum is in a fixed order and the community weights are 64-bit fixed-point
+// integers (exact, order-free atomics), so results do not depend on timing.
+//
+// Floor on one H200 (1.3M cells, k = 15: 34.5M directed edges at level 0): a local-moving sweep
+// reads each edge once (4 B target + 8 B weight, 0.4 GB) and gathers communities and their weights
+// from L2 (5 + 10 MB arrays, a 32 B sector per gather): ~0.1 ms at 4.3 TB/s, ~0.3 ms of L2 sectors.
+// Measured (SCURRY_PROFILE=1): level-0 candidates ~0.45 ms a sweep once communities have formed,
+// 1.2 ms a sweep on average over the first iteration (early on, every neighbour is its own
+// community); the sort path for every node took ~4.8 ms a sweep. Leiden until stable on that graph: 0.49 s (setup 32 ms; iteration 0
+// 200 ms, 65 + 60 sweeps at levels 0 and 1; four more iterations of ~60 ms, two thirds of it
+// refinement and aggregation), against 1.23 s with the sort path for every node.
 //
 // At 10M cells (~200M edges): int64 edge counts and offsets; device memory ~60 B per edge (src,
-// dst, weight, two key and two value buffers for the sort) + ~80 B per node.
+// dst, weight, two key and two value buffers for the sort of the aggregation) + ~150 B per node.
 #include <cub/device/device_radix_sort.cuh>
 #include <cub/device/device_reduce.cuh>
 #include <cub/device/device_scan.cuh>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <limits>
 #include <numeric>
+#include <string>
 #include <vector>
 
 #include "core/error.hpp"
@@ -39,10 +54,24 @@ constexpr int kMaxRefineRounds = 16;         // refinement: most rounds per leve
 constexpr int kMaxLevels = 64;               // aggregation levels per iteration
 constexpr int64_t kMaxStableIterations = 20; // "until stable": most Leiden iterations
 constexpr double kStableTolerance = 1e-7;    // "until stable": least modularity gain of an iteration
-constexpr uint32_t kNoLabel = 0xFFFFFFFFu;   // key label of masked entries (self-loops, other communities)
+constexpr uint32_t kNoLabel = 0xFFFFFFFFu;   // label complement base of the packed candidates
+// Candidate kernels (lanes per node x edges per lane): 8 x 4 up to kSmallDegree, 8 x 8 up to
+// 2 kSmallDegree, 16 x 8 up to 4 kSmallDegree, 32 x 8 up to kMidDegree; nodes above kMidDegree (or
+// above SCURRY_LEIDEN_SORT_ABOVE, a test knob) take the sort path.
+constexpr int kSmallLanes = 8;
+constexpr int kSmallDegree = 32;
+constexpr int kMidDegree = 256;
+constexpr int kClasses = 5;  // candidate classes: the four kernels, then the sort path
+// Row-sum kernels: 8 lanes per node up to kSmallDegree, a warp up to kRowWarpDegree, a block above.
+constexpr int kRowWarpDegree = 1024;
+constexpr int kFixedBits = 61;               // community weights: fixed point, 2m scaled to <= 2^61
 
 int blocks_for(int64_t n) {
   return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>((n + kBlock - 1) / kBlock, kMaxBlocks)));
+}
+int blocks_for_groups(int64_t count, int group) {  // `count` items, `group` lanes each
+  const int64_t per_block = kBlock / group;
+  return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>((count + per_block - 1) / per_block, kMaxBlocks)));
 }
 int bits_for(int64_t n) {  // bits to hold 0..n-1 (at least 1)
   int b = 1;
@@ -54,44 +83,65 @@ int bits_for(int64_t n) {  // bits to hold 0..n-1 (at least 1)
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < (n); \
        i += static_cast<int64_t>(gridDim.x) * blockDim.x)
 
-// ---- kernels ----------------------------------------------------------------------------------
+// ---- device helpers ---------------------------------------------------------------------------
+
+constexpr unsigned kFullMask = 0xFFFFFFFFu;
 
 __device__ inline uint32_t orderable(float f) {
   const uint32_t u = __float_as_uint(f);
   return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
 }
-// Candidate (gain, label) as one atomicMax-able word: larger gain wins, ties go to the smaller label.
-// Never 0 for labels < 2^31, so 0 means "no candidate".
+// Candidate (gain, label) as one max-able word: larger gain (as float) wins, ties go to the smaller
+// label. Never 0 for labels < 2^31, so 0 means "no candidate".
 __device__ inline unsigned long long pack(double gain, uint32_t label) {
   return (static_cast<unsigned long long>(orderable(static_cast<float>(gain))) << 32) |
          static_cast<unsigned long long>(kNoLabel - label);
 }
 __device__ inline uint32_t unpack(unsigned long long key) { return kNoLabel - static_cast<uint32_t>(key & 0xFFFFFFFFull); }
 
-// Sum of v over the block into *out (every thread of the block must call it).
-__device__ void block_add(double v, double* out) {
+// Fixed-point weights (exact integer sums: the same whatever the order of the atomics).
+__device__ inline unsigned long long to_fixed(double x, double scale) { return __double2ull_rn(x * scale); }
+__device__ inline double from_fixed(unsigned long long t, double inv) {
+  return static_cast<double>(static_cast<long long>(t)) * inv;
+}
+
+// Sum over aligned groups of G lanes (every lane of the warp must call it; every lane of a group
+// gets the same value: each butterfly step adds a + b on one lane and b + a on its partner).
+template <int G>
+__device__ inline double group_sum(double v) {
+#pragma unroll
+  for (int o = G / 2; o > 0; o >>= 1) v += __shfl_xor_sync(kFullMask, v, o);
+  return v;
+}
+
+// Deterministic sum over the block (every thread must call it); the result on every thread.
+__device__ double block_sum(double v) {
   __shared__ double sh[kBlock];
+  __syncthreads();  // sh may still be read from a previous call
   sh[threadIdx.x] = v;
   __syncthreads();
   for (int s = kBlock / 2; s > 0; s >>= 1) {
     if (threadIdx.x < s) sh[threadIdx.x] += sh[threadIdx.x + s];
     __syncthreads();
   }
-  if (threadIdx.x == 0) atomicAdd(out, sh[0]);
+  return sh[0];
 }
+
+// ---- setup kernels ----------------------------------------------------------------------------
 
 __global__ void expand_rows_kernel(const int64_t* indptr, int64_t n, int32_t* src) {
   GRID_LOOP(i, n)
   for (int64_t p = indptr[i]; p < indptr[i + 1]; ++p) src[p] = static_cast<int32_t>(i);
 }
 
-// Level-0 weights (float -> float64; every nonzero entry weighs 1 without use_weights) and strengths.
-__global__ void weights_kernel(const float* data, const int32_t* src, int64_t nnz, bool use_weights, double* w,
-                               double* strength) {
+// Level-0 weights (float -> float64; every nonzero entry weighs 1 without use_weights); the
+// smallest row holding a negative or non-finite weight into *bad_row.
+__global__ void input_weights_kernel(const float* data, const int32_t* src, int64_t nnz, bool use_weights, double* w,
+                                     int32_t* bad_row) {
   GRID_LOOP(e, nnz) {
-    const double x = data[e] == 0.0f ? 0.0 : (use_weights ? static_cast<double>(data[e]) : 1.0);
-    w[e] = x;
-    if (x != 0.0) atomicAdd(&strength[src[e]], x);
+    const float x = data[e];
+    if (!isfinite(x) || x < 0) atomicMin(bad_row, src[e]);
+    w[e] = x == 0.0f ? 0.0 : (use_weights ? static_cast<double>(x) : 1.0);
   }
 }
 
@@ -99,125 +149,421 @@ __global__ void iota_kernel(int32_t* a, int64_t n) {
   GRID_LOOP(i, n) a[i] = static_cast<int32_t>(i);
 }
 
-// tot[label[i]] += kw[i] (tot zeroed before).
-__global__ void community_weights_kernel(const int32_t* label, const double* kw, int64_t n, double* tot) {
-  GRID_LOOP(i, n) atomicAdd(&tot[label[i]], kw[i]);
-}
-
-// acc[0] += weight of the edges inside communities; acc[1] += sum of tot^2.
-__global__ void inside_weight_kernel(const int32_t* src, const int32_t* dst, const double* w, int64_t nnz,
-                                     const int32_t* label, double* acc) {
-  double s = 0;
-  GRID_LOOP(e, nnz) if (label[src[e]] == label[dst[e]]) s += w[e];
-  block_add(s, acc);
-}
-__global__ void sum_squares_kernel(const double* tot, int64_t n, double* acc) {
-  double s = 0;
-  GRID_LOOP(i, n) s += tot[i] * tot[i];
-  block_add(s, acc + 1);
-}
-
-// key = (src, label[dst]); masked (kNoLabel): self-loops and, with `same`, edges between different
-// same[] groups.
-__global__ void pair_keys_kernel(const int32_t* src, const int32_t* dst, const double* w, int64_t nnz,
-                                 const int32_t* label, const int32_t* same, unsigned long long* keys, double* vals) {
-  GRID_LOOP(e, nnz) {
-    const int32_t i = src[e], j = dst[e];
-    const bool masked = i == j || (same && same[i] != same[j]);
-    const uint32_t lab = masked ? kNoLabel : static_cast<uint32_t>(label[j]);
-    keys[e] = (static_cast<unsigned long long>(i) << 32) | lab;
-    vals[e] = w[e];
-  }
-}
-
-// Local moving, per (node, neighbouring community) run: the weight to the own community, and the
-// best allowed other community (up: higher ids only, else lower ids only).
-__global__ void move_candidates_kernel(const unsigned long long* keys, const double* sums, int64_t runs,
-                                       const int32_t* comm, const double* kw, const double* tot, double gamma_2m,
-                                       bool up, double* k_own, unsigned long long* best) {
-  GRID_LOOP(r, runs) {
-    const unsigned long long key = keys[r];
-    const uint32_t c = static_cast<uint32_t>(key & 0xFFFFFFFFull);
-    if (c == kNoLabel) continue;
-    const int64_t i = static_cast<int64_t>(key >> 32);
-    const uint32_t own = static_cast<uint32_t>(comm[i]);
-    if (c == own) {
-      k_own[i] = sums[r];
-      continue;
-    }
-    if (up ? c < own : c > own) continue;
-    const double gain = sums[r] - gamma_2m * kw[i] * tot[c];
-    atomicMax(&best[i], pack(gain, c));
-  }
-}
-
-// The exact weight from each node to its chosen community.
-__global__ void best_weight_kernel(const unsigned long long* keys, const double* sums, int64_t runs,
-                                   const unsigned long long* best, double* k_best) {
-  GRID_LOOP(r, runs) {
-    const unsigned long long key = keys[r];
-    const uint32_t c = static_cast<uint32_t>(key & 0xFFFFFFFFull);
-    if (c == kNoLabel) continue;
-    const int64_t i = static_cast<int64_t>(key >> 32);
-    const unsigned long long b = best[i];
-    if (b != 0 && unpack(b) == c) k_best[i] = sums[r];
-  }
-}
-
-// Moves every node whose best community beats staying (float64 gains).
-__global__ void move_kernel(int64_t n, int32_t* comm, const double* kw, const double* tot, const double* k_own,
-                            const double* k_best, const unsigned long long* best, double gamma_2m,
-                            unsigned long long* moved, unsigned long long salt, unsigned subset_mask) {
+// flags[i] = lo < degree(i) <= hi.
+__global__ void degree_flags_kernel(const int64_t* off, int64_t n, int64_t lo, int64_t hi, int32_t* flags) {
   GRID_LOOP(i, n) {
+    const int64_t d = off[i + 1] - off[i];
+    flags[i] = d > lo && d <= hi ? 1 : 0;
+  }
+}
+__global__ void scatter_flagged_kernel(const int32_t* flags, const int32_t* pos, int64_t n, int32_t* list) {
+  GRID_LOOP(i, n) if (flags[i]) list[pos[i]] = static_cast<int32_t>(i);
+}
+__global__ void list_degrees_kernel(const int32_t* list, int64_t count, const int64_t* off, int64_t* deg) {
+  GRID_LOOP(h, count) deg[h] = off[list[h] + 1] - off[list[h]];
+}
+
+__global__ void to_fixed_kernel(const double* x, int64_t n, double scale, unsigned long long* out) {
+  GRID_LOOP(i, n) out[i] = to_fixed(x[i], scale);
+}
+
+// tot[label[i]] += kwfx[i] (tot zeroed before; fixed point).
+__global__ void community_weights_kernel(const int32_t* label, const unsigned long long* kwfx, int64_t n,
+                                         unsigned long long* tot) {
+  GRID_LOOP(i, n) atomicAdd(&tot[label[i]], kwfx[i]);
+}
+
+// ---- row sums (per node, fixed order) ---------------------------------------------------------
+
+enum class RowMode {
+  strength,  // kw[i] = sum of the row, self[i] = its self-loop
+  inner,     // kin[i] = weight to the rest of its community; wc[i]: well connected to it
+  outer,     // weight to the rest of its community outside its refined community -> ext[ref[i]];
+             // rtot[ref[i]] += kw[i]; rsize[ref[i]] += 1
+  own,       // kin[i] = weight to the rest of its community
+};
+
+struct RowArgs {
+  const int64_t* off = nullptr;
+  const int32_t* dst = nullptr;
+  const double* w = nullptr;
+  const int32_t* comm = nullptr;
+  const int32_t* ref = nullptr;
+  const unsigned long long* kwfx = nullptr;
+  const double* kw = nullptr;
+  const unsigned long long* tot = nullptr;  // inner: fixed-point community weights
+  double gamma_2m = 0, scale = 0, inv = 0;
+  double* out0 = nullptr;  // strength: kw; inner: kin
+  double* out1 = nullptr;  // strength: self
+  uint8_t* wc = nullptr;
+  unsigned long long* ext = nullptr;
+  unsigned long long* rtot = nullptr;
+  int32_t* rsize = nullptr;
+};
+
+template <RowMode M>
+__device__ inline void row_edge(const RowArgs& a, int32_t i, int32_t ci, int32_t ri, int64_t p, double& s0,
+                                double& s1) {
+  const int32_t j = a.dst[p];
+  const double x = a.w[p];
+  if constexpr (M == RowMode::strength) {
+    s0 += x;
+    if (j == i) s1 += x;
+  } else if constexpr (M == RowMode::inner || M == RowMode::own) {
+    if (j != i && a.comm[j] == ci) s0 += x;
+  } else {
+    if (j != i && a.comm[j] == ci && a.ref[j] != ri) s0 += x;
+  }
+}
+
+template <RowMode M>
+__device__ inline void row_finish(const RowArgs& a, int32_t i, int32_t ci, int32_t ri, double s0, double s1) {
+  if constexpr (M == RowMode::strength) {
+    a.out0[i] = s0;
+    a.out1[i] = s1;
+  } else if constexpr (M == RowMode::inner) {
+    a.out0[i] = s0;
+    const double kwi = a.kw[i];
+    a.wc[i] = s0 >= a.gamma_2m * kwi * from_fixed(a.tot[ci] - a.kwfx[i], a.inv) ? 1 : 0;
+  } else if constexpr (M == RowMode::own) {
+    a.out0[i] = s0;
+  } else {
+    atomicAdd(&a.ext[ri], to_fixed(s0, a.scale));
+    atomicAdd(&a.rtot[ri], a.kwfx[i]);
+    atomicAdd(&a.rsize[ri], 1);
+  }
+}
+
+// G lanes per node (G <= 32), any degree: each lane sums every G-th edge in order, then the group.
+template <int G, RowMode M>
+__global__ void __launch_bounds__(kBlock) row_sums_kernel(const int32_t* nodes, int64_t count, RowArgs a) {
+  constexpr int kGroups = kBlock / G;
+  const int lane = threadIdx.x & 31, sub = lane & (G - 1);
+  for (int64_t base = blockIdx.x * int64_t(kGroups) + (threadIdx.x & ~31) / G; base < count;
+       base += int64_t(gridDim.x) * kGroups) {  // warp-uniform
+    const int64_t idx = base + lane / G;
+    double s0 = 0, s1 = 0;
+    int32_t i = 0, ci = 0, ri = 0;
+    if (idx < count) {
+      i = nodes[idx];
+      if constexpr (M != RowMode::strength) ci = a.comm[i];
+      if constexpr (M == RowMode::outer) ri = a.ref[i];
+      const int64_t e = a.off[i + 1];
+      for (int64_t p = a.off[i] + sub; p < e; p += G) row_edge<M>(a, i, ci, ri, p, s0, s1);
+    }
+    s0 = group_sum<G>(s0);
+    s1 = group_sum<G>(s1);
+    if (idx < count && sub == 0) row_finish<M>(a, i, ci, ri, s0, s1);
+  }
+}
+
+// A block per node (high degree).
+template <RowMode M>
+__global__ void __launch_bounds__(kBlock) row_sums_block_kernel(const int32_t* nodes, int64_t count, RowArgs a) {
+  for (int64_t h = blockIdx.x; h < count; h += gridDim.x) {
+    const int32_t i = nodes[h];
+    const int32_t ci = M != RowMode::strength ? a.comm[i] : 0;
+    const int32_t ri = M == RowMode::outer ? a.ref[i] : 0;
+    double s0 = 0, s1 = 0;
+    const int64_t e = a.off[i + 1];
+    for (int64_t p = a.off[i] + threadIdx.x; p < e; p += kBlock) row_edge<M>(a, i, ci, ri, p, s0, s1);
+    s0 = block_sum(s0);
+    s1 = block_sum(s1);
+    if (threadIdx.x == 0) row_finish<M>(a, i, ci, ri, s0, s1);
+  }
+}
+
+// ---- candidates per node ----------------------------------------------------------------------
+
+struct CandArgs {
+  const int64_t* off = nullptr;
+  const int32_t* dst = nullptr;
+  const double* w = nullptr;
+  const int32_t* label = nullptr;            // local moving: communities; refinement: refined communities
+  const int32_t* same = nullptr;             // refinement: communities (edges to others masked)
+  const double* kw = nullptr;
+  const unsigned long long* tot = nullptr;   // fixed-point weights of `label`'s communities
+  const unsigned long long* stot = nullptr;  // refinement: fixed-point weights of `same`'s communities
+  const unsigned long long* ext = nullptr;   // refinement: weight of each refined community to the rest of its community
+  const int32_t* rsize = nullptr;            // refinement: refined community sizes
+  const uint8_t* wc = nullptr;               // refinement: node well connected to its community
+  double gamma_2m = 0, inv = 0;
+  bool up = true;                            // local moving: moves to higher labels (else lower)
+  bool allow_moves = true;                   // local moving: false: k_own only
+  unsigned long long salt = 0;
+  unsigned subset_mask = 0;
+  double* k_own = nullptr;                   // local moving: weight to the own community
+  double* k_best = nullptr;                  // local moving: weight to the best community
+  unsigned long long* best = nullptr;        // packed best candidate (0: none)
+};
+
+// G lanes per node, R edges per lane (degree <= G * R). Local moving: every node of the list gets
+// k_own; nodes of this sweep's share also the best allowed community (higher labels when up, else
+// lower) by gain k_c - gamma/2m k_i K_c. Refinement: singletons well connected to their community
+// get the best refined community R of lower label inside it, R well connected, gain >= 0.
+template <int G, int R, bool kRefine>
+__global__ void __launch_bounds__(kBlock) candidates_kernel(const int32_t* nodes, int64_t count, CandArgs a) {
+  constexpr int kGroups = kBlock / G;
+  const int lane = threadIdx.x & 31, sub = lane & (G - 1);
+  const unsigned gmask = G == 32 ? kFullMask : (((1u << G) - 1u) << (lane & ~(G - 1)));
+  for (int64_t base = blockIdx.x * int64_t(kGroups) + (threadIdx.x & ~31) / G; base < count;
+       base += int64_t(gridDim.x) * kGroups) {  // warp-uniform
+    const int64_t idx = base + lane / G;
+    int32_t i = -1, own = -1, own_same = -1;
+    int64_t b = 0, e = 0;
+    bool cand = false;
+    double kwi = 0, s_tot = 0;
+    if (idx < count) {
+      i = nodes[idx];
+      b = a.off[i];
+      e = a.off[i + 1];
+      own = a.label[i];
+      kwi = a.kw[i];
+      if constexpr (kRefine) {
+        own_same = a.same[i];
+        cand = a.wc[i] && a.rsize[own] == 1;
+        if (!cand) e = b;  // nothing to read
+        else s_tot = from_fixed(a.stot[own_same], a.inv);
+      } else {
+        cand = a.allow_moves &&
+               (a.subset_mask == 0 || (gpu::mix64(static_cast<uint64_t>(i) ^ a.salt) & a.subset_mask) == 0);
+      }
+    }
+    int32_t nb[R], lab[R];
+    double wt[R];
+    unsigned long long tt[R];
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      const int64_t p = b + r * G + sub;
+      nb[r] = p < e ? a.dst[p] : -1;
+      wt[r] = p < e ? a.w[p] : 0.0;
+    }
+    unsigned pend = 0;  // bit r: edge r's community still to be summed
+    double own_sum = 0;
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      lab[r] = -1;
+      const int32_t j = nb[r];
+      if (j >= 0 && j != i) {
+        const bool inside = !kRefine || a.same[j] == own_same;
+        const int32_t c = a.label[j];
+        if (inside) {
+          if (c == own) {
+            own_sum += wt[r];
+          } else if (cand && (kRefine ? c < own : (a.up ? c > own : c < own))) {
+            lab[r] = c;
+            pend |= 1u << r;
+          }
+        }
+      }
+    }
+#pragma unroll
+    for (int r = 0; r < R; ++r) tt[r] = (pend >> r) & 1u ? a.tot[lab[r]] : 0ull;
+    unsigned long long best_key = 0;
+    double best_w = 0;
+    for (;;) {  // one distinct community per group per turn
+      const unsigned bal = __ballot_sync(kFullMask, pend != 0);
+      if (bal == 0) break;
+      const unsigned gb = bal & gmask;
+      const int leader = gb ? __ffs(gb) - 1 : lane;
+      int32_t my_c = -1;
+      unsigned long long my_t = 0;
+#pragma unroll
+      for (int r = R - 1; r >= 0; --r)
+        if ((pend >> r) & 1u) my_c = lab[r], my_t = tt[r];
+      const int32_t c = __shfl_sync(kFullMask, my_c, leader);
+      const unsigned long long tc = __shfl_sync(kFullMask, my_t, leader);
+      double s = 0;
+#pragma unroll
+      for (int r = 0; r < R; ++r)
+        if (((pend >> r) & 1u) && lab[r] == c) s += wt[r], pend &= ~(1u << r);
+      s = group_sum<G>(s);
+      if (gb) {
+        const double kc = from_fixed(tc, a.inv);
+        bool ok = true;
+        if constexpr (kRefine) ok = from_fixed(a.ext[c], a.inv) >= a.gamma_2m * kc * (s_tot - kc);
+        const double gain = s - a.gamma_2m * kwi * kc;
+        if (kRefine && gain < 0) ok = false;
+        if (ok) {
+          const unsigned long long key = pack(gain, static_cast<uint32_t>(c));
+          if (key > best_key) best_key = key, best_w = s;
+        }
+      }
+    }
+    own_sum = group_sum<G>(own_sum);
+    if (idx < count && sub == 0) {
+      a.best[i] = best_key;
+      if constexpr (!kRefine) {
+        a.k_own[i] = own_sum;
+        a.k_best[i] = best_w;
+      }
+    }
+  }
+}
+
+// ---- sort path (nodes of high degree) ---------------------------------------------------------
+
+// key = (h << lab_bits) | label of the neighbour; `masked` (= n) for self-loops and, with `same`,
+// edges between different same[] groups. h indexes `hubs`; its keys are hub_off[h] ..
+// hub_off[h + 1] - 1 (none for a node that looks for no community).
+__global__ void hub_keys_kernel(const int32_t* hubs, int64_t nh, const int64_t* hub_off, const int64_t* off,
+                                const int32_t* dst, const double* w, const int32_t* label, const int32_t* same,
+                                int lab_bits, uint32_t masked, unsigned long long* keys, double* vals) {
+  for (int64_t h = blockIdx.x; h < nh; h += gridDim.x) {
+    const int32_t i = hubs[h];
+    const int64_t b = off[i], o = hub_off[h], d = hub_off[h + 1] - o;
+    const int32_t si = same ? same[i] : 0;
+    for (int64_t t = threadIdx.x; t < d; t += blockDim.x) {
+      const int32_t j = dst[b + t];
+      const bool m = j == i || (same && same[j] != si);
+      const uint32_t lab = m ? masked : static_cast<uint32_t>(label[j]);
+      keys[o + t] = (static_cast<unsigned long long>(h) << lab_bits) | lab;
+      vals[o + t] = w[b + t];
+    }
+  }
+}
+
+// deg[h] = degree of hubs[h] when it looks for a community this turn (refinement: a well-connected
+// singleton; local moving: in the sweep's share), else 0.
+__global__ void hub_degrees_kernel(const int32_t* hubs, int64_t nh, const int64_t* off, const uint8_t* wc,
+                                   const int32_t* label, const int32_t* rsize, bool refine, bool allow_moves,
+                                   unsigned long long salt, unsigned subset_mask, int64_t* deg) {
+  GRID_LOOP(h, nh) {
+    const int32_t i = hubs[h];
+    const bool take =
+        refine ? wc[i] && rsize[label[i]] == 1
+               : allow_moves &&
+                     (subset_mask == 0 || (gpu::mix64(static_cast<uint64_t>(i) ^ salt) & subset_mask) == 0);
+    deg[h] = take ? off[i + 1] - off[i] : 0;
+  }
+}
+
+__global__ void zero_hubs_kernel(const int32_t* hubs, int64_t nh, unsigned long long* best) {
+  GRID_LOOP(h, nh) best[hubs[h]] = 0;
+}
+
+struct HubRuns {
+  const unsigned long long* keys;
+  const double* sums;
+  const int64_t* count;  // device
+  int64_t max_runs;
+  const int32_t* hubs;
+  int lab_bits;
+  uint32_t masked;
+  __device__ bool get(int64_t r, int32_t& i, uint32_t& c) const {
+    const unsigned long long key = keys[r];
+    c = static_cast<uint32_t>(key & ((1ull << lab_bits) - 1ull));
+    if (c == masked) return false;
+    i = hubs[key >> lab_bits];
+    return true;
+  }
+};
+
+__global__ void hub_move_candidates_kernel(HubRuns runs, CandArgs a) {
+  const int64_t nr = *runs.count;
+  GRID_LOOP(r, runs.max_runs) {
+    if (r >= nr) break;
+    int32_t i;
+    uint32_t c;
+    if (!runs.get(r, i, c)) continue;
+    const uint32_t own = static_cast<uint32_t>(a.label[i]);
+    if (c == own || (a.up ? c < own : c > own)) continue;
+    const double gain = runs.sums[r] - a.gamma_2m * a.kw[i] * from_fixed(a.tot[c], a.inv);
+    atomicMax(&a.best[i], pack(gain, c));
+  }
+}
+
+// The exact weight from each hub to its chosen community.
+__global__ void hub_best_weight_kernel(HubRuns runs, CandArgs a) {
+  const int64_t nr = *runs.count;
+  GRID_LOOP(r, runs.max_runs) {
+    if (r >= nr) break;
+    int32_t i;
+    uint32_t c;
+    if (!runs.get(r, i, c)) continue;
+    const unsigned long long b = a.best[i];
+    if (b != 0 && unpack(b) == c) a.k_best[i] = runs.sums[r];
+  }
+}
+
+__global__ void hub_refine_candidates_kernel(HubRuns runs, CandArgs a) {
+  const int64_t nr = *runs.count;
+  GRID_LOOP(r, runs.max_runs) {
+    if (r >= nr) break;
+    int32_t i;
+    uint32_t rc;
+    if (!runs.get(r, i, rc)) continue;
+    const uint32_t own = static_cast<uint32_t>(a.label[i]);
+    if (rc >= own || a.rsize[own] != 1 || !a.wc[i]) continue;
+    const double s_tot = from_fixed(a.stot[a.same[i]], a.inv), kc = from_fixed(a.tot[rc], a.inv);
+    if (from_fixed(a.ext[rc], a.inv) < a.gamma_2m * kc * (s_tot - kc)) continue;  // R not well connected to S
+    const double gain = runs.sums[r] - a.gamma_2m * a.kw[i] * kc;
+    if (gain >= 0) atomicMax(&a.best[i], pack(gain, rc));
+  }
+}
+
+// ---- moves ------------------------------------------------------------------------------------
+
+// Moves every node of this sweep's share whose best community beats staying (float64 gains) into
+// next[]; the block's sums of (weight inside the own community) and (community weight)^2 of the
+// partition before the moves into partial[2 * block]; moves counted into *moved.
+__global__ void move_kernel(int64_t n, const int32_t* cur, int32_t* next, const double* kw,
+                            const unsigned long long* kwfx, const double* self_w, const unsigned long long* tot,
+                            double inv, const double* k_own, const double* k_best, const unsigned long long* best,
+                            double gamma_2m, bool allow_moves, unsigned long long salt, unsigned subset_mask,
+                            double* partial, unsigned long long* moved) {
+  double inside = 0, sq = 0, count = 0;
+  GRID_LOOP(i, n) {
+    const int32_t own = cur[i];
+    int32_t to = own;
+    inside += k_own[i] + self_w[i];
+    const double t = from_fixed(tot[i], inv);  // community i's weight
+    sq += t * t;
     const unsigned long long b = best[i];
-    if (b == 0) continue;
     // Only a pseudo-random share of the nodes may move in a sweep (1 / (subset_mask + 1)): fewer
     // simultaneous moves that undo each other.
-    if (subset_mask && (gpu::mix64(static_cast<uint64_t>(i) ^ salt) & subset_mask) != 0) continue;
-    const uint32_t c = unpack(b);
-    const int32_t own = comm[i];
-    const double stay = k_own[i] - gamma_2m * kw[i] * (tot[own] - kw[i]);
-    const double go = k_best[i] - gamma_2m * kw[i] * tot[c];
-    if (go - stay > kGainRounding * kw[i]) {
-      comm[i] = static_cast<int32_t>(c);
-      atomicAdd(moved, 1ull);
+    if (allow_moves && b != 0 &&
+        (subset_mask == 0 || (gpu::mix64(static_cast<uint64_t>(i) ^ salt) & subset_mask) == 0)) {
+      const uint32_t c = unpack(b);
+      const double kwi = kw[i];
+      const double stay = k_own[i] - gamma_2m * kwi * from_fixed(tot[own] - kwfx[i], inv);
+      const double go = k_best[i] - gamma_2m * kwi * from_fixed(tot[c], inv);
+      if (go - stay > kGainRounding * kwi) {
+        to = static_cast<int32_t>(c);
+        count += 1;
+      }
+    }
+    next[i] = to;
+  }
+  inside = block_sum(inside);
+  sq = block_sum(sq);
+  count = block_sum(count);
+  if (threadIdx.x == 0) {
+    partial[2 * blockIdx.x] = inside;
+    partial[2 * blockIdx.x + 1] = sq;
+    if (count > 0) atomicAdd(moved, static_cast<unsigned long long>(count));
+  }
+}
+
+// The community weights follow the moves (fixed point: exact).
+__global__ void move_weights_kernel(int64_t n, const int32_t* cur, const int32_t* next,
+                                    const unsigned long long* kwfx, unsigned long long* tot) {
+  GRID_LOOP(i, n) {
+    const int32_t from = cur[i], to = next[i];
+    if (from != to) {
+      atomicAdd(&tot[from], 0ull - kwfx[i]);
+      atomicAdd(&tot[to], kwfx[i]);
     }
   }
 }
 
-// Refinement: weight from each node to the rest of its community (kin), and from each refined
-// community to the rest of its community (ext).
-__global__ void inner_weights_kernel(const int32_t* src, const int32_t* dst, const double* w, int64_t nnz,
-                                     const int32_t* comm, const int32_t* ref, double* kin, double* ext) {
-  GRID_LOOP(e, nnz) {
-    const int32_t i = src[e], j = dst[e];
-    if (i == j || comm[i] != comm[j]) continue;
-    if (kin) atomicAdd(&kin[i], w[e]);
-    if (ext && ref[i] != ref[j]) atomicAdd(&ext[ref[i]], w[e]);
-  }
-}
-
-__global__ void well_connected_kernel(int64_t n, const double* kin, const double* kw, const int32_t* comm,
-                                      const double* tot, double gamma_2m, uint8_t* wc) {
-  GRID_LOOP(i, n) wc[i] = kin[i] >= gamma_2m * kw[i] * (tot[comm[i]] - kw[i]) ? 1 : 0;
-}
-
-__global__ void refine_candidates_kernel(const unsigned long long* keys, const double* sums, int64_t runs,
-                                         const int32_t* ref, const int32_t* comm, const double* kw, const double* tot,
-                                         const double* rtot, const int32_t* rsize, const double* ext,
-                                         const uint8_t* wc, double gamma_2m, unsigned long long* best) {
-  GRID_LOOP(r, runs) {
-    const unsigned long long key = keys[r];
-    const uint32_t rc = static_cast<uint32_t>(key & 0xFFFFFFFFull);
-    if (rc == kNoLabel) continue;
-    const int64_t i = static_cast<int64_t>(key >> 32);
-    const uint32_t own = static_cast<uint32_t>(ref[i]);
-    if (rc >= own || rsize[own] != 1 || !wc[i]) continue;
-    const double s_tot = tot[comm[i]];
-    if (ext[rc] < gamma_2m * rtot[rc] * (s_tot - rtot[rc])) continue;  // R not well connected to S
-    const double gain = sums[r] - gamma_2m * kw[i] * rtot[rc];
-    if (gain >= 0) atomicMax(&best[i], pack(gain, rc));
-  }
+// out[0..1] = sums of partial's pairs over `blocks` blocks (one block; fixed order).
+__global__ void finish_sums_kernel(const double* partial, int blocks, double* out) {
+  double a = 0, b = 0;
+  for (int k = threadIdx.x; k < blocks; k += blockDim.x) a += partial[2 * k], b += partial[2 * k + 1];
+  a = block_sum(a);
+  b = block_sum(b);
+  if (threadIdx.x == 0) out[0] = a, out[1] = b;
 }
 
 __global__ void refine_move_kernel(int64_t n, int32_t* ref, const unsigned long long* best, unsigned long long* moved) {
@@ -229,19 +575,14 @@ __global__ void refine_move_kernel(int64_t n, int32_t* ref, const unsigned long 
   }
 }
 
-__global__ void refined_sizes_kernel(const int32_t* ref, const double* kw, int64_t n, double* rtot, int32_t* rsize) {
-  GRID_LOOP(i, n) {
-    atomicAdd(&rtot[ref[i]], kw[i]);
-    atomicAdd(&rsize[ref[i]], 1);
-  }
-}
-
 __global__ void flag_kernel(const int32_t* label, int64_t n, int32_t* flags) {
   GRID_LOOP(i, n) flags[label[i]] = 1;
 }
 __global__ void relabel_kernel(int32_t* label, int64_t n, const int32_t* pos) {
   GRID_LOOP(i, n) label[i] = pos[label[i]];
 }
+
+// ---- aggregation ------------------------------------------------------------------------------
 
 __global__ void aggregate_keys_kernel(const int32_t* src, const int32_t* dst, const double* w, int64_t nnz,
                                       const int32_t* agg, unsigned long long* keys, double* vals) {
@@ -258,13 +599,17 @@ __global__ void unpack_edges_kernel(const unsigned long long* keys, const double
     w[e] = sums[e];
   }
 }
-// Next level: node weights and starting communities (every member of an aggregate shares its community).
-__global__ void aggregate_nodes_kernel(const int32_t* agg, const int32_t* comm, const double* kw, int64_t n,
-                                       double* kw2, int32_t* comm2) {
-  GRID_LOOP(i, n) {
-    atomicAdd(&kw2[agg[i]], kw[i]);
-    comm2[agg[i]] = comm[i];
+// CSR offsets of edges sorted by source (rows without edges included): off[a] = first edge of a.
+__global__ void row_offsets_kernel(const int32_t* src, int64_t m, int64_t k, int64_t* off) {
+  GRID_LOOP(e, m + 1) {
+    const int64_t prev = e == 0 ? -1 : src[e - 1];
+    const int64_t cur = e == m ? k : src[e];
+    for (int64_t a = prev + 1; a <= cur; ++a) off[a] = e;
   }
+}
+// Next level: starting communities (every member of an aggregate shares its community).
+__global__ void aggregate_comm_kernel(const int32_t* agg, const int32_t* comm, int64_t n, int32_t* comm2) {
+  GRID_LOOP(i, n) comm2[agg[i]] = comm[i];
 }
 // out[i] = map[in[i]] (in place allowed).
 __global__ void compose_kernel(const int32_t* in, const int32_t* map, int64_t n, int32_t* out) {
@@ -277,46 +622,147 @@ struct AddD {
 
 // ---- host side ----------------------------------------------------------------------------------
 
+// Knobs read from the environment (see leiden_gpu.hpp).
+struct Knobs {
+  int sort_above = kMidDegree;  // nodes above this degree take the sort path
+  unsigned subset_mask = 1;     // 1 / (mask + 1) of the nodes may move per sweep
+  static Knobs from_env() {
+    Knobs k;
+    const char* e = std::getenv("SCURRY_LEIDEN_SUBSET");
+    const int s = e && *e ? std::atoi(e) : 1;
+    k.subset_mask = s > 0 && s < 8 ? (1u << s) - 1u : 0u;
+    if (const char* t = std::getenv("SCURRY_LEIDEN_SORT_ABOVE"); t && *t)
+      k.sort_above = std::clamp(std::atoi(t), 0, kMidDegree);
+    return k;
+  }
+};
+
+struct NodeList {
+  DeviceArray<int32_t> ids;
+  int64_t count = 0;
+};
+
 struct Level {
   int64_t n = 0, nnz = 0;
   DeviceArray<int32_t> src, dst;
-  DeviceArray<double> w, kw;
+  DeviceArray<double> w, kw, self_w;
+  DeviceArray<int64_t> off;
+  DeviceArray<unsigned long long> kwfx;
+  NodeList rows[3];   // row sums: degree <= kSmallDegree, <= kRowWarpDegree, above
+  NodeList cands[kClasses];  // candidates: the four kernels' degree classes (capped by sort_above), the sort path
+  int64_t hub_edges = 0;     // edges of the sort path's nodes
+};
+
+// SCURRY_PROFILE=1: per level, sweeps, refinement rounds and the device time of each phase, on stderr.
+struct Profile {
+  bool on = false;
+  cudaStream_t stream = nullptr;
+  std::vector<std::string> names;
+  std::vector<double> ms;
+  std::vector<cudaEvent_t> ev;
+  std::vector<int> slot;  // phase of each event after the first
+  explicit Profile(cudaStream_t s) : stream(s) {
+    const char* e = std::getenv("SCURRY_PROFILE");
+    on = e && *e && std::atoi(e) > 0;
+  }
+  ~Profile() {
+    for (cudaEvent_t e : ev) cudaEventDestroy(e);
+  }
+  void record(size_t q) {
+    while (ev.size() <= q) {
+      cudaEvent_t e;
+      SCURRY_CUDA(cudaEventCreate(&e));
+      ev.push_back(e);
+    }
+    SCURRY_CUDA(cudaEventRecord(ev[q], stream));
+  }
+  void begin() {
+    if (!on) return;
+    collect();
+    record(0);
+  }
+  // Closes phase `name`, begun at the previous mark or begin().
+  void mark(const char* name) {
+    if (!on) return;
+    size_t idx = 0;
+    while (idx < names.size() && names[idx] != name) ++idx;
+    if (idx == names.size()) names.emplace_back(name), ms.push_back(0.0);
+    slot.push_back(static_cast<int>(idx));
+    record(slot.size());
+  }
+  void collect() {
+    if (!on || slot.empty()) return;
+    SCURRY_CUDA(cudaEventSynchronize(ev[slot.size()]));
+    for (size_t q = 0; q < slot.size(); ++q) {
+      float t = 0;
+      SCURRY_CUDA(cudaEventElapsedTime(&t, ev[q], ev[q + 1]));
+      ms[slot[q]] += t;
+    }
+    slot.clear();
+  }
+  std::string take() {  // the phases' totals since the last take, as " name ms"
+    collect();
+    std::string s;
+    char buf[64];
+    for (size_t q = 0; q < names.size(); ++q) {
+      std::snprintf(buf, sizeof buf, " %s %.2f", names[q].c_str(), ms[q]);
+      s += buf;
+      ms[q] = 0;
+    }
+    return s;
+  }
 };
 
 struct Workspace {
   CudaResources& r;
+  Knobs knobs;
   int64_t n0, nnz0;
-  double two_m, gamma;
-  DeviceArray<unsigned long long> keys0, keys1, best;
-  DeviceArray<double> vals0, vals1, tot, k_own, k_best, rtot, acc;
-  DeviceArray<int32_t> saved, rsize, flags, pos, ref, agg;
+  double two_m = 0, gamma, scale = 0, inv = 0;
+  DeviceArray<unsigned long long> keys0, keys1, best, tot, rtot, ext;
+  DeviceArray<double> vals0, vals1, k_own, k_best, acc, partial;
+  DeviceArray<int32_t> rsize, flags, pos, ref, agg, lm0, lm1, lm2;
   DeviceArray<uint8_t> wc, temp;
-  DeviceArray<int64_t> runs;
+  DeviceArray<int64_t> runs, hub_off;
   DeviceArray<unsigned long long> counter;
+  Profile prof;
+  int sweeps = 0, rounds = 0;  // of the current level (profile)
 
-  Workspace(CudaResources& res, int64_t n, int64_t nnz, double tm, double g)
-      : r(res), n0(n), nnz0(nnz), two_m(tm), gamma(g),
+  Workspace(CudaResources& res, int64_t n, int64_t nnz, double g, Knobs k)
+      : r(res), knobs(k), n0(n), nnz0(nnz), gamma(g),
         keys0(res, static_cast<size_t>(nnz), "leiden sort keys"),
         keys1(res, static_cast<size_t>(nnz), "leiden sort keys"),
         best(res, static_cast<size_t>(n), "leiden candidates"),
+        tot(res, static_cast<size_t>(n), "leiden community weights"),
+        rtot(res, static_cast<size_t>(n), "leiden refined weights"),
+        ext(res, static_cast<size_t>(n), "leiden refined outer weights"),
         vals0(res, static_cast<size_t>(nnz), "leiden sort values"),
         vals1(res, static_cast<size_t>(nnz), "leiden sort values"),
-        tot(res, static_cast<size_t>(n), "leiden community weights"),
         k_own(res, static_cast<size_t>(n), "leiden node weights"),
         k_best(res, static_cast<size_t>(n), "leiden node weights"),
-        rtot(res, static_cast<size_t>(n), "leiden refined weights"),
         acc(res, 2, "leiden sums"),
-        saved(res, static_cast<size_t>(n), "leiden labels"),
+        partial(res, 2 * static_cast<size_t>(blocks_for(n)), "leiden block sums"),
         rsize(res, static_cast<size_t>(n), "leiden refined sizes"),
-        flags(res, static_cast<size_t>(n) + 1, "leiden relabel flags"),
-        pos(res, static_cast<size_t>(n) + 1, "leiden relabel positions"),
+        flags(res, static_cast<size_t>(n) + 1, "leiden flags"),
+        pos(res, static_cast<size_t>(n) + 1, "leiden positions"),
         ref(res, static_cast<size_t>(n), "leiden refined labels"),
         agg(res, static_cast<size_t>(n), "leiden aggregate labels"),
+        lm0(res, static_cast<size_t>(n), "leiden local-moving labels"),
+        lm1(res, static_cast<size_t>(n), "leiden local-moving labels"),
+        lm2(res, static_cast<size_t>(n), "leiden local-moving labels"),
         wc(res, static_cast<size_t>(n), "leiden well-connected flags"),
         runs(res, 1, "leiden run count"),
-        counter(res, 1, "leiden move count") {}
+        hub_off(res, static_cast<size_t>(n) + 1, "leiden sort-path offsets"),
+        counter(res, 1, "leiden move count"),
+        prof(res.stream) {}
 
   double gamma_2m() const { return gamma / two_m; }
+  void set_two_m(double tm) {
+    two_m = tm;
+    // Fixed point: every community weight (<= 2m, with room for rounding) below 2^kFixedBits.
+    const int e = std::ilogb(tm) + 1;  // tm < 2^e
+    scale = std::ldexp(1.0, kFixedBits - e);
+    inv = std::ldexp(1.0, e - kFixedBits);
+  }
 
   void* scratch(size_t bytes) {
     bytes = std::max<size_t>(bytes, 16);  // never null: cub treats a null buffer as a size query
@@ -334,11 +780,14 @@ struct Workspace {
     SCURRY_CUDA(cudaStreamSynchronize(r.stream));
     return h;
   }
+  void copy(int32_t* to, const int32_t* from, int64_t n) {
+    SCURRY_CUDA(cudaMemcpyAsync(to, from, static_cast<size_t>(n) * sizeof(int32_t), cudaMemcpyDeviceToDevice,
+                                r.stream));
+  }
 
   // Sorts the (key, value) pairs in keys0/vals0 (the first nnz) on bits [0, end_bit) and sums the
-  // values of equal keys: the unique keys and sums are returned (pointers into the workspace) with
-  // their count.
-  int64_t sort_reduce(int64_t nnz, int end_bit, const unsigned long long** ukeys, const double** usums) {
+  // values of equal keys: the unique keys and sums (pointers into the workspace); their count in runs.
+  void sort_reduce(int64_t nnz, int end_bit, const unsigned long long** ukeys, const double** usums) {
     cub::DoubleBuffer<unsigned long long> kb(keys0.data(), keys1.data());
     cub::DoubleBuffer<double> vb(vals0.data(), vals1.data());
     size_t bytes = 0;
@@ -353,36 +802,171 @@ struct Workspace {
                                                runs.data(), AddD(), nnz, r.stream));
     *ukeys = out_keys;
     *usums = out_sums;
-    return get(runs.data());
   }
 
-  // Weights from every node to each label of its neighbours (see pair_keys_kernel).
-  int64_t neighbour_weights(const Level& g, const int32_t* label, const int32_t* same, const unsigned long long** ukeys,
-                            const double** usums) {
-    pair_keys_kernel<<<blocks_for(g.nnz), kBlock, 0, r.stream>>>(g.src.data(), g.dst.data(), g.w.data(), g.nnz, label,
-                                                                  same, keys0.data(), vals0.data());
+  // The nodes of g with lo < degree <= hi, in order.
+  NodeList select(const Level& g, int64_t lo, int64_t hi) {
+    NodeList l;
+    if (hi <= lo) return l;
+    degree_flags_kernel<<<blocks_for(g.n), kBlock, 0, r.stream>>>(g.off.data(), g.n, lo, hi, flags.data());
     SCURRY_CUDA_LAUNCH();
-    return sort_reduce(g.nnz, 32 + bits_for(g.n), ukeys, usums);
+    SCURRY_CUDA(cudaMemsetAsync(flags.data() + g.n, 0, sizeof(int32_t), r.stream));
+    size_t bytes = 0;
+    SCURRY_CUDA(cub::DeviceScan::ExclusiveSum(nullptr, bytes, flags.data(), pos.data(), g.n + 1, r.stream));
+    SCURRY_CUDA(cub::DeviceScan::ExclusiveSum(scratch(bytes), bytes, flags.data(), pos.data(), g.n + 1, r.stream));
+    l.count = get(pos.data() + g.n);
+    if (l.count == 0) return l;
+    l.ids = DeviceArray<int32_t>(r, static_cast<size_t>(l.count), "leiden node lists");
+    scatter_flagged_kernel<<<blocks_for(g.n), kBlock, 0, r.stream>>>(flags.data(), pos.data(), g.n, l.ids.data());
+    SCURRY_CUDA_LAUNCH();
+    return l;
+  }
+
+  template <RowMode M>
+  void row_sums(const Level& g, const RowArgs& a) {
+    const NodeList& s = g.rows[0];
+    const NodeList& m = g.rows[1];
+    const NodeList& h = g.rows[2];
+    if (s.count) {
+      row_sums_kernel<kSmallLanes, M><<<blocks_for_groups(s.count, kSmallLanes), kBlock, 0, r.stream>>>(
+          s.ids.data(), s.count, a);
+      SCURRY_CUDA_LAUNCH();
+    }
+    if (m.count) {
+      row_sums_kernel<32, M><<<blocks_for_groups(m.count, 32), kBlock, 0, r.stream>>>(m.ids.data(), m.count, a);
+      SCURRY_CUDA_LAUNCH();
+    }
+    if (h.count) {
+      row_sums_block_kernel<M><<<static_cast<int>(std::min<int64_t>(h.count, kMaxBlocks)), kBlock, 0, r.stream>>>(
+          h.ids.data(), h.count, a);
+      SCURRY_CUDA_LAUNCH();
+    }
+  }
+
+  // hub_off[0..nh - 1] (degrees) -> exclusive prefix sums, hub_off[nh] = their total (returned).
+  int64_t scan_hub_degrees(int64_t nh) {
+    SCURRY_CUDA(cudaMemsetAsync(hub_off.data() + nh, 0, sizeof(int64_t), r.stream));
+    size_t bytes = 0;
+    SCURRY_CUDA(cub::DeviceScan::ExclusiveSum(nullptr, bytes, hub_off.data(), hub_off.data(), nh + 1, r.stream));
+    SCURRY_CUDA(cub::DeviceScan::ExclusiveSum(scratch(bytes), bytes, hub_off.data(), hub_off.data(), nh + 1, r.stream));
+    return get(hub_off.data() + nh);
+  }
+
+  // Node lists, offsets known: the level's node weights and self-loops (and fixed-point weights
+  // once the scale is set).
+  void prepare(Level& g) {
+    g.rows[0] = select(g, -1, kSmallDegree);
+    g.rows[1] = select(g, kSmallDegree, kRowWarpDegree);
+    g.rows[2] = select(g, kRowWarpDegree, std::numeric_limits<int64_t>::max());
+    const int64_t t = knobs.sort_above;
+    int64_t hi[kClasses] = {std::min<int64_t>(kSmallDegree, t), std::min<int64_t>(2 * kSmallDegree, t),
+                            std::min<int64_t>(4 * kSmallDegree, t), t, std::numeric_limits<int64_t>::max()};
+    for (int c = 0; c < kClasses; ++c) g.cands[c] = select(g, c == 0 ? -1 : hi[c - 1], hi[c]);
+    const NodeList& h = g.cands[kClasses - 1];
+    if (h.count > 0) {
+      list_degrees_kernel<<<blocks_for(h.count), kBlock, 0, r.stream>>>(h.ids.data(), h.count, g.off.data(),
+                                                                        hub_off.data());
+      SCURRY_CUDA_LAUNCH();
+      g.hub_edges = scan_hub_degrees(h.count);
+    }
+    g.kw = DeviceArray<double>(r, static_cast<size_t>(g.n), "leiden node weights");
+    g.self_w = DeviceArray<double>(r, static_cast<size_t>(g.n), "leiden self-loops");
+    RowArgs a;
+    a.off = g.off.data();
+    a.dst = g.dst.data();
+    a.w = g.w.data();
+    a.out0 = g.kw.data();
+    a.out1 = g.self_w.data();
+    row_sums<RowMode::strength>(g, a);
+    if (scale > 0) set_fixed(g);
+  }
+  void set_fixed(Level& g) {
+    g.kwfx = DeviceArray<unsigned long long>(r, static_cast<size_t>(g.n), "leiden node weights");
+    to_fixed_kernel<<<blocks_for(g.n), kBlock, 0, r.stream>>>(g.kw.data(), g.n, scale, g.kwfx.data());
+    SCURRY_CUDA_LAUNCH();
+  }
+
+  CandArgs cand_args(const Level& g, const int32_t* label) {
+    CandArgs a;
+    a.off = g.off.data();
+    a.dst = g.dst.data();
+    a.w = g.w.data();
+    a.label = label;
+    a.kw = g.kw.data();
+    a.gamma_2m = gamma_2m();
+    a.inv = inv;
+    a.k_own = k_own.data();
+    a.k_best = k_best.data();
+    a.best = best.data();
+    return a;
+  }
+
+  // Candidates of every node of g into best (and k_own, k_best when local moving).
+  template <bool kRefine>
+  void candidates(const Level& g, const CandArgs& a) {
+    const NodeList& h = g.cands[kClasses - 1];
+    if (h.count) {  // sort path
+      zero_hubs_kernel<<<blocks_for(h.count), kBlock, 0, r.stream>>>(h.ids.data(), h.count, best.data());
+      SCURRY_CUDA_LAUNCH();
+      if (!kRefine) {  // k_own of every hub by its row; the runs only for those that may move
+        RowArgs ra;
+        ra.off = g.off.data();
+        ra.dst = g.dst.data();
+        ra.w = g.w.data();
+        ra.comm = a.label;
+        ra.out0 = k_own.data();
+        row_sums_block_kernel<RowMode::own>
+            <<<static_cast<int>(std::min<int64_t>(h.count, kMaxBlocks)), kBlock, 0, r.stream>>>(h.ids.data(), h.count,
+                                                                                                ra);
+        SCURRY_CUDA_LAUNCH();
+      }
+      hub_degrees_kernel<<<blocks_for(h.count), kBlock, 0, r.stream>>>(h.ids.data(), h.count, g.off.data(), a.wc,
+                                                                       a.label, a.rsize, kRefine, a.allow_moves,
+                                                                       a.salt, a.subset_mask, hub_off.data());
+      SCURRY_CUDA_LAUNCH();
+      const int64_t edges = scan_hub_degrees(h.count);
+      if (edges > 0) {
+        const int lab_bits = bits_for(g.n + 1);
+        hub_keys_kernel<<<static_cast<int>(std::min<int64_t>(h.count, kMaxBlocks)), kBlock, 0, r.stream>>>(
+            h.ids.data(), h.count, hub_off.data(), g.off.data(), g.dst.data(), g.w.data(), a.label, a.same, lab_bits,
+            static_cast<uint32_t>(g.n), keys0.data(), vals0.data());
+        SCURRY_CUDA_LAUNCH();
+        HubRuns hr;
+        sort_reduce(edges, lab_bits + bits_for(h.count), &hr.keys, &hr.sums);
+        hr.count = runs.data();
+        hr.max_runs = edges;
+        hr.hubs = h.ids.data();
+        hr.lab_bits = lab_bits;
+        hr.masked = static_cast<uint32_t>(g.n);
+        if (kRefine) {
+          hub_refine_candidates_kernel<<<blocks_for(edges), kBlock, 0, r.stream>>>(hr, a);
+          SCURRY_CUDA_LAUNCH();
+        } else {
+          hub_move_candidates_kernel<<<blocks_for(edges), kBlock, 0, r.stream>>>(hr, a);
+          SCURRY_CUDA_LAUNCH();
+          hub_best_weight_kernel<<<blocks_for(edges), kBlock, 0, r.stream>>>(hr, a);
+          SCURRY_CUDA_LAUNCH();
+        }
+      }
+      prof.mark(kRefine ? "refine-sort" : "move-sort");
+    }
+    launch_candidates<kSmallLanes, 4, kRefine>(g.cands[0], a, kRefine ? "refine-8x4" : "move-8x4");
+    launch_candidates<kSmallLanes, 8, kRefine>(g.cands[1], a, kRefine ? "refine-8x8" : "move-8x8");
+    launch_candidates<16, 8, kRefine>(g.cands[2], a, kRefine ? "refine-16x8" : "move-16x8");
+    launch_candidates<32, kMidDegree / 32, kRefine>(g.cands[3], a, kRefine ? "refine-32x8" : "move-32x8");
+  }
+  template <int G, int R, bool kRefine>
+  void launch_candidates(const NodeList& l, const CandArgs& a, const char* phase) {
+    if (l.count == 0) return;
+    candidates_kernel<G, R, kRefine><<<blocks_for_groups(l.count, G), kBlock, 0, r.stream>>>(l.ids.data(), l.count, a);
+    SCURRY_CUDA_LAUNCH();
+    prof.mark(phase);
   }
 
   void community_weights(const Level& g, const int32_t* label) {
     zero(tot, g.n);
-    community_weights_kernel<<<blocks_for(g.n), kBlock, 0, r.stream>>>(label, g.kw.data(), g.n, tot.data());
+    community_weights_kernel<<<blocks_for(g.n), kBlock, 0, r.stream>>>(label, g.kwfx.data(), g.n, tot.data());
     SCURRY_CUDA_LAUNCH();
-  }
-
-  // Modularity of `label` on g (tot must hold its community weights).
-  double quality(const Level& g, const int32_t* label) {
-    zero(acc, 2);
-    inside_weight_kernel<<<blocks_for(g.nnz), kBlock, 0, r.stream>>>(g.src.data(), g.dst.data(), g.w.data(), g.nnz,
-                                                                      label, acc.data());
-    SCURRY_CUDA_LAUNCH();
-    sum_squares_kernel<<<blocks_for(g.n), kBlock, 0, r.stream>>>(tot.data(), g.n, acc.data());
-    SCURRY_CUDA_LAUNCH();
-    double h[2];
-    SCURRY_CUDA(cudaMemcpyAsync(h, acc.data(), sizeof(h), cudaMemcpyDeviceToHost, r.stream));
-    SCURRY_CUDA(cudaStreamSynchronize(r.stream));
-    return h[0] / two_m - gamma * h[1] / (two_m * two_m);
   }
 
   // Renumbers labels (values in [0, n)) to 0..K-1 keeping their order; returns K.
@@ -398,66 +982,75 @@ struct Workspace {
     return get(pos.data() + n);
   }
 
-  // Parallel local moving of g's nodes between the communities `comm`; returns the modularity.
-  // SCURRY_LEIDEN_SUBSET=s: 1 / 2^s of the nodes (a different pseudo-random share each sweep) may
-  // move per sweep. Default 1 (half): on the shared pbmc3k graph at resolution 2, all nodes moving
-  // at once reach modularity 0.4813, half 0.4829, a quarter 0.4802 (CPU igraph: 0.4926).
-  unsigned subset_mask = [] {
-    const char* e = std::getenv("SCURRY_LEIDEN_SUBSET");
-    const int s = e ? std::atoi(e) : 1;
-    return s > 0 && s < 8 ? (1u << s) - 1u : 0u;
-  }();
+  // One sweep on the partition `cur` (tot holds its weights): the moves into `next` (tot updated
+  // to them) and the modularity of `cur`. Returns the number of moves.
+  unsigned long long sweep(const Level& g, const int32_t* cur, int32_t* next, int index, bool allow_moves,
+                           double* q_cur) {
+    const unsigned long long salt = 0x9E3779B97F4A7C15ULL * static_cast<unsigned long long>(index + 1);
+    CandArgs a = cand_args(g, cur);
+    a.tot = tot.data();
+    a.up = index % 2 == 0;
+    a.allow_moves = allow_moves;
+    a.salt = salt;
+    a.subset_mask = knobs.subset_mask;
+    candidates<false>(g, a);
+    zero(counter, 1);
+    const int nb = blocks_for(g.n);
+    move_kernel<<<nb, kBlock, 0, r.stream>>>(g.n, cur, next, g.kw.data(), g.kwfx.data(), g.self_w.data(), tot.data(),
+                                             inv, k_own.data(), k_best.data(), best.data(), gamma_2m(), allow_moves,
+                                             salt, knobs.subset_mask, partial.data(), counter.data());
+    SCURRY_CUDA_LAUNCH();
+    finish_sums_kernel<<<1, kBlock, 0, r.stream>>>(partial.data(), nb, acc.data());
+    SCURRY_CUDA_LAUNCH();
+    move_weights_kernel<<<blocks_for(g.n), kBlock, 0, r.stream>>>(g.n, cur, next, g.kwfx.data(), tot.data());
+    SCURRY_CUDA_LAUNCH();
+    prof.mark("move-apply");
+    double h[2];
+    unsigned long long moved = 0;
+    SCURRY_CUDA(cudaMemcpyAsync(h, acc.data(), sizeof(h), cudaMemcpyDeviceToHost, r.stream));
+    SCURRY_CUDA(cudaMemcpyAsync(&moved, counter.data(), sizeof(moved), cudaMemcpyDeviceToHost, r.stream));
+    SCURRY_CUDA(cudaStreamSynchronize(r.stream));
+    *q_cur = h[0] / two_m - gamma * h[1] / (two_m * two_m);
+    ++sweeps;
+    return moved;
+  }
 
+  // Parallel local moving of g's nodes between the communities `comm` (in and out; tot holds the
+  // weights of the result); returns its modularity, the best of the partitions seen.
+  //
+  // Sweep t computes the modularity of its starting partition P_t along with the moves to P_{t+1},
+  // so the stopping rules (a pair of sweeps gaining less than kMoveTolerance; two sweeps without
+  // moves; kMaxMoveSweeps) are applied one sweep later, with the same outcome.
   double local_move(const Level& g, int32_t* comm) {
-    community_weights(g, comm);
-    double q = quality(g, comm), best_q = q, pair_start = q;
-    SCURRY_CUDA(cudaMemcpyAsync(saved.data(), comm, static_cast<size_t>(g.n) * sizeof(int32_t),
-                                cudaMemcpyDeviceToDevice, r.stream));
-    bool saved_is_current = true;
-    unsigned long long prev_moved = 1;
-    for (int sweep = 0; sweep < kMaxMoveSweeps; ++sweep) {
-      const unsigned long long* ukeys;
-      const double* usums;
-      const int64_t nr = neighbour_weights(g, comm, nullptr, &ukeys, &usums);
-      zero(k_own, g.n);
-      zero(best, g.n);
-      zero(counter, 1);
-      move_candidates_kernel<<<blocks_for(nr), kBlock, 0, r.stream>>>(ukeys, usums, nr, comm, g.kw.data(), tot.data(),
-                                                                       gamma_2m(), sweep % 2 == 0, k_own.data(),
-                                                                       best.data());
-      SCURRY_CUDA_LAUNCH();
-      best_weight_kernel<<<blocks_for(nr), kBlock, 0, r.stream>>>(ukeys, usums, nr, best.data(), k_best.data());
-      SCURRY_CUDA_LAUNCH();
-      move_kernel<<<blocks_for(g.n), kBlock, 0, r.stream>>>(g.n, comm, g.kw.data(), tot.data(), k_own.data(),
-                                                            k_best.data(), best.data(), gamma_2m(), counter.data(),
-                                                            0x9E3779B97F4A7C15ULL * static_cast<unsigned long long>(sweep + 1),
-                                                            subset_mask);
-      SCURRY_CUDA_LAUNCH();
-      const unsigned long long moved = get(counter.data());
-      if (moved > 0) {
-        community_weights(g, comm);
-        q = quality(g, comm);
-        if (q > best_q) {
-          best_q = q;
-          SCURRY_CUDA(cudaMemcpyAsync(saved.data(), comm, static_cast<size_t>(g.n) * sizeof(int32_t),
-                                      cudaMemcpyDeviceToDevice, r.stream));
-          saved_is_current = true;
-        } else {
-          saved_is_current = false;
-        }
+    int32_t* buf[3] = {lm0.data(), lm1.data(), lm2.data()};
+    int cur = 0, next = 1, saved = -1;
+    copy(buf[cur], comm, g.n);
+    community_weights(g, buf[cur]);
+    double best_q = -std::numeric_limits<double>::infinity(), pair_start = 0;
+    unsigned long long moved_before = 1;  // moves of sweep t - 1 (1 before the first)
+    prof.begin();
+    for (int t = 0;; ++t) {
+      double q;
+      const unsigned long long moved = sweep(g, buf[cur], buf[next], t, t < kMaxMoveSweeps, &q);
+      if (q > best_q || saved < 0) {
+        best_q = q;
+        saved = cur;
       }
-      if (moved == 0 && prev_moved == 0) break;  // neither direction moves anything
-      prev_moved = moved;
-      if (sweep % 2 == 1) {
+      if (t == 0) pair_start = q;
+      if (t >= 1 && (t - 1) % 2 == 1) {  // the pair of sweeps t - 2, t - 1 led to P_t
         if (q - pair_start < kMoveTolerance) break;
         pair_start = q;
       }
+      if (t == kMaxMoveSweeps) break;
+      if (moved == 0 && moved_before == 0) break;  // P_{t+1} = P_t = P_{t-1}
+      moved_before = moved;
+      int free = 0;
+      while (free == next || free == saved) ++free;
+      cur = next;
+      next = free;
     }
-    if (!saved_is_current) {
-      SCURRY_CUDA(cudaMemcpyAsync(comm, saved.data(), static_cast<size_t>(g.n) * sizeof(int32_t),
-                                  cudaMemcpyDeviceToDevice, r.stream));
-      community_weights(g, comm);
-    }
+    copy(comm, buf[saved], g.n);
+    community_weights(g, comm);
     return best_q;
   }
 
@@ -465,34 +1058,45 @@ struct Workspace {
   void refine(const Level& g, const int32_t* comm) {
     iota_kernel<<<blocks_for(g.n), kBlock, 0, r.stream>>>(ref.data(), g.n);
     SCURRY_CUDA_LAUNCH();
-    zero(k_own, g.n);  // k_own: weight of each node to the rest of its community
-    inner_weights_kernel<<<blocks_for(g.nnz), kBlock, 0, r.stream>>>(g.src.data(), g.dst.data(), g.w.data(), g.nnz,
-                                                                      comm, ref.data(), k_own.data(), nullptr);
-    SCURRY_CUDA_LAUNCH();
-    well_connected_kernel<<<blocks_for(g.n), kBlock, 0, r.stream>>>(g.n, k_own.data(), g.kw.data(), comm, tot.data(),
-                                                                    gamma_2m(), wc.data());
-    SCURRY_CUDA_LAUNCH();
+    RowArgs ra;
+    ra.off = g.off.data();
+    ra.dst = g.dst.data();
+    ra.w = g.w.data();
+    ra.comm = comm;
+    ra.ref = ref.data();
+    ra.kwfx = g.kwfx.data();
+    ra.kw = g.kw.data();
+    ra.tot = tot.data();
+    ra.gamma_2m = gamma_2m();
+    ra.scale = scale;
+    ra.inv = inv;
+    ra.out0 = k_own.data();  // kin: weight of each node to the rest of its community
+    ra.wc = wc.data();
+    ra.ext = ext.data();
+    ra.rtot = rtot.data();
+    ra.rsize = rsize.data();
+    prof.begin();
+    row_sums<RowMode::inner>(g, ra);
+    CandArgs a = cand_args(g, ref.data());
+    a.same = comm;
+    a.tot = rtot.data();
+    a.stot = tot.data();
+    a.ext = ext.data();
+    a.rsize = rsize.data();
+    a.wc = wc.data();
+    prof.mark("refine-rows");
     for (int round = 0; round < kMaxRefineRounds; ++round) {
       zero(rtot, g.n);
       zero(rsize, g.n);
-      refined_sizes_kernel<<<blocks_for(g.n), kBlock, 0, r.stream>>>(ref.data(), g.kw.data(), g.n, rtot.data(),
-                                                                     rsize.data());
-      SCURRY_CUDA_LAUNCH();
-      zero(k_best, g.n);  // k_best: weight of each refined community to the rest of its community
-      inner_weights_kernel<<<blocks_for(g.nnz), kBlock, 0, r.stream>>>(g.src.data(), g.dst.data(), g.w.data(), g.nnz,
-                                                                        comm, ref.data(), nullptr, k_best.data());
-      SCURRY_CUDA_LAUNCH();
-      const unsigned long long* ukeys;
-      const double* usums;
-      const int64_t nr = neighbour_weights(g, ref.data(), comm, &ukeys, &usums);
-      zero(best, g.n);
+      zero(ext, g.n);
+      row_sums<RowMode::outer>(g, ra);
+      prof.mark("refine-rows");
+      candidates<true>(g, a);
       zero(counter, 1);
-      refine_candidates_kernel<<<blocks_for(nr), kBlock, 0, r.stream>>>(
-          ukeys, usums, nr, ref.data(), comm, g.kw.data(), tot.data(), rtot.data(), rsize.data(), k_best.data(),
-          wc.data(), gamma_2m(), best.data());
-      SCURRY_CUDA_LAUNCH();
       refine_move_kernel<<<blocks_for(g.n), kBlock, 0, r.stream>>>(g.n, ref.data(), best.data(), counter.data());
       SCURRY_CUDA_LAUNCH();
+      prof.mark("refine-move");
+      ++rounds;
       if (get(counter.data()) == 0) break;
     }
   }
@@ -504,21 +1108,23 @@ struct Workspace {
     SCURRY_CUDA_LAUNCH();
     const unsigned long long* ukeys;
     const double* usums;
-    const int64_t m = sort_reduce(g.nnz, 32 + bits_for(k), &ukeys, &usums);
+    sort_reduce(g.nnz, 32 + bits_for(k), &ukeys, &usums);
+    const int64_t m = get(runs.data());
     Level h;
     h.n = k;
     h.nnz = m;
     h.src = DeviceArray<int32_t>(r, static_cast<size_t>(m), "leiden level edges");
     h.dst = DeviceArray<int32_t>(r, static_cast<size_t>(m), "leiden level edges");
     h.w = DeviceArray<double>(r, static_cast<size_t>(m), "leiden level weights");
-    h.kw = DeviceArray<double>(r, static_cast<size_t>(k), "leiden level node weights");
+    h.off = DeviceArray<int64_t>(r, static_cast<size_t>(k) + 1, "leiden level offsets");
     unpack_edges_kernel<<<blocks_for(m), kBlock, 0, r.stream>>>(ukeys, usums, m, h.src.data(), h.dst.data(),
                                                                 h.w.data());
     SCURRY_CUDA_LAUNCH();
-    zero(h.kw, k);
-    aggregate_nodes_kernel<<<blocks_for(g.n), kBlock, 0, r.stream>>>(agg_label, comm, g.kw.data(), g.n, h.kw.data(),
-                                                                     comm2);
+    row_offsets_kernel<<<blocks_for(m + 1), kBlock, 0, r.stream>>>(h.src.data(), m, k, h.off.data());
     SCURRY_CUDA_LAUNCH();
+    aggregate_comm_kernel<<<blocks_for(g.n), kBlock, 0, r.stream>>>(agg_label, comm, g.n, comm2);
+    SCURRY_CUDA_LAUNCH();
+    prepare(h);  // node weights = the aggregated rows' sums
     return h;
   }
 
@@ -529,33 +1135,45 @@ struct Workspace {
     DeviceArray<int32_t> comm(r, static_cast<size_t>(n0v), "leiden communities");
     DeviceArray<int32_t> comm_next(r, static_cast<size_t>(n0v), "leiden communities");
     DeviceArray<int32_t> top(r, static_cast<size_t>(n0v), "leiden cell to node");  // cell -> node of the level
-    SCURRY_CUDA(cudaMemcpyAsync(comm.data(), labels.data(), static_cast<size_t>(n0v) * sizeof(int32_t),
-                                cudaMemcpyDeviceToDevice, r.stream));
+    copy(comm.data(), labels.data(), n0v);
     iota_kernel<<<blocks_for(n0v), kBlock, 0, r.stream>>>(top.data(), n0v);
     SCURRY_CUDA_LAUNCH();
     Level owned;
     const Level* g = &g0;
     double q = 0;
     for (int level = 0; level < kMaxLevels; ++level) {
+      const auto t0 = std::chrono::steady_clock::now();
+      sweeps = rounds = 0;
       q = local_move(*g, comm.data());
+      const std::string move_ms = prof.on ? prof.take() : std::string();
+      const auto t1 = std::chrono::steady_clock::now();
       const int64_t kc = renumber(comm.data(), g->n);
+      if (prof.on)
+        std::fprintf(stderr, "  leiden level %d: %lld nodes, %lld edges (sort path %lld nodes, %lld edges); %d sweeps, q %.6f, %.2f ms [%s ]\n",
+                     level, static_cast<long long>(g->n), static_cast<long long>(g->nnz),
+                     static_cast<long long>(g->cands[kClasses - 1].count), static_cast<long long>(g->hub_edges), sweeps, q,
+                     std::chrono::duration<double, std::milli>(t1 - t0).count(), move_ms.c_str());
       if (kc == g->n) break;  // every node alone: nothing to aggregate
       community_weights(*g, comm.data());
       refine(*g, comm.data());
-      SCURRY_CUDA(cudaMemcpyAsync(agg.data(), ref.data(), static_cast<size_t>(g->n) * sizeof(int32_t),
-                                  cudaMemcpyDeviceToDevice, r.stream));
+      copy(agg.data(), ref.data(), g->n);
       int64_t k = renumber(agg.data(), g->n);
+      const std::string refine_ms = prof.on ? prof.take() : std::string();
+      const auto t2 = std::chrono::steady_clock::now();
       if (k == g->n) {  // refinement merged nothing: aggregate the communities themselves
-        SCURRY_CUDA(cudaMemcpyAsync(agg.data(), comm.data(), static_cast<size_t>(g->n) * sizeof(int32_t),
-                                    cudaMemcpyDeviceToDevice, r.stream));
+        copy(agg.data(), comm.data(), g->n);
         k = kc;
       }
       Level next = aggregate(*g, agg.data(), k, comm.data(), comm_next.data());
       compose_kernel<<<blocks_for(n0v), kBlock, 0, r.stream>>>(top.data(), agg.data(), n0v, top.data());
       SCURRY_CUDA_LAUNCH();
-      SCURRY_CUDA(cudaMemcpyAsync(comm.data(), comm_next.data(), static_cast<size_t>(k) * sizeof(int32_t),
-                                  cudaMemcpyDeviceToDevice, r.stream));
+      copy(comm.data(), comm_next.data(), k);
       SCURRY_CUDA(cudaStreamSynchronize(r.stream));  // the old level is released below
+      if (prof.on)
+        std::fprintf(stderr, "  leiden level %d: %lld communities; refine %d rounds, %lld parts, %.2f ms [%s ]; aggregate %.2f ms\n",
+                     level, static_cast<long long>(kc), rounds, static_cast<long long>(k),
+                     std::chrono::duration<double, std::milli>(t2 - t1).count(), refine_ms.c_str(),
+                     std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t2).count());
       owned = std::move(next);
       g = &owned;
     }
@@ -566,9 +1184,7 @@ struct Workspace {
   }
 };
 
-}  // namespace
-
-LeidenResult leiden_gpu(const Context& ctx, const CsrF& graph, const LeidenOptions& opt) {
+LeidenResult leiden_gpu_impl(const Context& ctx, const CsrF& graph, const LeidenOptions& opt, const Knobs& knobs) {
   CudaResources* rp = ctx.cuda();
   if (!rp) fail_input(kWhere, "needs a GPU context; use --device gpu, or the CPU leiden");
   CudaResources& r = *rp;
@@ -578,71 +1194,87 @@ LeidenResult leiden_gpu(const Context& ctx, const CsrF& graph, const LeidenOptio
   if (!(opt.beta > 0)) fail_input(kWhere, "beta = ", opt.beta, " must be positive");
   if (n >= std::numeric_limits<int32_t>::max())
     fail_input(kWhere, "the graph has ", n, " nodes; at most 2^31 - 2 are supported");
-  if (static_cast<int64_t>(graph.indptr.size()) != n + 1 || (n > 0 && graph.indptr.back() != nnz))
+  if (static_cast<int64_t>(graph.indptr.size()) != n + 1 || (n > 0 && graph.indptr.back() != nnz) ||
+      static_cast<int64_t>(graph.indices.size()) != nnz || static_cast<int64_t>(graph.data.size()) != nnz)
     fail_input(kWhere, "the graph's row pointers do not match its entries; recompute the neighbours");
   LeidenResult res;
   if (n == 0) return res;
-  double two_m = 0;
-  for (int64_t i = 0; i < n; ++i)
-    for (int64_t p = graph.indptr[i]; p < graph.indptr[i + 1]; ++p) {
-      const float w = graph.data[p];
-      if (!std::isfinite(w) || w < 0) fail_input(kWhere, "the graph has a negative or non-finite weight at row ", i);
-      if (w != 0) two_m += opt.use_weights ? static_cast<double>(w) : 1.0;
-    }
+  const auto t_start = std::chrono::steady_clock::now();
   res.labels.assign(static_cast<size_t>(n), 0);
   double device_q = 0;  // modularity from the device sums (same weights as modularity() with use_weights)
   bool have_device_q = false;
-  if (!(two_m > 0)) {
-    std::iota(res.labels.begin(), res.labels.end(), 0);  // no edges: every cell alone
-  } else {
+  {
+    Workspace ws(r, n, nnz, opt.resolution, knobs);
     Level g0;
     g0.n = n;
     g0.nnz = nnz;
     g0.src = DeviceArray<int32_t>(r, static_cast<size_t>(nnz), "leiden edges");
     g0.dst = DeviceArray<int32_t>(r, static_cast<size_t>(nnz), "leiden edges");
     g0.w = DeviceArray<double>(r, static_cast<size_t>(nnz), "leiden weights");
-    g0.kw = DeviceArray<double>(r, static_cast<size_t>(n), "leiden node weights");
+    g0.off = DeviceArray<int64_t>(r, static_cast<size_t>(n) + 1, "leiden row pointers");
     SCURRY_CUDA(cudaMemcpyAsync(g0.dst.data(), graph.indices.data(), static_cast<size_t>(nnz) * sizeof(int32_t),
                                 cudaMemcpyHostToDevice, r.stream));
+    SCURRY_CUDA(cudaMemcpyAsync(g0.off.data(), graph.indptr.data(), static_cast<size_t>(n + 1) * sizeof(int64_t),
+                                cudaMemcpyHostToDevice, r.stream));
     {
-      DeviceArray<int64_t> indptr(r, static_cast<size_t>(n + 1), "leiden row pointers");
       DeviceArray<float> data(r, static_cast<size_t>(nnz), "leiden input weights");
-      SCURRY_CUDA(cudaMemcpyAsync(indptr.data(), graph.indptr.data(), static_cast<size_t>(n + 1) * sizeof(int64_t),
-                                  cudaMemcpyHostToDevice, r.stream));
+      DeviceArray<int32_t> bad(r, 1, "leiden input check");
+      const int32_t none = std::numeric_limits<int32_t>::max();
       SCURRY_CUDA(cudaMemcpyAsync(data.data(), graph.data.data(), static_cast<size_t>(nnz) * sizeof(float),
                                   cudaMemcpyHostToDevice, r.stream));
-      expand_rows_kernel<<<blocks_for(n), kBlock, 0, r.stream>>>(indptr.data(), n, g0.src.data());
+      SCURRY_CUDA(cudaMemcpyAsync(bad.data(), &none, sizeof(int32_t), cudaMemcpyHostToDevice, r.stream));
+      expand_rows_kernel<<<blocks_for(n), kBlock, 0, r.stream>>>(g0.off.data(), n, g0.src.data());
       SCURRY_CUDA_LAUNCH();
-      SCURRY_CUDA(cudaMemsetAsync(g0.kw.data(), 0, static_cast<size_t>(n) * sizeof(double), r.stream));
-      weights_kernel<<<blocks_for(nnz), kBlock, 0, r.stream>>>(data.data(), g0.src.data(), nnz, opt.use_weights,
-                                                               g0.w.data(), g0.kw.data());
+      input_weights_kernel<<<blocks_for(nnz), kBlock, 0, r.stream>>>(data.data(), g0.src.data(), nnz, opt.use_weights,
+                                                                     g0.w.data(), bad.data());
       SCURRY_CUDA_LAUNCH();
-      SCURRY_CUDA(cudaStreamSynchronize(r.stream));  // indptr and data are freed here
+      const int32_t bad_row = ws.get(bad.data());  // synchronises: data is freed here
+      if (bad_row != none) fail_input(kWhere, "the graph has a negative or non-finite weight at row ", bad_row);
     }
-    Workspace ws(r, n, nnz, two_m, opt.resolution);
-    DeviceArray<int32_t> labels(r, static_cast<size_t>(n), "leiden labels");
-    DeviceArray<int32_t> best(r, static_cast<size_t>(n), "leiden best labels");
-    iota_kernel<<<blocks_for(n), kBlock, 0, r.stream>>>(labels.data(), n);  // singletons
-    SCURRY_CUDA_LAUNCH();
-    SCURRY_CUDA(cudaMemcpyAsync(best.data(), labels.data(), static_cast<size_t>(n) * sizeof(int32_t),
-                                cudaMemcpyDeviceToDevice, r.stream));
-    const int64_t iterations = opt.n_iterations >= 0 ? opt.n_iterations : kMaxStableIterations;
-    double best_q = -std::numeric_limits<double>::infinity();
-    for (int64_t it = 0; it < iterations; ++it) {
-      const double q = ws.iteration(g0, labels);
-      const bool better = q > best_q + (opt.n_iterations < 0 ? kStableTolerance : 0.0);
-      if (q > best_q) {
-        best_q = q;
-        SCURRY_CUDA(cudaMemcpyAsync(best.data(), labels.data(), static_cast<size_t>(n) * sizeof(int32_t),
-                                    cudaMemcpyDeviceToDevice, r.stream));
+    ws.prepare(g0);
+    double two_m = 0;
+    {
+      DeviceArray<double> sum(r, 1, "leiden total weight");
+      size_t bytes = 0;
+      SCURRY_CUDA(cub::DeviceReduce::Sum(nullptr, bytes, g0.kw.data(), sum.data(), n, r.stream));
+      SCURRY_CUDA(cub::DeviceReduce::Sum(ws.scratch(bytes), bytes, g0.kw.data(), sum.data(), n, r.stream));
+      two_m = ws.get(sum.data());
+    }
+    if (ws.prof.on)
+      std::fprintf(stderr, "  leiden setup: %lld nodes, %lld edges, 2m %.6g, %.2f ms\n", static_cast<long long>(n),
+                   static_cast<long long>(nnz), two_m,
+                   std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t_start).count());
+    if (!(two_m > 0)) {
+      std::iota(res.labels.begin(), res.labels.end(), 0);  // no edges: every cell alone
+    } else {
+      ws.set_two_m(two_m);
+      ws.set_fixed(g0);
+      DeviceArray<int32_t> labels(r, static_cast<size_t>(n), "leiden labels");
+      DeviceArray<int32_t> best(r, static_cast<size_t>(n), "leiden best labels");
+      iota_kernel<<<blocks_for(n), kBlock, 0, r.stream>>>(labels.data(), n);  // singletons
+      SCURRY_CUDA_LAUNCH();
+      ws.copy(best.data(), labels.data(), n);
+      const int64_t iterations = opt.n_iterations >= 0 ? opt.n_iterations : kMaxStableIterations;
+      double best_q = -std::numeric_limits<double>::infinity();
+      for (int64_t it = 0; it < iterations; ++it) {
+        const auto t0 = std::chrono::steady_clock::now();
+        const double q = ws.iteration(g0, labels);
+        if (ws.prof.on)
+          std::fprintf(stderr, "  leiden iteration %lld: q %.6f, %.2f ms\n", static_cast<long long>(it), q,
+                       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+        const bool better = q > best_q + (opt.n_iterations < 0 ? kStableTolerance : 0.0);
+        if (q > best_q) {
+          best_q = q;
+          ws.copy(best.data(), labels.data(), n);
+        }
+        if (opt.n_iterations < 0 && !better) break;
       }
-      if (opt.n_iterations < 0 && !better) break;
+      have_device_q = opt.use_weights && std::isfinite(best_q);
+      device_q = best_q;
+      SCURRY_CUDA(cudaMemcpyAsync(res.labels.data(), best.data(), static_cast<size_t>(n) * sizeof(int32_t),
+                                  cudaMemcpyDeviceToHost, r.stream));
+      SCURRY_CUDA(cudaStreamSynchronize(r.stream));
     }
-    have_device_q = opt.use_weights && std::isfinite(best_q);
-    device_q = best_q;
-    SCURRY_CUDA(cudaMemcpyAsync(res.labels.data(), best.data(), static_cast<size_t>(n) * sizeof(int32_t),
-                                cudaMemcpyDeviceToHost, r.stream));
-    SCURRY_CUDA(cudaStreamSynchronize(r.stream));
   }
   // Renumber by decreasing size, ties by first cell (as the CPU path).
   std::vector<int64_t> size(static_cast<size_t>(n), 0), first(static_cast<size_t>(n), n);
@@ -666,5 +1298,10 @@ LeidenResult leiden_gpu(const Context& ctx, const CsrF& graph, const LeidenOptio
   return res;
 }
 
+}  // namespace
+
+LeidenResult leiden_gpu(const Context& ctx, const CsrF& graph, const LeidenOptions& opt) {
+  return leiden_gpu_impl(ctx, graph, opt, Knobs::from_env());
+}
 
 }  // namespace scurry

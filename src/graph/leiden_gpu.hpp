@@ -3,12 +3,14 @@
 //
 // One Leiden iteration, per level of the graph (level 0: the cells):
 //  1. Local moving, in parallel sweeps: every node finds the neighbouring community with the best
-//     modularity gain (weights to each neighbouring community by sort + reduce-by-key of
-//     (node, community of neighbour) pairs) and moves there when that beats staying by more than
-//     rounding. Against oscillation (two nodes swapping) sweeps alternate between moves to a
-//     community of higher id only and of lower id only (cuGraph's up/down rule). Sweeps stop when a
-//     pair of sweeps raises the modularity by less than 1e-6 or after 64; the best partition seen
-//     is kept.
+//     modularity gain and moves there when that beats staying by more than rounding. The weights
+//     from a node to each neighbouring community are summed per node over its CSR row (a group of
+//     8 lanes or a warp holds the row; nodes of degree > 256, upper levels' hubs, by sort +
+//     reduce-by-key of their (node, community) pairs). Against oscillation sweeps alternate between
+//     moves to a community of higher id only and of lower id only (cuGraph's up/down rule), and
+//     only a pseudo-random half of the nodes may move in a sweep (SCURRY_LEIDEN_SUBSET=s: 1 / 2^s;
+//     0: all). Sweeps stop when a pair of sweeps raises the modularity by less than 1e-6, after two
+//     sweeps without moves, or after 64; the best partition seen is kept.
 //  2. Refinement (Leiden's well-connectedness): every node starts alone; in rounds, a node that is
 //     still alone and well connected to its community S (E(v, S - v) >= gamma k_v (K_S - k_v) / 2m)
 //     joins the refined community R inside S, R well connected to S, with the largest gain >= 0
@@ -21,11 +23,17 @@
 // than 1e-7 (at most 20); n_iterations >= 0 runs that many. Labels renumbered by decreasing size,
 // ties by first cell, as the CPU path.
 //
+// Determinism: every sum is taken in a fixed order (per node over its row, per block, then over
+// the blocks; the sorts are stable), community weights are 64-bit fixed-point integers (2m scaled
+// to 2^61; integer atomics give the same sum in any order) and candidates are compared by integer
+// max, so the same graph and options give the same labels on the same GPU, run after run.
+//
 // Differences from the CPU path: beta and random_state are not used (the moves are greedy and
-// deterministic in their rules), but float64 atomics make the sums' rounding, and so possibly
-// near-tie decisions, vary run to run: results are not bit-reproducible. The partition differs from
-// igraph's; its modularity is comparable. The graph must be symmetric (both triangles stored, as
-// obsp['connectivities']); the CPU path reads the upper triangle.
+// deterministic in their rules). The partition differs from igraph's; its modularity is
+// comparable. The graph must be symmetric (both triangles stored, as obsp['connectivities']); the
+// CPU path reads the upper triangle. SCURRY_PROFILE=1 prints each level's sweeps, refinement
+// rounds and phase times on stderr; SCURRY_LEIDEN_SORT_ABOVE=d (0..256, default 256; a test knob)
+// sends the nodes of degree > d to the sort path.
 #pragma once
 #include "core/dataset.hpp"
 #include "core/matrix.hpp"

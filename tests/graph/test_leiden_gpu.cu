@@ -1,10 +1,14 @@
 // GPU Leiden (label gpu): modularity of the GPU partition against the CPU (igraph) partition, the
-// oracle, on the golden pbmc3k connectivities and on a seeded planted-partition graph of 50,000
-// nodes; the labels' numbering and the Dataset slots; the CPU-context error.
+// oracle, on the golden pbmc3k connectivities, on a seeded planted-partition graph of 50,000 nodes
+// and on one with hubs (nodes of degree 300-3,000: the warp, sort-path and block kernels at level
+// 0); the sort path for every node against the same oracle; the same labels run after run; the
+// labels' numbering and the Dataset slots; the CPU-context error.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "core/error.hpp"
@@ -32,8 +36,10 @@ CsrF golden_graph() {
 }
 
 // A planted partition: `blocks` groups of equal size; each node draws `intra` partners in its group
-// and `inter` anywhere, weights U(0.1, 1); symmetric, duplicates summed, sorted columns.
-CsrF planted(int64_t n, int64_t blocks, int intra, int inter, uint64_t seed, std::vector<int32_t>& truth) {
+// and `inter` anywhere, weights U(0.1, 1); the first `hubs` nodes of each group draw 300-3,000
+// more partners in their group; symmetric, duplicates summed, sorted columns.
+CsrF planted(int64_t n, int64_t blocks, int intra, int inter, uint64_t seed, std::vector<int32_t>& truth,
+             int hubs = 0) {
   std::mt19937_64 rng(seed);
   std::uniform_real_distribution<float> u(0.1f, 1.0f);
   const int64_t size = n / blocks;
@@ -50,6 +56,10 @@ CsrF planted(int64_t n, int64_t blocks, int intra, int inter, uint64_t seed, std
     const int64_t b0 = truth[i] * size, b1 = truth[i] == blocks - 1 ? n : b0 + size;
     for (int t = 0; t < intra; ++t) add(i, b0 + static_cast<int64_t>(rng() % static_cast<uint64_t>(b1 - b0)));
     for (int t = 0; t < inter; ++t) add(i, static_cast<int64_t>(rng() % static_cast<uint64_t>(n)));
+    if (i - b0 < hubs) {
+      const int extra = 300 + static_cast<int>(rng() % 2701);
+      for (int t = 0; t < extra; ++t) add(i, b0 + static_cast<int64_t>(rng() % static_cast<uint64_t>(b1 - b0)));
+    }
   }
   CsrF m = CsrF::zeros(n, n);
   for (int64_t i = 0; i < n; ++i) {
@@ -79,9 +89,19 @@ void expect_numbered_by_size(const LeidenResult& r) {
   EXPECT_TRUE(std::is_sorted(size.rbegin(), size.rend()));
 }
 
+// Sets an environment variable for the scope.
+struct ScopedEnv {
+  std::string name;
+  ScopedEnv(const char* n, const char* v) : name(n) { setenv(n, v, 1); }
+  ~ScopedEnv() { unsetenv(name.c_str()); }
+};
+
 void compare(const char* what, const CsrF& g, const LeidenOptions& o) {
   const LeidenResult c = leiden(Context::cpu(0), g, o);
   const LeidenResult r = leiden_gpu(gpu_ctx(), g, o);
+  const LeidenResult again = leiden_gpu(gpu_ctx(), g, o);
+  EXPECT_TRUE(again.labels == r.labels) << what << ": a second GPU run gave other labels";
+  EXPECT_EQ(again.modularity, r.modularity);
   ASSERT_EQ(r.labels.size(), c.labels.size());
   expect_numbered_by_size(r);
   const double q_gpu = modularity(g, r.labels, o.resolution), q_cpu = modularity(g, c.labels, o.resolution);
@@ -115,6 +135,33 @@ TEST(LeidenGpu, PlantedPartitionModularityNearCpu) {
   const double ari = adjusted_rand_index(r.labels, truth);
   std::printf("planted partition: ARI of the gpu partition vs the planted one %.4f\n", ari);
   EXPECT_GT(ari, 0.85);
+}
+
+TEST(LeidenGpu, HubsModularityNearCpu) {
+  SCURRY_REQUIRE_GPU();
+  std::vector<int32_t> truth;
+  const CsrF g = planted(50000, 20, 10, 3, test::fresh_seed(), truth, 3);
+  int64_t max_degree = 0;
+  for (int64_t i = 0; i < g.n_rows; ++i) max_degree = std::max(max_degree, g.row_nnz(i));
+  ASSERT_GT(max_degree, 1024);  // rows for the block kernel
+  compare("planted partition with hubs", g, LeidenOptions{});
+  LeidenOptions hi;
+  hi.resolution = 2.0;
+  compare("planted partition with hubs", g, hi);
+}
+
+// Every node's candidates by sort + reduce-by-key (the path of high-degree nodes).
+TEST(LeidenGpu, SortPathModularityNearCpu) {
+  SCURRY_REQUIRE_GPU();
+  const ScopedEnv env("SCURRY_LEIDEN_SORT_ABOVE", "0");
+  const CsrF g = golden_graph();
+  compare("pbmc3k golden graph, sort path", g, LeidenOptions{});
+  LeidenOptions hi;
+  hi.resolution = 2.0;
+  compare("pbmc3k golden graph, sort path", g, hi);
+  std::vector<int32_t> truth;
+  compare("planted partition 50000 nodes, sort path", planted(50000, 40, 10, 3, test::fresh_seed(), truth),
+          LeidenOptions{});
 }
 
 TEST(LeidenGpu, DatasetLevelWritesScanpysSlots) {
