@@ -268,8 +268,9 @@ CnmfBenchResult cnmf_bench_gpu(const CnmfBenchOptions& o, const CudaOptions& bas
         SCURRY_CUDA(cudaMemPoolTrimTo(pool, 0));
         size_t free_b = 0, total_b = 0;
         SCURRY_CUDA(cudaMemGetInfo(&free_b, &total_b));
-        // W, Ht, P (dense: n + g rows of k per replicate), Gram partials.
-        const double per_rep = (3.0 * static_cast<double>(n + g)) * k * 4 +
+        // W, Ht, P (dense: n + g rows of k per replicate), H transposed and X^T W's split-K partials
+        // (the component-major fit: up to 32 + 1 copies of g x k), Gram partials.
+        const double per_rep = (3.0 * static_cast<double>(n + g) + 33.0 * static_cast<double>(g)) * k * 4 +
                                static_cast<double>(ceil_div(std::max(n, g), 32768)) * k * k * 8;
         const int by_mem = static_cast<int>(0.85 * static_cast<double>(free_b) / per_rep);
         group[d] = std::max(1, std::min(by_mem, std::max(1, o.auto_rk / k)));

@@ -5,10 +5,17 @@
 //    one thread per (row, replicate), grid (row blocks, replicates): gathers the row of X Ht_r
 //    (resp. X^T W_r) over the row's nonzeros in float64 and applies HALS (sklearn's coordinate
 //    order) or the multiplicative update;
-//  - dense: row-major n x g, densified once on the device. Per half-iteration one cuBLAS GEMM for all
-//    replicates (P = X Ht_cat [n, R*k], or X^T W_cat [g, R*k]; float32 or TF32), then an update
-//    kernel per (row, replicate) reading P, with the replicate's Gram in shared memory and the row in
-//    registers (templated on a bound of k).
+//  - dense: densified once on the device, kept as X [n, g] and (when it fits) X^T [g, n]. The fit
+//    then holds the factors component-major: Wt [R*k, n], Hc [R*k, g] (transposed in at the start
+//    of nmf_fit_device, back at the end; Wt lives in the products' buffer and the products in W's,
+//    so only X^T and Hc are extra). Per half-iteration one cuBLAS GEMM for all replicates, both
+//    operands contiguous along the reduction ("TN", what Hopper's TF32 kernels want): Pc [R*k, n] =
+//    Hc X^T, and Pc [R*k, g] = Wt X (read as X^T; optionally split over the cells,
+//    SCURRY_NMF_SPLITK); then an update kernel per (column, replicate), coalesced, the column of Pc
+//    staged in shared memory, the row in registers (templated on a bound of k), the replicate's
+//    Gram from shared memory or (k <= 16) as a kernel argument in the constant bank; the Grams by a
+//    cp.async double-buffered kernel. Without X^T (memory) or with SCURRY_NMF_DENSE=legacy: the
+//    row-major fit on W [n, R*k], Ht [g, R*k] as given (GEMMs on them as stored).
 // Every per-replicate reduction (Grams, column sums, HALS violations, objectives) is made over fixed
 // row chunks / row blocks that do not depend on R, partials summed in a fixed order (never atomics),
 // so in the sparse layout a replicate's factors do not depend on its batch mates or on the number of
@@ -17,15 +24,25 @@
 //
 // Floors (H200: 4.3 TB/s, 51 TFLOP/s fp32, ~450 TFLOP/s TF32), per iteration of R replicates:
 //  dense: 4 n g R k FLOPs (two GEMMs) + ~4 (n + g) R k^2 (Grams, updates); bytes 2 n g 4 (X read
-//   twice) + ~6 (n + g) R k 4 (factors and P). 2.4M cells x 2000 genes, k = 60, R = 20: 2.3e13 FLOP
-//   -> 0.45 s fp32 / ~50 ms TF32 per iteration; bytes 38 GB + 69 GB -> 25 ms. fp32 is compute-bound:
-//   100 iterations of 20 replicates >= 45 s, i.e. <= 0.44 replicates/s per GPU at k = 60 (2.7 at
-//   k = 10); TF32 roughly 4-8x that.
+//   twice) + ~6 (n + g) R k 4 (factors and P). 2.4M cells x 2000 genes, R k = 1200: 2.3e13 FLOP
+//   -> 0.45 s fp32 / ~51 ms TF32 per iteration; bytes 38 GB + 69 GB -> 25 ms.
+//   Measured (H200, TF32, SCURRY_PROFILE=1, ms per iteration), row-major -> component-major:
+//     k = 60, R = 20:  X Ht 34.2 -> 32.7, W update 65.1 -> 47.7, W Gram 34.3 -> 15.5,
+//                      X^T W 74.4 -> 32.4; total 208 -> 128.5
+//     k = 10, R = 120: X Ht 34.2 -> 36.8, W update 67.9 -> 10.2, W Gram 108.7 -> 8.6,
+//                      X^T W 74.4 -> 36.0; total 286 -> 91.7
+//   The GEMMs run at ~350 TFLOP/s (cuBLAS's own split of the 2.4M-long reduction beat explicit
+//   chunks: 33.0 ms vs 37.5-40.6 for 4-32 chunks); at k = 60 the W update is bound by its Gram
+//   reads (60 x 64 per column, shared memory; the 16.6 KB Gram thrashes the constant cache).
 //  sparse: 4 nnz R k FLOPs in float64 gathers (not coalesced across a thread's k columns), X read
 //   twice (nnz * 8 bytes each): a few times the dense layout's time above ~3% density.
 #include <algorithm>
 #include <climits>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
 #include <vector>
 
 #include "core/error.hpp"
@@ -44,16 +61,30 @@ constexpr int64_t kChunk = 32768;       // rows per partial of the Gram / column
 constexpr int kGramRows = 32;           // rows staged in shared memory by the Gram kernel
 constexpr int kGramThreads = 256;       // 16 x 16 threads, each a 4 x 4 tile of a 64 x 64 Gram
 constexpr int64_t kSumChunk = 1 << 16;  // values per partial of the value sums
+constexpr int kGramFold = 4;            // staged steps summed in float32 before the float64 fold
+constexpr int kTile = 32;               // transpose tile side
+constexpr int kTileRows = 8;            // transpose block: kTile x kTileRows threads
+constexpr unsigned kGridStride = 4096;  // blocks of the grid-stride kernels
+constexpr int kSplitTile = 128;         // output tile side assumed when choosing the split-K count
+constexpr int kMaxSplits = 32;          // most cell chunks of X^T W
+constexpr int64_t kMinSplitLen = 512;   // fewest cells per chunk
+constexpr int64_t kSplitAlign = 128;    // chunk length multiple (aligned operand offsets)
+constexpr int64_t kArgMinCols = 2048;   // update with the Gram as a kernel argument from this many columns
+constexpr double kArgMaxGramBytes = 64.0 * (1 << 20);  // ... while the Grams (float64) fit in this
+// ... and k at most this: the padded Gram (<= 1.1 KB) stays in the constant cache. H200, 2.4M cells:
+// k = 10 update 10.2 ms (shared memory: 14.0), k = 30 20.3 (19.9), k = 60 64.6 (47.7; 16.6 KB).
+constexpr int kArgMaxK = 16;
 constexpr double kEps32 = 1.1920928955078125e-07;
 constexpr double kEps64 = 2.220446049250313e-16;
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 // Sum over the block (blockDim.x == kThreads) in a fixed tree order; every thread must call it.
-__device__ double block_sum(double v, double* sh) {
+template <int NT>
+__device__ double block_sum_n(double v, double* sh) {
   sh[threadIdx.x] = v;
   __syncthreads();
-  for (int s = kThreads / 2; s > 0; s >>= 1) {
+  for (int s = NT / 2; s > 0; s >>= 1) {
     if (threadIdx.x < s) sh[threadIdx.x] += sh[threadIdx.x + s];
     __syncthreads();
   }
@@ -61,6 +92,7 @@ __device__ double block_sum(double v, double* sh) {
   __syncthreads();
   return out;
 }
+__device__ double block_sum(double v, double* sh) { return block_sum_n<kThreads>(v, sh); }
 
 // ---- reductions --------------------------------------------------------------------------------
 
@@ -344,7 +376,425 @@ __global__ void objective_dense_kernel(int64_t n, int R, int k, const float* __r
   if (threadIdx.x == 0) part[static_cast<int64_t>(r) * gridDim.x + blockIdx.x] = s;
 }
 
+// ---- the component-major dense fit ---------------------------------------------------------------
+//
+// The factors held transposed during the fit: Wt [R*k, n], Hc [R*k, g] (component rows, replicate r's
+// rows r*k .. r*k+k-1), the products likewise ([R*k, n] / [R*k, g]), and X also as X^T [g, n]. Then
+// both GEMMs have their two operands contiguous along the reduction (cuBLAS "TN": what Hopper's TF32
+// tensor-core kernels want), X^T W is split along the cells into batched GEMMs (its 1200 x 2000
+// output alone is ~100 tiles for 132 SMs) summed in a fixed order, and the row kernels read and
+// write coalesced (a warp's threads are consecutive cells of one component row).
+
+// out [cols, rows] = in [rows, cols]^T, 32 x 32 tiles (one block each, 32 x 8 threads).
+__global__ void transpose_kernel(int64_t rows, int64_t cols, const float* __restrict__ in, float* __restrict__ out) {
+  __shared__ float t[kTile][kTile + 1];
+  const int64_t ctiles = (cols + kTile - 1) / kTile;
+  const int64_t tile = blockIdx.x;
+  const int64_t r0 = (tile / ctiles) * kTile, c0 = (tile % ctiles) * kTile;
+  for (int y = threadIdx.y; y < kTile; y += kTileRows) {
+    const int64_t r = r0 + y, c = c0 + threadIdx.x;
+    if (r < rows && c < cols) t[y][threadIdx.x] = in[r * cols + c];
+  }
+  __syncthreads();
+  for (int y = threadIdx.y; y < kTile; y += kTileRows) {
+    const int64_t c = c0 + y, r = r0 + threadIdx.x;
+    if (r < rows && c < cols) out[c * rows + r] = t[threadIdx.x][y];
+  }
+}
+
+// Per (chunk of kChunk columns, replicate) partial Gram of the k rows of replicate r of A [R*k, m]:
+// part[(chunk * R + r) * k * k + a * k + b], float64. KM (a multiple of 4, >= k) bounds k. The block
+// stages CT columns at a time as s[column][component] through cp.async, double-buffered (the next
+// stage in flight while the current one is multiplied; no registers held by the loads), each thread
+// owns a 4 x 4 tile on or above the diagonal of the KM x KM Gram; when there are fewer tiles than
+// threads, NG groups of threads take every NG-th staged column and are summed in group order at the
+// end. float32 products accumulated over kGramFold stages, then folded into float64.
+template <int KM>
+struct GramCm {
+  static constexpr int CT = KM <= 16 ? 512 : KM <= 32 ? 128 : 64;  // columns per stage
+  static constexpr int KP = KM % 8 == 0 ? KM + 4 : KM;  // staged row stride: float4-aligned, 4-way stores
+  static constexpr int LD = KM * CT / kThreads;         // copies per thread per stage
+  static constexpr int TD = KM / 4;                     // 4 x 4 tiles per side
+  static constexpr int TT = TD * (TD + 1) / 2;          // tiles on and above the diagonal
+  static constexpr int NG = kThreads / TT;              // thread groups over the staged columns
+  static constexpr size_t smem = 2 * static_cast<size_t>(CT) * KP * sizeof(float);
+  static_assert(KM % 4 == 0 && KM <= kMaxK && (KM * CT) % kThreads == 0 && NG >= 1, "GramCm bounds");
+};
+
+__device__ inline void cp_async4(float* dst, const float* src, bool valid) {
+  const unsigned d = static_cast<unsigned>(__cvta_generic_to_shared(dst));
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(d), "l"(src), "r"(valid ? 4 : 0));
+}
+__device__ inline void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+__device__ inline void cp_async_wait_one() { asm volatile("cp.async.wait_group 1;\n" ::); }
+
+template <int KM>
+__global__ void __launch_bounds__(kThreads) gram_cm_kernel(int64_t m, int R, int k, const float* __restrict__ A,
+                                                           double* __restrict__ part) {
+  using C = GramCm<KM>;
+  constexpr int CT = C::CT, KP = C::KP, LD = C::LD, TD = C::TD, TT = C::TT, NG = C::NG;
+  extern __shared__ __align__(16) float stage[];  // [2][CT * KP]
+  __shared__ double red[NG > 1 ? TT * 16 : 1];
+  const int64_t lo = static_cast<int64_t>(blockIdx.x) * kChunk, hi = min(m, lo + kChunk);
+  const int r = blockIdx.y;
+  const float* a = A + static_cast<int64_t>(r) * k * m;
+  const int tile = threadIdx.x % TT, grp = threadIdx.x / TT;
+  const bool work = grp < NG;
+  int ta = 0, rem = tile;
+  while (rem >= TD - ta) rem -= TD - ta, ++ta;
+  const int a0 = ta * 4, b0 = (ta + rem) * 4;
+  float facc[16];
+  double dacc[16];
+#pragma unroll
+  for (int x = 0; x < 16; ++x) facc[x] = 0.0f, dacc[x] = 0.0;
+  auto issue = [&](int64_t base, float* s) {
+#pragma unroll 4
+    for (int j = 0; j < LD; ++j) {
+      const int e = threadIdx.x + j * kThreads, c = e / CT, t = e % CT;
+      const int64_t i = base + t;
+      const bool valid = c < k && i < hi;
+      cp_async4(s + t * KP + c, valid ? a + c * m + i : a, valid);
+    }
+  };
+  const int64_t n_stages = (hi - lo + CT - 1) / CT;
+  issue(lo, stage);
+  cp_async_commit();
+  int fold = 0;
+  for (int64_t st = 0; st < n_stages; ++st) {
+    if (st + 1 < n_stages) issue(lo + (st + 1) * CT, stage + ((st + 1) & 1) * CT * KP);
+    cp_async_commit();
+    cp_async_wait_one();
+    __syncthreads();
+    const float* s = stage + (st & 1) * CT * KP;
+    if (work) {
+#pragma unroll 4
+      for (int t = grp; t < CT; t += NG) {
+        const float4 av = *reinterpret_cast<const float4*>(&s[t * KP + a0]);
+        const float4 bv = *reinterpret_cast<const float4*>(&s[t * KP + b0]);
+        const float x4[4] = {av.x, av.y, av.z, av.w}, y4[4] = {bv.x, bv.y, bv.z, bv.w};
+#pragma unroll
+        for (int x = 0; x < 4; ++x)
+#pragma unroll
+          for (int y = 0; y < 4; ++y) facc[x * 4 + y] = fmaf(x4[x], y4[y], facc[x * 4 + y]);
+      }
+    }
+    __syncthreads();
+    if (++fold == kGramFold) {
+      fold = 0;
+#pragma unroll
+      for (int x = 0; x < 16; ++x) dacc[x] += facc[x], facc[x] = 0.0f;
+    }
+  }
+#pragma unroll
+  for (int x = 0; x < 16; ++x) dacc[x] += facc[x];
+  if (NG > 1) {
+    for (int q = 1; q < NG; ++q) {
+      if (grp == q) {
+#pragma unroll
+        for (int x = 0; x < 16; ++x) red[tile * 16 + x] = dacc[x];
+      }
+      __syncthreads();
+      if (grp == 0) {
+#pragma unroll
+        for (int x = 0; x < 16; ++x) dacc[x] += red[tile * 16 + x];
+      }
+      __syncthreads();
+    }
+  }
+  if (grp != 0) return;
+  const int64_t kk = static_cast<int64_t>(k) * k;
+  double* o = part + (static_cast<int64_t>(blockIdx.x) * R + r) * kk;
+#pragma unroll
+  for (int x = 0; x < 4; ++x)
+#pragma unroll
+    for (int y = 0; y < 4; ++y) {
+      const int ra = a0 + x, cb = b0 + y;
+      if (ra < k && cb < k) o[ra * k + cb] = dacc[x * 4 + y], o[cb * k + ra] = dacc[x * 4 + y];
+    }
+}
+
+// The replicates' Grams as the update kernel reads them: gf[r * (KM * KM + KM)] = G_r zero-padded to
+// KM x KM (float32), then the reciprocals of its diagonal (0 where the diagonal is 0).
+template <int KM>
+__global__ void gram_float_kernel(int R, int k, const double* __restrict__ G, float* __restrict__ gf) {
+  const int r = blockIdx.x;
+  const double* g = G + static_cast<int64_t>(r) * k * k;
+  float* o = gf + static_cast<int64_t>(r) * (KM * KM + KM);
+  for (int e = threadIdx.x; e < KM * KM + KM; e += blockDim.x) {
+    if (e < KM * KM) {
+      const int a = e / KM, b = e % KM;
+      o[e] = (a < k && b < k) ? static_cast<float>(g[a * k + b]) : 0.0f;
+    } else {
+      const int s = e - KM * KM;
+      const float d = s < k ? static_cast<float>(g[s * k + s]) : 0.0f;
+      o[e] = d != 0.0f ? 1.0f / d : 0.0f;
+    }
+  }
+}
+
+// Frobenius update (HALS or MU) of column i of replicate r = blockIdx.y of A [R*k, m] given
+// P = (B M)[r's rows, i] [R*k, m] and the replicate's padded float Gram gf: frob_dense_kernel's
+// arithmetic on the transposed layout (float32; HALS divides by the Hessian as a product with its
+// reciprocal; the Gram's symmetry gives MU's denominators from its rows; the HALS violation summed
+// in float32 over a column's k terms, then float64). The column's k values of P are staged in shared
+// memory at the start (all loads in flight at once), the row stays in registers.
+// Threads (columns) per block: 128 for the largest bounds (the row in ~200 registers: two blocks per
+// SM then overlap one's loads with the other's arithmetic), else 256.
+template <int KM>
+constexpr int frob_cm_threads() {
+  return KM >= 48 ? 128 : kThreads;
+}
+template <int KM>
+constexpr size_t frob_cm_smem() {
+  return static_cast<size_t>(KM * KM + KM + KM * frob_cm_threads<KM>()) * sizeof(float);
+}
+
+template <int KM>
+__global__ void __launch_bounds__(frob_cm_threads<KM>(), 2)
+    frob_cm_kernel(int64_t m, int R, int k, const float* __restrict__ P, float* __restrict__ A,
+                   const float* __restrict__ gf, const uint8_t* __restrict__ active, int cd,
+                   double* __restrict__ viol_part) {
+  constexpr int NT = frob_cm_threads<KM>();
+  extern __shared__ __align__(16) float dyn[];
+  float* gs = dyn;                    // KM x KM Gram, then KM reciprocals of its diagonal
+  float* ps = dyn + KM * KM + KM;     // [KM][NT]: this block's columns of P
+  __shared__ double sh[NT];
+  const int r = blockIdx.y;
+  if (!active[r]) return;  // uniform over the block
+  {
+    const float4* src = reinterpret_cast<const float4*>(gf + static_cast<int64_t>(r) * (KM * KM + KM));
+    for (int e = threadIdx.x; e < (KM * KM + KM) / 4; e += NT) reinterpret_cast<float4*>(gs)[e] = src[e];
+  }
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * NT + threadIdx.x;
+  const int64_t off = static_cast<int64_t>(r) * k * m + i;
+  float row[KM];
+  if (i < m) {
+#pragma unroll
+    for (int c = 0; c < KM; ++c) row[c] = c < k ? A[off + c * m] : 0.0f;
+#pragma unroll
+    for (int c = 0; c < KM; ++c)
+      if (c < k) ps[c * NT + threadIdx.x] = P[off + c * m];
+  }
+  __syncthreads();
+  double v = 0;
+  if (i < m) {
+    float* pc = ps + threadIdx.x;
+    if (cd) {
+      float vr = 0.0f;
+#pragma unroll
+      for (int s = 0; s < KM; ++s) {
+        if (s < k) {
+          // Four independent chains (KM is a multiple of 4): the FMA latency hidden within a thread.
+          float g4[4] = {-pc[s * NT], 0.0f, 0.0f, 0.0f};
+#pragma unroll
+          for (int q = 0; q < KM; ++q) g4[q % 4] = fmaf(gs[s * KM + q], row[q], g4[q % 4]);
+          const float grad = (g4[0] + g4[1]) + (g4[2] + g4[3]);
+          vr += fabsf(row[s] == 0.0f ? fminf(0.0f, grad) : grad);
+          const float inv = gs[KM * KM + s];
+          if (inv != 0.0f) row[s] = fmaxf(row[s] - grad * inv, 0.0f);
+        }
+      }
+      v = vr;
+    } else {
+#pragma unroll
+      for (int s = 0; s < KM; ++s) {
+        if (s < k) {
+          float d4[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+          for (int q = 0; q < KM; ++q) d4[q % 4] = fmaf(row[q], gs[s * KM + q], d4[q % 4]);
+          float den = (d4[0] + d4[1]) + (d4[2] + d4[3]);
+          if (den == 0.0f) den = static_cast<float>(kEps32);
+          pc[s * NT] = row[s] * (pc[s * NT] / den);
+        }
+      }
+#pragma unroll
+      for (int s = 0; s < KM; ++s)
+        if (s < k) row[s] = pc[s * NT];
+    }
+#pragma unroll
+    for (int c = 0; c < KM; ++c)
+      if (c < k) A[off + c * m] = row[c];
+  }
+  v = block_sum_n<NT>(v, sh);
+  if (threadIdx.x == 0) viol_part[static_cast<int64_t>(r) * gridDim.x + blockIdx.x] = v;
+}
+
+// The same update for one replicate r with its Gram passed by value as a kernel argument (held in
+// the constant bank: with the loops unrolled, every Gram read is an FFMA operand, not a shared-memory
+// load; the shared-memory loads of frob_cm_kernel, broadcast or not, bound it at large k). The
+// host builds the argument from the Grams (GramArg: padded KM x KM float32, then the reciprocals of
+// its diagonal), one launch per replicate.
+template <int KM>
+struct GramArg {
+  float g[KM * KM + KM];
+};
+
+template <int KM>
+__global__ void __launch_bounds__(frob_cm_threads<KM>(), 2)
+    frob_cm_arg_kernel(int64_t m, int r, int k, const float* __restrict__ P, float* __restrict__ A,
+                       const __grid_constant__ GramArg<KM> ga, int cd, double* __restrict__ viol_part) {
+  constexpr int NT = frob_cm_threads<KM>();
+  extern __shared__ __align__(16) float dyn[];
+  float* ps = dyn;  // [KM][NT]: this block's columns of P
+  __shared__ double sh[NT];
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * NT + threadIdx.x;
+  const int64_t off = static_cast<int64_t>(r) * k * m + i;
+  float row[KM];
+  if (i < m) {
+#pragma unroll
+    for (int c = 0; c < KM; ++c) row[c] = c < k ? A[off + c * m] : 0.0f;
+#pragma unroll
+    for (int c = 0; c < KM; ++c)
+      if (c < k) ps[c * NT + threadIdx.x] = P[off + c * m];
+  }
+  double v = 0;
+  if (i < m) {
+    float* pc = ps + threadIdx.x;
+    if (cd) {
+      float vr = 0.0f;
+#pragma unroll
+      for (int s = 0; s < KM; ++s) {
+        if (s < k) {
+          float g4[4] = {-pc[s * NT], 0.0f, 0.0f, 0.0f};
+#pragma unroll
+          for (int q = 0; q < KM; ++q) g4[q % 4] = fmaf(ga.g[s * KM + q], row[q], g4[q % 4]);
+          const float grad = (g4[0] + g4[1]) + (g4[2] + g4[3]);
+          vr += fabsf(row[s] == 0.0f ? fminf(0.0f, grad) : grad);
+          const float inv = ga.g[KM * KM + s];
+          if (inv != 0.0f) row[s] = fmaxf(row[s] - grad * inv, 0.0f);
+        }
+      }
+      v = vr;
+    } else {
+#pragma unroll
+      for (int s = 0; s < KM; ++s) {
+        if (s < k) {
+          float d4[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+          for (int q = 0; q < KM; ++q) d4[q % 4] = fmaf(row[q], ga.g[s * KM + q], d4[q % 4]);
+          float den = (d4[0] + d4[1]) + (d4[2] + d4[3]);
+          if (den == 0.0f) den = static_cast<float>(kEps32);
+          pc[s * NT] = row[s] * (pc[s * NT] / den);
+        }
+      }
+#pragma unroll
+      for (int s = 0; s < KM; ++s)
+        if (s < k) row[s] = pc[s * NT];
+    }
+#pragma unroll
+    for (int c = 0; c < KM; ++c)
+      if (c < k) A[off + c * m] = row[c];
+  }
+  v = block_sum_n<NT>(v, sh);
+  if (threadIdx.x == 0) viol_part[static_cast<int64_t>(r) * gridDim.x + blockIdx.x] = v;
+}
+
+// Per (column block, replicate) <P_r, W_r> on the transposed layout.
+__global__ void objective_cm_kernel(int64_t m, int R, int k, const float* __restrict__ P, const float* __restrict__ W,
+                                    double* __restrict__ part) {
+  __shared__ double sh[kThreads];
+  const int r = blockIdx.y;
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;
+  double s = 0;
+  if (i < m) {
+    const int64_t off = static_cast<int64_t>(r) * k * m + i;
+    for (int c = 0; c < k; ++c) s += static_cast<double>(P[off + c * m]) * W[off + c * m];
+  }
+  s = block_sum(s, sh);
+  if (threadIdx.x == 0) part[static_cast<int64_t>(r) * gridDim.x + blockIdx.x] = s;
+}
+
+// out[e] = sum over the split-K parts, in order, of part[s * count + e] (float64 sum).
+__global__ void sum_splits_kernel(int64_t count, int parts, const float* __restrict__ part, float* __restrict__ out) {
+  for (int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; e < count;
+       e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    double s = 0;
+    for (int q = 0; q < parts; ++q) s += part[q * count + e];
+    out[e] = static_cast<float>(s);
+  }
+}
+
 // ---- the fit -----------------------------------------------------------------------------------
+
+// Options read from the environment (for A/B runs and profiles; the defaults are the fast paths):
+//  SCURRY_NMF_DENSE=legacy  the row-major dense fit (W [n, R*k], GEMMs on it as stored);
+//  SCURRY_NMF_SPLITK=S      X^T W as S batched GEMMs over chunks of the cells, summed in order
+//                           (default 1: one GEMM, cuBLAS splits the reduction itself, which measured
+//                           faster on an H200; -1: enough output tiles for ~4 waves);
+//  SCURRY_NMF_UPDATE=shared|arg  the cells' update reads the Grams from shared memory / as a kernel
+//                           argument whatever k (default: argument up to kArgMaxK);
+//  SCURRY_PROFILE=1         per-phase device milliseconds per iteration of every fit, on stderr;
+//                 2         also times the GEMM variants once per fit (before the iterations).
+bool env_is(const char* name, const char* value) {
+  const char* e = std::getenv(name);
+  return e && std::strcmp(e, value) == 0;
+}
+int env_int(const char* name, int fallback) {
+  const char* e = std::getenv(name);
+  return e && *e ? std::atoi(e) : fallback;
+}
+bool dense_legacy() { return env_is("SCURRY_NMF_DENSE", "legacy"); }
+
+// Per-phase device time by CUDA events (SCURRY_PROFILE): mark(name) closes the phase `name` begun at
+// the previous mark; end_iteration() synchronises and accumulates.
+struct PhaseTimer {
+  cudaStream_t stream = nullptr;
+  bool on = false;
+  int iterations = 0;
+  std::vector<std::string> names;
+  std::vector<double> total_ms;
+  std::vector<cudaEvent_t> ev;
+  std::vector<int> slot;  // phase index of each event after the first
+  explicit PhaseTimer(cudaStream_t s) : stream(s), on(env_int("SCURRY_PROFILE", 0) > 0) {}
+  ~PhaseTimer() {
+    for (cudaEvent_t e : ev) cudaEventDestroy(e);
+  }
+  void ensure(size_t q) {
+    while (ev.size() <= q) {
+      cudaEvent_t e;
+      SCURRY_CUDA(cudaEventCreate(&e));
+      ev.push_back(e);
+    }
+  }
+  void begin() {
+    if (!on) return;
+    slot.clear();
+    ensure(0);
+    SCURRY_CUDA(cudaEventRecord(ev[0], stream));
+  }
+  void mark(const char* name) {
+    if (!on) return;
+    size_t idx = 0;
+    while (idx < names.size() && names[idx] != name) ++idx;
+    if (idx == names.size()) names.emplace_back(name), total_ms.push_back(0.0);
+    slot.push_back(static_cast<int>(idx));
+    ensure(slot.size());
+    SCURRY_CUDA(cudaEventRecord(ev[slot.size()], stream));
+  }
+  void end_iteration() {
+    if (!on || slot.empty()) return;
+    SCURRY_CUDA(cudaEventSynchronize(ev[slot.size()]));
+    for (size_t q = 0; q < slot.size(); ++q) {
+      float ms = 0;
+      SCURRY_CUDA(cudaEventElapsedTime(&ms, ev[q], ev[q + 1]));
+      total_ms[slot[q]] += ms;
+    }
+    ++iterations;
+  }
+  void print(const std::string& what) const {
+    if (!on || iterations == 0) return;
+    double sum = 0;
+    std::string s = "scurry: nmf profile (" + what + "), ms per iteration over " + std::to_string(iterations) + ":";
+    char buf[96];
+    for (size_t q = 0; q < names.size(); ++q) {
+      std::snprintf(buf, sizeof buf, " %s %.3f", names[q].c_str(), total_ms[q] / iterations);
+      s += buf;
+      sum += total_ms[q];
+    }
+    std::snprintf(buf, sizeof buf, " | total %.3f", sum / iterations);
+    std::fprintf(stderr, "%s%s\n", s.c_str(), buf);
+  }
+};
 
 struct Fit {
   CudaResources& res;
@@ -356,11 +806,25 @@ struct Fit {
   DeviceArray<double> G, sums, part, vpart, acc;
   DeviceArray<float> P;  // dense layout: X Ht_cat [n, rk] (and X^T W_cat [g, rk])
   DeviceArray<uint8_t> active;
+  // The component-major dense fit (enter_cm .. leave_cm): Wt lives in P's buffer and the products
+  // in f.W's (or in Pextra when g > n), Hc on its own; split-K partials of X^T W in kpart.
+  bool cm = false;
+  float* Wt = nullptr;
+  float* Pc = nullptr;
+  DeviceArray<float> Hc, Pextra, kpart, Gf;
+  int splits = 1;
+  int64_t split_len = 0;
+  int64_t last_blocks = 0;  // block partials (vpart per replicate) written by the last update
+  std::vector<uint8_t> active_h;   // the host's copy of `active`
+  double* gram_host = nullptr;     // pinned: the Grams for frob_cm_arg_k
+  cudaEvent_t gram_ready = nullptr;
+  bool gram_pending = false;
 
   Fit(CudaResources& r, const NmfDeviceX& x, const NmfDeviceFactors& fa, bool use_tf32)
       : res(r), X(x), f(fa), R(fa.R), k(fa.k), n(fa.n), g(fa.g), rk(fa.rk()),
         kk(static_cast<int64_t>(fa.k) * fa.k), tf32(use_tf32) {
-    const int64_t chunks = ceil_div(std::max(n, g), kChunk), blocks = ceil_div(std::max(n, g), kThreads);
+    // Block partials: the row kernels' blocks of kThreads, the component-major update's of 128 at least.
+    const int64_t chunks = ceil_div(std::max(n, g), kChunk), blocks = ceil_div(std::max(n, g), 128);
     G = DeviceArray<double>(res, static_cast<size_t>(R * kk), "NMF Grams");
     sums = DeviceArray<double>(res, static_cast<size_t>(rk), "NMF column sums");
     part = DeviceArray<double>(res, static_cast<size_t>(chunks * R * kk), "NMF Gram partials");
@@ -372,14 +836,48 @@ struct Fit {
     SCURRY_CUDA(cudaMemsetAsync(acc.data(), 0, acc.size() * 8, res.stream));
   }
 
+  ~Fit() {
+    if (gram_ready) cudaEventDestroy(gram_ready);
+    if (gram_host) {
+      cudaStreamSynchronize(res.stream);  // no copy into it may still be in flight
+      cudaFreeHost(gram_host);
+    }
+  }
+  Fit(const Fit&) = delete;
+  Fit& operator=(const Fit&) = delete;
+
   dim3 row_grid(int64_t m) const { return dim3(static_cast<unsigned>(ceil_div(m, kThreads)), static_cast<unsigned>(R)); }
 
   // G <- per-replicate Grams of A [m, rk] (float64, fixed chunk order).
   void grams(const float* A, int64_t m) {
+    if (cm) return grams_cm(A, m);
     const int64_t chunks = ceil_div(m, kChunk);
     gram_part_kernel<<<dim3(static_cast<unsigned>(chunks), static_cast<unsigned>(R)), kGramThreads, 0, res.stream>>>(
         m, R, k, A, part.data());
     SCURRY_CUDA_LAUNCH();
+    sum_chunks_kernel<<<static_cast<unsigned>(ceil_div(R * kk, kThreads)), kThreads, 0, res.stream>>>(
+        chunks, R, kk, part.data(), G.data());
+    SCURRY_CUDA_LAUNCH();
+  }
+  // G <- per-replicate Grams of A [rk, m] (component-major).
+  template <int KM>
+  void grams_cm_k(const float* A, int64_t m, int64_t chunks) {
+    constexpr size_t smem = GramCm<KM>::smem;
+    SCURRY_CUDA(cudaFuncSetAttribute(gram_cm_kernel<KM>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                     static_cast<int>(smem)));
+    gram_cm_kernel<KM><<<dim3(static_cast<unsigned>(chunks), static_cast<unsigned>(R)), kThreads, smem, res.stream>>>(
+        m, R, k, A, part.data());
+    SCURRY_CUDA_LAUNCH();
+  }
+  void grams_cm(const float* A, int64_t m) {
+    const int64_t chunks = ceil_div(m, kChunk);
+    if (k <= 8) grams_cm_k<8>(A, m, chunks);
+    else if (k <= 12) grams_cm_k<12>(A, m, chunks);
+    else if (k <= 16) grams_cm_k<16>(A, m, chunks);
+    else if (k <= 24) grams_cm_k<24>(A, m, chunks);
+    else if (k <= 32) grams_cm_k<32>(A, m, chunks);
+    else if (k <= 48) grams_cm_k<48>(A, m, chunks);
+    else grams_cm_k<64>(A, m, chunks);
     sum_chunks_kernel<<<static_cast<unsigned>(ceil_div(R * kk, kThreads)), kThreads, 0, res.stream>>>(
         chunks, R, kk, part.data(), G.data());
     SCURRY_CUDA_LAUNCH();
@@ -400,13 +898,19 @@ struct Fit {
                                                                                               acc.data(), accumulate);
     SCURRY_CUDA_LAUNCH();
   }
-  void gemm(cublasOperation_t opb, int m_, int n_, int k_, const float* A, int lda, const float* B, int ldb, float* C,
-            int ldc) {
+  cublasComputeType_t compute_type() const { return tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F; }
+  // Column-major C [m_ x n_] = op(A) op(B) (cuBLAS conventions).
+  void gemm_ex(cublasOperation_t opa, cublasOperation_t opb, int64_t m_, int64_t n_, int64_t k_, const float* A,
+               int64_t lda, const float* B, int64_t ldb, float* C, int64_t ldc) {
     const float one = 1.0f, zero = 0.0f;
     SCURRY_CUBLAS(cublasSetStream(res.cublas, res.stream));
-    SCURRY_CUBLAS(cublasGemmEx(res.cublas, CUBLAS_OP_N, opb, m_, n_, k_, &one, A, CUDA_R_32F, lda, B, CUDA_R_32F, ldb,
-                               &zero, C, CUDA_R_32F, ldc, tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F,
-                               CUBLAS_GEMM_DEFAULT));
+    SCURRY_CUBLAS(cublasGemmEx(res.cublas, opa, opb, static_cast<int>(m_), static_cast<int>(n_), static_cast<int>(k_),
+                               &one, A, CUDA_R_32F, static_cast<int>(lda), B, CUDA_R_32F, static_cast<int>(ldb), &zero,
+                               C, CUDA_R_32F, static_cast<int>(ldc), compute_type(), CUBLAS_GEMM_DEFAULT));
+  }
+  void gemm(cublasOperation_t opb, int m_, int n_, int k_, const float* A, int lda, const float* B, int ldb, float* C,
+            int ldc) {
+    gemm_ex(CUBLAS_OP_N, opb, m_, n_, k_, A, lda, B, ldb, C, ldc);
   }
   // P [n, rk] = X [n, g] Ht [g, rk]  (column-major: P^T [rk, n] = Ht^T [rk, g] X^T [g, n]).
   void gemm_xh() {
@@ -418,8 +922,196 @@ struct Fit {
     gemm(CUBLAS_OP_T, static_cast<int>(rk), static_cast<int>(g), static_cast<int>(n), f.W.data(), static_cast<int>(rk),
          X.D.data(), static_cast<int>(g), P.data(), static_cast<int>(rk));
   }
+
+  // ---- component-major ----
+  static void transpose_on(CudaResources& r, const float* in, int64_t rows, int64_t cols, float* out) {
+    const int64_t tiles = ceil_div(rows, kTile) * ceil_div(cols, kTile);
+    if (tiles == 0) return;
+    transpose_kernel<<<static_cast<unsigned>(tiles), dim3(kTile, kTileRows), 0, r.stream>>>(rows, cols, in, out);
+    SCURRY_CUDA_LAUNCH();
+  }
+  void transpose(const float* in, int64_t rows, int64_t cols, float* out) { transpose_on(res, in, rows, cols, out); }
+  // The number of cell chunks of X^T W: SCURRY_NMF_SPLITK, or enough output tiles for ~4 waves.
+  void set_splits(int want) {
+    int sms = 0;
+    SCURRY_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, res.device));
+    int s = want;
+    if (s < 0) {  // enough output tiles for ~4 waves
+      const int64_t tiles = ceil_div(g, kSplitTile) * ceil_div(rk, kSplitTile);
+      s = static_cast<int>(std::min<int64_t>(kMaxSplits, ceil_div(4 * static_cast<int64_t>(sms), tiles)));
+    }
+    s = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(s, n / kMinSplitLen)));
+    splits = s;
+    split_len = s > 1 ? ceil_div(ceil_div(n, s), kSplitAlign) * kSplitAlign : n;
+  }
+  void enter_cm() {
+    cm = true;
+    transpose(f.W.data(), n, rk, P.data());
+    Wt = P.data();
+    if (n >= g) {
+      Pc = f.W.data();
+    } else {
+      Pextra = DeviceArray<float>(res, static_cast<size_t>(g * rk), "NMF products (component-major)");
+      Pc = Pextra.data();
+    }
+    Hc = DeviceArray<float>(res, static_cast<size_t>(g * rk), "NMF H (component-major)");
+    Gf = DeviceArray<float>(res, static_cast<size_t>(R) * (kMaxK * kMaxK + kMaxK), "NMF float Grams");
+    transpose(f.Ht.data(), g, rk, Hc.data());
+    set_splits(env_int("SCURRY_NMF_SPLITK", 0));
+    if (splits > 1) kpart = DeviceArray<float>(res, static_cast<size_t>(splits) * g * rk, "NMF split-K partials");
+  }
+  void leave_cm() {
+    transpose(Wt, rk, n, f.W.data());
+    transpose(Hc.data(), rk, g, f.Ht.data());
+    cm = false;
+  }
+  // Pc [rk, n] = Hc [rk, g] X^T  (column-major [n x rk] = (X as [g x n])^T Hc as [g x rk]).
+  void gemm_xh_cm() { gemm_ex(CUBLAS_OP_T, CUBLAS_OP_N, n, rk, g, X.D.data(), g, Hc.data(), g, Pc, n); }
+  // Pc [rk, g] = Wt [rk, n] X  (column-major [g x rk] = (X^T as [n x g])^T Wt as [n x rk]), the cells in
+  // `splits` chunks: batched GEMMs into kpart, summed in chunk order.
+  void gemm_xtw_cm() {
+    if (splits <= 1) return gemm_ex(CUBLAS_OP_T, CUBLAS_OP_N, g, rk, n, X.Dt.data(), n, Wt, n, Pc, g);
+    const int64_t full = n / split_len, tail = n - full * split_len, out = g * rk;
+    const float one = 1.0f, zero = 0.0f;
+    SCURRY_CUBLAS(cublasSetStream(res.cublas, res.stream));
+    SCURRY_CUBLAS(cublasGemmStridedBatchedEx(
+        res.cublas, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(g), static_cast<int>(rk), static_cast<int>(split_len), &one,
+        X.Dt.data(), CUDA_R_32F, static_cast<int>(n), split_len, Wt, CUDA_R_32F, static_cast<int>(n), split_len, &zero,
+        kpart.data(), CUDA_R_32F, static_cast<int>(g), out, static_cast<int>(full), compute_type(), CUBLAS_GEMM_DEFAULT));
+    if (tail > 0)
+      gemm_ex(CUBLAS_OP_T, CUBLAS_OP_N, g, rk, tail, X.Dt.data() + full * split_len, n, Wt + full * split_len, n,
+              kpart.data() + full * out, g);
+    sum_splits_kernel<<<kGridStride, kThreads, 0, res.stream>>>(out, static_cast<int>(full + (tail > 0)), kpart.data(),
+                                                                Pc);
+    SCURRY_CUDA_LAUNCH();
+  }
+  template <int KM>
+  void frob_cm_k(int64_t m, float* A, int cd) {
+    gram_float_kernel<KM><<<static_cast<unsigned>(R), kThreads, 0, res.stream>>>(R, k, G.data(), Gf.data());
+    SCURRY_CUDA_LAUNCH();
+    constexpr size_t smem = frob_cm_smem<KM>();
+    SCURRY_CUDA(cudaFuncSetAttribute(frob_cm_kernel<KM>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                     static_cast<int>(smem)));
+    constexpr int nt = frob_cm_threads<KM>();
+    const int64_t blocks = ceil_div(m, nt);
+    frob_cm_kernel<KM><<<dim3(static_cast<unsigned>(blocks), static_cast<unsigned>(R)), nt, smem, res.stream>>>(
+        m, R, k, Pc, A, Gf.data(), active.data(), cd, vpart.data());
+    SCURRY_CUDA_LAUNCH();
+    last_blocks = blocks;
+  }
+  // The Grams by argument (frob_cm_arg_kernel): for the cells' half-step (m >= kArgMinCols) at
+  // k <= kArgMaxK, or at any k with SCURRY_NMF_UPDATE=arg (SCURRY_NMF_UPDATE=shared: never);
+  // fetch_grams() starts their copy to the host right after grams() (the GEMM runs meanwhile),
+  // frob_cm_arg_k waits for it.
+  bool use_arg(int64_t m) const {
+    if (!cm || m < kArgMinCols || static_cast<double>(R) * kk * 8 > kArgMaxGramBytes) return false;
+    if (env_is("SCURRY_NMF_UPDATE", "shared")) return false;
+    return k <= kArgMaxK || env_is("SCURRY_NMF_UPDATE", "arg");
+  }
+  void fetch_grams() {
+    const size_t bytes = static_cast<size_t>(R * kk) * 8;
+    if (!gram_host) {
+      SCURRY_CUDA(cudaMallocHost(reinterpret_cast<void**>(&gram_host), bytes));
+      SCURRY_CUDA(cudaEventCreateWithFlags(&gram_ready, cudaEventDisableTiming));
+    }
+    SCURRY_CUDA(cudaMemcpyAsync(gram_host, G.data(), bytes, cudaMemcpyDeviceToHost, res.stream));
+    SCURRY_CUDA(cudaEventRecord(gram_ready, res.stream));
+    gram_pending = true;
+  }
+  template <int KM>
+  void frob_cm_arg_k(int64_t m, float* A, int cd) {
+    if (!gram_pending) fail("NMF on GPU: the Grams were not fetched before the update");
+    SCURRY_CUDA(cudaEventSynchronize(gram_ready));
+    gram_pending = false;
+    constexpr int nt = frob_cm_threads<KM>();
+    constexpr size_t smem = static_cast<size_t>(KM) * nt * sizeof(float);
+    const int64_t blocks = ceil_div(m, nt);
+    GramArg<KM> ga;
+    for (int r = 0; r < R; ++r) {
+      if (!active_h[r]) continue;
+      const double* gr = gram_host + static_cast<int64_t>(r) * kk;
+      for (int a = 0; a < KM; ++a)
+        for (int b = 0; b < KM; ++b) ga.g[a * KM + b] = a < k && b < k ? static_cast<float>(gr[a * k + b]) : 0.0f;
+      for (int s = 0; s < KM; ++s) {
+        const float d = s < k ? static_cast<float>(gr[s * k + s]) : 0.0f;
+        ga.g[KM * KM + s] = d != 0.0f ? 1.0f / d : 0.0f;
+      }
+      frob_cm_arg_kernel<KM><<<static_cast<unsigned>(blocks), nt, smem, res.stream>>>(m, r, k, Pc, A, ga, cd,
+                                                                                     vpart.data());
+      SCURRY_CUDA_LAUNCH();
+    }
+    last_blocks = blocks;
+  }
+  void frob_cm(int64_t m, float* A, int cd) {
+    if (use_arg(m)) {
+      if (k <= 8) frob_cm_arg_k<8>(m, A, cd);
+      else if (k <= 12) frob_cm_arg_k<12>(m, A, cd);
+      else if (k <= 16) frob_cm_arg_k<16>(m, A, cd);
+      else if (k <= 24) frob_cm_arg_k<24>(m, A, cd);
+      else if (k <= 32) frob_cm_arg_k<32>(m, A, cd);
+      else if (k <= 48) frob_cm_arg_k<48>(m, A, cd);
+      else frob_cm_arg_k<64>(m, A, cd);
+      return;
+    }
+    if (k <= 8) frob_cm_k<8>(m, A, cd);
+    else if (k <= 12) frob_cm_k<12>(m, A, cd);
+    else if (k <= 16) frob_cm_k<16>(m, A, cd);
+    else if (k <= 24) frob_cm_k<24>(m, A, cd);
+    else if (k <= 32) frob_cm_k<32>(m, A, cd);
+    else if (k <= 48) frob_cm_k<48>(m, A, cd);
+    else frob_cm_k<64>(m, A, cd);
+  }
+  // SCURRY_PROFILE=2: each GEMM variant timed (second of two runs), on stderr. Runs between the
+  // half-steps' real products, so it only clobbers scratch (Pc, kpart) and f.W (scratch in cm).
+  void profile_gemms() {
+    if (!cm || env_int("SCURRY_PROFILE", 0) < 2) return;
+    cudaEvent_t e0, e1;
+    SCURRY_CUDA(cudaEventCreate(&e0));
+    SCURRY_CUDA(cudaEventCreate(&e1));
+    std::string s = "scurry: nmf gemm variants (R=" + std::to_string(R) + ", k=" + std::to_string(k) + "), ms:";
+    auto timed = [&](const std::string& name, auto&& fn) {
+      double ms_best = 1e30;
+      for (int rep = 0; rep < 2; ++rep) {
+        SCURRY_CUDA(cudaEventRecord(e0, res.stream));
+        fn();
+        SCURRY_CUDA(cudaEventRecord(e1, res.stream));
+        SCURRY_CUDA(cudaEventSynchronize(e1));
+        float ms = 0;
+        SCURRY_CUDA(cudaEventElapsedTime(&ms, e0, e1));
+        ms_best = std::min(ms_best, static_cast<double>(ms));
+      }
+      char buf[96];
+      std::snprintf(buf, sizeof buf, " %s %.2f", name.c_str(), ms_best);
+      s += buf;
+    };
+    // Row-major (legacy) products: X Ht into Pc, X^T W (f.W is scratch here) into Pc.
+    timed("xh_rowmajor", [&] {
+      gemm_ex(CUBLAS_OP_N, CUBLAS_OP_N, rk, n, g, f.Ht.data(), rk, X.D.data(), g, Pc, rk);
+    });
+    timed("xtw_rowmajor", [&] {
+      gemm_ex(CUBLAS_OP_N, CUBLAS_OP_T, rk, g, n, f.W.data(), rk, X.D.data(), g, Pc, rk);
+    });
+    timed("xh_cm", [&] { gemm_xh_cm(); });
+    const int keep = splits;
+    const int64_t keep_len = split_len;
+    DeviceArray<float> keep_part = std::move(kpart);
+    for (const int s_try : {1, 4, 16}) {
+      set_splits(s_try);
+      if (splits != s_try) continue;
+      if (splits > 1) kpart = DeviceArray<float>(res, static_cast<size_t>(splits) * g * rk, "NMF split-K partials");
+      timed("xtw_cm_s" + std::to_string(s_try), [&] { gemm_xtw_cm(); });
+      kpart.release();
+    }
+    splits = keep, split_len = keep_len, kpart = std::move(keep_part);
+    SCURRY_CUDA(cudaEventDestroy(e0));
+    SCURRY_CUDA(cudaEventDestroy(e1));
+    std::fprintf(stderr, "%s (splits used: %d)\n", s.c_str(), splits);
+  }
+
   void frob_dense(int64_t m, float* A, int cd) {
+    if (cm) return frob_cm(m, A, cd);
     const dim3 grid = row_grid(m);
+    last_blocks = grid.x;
     if (k <= 8) frob_dense_kernel<8><<<grid, kThreads, 0, res.stream>>>(m, R, k, P.data(), A, G.data(), active.data(), cd, vpart.data());
     else if (k <= 16) frob_dense_kernel<16><<<grid, kThreads, 0, res.stream>>>(m, R, k, P.data(), A, G.data(), active.data(), cd, vpart.data());
     else if (k <= 32) frob_dense_kernel<32><<<grid, kThreads, 0, res.stream>>>(m, R, k, P.data(), A, G.data(), active.data(), cd, vpart.data());
@@ -427,6 +1119,7 @@ struct Fit {
     SCURRY_CUDA_LAUNCH();
   }
   void frob_sparse(const DeviceCsr& M, float* A, const float* B, int cd) {
+    last_blocks = ceil_div(M.n_rows, kThreads);
     frob_sparse_kernel<<<row_grid(M.n_rows), kThreads, 0, res.stream>>>(M.n_rows, R, k, M.indptr.data(), M.indices.data(),
                                                                        M.data.data(), A, B, G.data(), active.data(), cd,
                                                                        vpart.data());
@@ -444,6 +1137,7 @@ struct Fit {
     return h;
   }
   void set_active(const std::vector<uint8_t>& a) {
+    active_h = a;
     SCURRY_CUDA(cudaMemcpyAsync(active.data(), a.data(), a.size(), cudaMemcpyHostToDevice, res.stream));
     SCURRY_CUDA(cudaStreamSynchronize(res.stream));  // `a` may change before the copy would run
   }
@@ -451,7 +1145,10 @@ struct Fit {
   std::vector<double> objective(NmfLoss loss) {
     const bool kl = loss == NmfLoss::kullback_leibler;
     const int64_t blocks = ceil_div(n, kThreads);
-    if (X.dense) {
+    if (cm) {
+      gemm_xh_cm();
+      objective_cm_kernel<<<row_grid(n), kThreads, 0, res.stream>>>(n, R, k, Pc, Wt, vpart.data());
+    } else if (X.dense) {
       gemm_xh();
       objective_dense_kernel<<<row_grid(n), kThreads, 0, res.stream>>>(n, R, k, P.data(), f.W.data(), vpart.data());
     } else {
@@ -464,9 +1161,9 @@ struct Fit {
     const std::vector<double> cross = read(acc, static_cast<size_t>(R));
     std::vector<double> out(R);
     if (!kl) {
-      grams(f.W.data(), n);
+      grams(cm ? Wt : f.W.data(), n);
       const std::vector<double> wtw = read(G, static_cast<size_t>(R * kk));
-      grams(f.Ht.data(), g);
+      grams(cm ? Hc.data() : f.Ht.data(), g);
       const std::vector<double> hht = read(G, static_cast<size_t>(R * kk));
       for (int r = 0; r < R; ++r) {
         double nwh = 0;
@@ -546,8 +1243,23 @@ NmfDeviceX nmf_device_x(CudaResources& res, DeviceCsr Xc, const CsrF* host, cons
           x.n, x.g, Xc.indptr.data(), Xc.indices.data(), Xc.data.data(), x.D.data());
       SCURRY_CUDA_LAUNCH();
     }
+    const double csr_held = static_cast<double>(x.nnz) * 8 + static_cast<double>(x.n + 1) * 8;
+    Xc = DeviceCsr{};  // the CSR is not needed any more (its memory may stay in the stream-ordered pool)
     SCURRY_CUDA(cudaStreamSynchronize(res.stream));
-    return x;  // the CSR (Xc) is released here
+    // X^T as well (both GEMMs of the component-major fit then read operands contiguous along the
+    // reduction) when it fits next to the factors: W, H, the products and X^T W's split-K partials.
+    if (!dense_legacy()) {
+      size_t free_b = 0, total_b = 0;
+      SCURRY_CUDA(cudaMemGetInfo(&free_b, &total_b));
+      const double dense_b = static_cast<double>(x.n) * x.g * 4;
+      const double factors_b = (3.0 * static_cast<double>(x.n + x.g) + kMaxSplits * static_cast<double>(x.g)) * R * k * 4;
+      if (dense_b + factors_b <= 0.9 * (static_cast<double>(free_b) + csr_held)) {
+        x.Dt = DeviceArray<float>(res, static_cast<size_t>(x.n * x.g), "NMF dense X^T");
+        Fit::transpose_on(res, x.D.data(), x.n, x.g, x.Dt.data());
+        SCURRY_CUDA(cudaStreamSynchronize(res.stream));
+      }
+    }
+    return x;
   }
   if (opt.update_h) {
     if (host) {
@@ -592,43 +1304,70 @@ NmfDeviceStats nmf_fit_device(CudaResources& res, const NmfDeviceX& X, NmfDevice
   const int R = f.R;
   const bool kl = opt.loss == NmfLoss::kullback_leibler, cd = opt.solver == NmfSolver::cd;
   Fit fit(res, X, f, opt.gpu_tf32 && X.dense);
+  // The component-major dense fit when X^T is there (nmf_device_x) and not switched off.
+  const bool cm = X.dense && !kl && X.Dt.size() == static_cast<size_t>(X.n * X.g) && !dense_legacy();
+  if (cm) fit.enter_cm();
+  float* W = cm ? fit.Wt : f.W.data();
+  float* H = cm ? fit.Hc.data() : f.Ht.data();
+  PhaseTimer prof(res.stream);
   NmfDeviceStats out;
   out.n_iter.assign(R, 0);
   std::vector<uint8_t> active(R, 1);
   fit.set_active(active);
   std::vector<double> err_init, prev, vinit(R, 0.0);
   if (!cd && opt.tol > 0) prev = err_init = fit.objective(opt.loss);
-  const int64_t bn = ceil_div(f.n, kThreads), bg = ceil_div(f.g, kThreads);
+  if (prof.on && opt.max_iter >= 5) fit.profile_gemms();
   for (int it = 1; it <= opt.max_iter; ++it) {
     if (std::none_of(active.begin(), active.end(), [](uint8_t a) { return a != 0; })) break;
+    prof.begin();
     // W half-step.
     if (kl) {
       fit.colsums(f.Ht.data(), f.g);
+      prof.mark("colsums_h");
       fit.kl_update(X.X, f.W.data(), f.Ht.data(), 0);
+      prof.mark("update_w");
     } else {
-      fit.grams(f.Ht.data(), f.g);
-      if (X.dense) {
+      fit.grams(H, f.g);
+      if (fit.use_arg(f.n)) fit.fetch_grams();
+      prof.mark("gram_h");
+      if (cm) {
+        fit.gemm_xh_cm();
+        prof.mark("gemm_xh");
+        fit.frob_dense(f.n, W, cd);
+      } else if (X.dense) {
         fit.gemm_xh();
-        fit.frob_dense(f.n, f.W.data(), cd);
+        prof.mark("gemm_xh");
+        fit.frob_dense(f.n, W, cd);
       } else {
-        fit.frob_sparse(X.X, f.W.data(), f.Ht.data(), cd);
+        fit.frob_sparse(X.X, W, H, cd);
       }
-      fit.sum_parts(bn, false);
+      prof.mark("update_w");
+      fit.sum_parts(fit.last_blocks, false);
     }
     // H half-step.
     if (opt.update_h) {
       if (kl) {
         fit.colsums(f.W.data(), f.n);
+        prof.mark("colsums_w");
         fit.kl_update(X.Xt, f.Ht.data(), f.W.data(), 1);
+        prof.mark("update_h");
       } else {
-        fit.grams(f.W.data(), f.n);
-        if (X.dense) {
+        fit.grams(W, f.n);
+        if (fit.use_arg(f.g)) fit.fetch_grams();
+        prof.mark("gram_w");
+        if (cm) {
+          fit.gemm_xtw_cm();
+          prof.mark("gemm_xtw");
+          fit.frob_dense(f.g, H, cd);
+        } else if (X.dense) {
           fit.gemm_xtw();
-          fit.frob_dense(f.g, f.Ht.data(), cd);
+          prof.mark("gemm_xtw");
+          fit.frob_dense(f.g, H, cd);
         } else {
-          fit.frob_sparse(X.Xt, f.Ht.data(), f.W.data(), cd);
+          fit.frob_sparse(X.Xt, H, W, cd);
         }
-        fit.sum_parts(bg, true);
+        prof.mark("update_h");
+        fit.sum_parts(fit.last_blocks, true);
       }
     }
     for (int r = 0; r < R; ++r)
@@ -636,6 +1375,7 @@ NmfDeviceStats nmf_fit_device(CudaResources& res, const NmfDeviceX& X, NmfDevice
     bool changed = false;
     if (cd) {
       const std::vector<double> viol = fit.read(fit.acc, static_cast<size_t>(R));
+      prof.mark("sums_sync");
       for (int r = 0; r < R; ++r) {
         if (!active[r]) continue;
         if (it == 1) vinit[r] = viol[r];
@@ -643,6 +1383,7 @@ NmfDeviceStats nmf_fit_device(CudaResources& res, const NmfDeviceX& X, NmfDevice
       }
     } else if (opt.tol > 0 && it % 10 == 0) {
       const std::vector<double> err = fit.objective(opt.loss);
+      prof.mark("objective");
       for (int r = 0; r < R; ++r) {
         if (!active[r]) continue;
         if ((prev[r] - err[r]) / err_init[r] < opt.tol) active[r] = 0, changed = true;
@@ -650,8 +1391,13 @@ NmfDeviceStats nmf_fit_device(CudaResources& res, const NmfDeviceX& X, NmfDevice
       }
     }
     if (changed) fit.set_active(active);
+    prof.end_iteration();
   }
+  prof.print(std::string(cm ? "dense component-major" : X.dense ? "dense row-major" : "sparse") + ", n " +
+             std::to_string(f.n) + ", g " + std::to_string(f.g) + ", R " + std::to_string(R) + ", k " +
+             std::to_string(f.k) + (fit.tf32 ? ", tf32" : "") + (cm ? ", splits " + std::to_string(fit.splits) : ""));
   if (final_error) out.error = fit.objective(opt.loss);
+  if (cm) fit.leave_cm();
   SCURRY_CUDA(cudaStreamSynchronize(res.stream));
   return out;
 }

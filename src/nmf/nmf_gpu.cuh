@@ -16,6 +16,7 @@ struct NmfDeviceX {
   bool dense = false;
   DeviceCsr X, Xt;        // sparse layout (X is released in the dense layout)
   DeviceArray<float> D;   // dense layout
+  DeviceArray<float> Dt;  // dense layout: X^T [g, n] as well, when memory allows (the component-major fit)
   double sum = 0;         // sum of the values (sklearn's init scale)
   double sum_sq = 0;      // ||X||_F^2 (Frobenius objective)
   double sum_pos = 0;     // sum of the values > float32 eps (Kullback-Leibler objective)
@@ -36,7 +37,8 @@ struct NmfDeviceStats {
 
 // Takes X (CSR, on res's device) and lays it out for the fit: the layout of opt.gpu_layout, where
 // `automatic` is dense for the Frobenius loss when the density reaches opt.gpu_dense_min_density and
-// the dense matrix plus R replicates of k components fit in the free device memory. `host`: the
+// the dense matrix plus R replicates of k components fit in the free device memory; the dense layout
+// also keeps X^T when that fits too (and SCURRY_NMF_DENSE is not `legacy`). `host`: the
 // same matrix on the host, if the caller has it (its sums and, for the sparse layout, its transpose
 // are computed there; otherwise X is summed on the device and downloaded once for the transpose).
 NmfDeviceX nmf_device_x(CudaResources& res, DeviceCsr X, const CsrF* host, const NmfOptions& opt, int R, int k);

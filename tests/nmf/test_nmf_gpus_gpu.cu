@@ -4,6 +4,8 @@
 // generator against the CPU one's density.
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
+#include <string>
 
 #include "exec/context.hpp"
 #include "nmf/cnmf_bench.hpp"
@@ -96,6 +98,53 @@ TEST(NmfGpus, DenseLayoutMatchesCpu) {
   const NmfResult c = nmf_fit(cpu, X, init, conv);
   const NmfResult d = nmf_fit_gpu(gpu, X, init, conv);
   for (int r = 0; r < 3; ++r) EXPECT_NEAR(d.error[r], c.error[r], 2e-3 * c.error[r]);
+}
+
+// The dense fits: component-major (the default: X^T kept; X^T W as one GEMM, and as 5 GEMMs over
+// chunks of the cells summed in order; the cells' update with the Grams from shared memory and as
+// kernel arguments, each forced for every k), and the row-major one (SCURRY_NMF_DENSE=legacy), each against the CPU oracle, for k in
+// every bound of the kernels' templates, and with more genes than cells (products in their own buffer).
+TEST(NmfGpus, DenseComponentMajorAndRowMajorMatchCpu) {
+  SCURRY_REQUIRE_GPU();
+  const uint64_t seed = test::fresh_seed();
+  const Context gpu = gpu_context();
+  const Context cpu = Context::cpu(2);
+  struct Shape {
+    int64_t n, g;
+    int k, R;
+  };
+  for (const Shape sh : {Shape{3000, 300, 3, 3}, Shape{3000, 300, 10, 3}, Shape{3000, 300, 14, 2},
+                         Shape{3000, 300, 30, 2}, Shape{3000, 300, 60, 2}, Shape{400, 1200, 12, 3}}) {
+    const CsrF X = test::random_counts(sh.n, sh.g, 0.1, seed + sh.k, 12);
+    const NmfBatch init = nmf_random_init(X, sh.k, nmf_replicate_seeds(seed + 7 * sh.k, sh.R));
+    for (const NmfSolver s : {NmfSolver::cd, NmfSolver::mu}) {
+      NmfOptions opt;
+      opt.solver = s;
+      opt.tol = 0;
+      opt.max_iter = 12;
+      opt.gpu_layout = NmfGpuLayout::dense;
+      const NmfResult a = nmf_fit(cpu, X, init, opt);
+      const double sw = max_abs(a.f.W), sh_ = max_abs(a.f.Ht);
+      for (const char* mode : {"cm", "cm-splitk-5", "cm-shared", "cm-arg", "legacy"}) {
+        if (std::string(mode) == "legacy") setenv("SCURRY_NMF_DENSE", "legacy", 1);
+        if (std::string(mode) == "cm-splitk-5") setenv("SCURRY_NMF_SPLITK", "5", 1);
+        if (std::string(mode) == "cm-shared") setenv("SCURRY_NMF_UPDATE", "shared", 1);
+        if (std::string(mode) == "cm-arg") setenv("SCURRY_NMF_UPDATE", "arg", 1);
+        const NmfResult b = nmf_fit_gpu(gpu, X, init, opt);
+        unsetenv("SCURRY_NMF_DENSE");
+        unsetenv("SCURRY_NMF_SPLITK");
+        unsetenv("SCURRY_NMF_UPDATE");
+        const std::string what = std::string(mode) + " " + nmf_solver_name(s) + " n " + std::to_string(sh.n) + " g " +
+                                 std::to_string(sh.g) + " k " + std::to_string(sh.k);
+        for (int r = 0; r < sh.R; ++r) {
+          EXPECT_EQ(b.n_iter[r], 12) << what;
+          EXPECT_NEAR(b.error[r], a.error[r], 3e-4 * a.error[r]) << what;
+        }
+        for (size_t q = 0; q < a.f.W.size(); ++q) ASSERT_NEAR(b.f.W[q], a.f.W[q], 2e-3 * sw) << q << " " << what;
+        for (size_t q = 0; q < a.f.Ht.size(); ++q) ASSERT_NEAR(b.f.Ht[q], a.f.Ht[q], 2e-3 * sh_) << q << " " << what;
+      }
+    }
+  }
 }
 
 TEST(NmfGpus, BenchGeneratorAndRun) {
