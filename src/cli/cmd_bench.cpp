@@ -22,6 +22,7 @@
 #include "core/log.hpp"
 #include "core/memory.hpp"
 #include "graph/connectivities.hpp"
+#include "graph/connectivities_gpu.hpp"
 #include "graph/knn.hpp"
 #include "graph/knn_gpu.hpp"
 #include "graph/leiden.hpp"
@@ -53,6 +54,9 @@ struct BenchOptions {
   std::string write;       // --write FILE.h5ad: the last run's results (X left out) written there
   int64_t recall_rows = 20000;
   std::vector<int64_t> ivf_probes;  // --ivf-probes: also time IVF-Flat at these n_probes (recall each)
+  std::string graph_knn = "both";   // --graph-knn: exact, ivf or both (the graph steps then use the last)
+  int64_t graph_pcs = 0;            // --graph-pcs: the first this many PCs for the graph (0: all)
+  double umap_min_dist = 0.5;       // --umap-min-dist
   PreprocessOptions pp = [] {
     PreprocessOptions p;
     p.qc_vars = {"mt"};
@@ -95,7 +99,7 @@ double floor_s(const std::string& step, const Timings& t, double n0, double g0, 
 // The graph half on the PCA of the last run: exact kNN and IVF-Flat (recall against exact on the first
 // rows), connectivities, UMAP (random init: the spectral init is CPU work), Leiden. Median of 3 runs
 // after a warm-up for the GPU steps.
-nlohmann::json bench_graph(Context& ctx, const DenseF& x, const BenchOptions& o) {
+nlohmann::json bench_graph(Context& ctx, const std::vector<Context*>& gpus, const DenseF& x, const BenchOptions& o) {
   nlohmann::json j;
   const bool gpu = ctx.backend() == Backend::cuda;
   const int64_t n = x.n_rows, d = x.n_cols, k = 15;
@@ -114,14 +118,15 @@ nlohmann::json bench_graph(Context& ctx, const DenseF& x, const BenchOptions& o)
     j[name] = m;
     return m;
   };
-  const int reps = gpu ? 3 : 1;
+  const int reps = gpu && o.repeat > 0 ? 3 : 1;
   Knn exact, ivf;
   int64_t redo = -1;
-  timed("knn_exact", reps, [&] {
+  const bool do_exact = o.graph_knn != "ivf", do_ivf = o.graph_knn != "exact";
+  if (do_exact) timed("knn_exact", reps, [&] {
     exact = gpu ? knn_exact_gpu(ctx, x, k, KnnMetric::euclidean, KnnExactGpuOptions{KnnGemmPrecision::fused, &redo})
                 : knn_exact(ctx, x, k, KnnMetric::euclidean);
   });
-  if (gpu) {
+  if (gpu && do_exact) {
     std::printf("  %-22s %9lld of %lld queries (no TF32 certificate; searched again with split TF32)\n", "knn_exact redo",
                 static_cast<long long>(redo), static_cast<long long>(n));
     j["knn_exact_redo"] = redo;
@@ -142,13 +147,21 @@ nlohmann::json bench_graph(Context& ctx, const DenseF& x, const BenchOptions& o)
     }
     return static_cast<double>(hit) / static_cast<double>(total);
   };
-  timed(gpu ? "knn_ivf_flat" : "knn_hnsw", reps, [&] {
-    ivf = gpu ? knn_ivf_gpu(ctx, x, k, KnnMetric::euclidean) : knn_hnsw(ctx, x, k, KnnMetric::euclidean);
-  });
-  const double recall = recall_of(ivf);
-  std::printf("  %-22s %9.4f (first %lld cells, against exact)\n", "recall@15", recall, static_cast<long long>(rows));
-  j["recall_at_15"] = recall;
-  if (gpu) {
+  if (do_ivf) {
+    const std::string name = gpu ? (gpus.size() > 1 ? "knn_ivf_flat (" + std::to_string(gpus.size()) + " GPUs)" : "knn_ivf_flat")
+                                 : "knn_hnsw";
+    timed(name.c_str(), reps, [&] {
+      ivf = gpu ? (gpus.size() > 1 ? knn_ivf_gpus(gpus, x, k, KnnMetric::euclidean)
+                                   : knn_ivf_gpu(ctx, x, k, KnnMetric::euclidean))
+                : knn_hnsw(ctx, x, k, KnnMetric::euclidean);
+    });
+  }
+  if (do_ivf && do_exact) {
+    const double recall = recall_of(ivf);
+    std::printf("  %-22s %9.4f (first %lld cells, against exact)\n", "recall@15", recall, static_cast<long long>(rows));
+    j["recall_at_15"] = recall;
+  }
+  if (gpu && do_exact && do_ivf) {
     for (int64_t p : o.ivf_probes) {
       IvfOptions io;
       io.n_probes = p;
@@ -161,9 +174,13 @@ nlohmann::json bench_graph(Context& ctx, const DenseF& x, const BenchOptions& o)
     }
   }
   CsrF conn;
-  timed("connectivities (cpu)", 1, [&] { conn = fuzzy_simplicial_set(exact); });
+  const Knn& graph_knn = do_exact ? exact : ivf;
+  timed(gpu ? "connectivities (gpu)" : "connectivities", reps, [&] {
+    conn = gpu ? fuzzy_simplicial_set_gpu(ctx, graph_knn) : fuzzy_simplicial_set(ctx, graph_knn);
+  });
   UmapOptions uo;
   uo.init_pos = "random";
+  uo.min_dist = o.umap_min_dist;
   timed("umap", reps, [&] {
     if (gpu) umap_gpu(ctx, conn, uo);
     else umap(ctx, conn, uo);
@@ -241,7 +258,7 @@ void run_bench(const GlobalOptions& g, BenchOptions& o) {
   DeviceSimulated dsim;
   {
     auto s = sim_t.scope("simulate");
-    if (o.on_device) dsim = simulate_on_device(ctx, o.sim);
+    if (o.on_device) dsim = multi ? simulate_on_devices(gpus, o.sim) : simulate_on_device(ctx, o.sim);
     else base = simulate(ctx, o.sim);
   }
   const int64_t nnz0 = o.on_device ? dsim.nnz : base.X.nnz();
@@ -321,7 +338,13 @@ void run_bench(const GlobalOptions& g, BenchOptions& o) {
   }
   std::printf("\n");
   nlohmann::json jgraph;
-  if (o.graph) jgraph = bench_graph(ctx, x_pca, o);
+  if (o.graph && o.graph_pcs > 0 && o.graph_pcs < x_pca.n_cols) {  // the first graph_pcs columns
+    DenseF first(x_pca.n_rows, o.graph_pcs);
+    for (int64_t i = 0; i < x_pca.n_rows; ++i)
+      std::copy_n(x_pca.data.begin() + i * x_pca.n_cols, o.graph_pcs, first.data.begin() + i * o.graph_pcs);
+    x_pca = std::move(first);
+  }
+  if (o.graph) jgraph = bench_graph(ctx, gpus, x_pca, o);
   if (!o.json.empty()) {
     nlohmann::json j = {{"graph", jgraph},{"synthetic", o.synthetic},   {"nnz_per_cell", o.sim.nnz_per_cell},
                         {"seed", o.sim.seed},         {"device", ctx.describe()},
@@ -352,6 +375,12 @@ void add_bench_command(CLI::App& app, GlobalOptions& g) {
   cmd->add_flag("--on-device", o->on_device, "Simulate on the GPU (nothing big on the host); each run starts from a device copy");
   cmd->add_option("--write", o->write, "Write the last run's results (without X) to this h5ad");
   cmd->add_flag("--knn-only", o->knn_only, "With --graph: time only the exact kNN");
+  cmd->add_option("--graph-pcs", o->graph_pcs, "With --graph: build the graph on the first this many PCs (0: all)")
+      ->capture_default_str();
+  cmd->add_option("--umap-min-dist", o->umap_min_dist, "With --graph: UMAP's min_dist")->capture_default_str();
+  cmd->add_option("--graph-knn", o->graph_knn, "With --graph: exact, ivf or both (the graph steps use the exact kNN when timed)")
+      ->check(CLI::IsMember({"exact", "ivf", "both"}))
+      ->capture_default_str();
   cmd->add_option("--ivf-probes", o->ivf_probes, "With --graph on the GPU: also time IVF-Flat at these n_probes, with the recall of each");
   cmd->add_flag("--graph", o->graph, "Also time kNN (exact and approximate), connectivities, UMAP and Leiden on the PCA");
   add_preprocess_options(*cmd, o->pp);

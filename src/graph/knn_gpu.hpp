@@ -17,6 +17,7 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "core/matrix.hpp"
 #include "exec/context.hpp"
@@ -71,6 +72,11 @@ struct IvfOptions {
   // Balance: after each iteration, a centroid with fewer than this fraction of the mean cluster size
   // moves onto a random sample point of a cluster larger than the mean (splitting it).
   double kmeans_min_cluster_fraction = 0.25;
+  // Several GPUs (knn_ivf_gpus sets these): this call searches only the query blocks of part `shard`
+  // of `n_shards` (contiguous in list order, balanced by cells); every other row of its result is the
+  // cell itself and no neighbours (-1). Every part builds the same lists (same seed, same arithmetic).
+  int shard = 0;
+  int n_shards = 1;
 };
 
 // Exact k nearest neighbours of every row of X (n x d float32, host) among all rows, self included as
@@ -80,6 +86,12 @@ Knn knn_exact_gpu(const Context& ctx, const DenseF& X, int64_t k, KnnMetric metr
 // Approximate (IVF-Flat) search, same conventions. Rows for which the probed lists hold fewer than
 // k - 1 other cells get index -1 and distance +inf in the missing columns (as knn_hnsw does).
 Knn knn_ivf_gpu(const Context& ctx, const DenseF& X, int64_t k, KnnMetric metric, const IvfOptions& opt = {});
+
+// IVF-Flat over several GPUs (ctxs: one CUDA context each, the first the main one): every GPU builds
+// the lists (the index is small: n x d floats, 2.3 GB at 11.4M x 50) and searches its share of the
+// query blocks on its own thread; the rows are merged on the host. Equal to knn_ivf_gpu on one GPU.
+Knn knn_ivf_gpus(const std::vector<Context*>& ctxs, const DenseF& X, int64_t k, KnnMetric metric,
+                 const IvfOptions& opt = {});
 
 // Conveniences with the metric by name ("euclidean" | "cosine").
 inline Knn knn_exact_gpu(const Context& ctx, const DenseF& X, int64_t k, const std::string& metric) {

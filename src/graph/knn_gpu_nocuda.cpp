@@ -12,4 +12,8 @@ Knn knn_ivf_gpu(const Context&, const DenseF&, int64_t, KnnMetric, const IvfOpti
   throw InputError("neighbors: this scurry was built without CUDA; use --device cpu");
 }
 
+Knn knn_ivf_gpus(const std::vector<Context*>&, const DenseF&, int64_t, KnnMetric, const IvfOptions&) {
+  throw InputError("neighbors: this scurry was built without CUDA; use --device cpu");
+}
+
 }  // namespace scurry

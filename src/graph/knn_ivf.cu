@@ -35,7 +35,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <numeric>
+#include <exception>
 #include <random>
+#include <thread>
 #include <string>
 #include <vector>
 
@@ -525,10 +527,21 @@ void ivf_search(CudaResources& r, const float* Y, const float* dX, int64_t n, in
       qrange.push_back(s1);
     }
   const int64_t nb = static_cast<int64_t>(qrange.size() / 2);
-  std::vector<int64_t> tile_begin{0};
-  for (int64_t b = 0; b < nb; ++b)
+  // This call's query blocks [qb0, qb1): all, or part `shard` of `n_shards` (split by cells).
+  if (opt.n_shards < 1 || opt.shard < 0 || opt.shard >= opt.n_shards)
+    fail("IVF: shard ", opt.shard, " of ", opt.n_shards, " is out of range");
+  auto first_block_at = [&](int64_t cell) {
+    int64_t b = 0;
+    while (b < nb && qrange[2 * b] < cell) ++b;
+    return b;
+  };
+  const int64_t qb0 = opt.n_shards == 1 ? 0 : first_block_at(n * opt.shard / opt.n_shards);
+  const int64_t qb1 = opt.n_shards == 1 ? nb : first_block_at(n * (opt.shard + 1) / opt.n_shards);
+  if (opt.n_shards > 1) fill_empty(r, best_d_out, best_i_out, n * w);
+  std::vector<int64_t> tile_begin{qb0};
+  for (int64_t b = qb0; b < qb1; ++b)
     if (qrange[2 * b + 1] - qrange[2 * tile_begin.back()] > qt) tile_begin.push_back(b);
-  tile_begin.push_back(nb);
+  if (tile_begin.back() != qb1) tile_begin.push_back(qb1);
   int64_t max_tile_blocks = 0;
   for (size_t t = 0; t + 1 < tile_begin.size(); ++t)
     max_tile_blocks = std::max(max_tile_blocks, tile_begin[t + 1] - tile_begin[t]);
@@ -614,15 +627,16 @@ void ivf_search(CudaResources& r, const float* Y, const float* dX, int64_t n, in
   SCURRY_CUDA_LAUNCH();
   if (!ex) Xs.release();
   FusedBlocks fb;
-  fb.n_blocks = nb;
-  fb.query_range = d_qrange.data();
-  fb.ranges = d_ranges.data();
-  fb.n_ranges = d_nranges.data();
+  fb.n_blocks = qb1 - qb0;
+  fb.query_range = d_qrange.data() + 2 * qb0;
+  fb.ranges = d_ranges.data() + qb0 * cap * 2;
+  fb.n_ranges = d_nranges.data() + qb0;
   fb.range_cap = cap;
   fb.ids = d_perm.data();
   fused_candidates_ranges(r, A.data(), sqn.data(), n, kp, w, fb, best_d, best_i);
   prof("fused candidates");
   if (!ex) return;
+  if (opt.n_shards != 1) fail("exact kNN through the lists: one shard only");
 
   // ---- Exact: stage 1's k-th distances, the pruning certificate per query, stage 2, merge.
   rerank(r, dX, ex->nrm, n, d, KnnMetric::euclidean, best_i, w, k, ex->out_idx, ex->out_dist);
@@ -689,7 +703,7 @@ void ivf_search(CudaResources& r, const float* Y, const float* dX, int64_t n, in
   {
     // Stage 2 starts from stage 1's lists (seeded: tight thresholds from the first tile on) and
     // leaves the best w of both in best_d/best_i (the two scans' rows are disjoint).
-    FusedBlocks fb2 = fb;
+    FusedBlocks fb2 = fb;  // (one shard: every block)
     fb2.ranges = d_ranges2.data();
     fb2.n_ranges = d_nranges2.data();
     fb2.range_cap = cap2;
@@ -767,6 +781,48 @@ Knn knn_ivf_gpu(const Context& ctx, const DenseF& X, int64_t k, KnnMetric metric
   DeviceArray<float> out_dist(r, static_cast<size_t>(n * k), "kNN distances");
   rerank(r, dX.data(), nrm.data(), n, d, metric, best_i.data(), w, k, out_idx.data(), out_dist.data());
   return download(r, out_idx.data(), out_dist.data(), n, k);
+}
+
+Knn knn_ivf_gpus(const std::vector<Context*>& ctxs, const DenseF& X, int64_t k, KnnMetric metric,
+                 const IvfOptions& opt) {
+  if (ctxs.empty()) fail_input("neighbors", "no GPU contexts given");
+  if (ctxs.size() == 1) return knn_ivf_gpu(*ctxs[0], X, k, metric, opt);
+  const int S = static_cast<int>(ctxs.size());
+  std::vector<Knn> parts(static_cast<size_t>(S));
+  std::vector<std::exception_ptr> errors(static_cast<size_t>(S));
+  {
+    std::vector<std::thread> workers;
+    for (int s = 0; s < S; ++s)
+      workers.emplace_back([&, s] {
+        try {
+          CudaResources& res = require_cuda(*ctxs[s], "neighbors");
+          SCURRY_CUDA(cudaSetDevice(res.device));  // the resources were made on another thread
+          IvfOptions o = opt;
+          o.shard = s;
+          o.n_shards = S;
+          parts[s] = knn_ivf_gpu(*ctxs[s], X, k, metric, o);
+        } catch (...) {
+          errors[s] = std::current_exception();
+        }
+      });
+    for (auto& t : workers) t.join();
+  }
+  for (auto& e : errors)
+    if (e) std::rethrow_exception(e);
+  // Each row from the part that searched it (the one with a neighbour; a row no part found any
+  // neighbour for is the same in every part).
+  Knn out = std::move(parts[0]);
+  if (k < 2) return out;
+  for (int64_t i = 0; i < out.n; ++i) {
+    if (out.index(i, 1) >= 0) continue;
+    for (int s = 1; s < S; ++s)
+      if (parts[s].index(i, 1) >= 0) {
+        std::copy_n(parts[s].indices.begin() + i * k, k, out.indices.begin() + i * k);
+        std::copy_n(parts[s].distances.begin() + i * k, k, out.distances.begin() + i * k);
+        break;
+      }
+  }
+  return out;
 }
 
 }  // namespace scurry

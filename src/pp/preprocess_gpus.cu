@@ -191,6 +191,39 @@ void preprocess_gpu_sharded(const std::vector<Context*>& gpus, Dataset& d, const
 void preprocess_simulated_sharded(const std::vector<Context*>& gpus, DeviceSimulated& sim, Dataset& d,
                                   const PreprocessOptions& o, Timings* timings, bool consume) {
   check_contexts(gpus);
+  if (!sim.parts.empty()) {  // simulate_on_devices: each GPU already holds its rows
+    if (sim.parts.size() != gpus.size()) throw Error(detail::concat("preprocess_simulated: ", sim.parts.size(), " parts for ", gpus.size(), " GPUs"));
+    std::vector<RowRange> ranges;
+    for (size_t q = 0; q < sim.parts.size(); ++q) {
+      if (!sim.parts[q]) throw Error("preprocess_simulated: the simulated matrix was consumed already");
+      ranges.push_back(RowRange{sim.part_begin[q], sim.part_begin[q + 1]});
+    }
+    run_ranks(
+        gpus, sim.frame, ranges, o, timings, "device_copy",
+        [&](int q, CudaResources& r) {
+          DeviceCsr& src = *std::static_pointer_cast<DeviceCsr>(sim.parts[q]);
+          if (consume) {
+            DeviceCsr m = std::move(src);
+            sim.parts[q].reset();
+            return m;
+          }
+          // A copy on the same device (the next benchmark run starts from the simulated part again).
+          DeviceCsr m;
+          m.n_rows = src.n_rows, m.n_cols = src.n_cols, m.nnz = src.nnz;
+          m.indptr = DeviceArray<int64_t>(r, static_cast<size_t>(src.n_rows) + 1, "count matrix (row pointers)");
+          m.indices = DeviceArray<int32_t>(r, static_cast<size_t>(std::max<int64_t>(m.nnz, 1)), "count matrix (indices)");
+          m.data = DeviceArray<float>(r, static_cast<size_t>(std::max<int64_t>(m.nnz, 1)), "count matrix (values)");
+          SCURRY_CUDA(cudaMemcpyAsync(m.indptr.data(), src.indptr.data(), (static_cast<size_t>(src.n_rows) + 1) * 8,
+                                      cudaMemcpyDeviceToDevice, r.stream));
+          SCURRY_CUDA(cudaMemcpyAsync(m.indices.data(), src.indices.data(), static_cast<size_t>(m.nnz) * 4,
+                                      cudaMemcpyDeviceToDevice, r.stream));
+          SCURRY_CUDA(cudaMemcpyAsync(m.data.data(), src.data.data(), static_cast<size_t>(m.nnz) * 4,
+                                      cudaMemcpyDeviceToDevice, r.stream));
+          return m;
+        },
+        {}, d);
+    return;
+  }
   if (gpus.size() == 1) return preprocess_simulated(*gpus[0], sim, d, o, timings, consume);
   if (!sim.matrix) throw Error("preprocess_simulated: the simulated matrix was consumed already");
   const DeviceCsr& src = *std::static_pointer_cast<DeviceCsr>(sim.matrix);

@@ -54,7 +54,14 @@ struct DeviceSimulated {
   Dataset frame;                  // obs, var, uns; X empty
   std::shared_ptr<void> matrix;   // the device CSR (opaque outside CUDA code)
   int64_t nnz = 0;
+  // simulate_on_devices: the rows [part_begin[q], part_begin[q + 1]) on GPU q instead of `matrix`.
+  std::vector<std::shared_ptr<void>> parts;
+  std::vector<int64_t> part_begin;
 };
 DeviceSimulated simulate_on_device(Context& ctx, const SimulateOptions& opt);
+// The same matrix (every cell's counts come from its own random streams) made in row parts, one per
+// GPU of gpus (equal row counts), each on its own device and thread: nothing crosses between GPUs,
+// and no GPU holds more than its share (the 11.4M-cell atlas on several GPUs).
+DeviceSimulated simulate_on_devices(const std::vector<Context*>& gpus, const SimulateOptions& opt);
 
 }  // namespace scurry

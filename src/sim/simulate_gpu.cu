@@ -16,7 +16,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <exception>
 #include <numeric>
+#include <thread>
+#include <vector>
 
 #include "core/error.hpp"
 #include "exec/device_csr.cuh"
@@ -32,7 +35,8 @@ constexpr int64_t kMaxGenes = 100000;  // histogram words: 50,000 x 4 bytes = 19
 struct SimParams {
   const float* prob;      // [cluster][gene] alias acceptance
   const int32_t* alias;   // [cluster][gene]
-  int64_t n_cells;
+  int64_t n_cells;        // cells of this part
+  int64_t row0;           // the first cell's index in the whole matrix (its random streams)
   int32_t n_genes;
   int32_t n_clusters;
   double lib_scale, lib_sd;
@@ -61,7 +65,7 @@ __global__ void __launch_bounds__(kThreads) simulate_kernel(SimParams P) {
     for (int w = threadIdx.x; w < words; w += kThreads) hist[w] = 0u;
     if (threadIdx.x == 0) {
       curandStatePhilox4_32_10_t st;
-      curand_init(P.seed, stream_of(cell, 511), 0, &st);
+      curand_init(P.seed, stream_of(P.row0 + cell, 511), 0, &st);
       s_cluster = static_cast<int>(curand(&st) % static_cast<unsigned>(P.n_clusters));
       s_lib = llround(P.lib_scale * exp(P.lib_sd * curand_normal_double(&st)));
     }
@@ -72,7 +76,7 @@ __global__ void __launch_bounds__(kThreads) simulate_kernel(SimParams P) {
     const int32_t* alias = P.alias + static_cast<int64_t>(k) * P.n_genes;
     {
       curandStatePhilox4_32_10_t st;
-      curand_init(P.seed, stream_of(cell, threadIdx.x), 0, &st);
+      curand_init(P.seed, stream_of(P.row0 + cell, threadIdx.x), 0, &st);
       for (long long i = threadIdx.x; i < L; i += kThreads) {
         const uint2 u = make_uint2(curand(&st), curand(&st));
         const int slot = static_cast<int>((static_cast<unsigned long long>(u.x) * P.n_genes) >> 32);
@@ -103,35 +107,44 @@ __global__ void __launch_bounds__(kThreads) simulate_kernel(SimParams P) {
   }
 }
 
-}  // namespace
+// The model's tables (host): per cluster, the alias table of its gene proportions.
+struct Tables {
+  double L0 = 0;
+  std::vector<float> prob;
+  std::vector<int32_t> alias;
+};
 
-DeviceSimulated simulate_on_device(Context& ctx, const SimulateOptions& o) {
-  CudaResources* rp = ctx.cuda();
-  if (!rp) throw Error("simulate on the device: needs --device gpu");
-  CudaResources& r = *rp;
+Tables make_tables(const SimulateOptions& o) {
   if (o.n_genes > kMaxGenes)
     throw InputError(detail::concat("simulate on the device: at most ", kMaxGenes, " genes (got ", o.n_genes, ")"));
-  const double L0 = calibrate_library_size(o);  // also validates the options
-  if (L0 * std::exp(6.0 * o.library_log_sd) > 60000.0)
+  Tables t;
+  t.L0 = calibrate_library_size(o);  // also validates the options
+  if (t.L0 * std::exp(6.0 * o.library_log_sd) > 60000.0)
     throw InputError("simulate on the device: library sizes above 60,000 draws per cell (16-bit counters); "
                      "lower --nnz-per-cell or use the host simulator");
   const auto props = simulate_cluster_proportions(o);
-  const int64_t G = o.n_genes, C = o.n_clusters, n = o.n_cells;
-  std::vector<float> prob(static_cast<size_t>(G * C));
-  std::vector<int32_t> alias(static_cast<size_t>(G * C));
+  const int64_t G = o.n_genes, C = o.n_clusters;
+  t.prob.resize(static_cast<size_t>(G * C));
+  t.alias.resize(static_cast<size_t>(G * C));
 #pragma omp parallel for schedule(static)
   for (int64_t c = 0; c < C; ++c) {
     std::vector<double> pd;
     std::vector<int32_t> al;
     simulate_alias_table(props[c], pd, al);
-    std::copy(pd.begin(), pd.end(), prob.begin() + c * G);  // float acceptance thresholds
-    std::copy(al.begin(), al.end(), alias.begin() + c * G);
+    std::copy(pd.begin(), pd.end(), t.prob.begin() + c * G);  // float acceptance thresholds
+    std::copy(al.begin(), al.end(), t.alias.begin() + c * G);
   }
+  return t;
+}
 
-  DeviceArray<float> dprob(r, prob.size(), "simulation tables");
-  DeviceArray<int32_t> dalias(r, alias.size(), "simulation tables");
-  SCURRY_CUDA(cudaMemcpyAsync(dprob.data(), prob.data(), prob.size() * 4, cudaMemcpyHostToDevice, r.stream));
-  SCURRY_CUDA(cudaMemcpyAsync(dalias.data(), alias.data(), alias.size() * 4, cudaMemcpyHostToDevice, r.stream));
+// Cells [row0, row0 + n) on r's device; their cluster codes into codes[0..n).
+std::shared_ptr<DeviceCsr> simulate_rows(CudaResources& r, const SimulateOptions& o, const Tables& t, int64_t row0,
+                                         int64_t n, int32_t* codes) {
+  const int64_t G = o.n_genes, C = o.n_clusters;
+  DeviceArray<float> dprob(r, t.prob.size(), "simulation tables");
+  DeviceArray<int32_t> dalias(r, t.alias.size(), "simulation tables");
+  SCURRY_CUDA(cudaMemcpyAsync(dprob.data(), t.prob.data(), t.prob.size() * 4, cudaMemcpyHostToDevice, r.stream));
+  SCURRY_CUDA(cudaMemcpyAsync(dalias.data(), t.alias.data(), t.alias.size() * 4, cudaMemcpyHostToDevice, r.stream));
 
   auto m = std::make_shared<DeviceCsr>();
   m->n_rows = n, m->n_cols = G;
@@ -139,8 +152,8 @@ DeviceSimulated simulate_on_device(Context& ctx, const SimulateOptions& o) {
   DeviceArray<int64_t> row_nnz(r, static_cast<size_t>(n) + 1, "simulated row sizes");
   DeviceArray<int32_t> dcluster(r, static_cast<size_t>(std::max<int64_t>(n, 1)), "simulated clusters");
   SimParams P{};
-  P.prob = dprob.data(), P.alias = dalias.data(), P.n_cells = n, P.n_genes = static_cast<int32_t>(G);
-  P.n_clusters = static_cast<int32_t>(C), P.lib_scale = L0, P.lib_sd = o.library_log_sd, P.seed = o.seed;
+  P.prob = dprob.data(), P.alias = dalias.data(), P.n_cells = n, P.row0 = row0, P.n_genes = static_cast<int32_t>(G);
+  P.n_clusters = static_cast<int32_t>(C), P.lib_scale = t.L0, P.lib_sd = o.library_log_sd, P.seed = o.seed;
   P.row_nnz = row_nnz.data(), P.cluster = dcluster.data();
   const size_t smem = static_cast<size_t>((G + 1) / 2) * 4;
   SCURRY_CUDA(cudaFuncSetAttribute(simulate_kernel<false>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
@@ -172,14 +185,57 @@ DeviceSimulated simulate_on_device(Context& ctx, const SimulateOptions& o) {
     simulate_kernel<true><<<grid, kThreads, smem, r.stream>>>(P);
     SCURRY_CUDA_LAUNCH();
   }
-  std::vector<int32_t> codes(static_cast<size_t>(n));
-  if (n > 0) SCURRY_CUDA(cudaMemcpyAsync(codes.data(), dcluster.data(), static_cast<size_t>(n) * 4, cudaMemcpyDeviceToHost, r.stream));
+  if (n > 0) SCURRY_CUDA(cudaMemcpyAsync(codes, dcluster.data(), static_cast<size_t>(n) * 4, cudaMemcpyDeviceToHost, r.stream));
   SCURRY_CUDA(cudaStreamSynchronize(r.stream));
+  return m;
+}
 
+}  // namespace
+
+DeviceSimulated simulate_on_device(Context& ctx, const SimulateOptions& o) {
+  CudaResources* rp = ctx.cuda();
+  if (!rp) throw Error("simulate on the device: needs --device gpu");
+  const Tables t = make_tables(o);
+  std::vector<int32_t> codes(static_cast<size_t>(o.n_cells));
+  auto m = simulate_rows(*rp, o, t, 0, o.n_cells, codes.data());
   DeviceSimulated out;
-  simulate_frame(out.frame, o, std::move(codes), L0);
-  out.nnz = nnz;
+  simulate_frame(out.frame, o, std::move(codes), t.L0);
+  out.nnz = m->nnz;
   out.matrix = std::static_pointer_cast<void>(m);
+  return out;
+}
+
+DeviceSimulated simulate_on_devices(const std::vector<Context*>& gpus, const SimulateOptions& o) {
+  if (gpus.empty()) throw Error("simulate on the devices: no GPU");
+  for (Context* c : gpus)
+    if (!c || !c->cuda()) throw Error("simulate on the devices: needs --device gpu");
+  const Tables t = make_tables(o);
+  const int R = static_cast<int>(gpus.size());
+  DeviceSimulated out;
+  out.parts.resize(static_cast<size_t>(R));
+  out.part_begin.resize(static_cast<size_t>(R) + 1);
+  for (int q = 0; q <= R; ++q) out.part_begin[q] = o.n_cells * q / R;
+  std::vector<int32_t> codes(static_cast<size_t>(o.n_cells));
+  std::vector<std::exception_ptr> errors(static_cast<size_t>(R));
+  {
+    std::vector<std::thread> workers;
+    for (int q = 0; q < R; ++q)
+      workers.emplace_back([&, q] {
+        try {
+          CudaResources& r = *gpus[q]->cuda();
+          SCURRY_CUDA(cudaSetDevice(r.device));  // the resources were made on another thread
+          const int64_t b = out.part_begin[q], e = out.part_begin[q + 1];
+          out.parts[q] = std::static_pointer_cast<void>(simulate_rows(r, o, t, b, e - b, codes.data() + b));
+        } catch (...) {
+          errors[q] = std::current_exception();
+        }
+      });
+    for (auto& w : workers) w.join();
+  }
+  for (auto& e : errors)
+    if (e) std::rethrow_exception(e);
+  for (const auto& p : out.parts) out.nnz += std::static_pointer_cast<DeviceCsr>(p)->nnz;
+  simulate_frame(out.frame, o, std::move(codes), t.L0);
   return out;
 }
 

@@ -235,6 +235,51 @@ TEST(KnnGpu, ExactThroughListsEqualsFloat64BruteForce) {
   }
 }
 
+// IVF over several GPUs: each part searches its share of the query blocks (same lists everywhere);
+// the parts merged equal the whole search, on one GPU (parts run one after the other) and on two.
+TEST(KnnGpu, IvfShardsMergeToTheWholeSearch) {
+  SCURRY_REQUIRE_GPU();
+  const Context ctx = gpu_ctx();
+  const uint64_t seed = test::fresh_seed();
+  const DenseF x = clustered(30000, 40, 25, seed, 20.0f);
+  for (KnnMetric metric : {KnnMetric::euclidean, KnnMetric::cosine}) {
+    const Knn whole = knn_ivf_gpu(ctx, x, 15, metric);
+    IvfOptions o;
+    o.n_shards = 3;
+    std::vector<Knn> parts;
+    for (int s = 0; s < 3; ++s) {
+      o.shard = s;
+      parts.push_back(knn_ivf_gpu(ctx, x, 15, metric, o));
+    }
+    int64_t owned = 0, differ = 0;
+    for (int64_t i = 0; i < x.n_rows; ++i) {
+      int owners = 0;
+      for (const Knn& p : parts) {
+        ASSERT_EQ(p.index(i, 0), i);
+        if (p.index(i, 1) < 0) continue;
+        ++owners;
+        for (int64_t j = 0; j < 15; ++j)
+          differ += p.index(i, j) != whole.index(i, j) || p.distance(i, j) != whole.distance(i, j);
+      }
+      EXPECT_EQ(owners, 1) << "row " << i;
+      owned += owners == 1;
+    }
+    EXPECT_EQ(owned, x.n_rows) << knn_metric_name(metric);
+    EXPECT_EQ(differ, 0) << knn_metric_name(metric);
+    if (cuda_device_count() >= 2) {
+      ContextOptions co;
+      co.device = "gpu";
+      co.cuda.device = 1;
+      Context second = Context::create(co);
+      Context first = gpu_ctx();
+      const Knn two = knn_ivf_gpus({&first, &second}, x, 15, metric);
+      EXPECT_EQ(two.indices, whole.indices) << knn_metric_name(metric);
+      EXPECT_EQ(two.distances, whole.distances) << knn_metric_name(metric);
+      std::printf("IVF over 2 GPUs equals one GPU (%s)\n", knn_metric_name(metric));
+    }
+  }
+}
+
 TEST(KnnGpu, ExactEqualsLibraryBruteForceSmallSizesAndLargeK) {
   SCURRY_REQUIRE_GPU();
   const Context ctx = gpu_ctx();

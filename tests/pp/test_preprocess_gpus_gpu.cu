@@ -228,6 +228,44 @@ TEST(PreprocessGpus, SimulatedOnDeviceTwoRanksEqualOneGpu) {
   EXPECT_TRUE(copied);
 }
 
+// The matrix made in row parts, one per GPU (simulate_on_devices: every cell from its own random
+// streams), is the whole simulation's: same nonzeros and clusters, and the chain over the parts (each
+// rank starts from its own part: a copy, then the part itself) equals one GPU on the whole matrix.
+TEST(PreprocessGpus, SimulatedInPartsEqualsTheWholeSimulation) {
+  SCURRY_REQUIRE_GPU();
+  Context ctx = gpu_ctx(0);
+  Context second = gpu_ctx(0);
+  std::vector<Context*> ptrs{&ctx, &second};
+  SimulateOptions s;
+  s.n_cells = 3001;
+  s.n_genes = 5000;
+  s.nnz_per_cell = 700;
+  s.seed = test::fresh_seed();
+  DeviceSimulated whole = simulate_on_device(ctx, s);
+  DeviceSimulated parts = simulate_on_devices(ptrs, s);
+  ASSERT_EQ(parts.parts.size(), 2u);
+  EXPECT_EQ(parts.nnz, whole.nnz);
+  EXPECT_EQ(parts.part_begin, (std::vector<int64_t>{0, 1500, 3001}));
+  const auto& ca = std::get<CategoricalColumn>(whole.frame.obs.at("cluster").c);
+  const auto& cb = std::get<CategoricalColumn>(parts.frame.obs.at("cluster").c);
+  EXPECT_EQ(ca.codes, cb.codes);
+  PreprocessOptions o;
+  o.qc_vars = {"mt"};
+  o.raw = false;
+  o.counts_layer = false;
+  o.scaled_x = false;
+  o.hvg.n_top_genes = 800;
+  o.pca.n_comps = 15;
+  Dataset one;
+  preprocess_simulated(ctx, whole, one, o, nullptr, /*consume=*/true);
+  for (bool consume : {false, true}) {
+    Dataset sharded;
+    preprocess_simulated_sharded(ptrs, parts, sharded, o, nullptr, consume);
+    compare(sharded, one, false);
+    EXPECT_EQ(parts.parts[0] == nullptr, consume);
+  }
+}
+
 TEST(PreprocessGpus, ARankLeftWithoutCellsIsAnInputErrorOnEveryRank) {
   SCURRY_REQUIRE_GPU();
   // The first half of the cells have 500 genes each, the second half 50: split by nonzeros, rank 0
