@@ -75,14 +75,12 @@ __global__ void gather_rows_kernel(const float* Y, const int32_t* ids, int64_t m
   out[e] = Y[static_cast<int64_t>(ids[i]) * d + c];
 }
 
-// labels[q] = argmin_l tile[q, l] + cn[l] (ties: smaller l); one warp per row.
-__global__ void argmin_kernel(const float* tile, int64_t nq, int64_t L, const float* cn, int32_t* labels) {
-  const int64_t q = (blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x) / kWarp;
-  const int lane = threadIdx.x & (kWarp - 1);
-  if (q >= nq) return;  // warp-uniform
-  const float* row = tile + q * L;
-  float best = __int_as_float(0x7f800000);
-  int32_t bl = -1;
+// The smallest row[l] + cn[l] over l < L (ties: the smaller l) into best/bl in every lane of the warp
+// (bl = -1 when no score is finite).
+__device__ __forceinline__ void warp_row_argmin(const float* row, int64_t L, const float* cn, int lane, float& best,
+                                                int32_t& bl) {
+  best = __int_as_float(0x7f800000);
+  bl = -1;
   for (int64_t l = lane; l < L; l += kWarp) {
     const float s = row[l] + cn[l];
     if (cand_less(s, static_cast<int32_t>(l), best, bl)) best = s, bl = static_cast<int32_t>(l);
@@ -92,6 +90,16 @@ __global__ void argmin_kernel(const float* tile, int64_t nq, int64_t L, const fl
     const int32_t ol = __shfl_xor_sync(kFullMask, bl, o);
     if (cand_less(ob, ol, best, bl)) best = ob, bl = ol;
   }
+}
+
+// labels[q] = argmin_l tile[q, l] + cn[l] (ties: smaller l); one warp per row.
+__global__ void argmin_kernel(const float* tile, int64_t nq, int64_t L, const float* cn, int32_t* labels) {
+  const int64_t q = (blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x) / kWarp;
+  const int lane = threadIdx.x & (kWarp - 1);
+  if (q >= nq) return;  // warp-uniform
+  float best;
+  int32_t bl;
+  warp_row_argmin(tile + q * L, L, cn, lane, best, bl);
   if (lane == 0) labels[q] = bl < 0 ? 0 : bl;  // bl < 0 only for non-finite scores
 }
 
@@ -332,17 +340,9 @@ __global__ void prune_kernel(const float* tile, int64_t nq, int64_t L, const flo
   const int lane = threadIdx.x & (kWarp - 1);
   if (q >= nq) return;  // warp-uniform
   const float* row = tile + q * L;
-  float best = __int_as_float(0x7f800000);
-  int32_t a = -1;
-  for (int64_t l = lane; l < L; l += kWarp) {
-    const float v = row[l] + cn[l];
-    if (cand_less(v, static_cast<int32_t>(l), best, a)) best = v, a = static_cast<int32_t>(l);
-  }
-  for (int o = kWarp / 2; o > 0; o >>= 1) {
-    const float ob = __shfl_xor_sync(kFullMask, best, o);
-    const int32_t ol = __shfl_xor_sync(kFullMask, a, o);
-    if (cand_less(ob, ol, best, a)) best = ob, a = ol;
-  }
+  float best;
+  int32_t a;
+  warp_row_argmin(row, L, cn, lane, best, a);
   const int64_t p = p0 + q, i = perm[p];
   const float delta = out_dist[i * k + k - 1];
   if (a < 0 || !isfinite(delta)) {
