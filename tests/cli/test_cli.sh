@@ -132,4 +132,17 @@ PY
   expect_fail "run on counts with a negative value" "$WORK/negative.h5ad" "$WORK/o12" run "$WORK/negative.h5ad" -o "$WORK/o12/x.h5ad"
 fi
 
+# bench: the graph half on the CPU with the approximate search only, on the first PCs, and a check
+# of --graph-knn's values
+run_cmd bench --synthetic 3000x2000 --nnz-per-cell 300 --repeat 1 --n-comps 30 --graph --graph-knn both \
+  --graph-pcs 20 --umap-min-dist 0.3
+[ "$rc" -eq 0 ] || die "bench --graph: exit code $rc"
+grep -Eq 'graph: [0-9]+ cells x 20 PCs' "$WORK/stdout" || die "bench --graph-pcs 20: graph not on 20 PCs"
+grep -Eq 'recall@15 +0\.9[0-9]+' "$WORK/stdout" || die "bench --graph-knn both: no recall of hnsw >= 0.9 against exact"
+grep -Eq 'leiden: [0-9]+ clusters' "$WORK/stdout" || die "bench --graph: no Leiden result"
+pass "bench --graph --graph-knn both --graph-pcs 20 (CPU)"
+run_cmd bench --synthetic 3000x2000 --graph --graph-knn nearest
+[ "$rc" -eq 2 ] || die "bench --graph-knn nearest: exit code $rc, expected 2"
+pass "bench --graph-knn with a bad value is refused"
+
 echo "all $n checks passed"
