@@ -18,6 +18,7 @@ struct ThreadComm::Shared {
   bool failed = false;
   std::vector<const void*> posted;  // each rank's buffer in the current collective
   std::vector<size_t> sizes;        // each rank's element count (reductions, broadcasts): must agree
+  void* root_recv = nullptr;        // gatherv: the root's receive buffer, which every rank fills
 };
 
 ThreadComm::ThreadComm(std::shared_ptr<Shared> s, int rank) : s_(std::move(s)), rank_(rank) {
@@ -104,8 +105,19 @@ void ThreadComm::allgatherv(const void* send, const std::vector<size_t>& counts,
   gather_into(send, counts, recv, true);
 }
 
+// Every rank copies its own part into the root's buffer at once (the copies run on all the group's
+// threads, and first touches of the root's fresh pages are spread over them too).
 void ThreadComm::gatherv(const void* send, const std::vector<size_t>& counts, void* recv, int root) {
-  gather_into(send, counts, recv, rank_ == root);
+  if (counts.size() != static_cast<size_t>(s_->size))
+    fail("internal: a gather got ", counts.size(), " counts for ", s_->size, " ranks");
+  if (root < 0 || root >= s_->size) fail("internal: gatherv to rank ", root, " of ", s_->size);
+  if (rank_ == root) s_->root_recv = recv;  // published by the barrier in post()
+  post(send, 0);
+  size_t off = 0;
+  for (int r = 0; r < rank_; ++r) off += counts[static_cast<size_t>(r)];
+  const size_t c = counts[static_cast<size_t>(rank_)];
+  if (c) std::memcpy(static_cast<char*>(s_->root_recv) + off, send, c);
+  wait();
 }
 
 void ThreadComm::gather_into(const void* send, const std::vector<size_t>& counts, void* recv, bool want) {
