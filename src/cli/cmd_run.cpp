@@ -67,10 +67,15 @@ void run_ranks(const GlobalOptions& g, const RunOptions& o) {
 
   Dataset d;
   auto steps = build_pipeline(o);
+  NeighborsOptions spread = o.neighbors;  // the IVF search over the GPUs too
+  spread.gpus = all_gpus;
   if (all_gpus.size() > 1)
-    for (auto& s : steps)
+    for (auto& s : steps) {
       if (s.name == "preprocess")
         s.run = [&o, &all_gpus](Context&, Dataset& d, Timings& t) { preprocess_gpu_sharded(all_gpus, d, o.preprocess, &t); };
+      if (s.name == "neighbors")
+        s.run = [&spread](Context& ctx, Dataset& d, Timings&) { neighbors(ctx, d, spread); };
+    }
   for (size_t i = 0; i < steps.size(); ++i) {
     log::info("[" + std::to_string(i + 1) + "/" + std::to_string(steps.size()) + "] " + steps[i].name);
     if (steps[i].self_timed) {
@@ -211,8 +216,8 @@ void add_run_command(CLI::App& app, GlobalOptions& g) {
   CLI::App* cmd = app.add_subcommand("run", "Run the pipeline on INPUT and write the result to OUT.h5ad");
   add_run_options(*cmd, *o);
   cmd->add_option("--gpus", g.gpus,
-                  "With --device gpu: spread the preprocessing over these GPUs of this host: all, a count N, or "
-                  "ordinals 0,2 (default: one GPU)");
+                  "With --device gpu: spread the preprocessing and the IVF-Flat kNN (--knn-algorithm hnsw) over "
+                  "these GPUs of this host: all, a count N, or ordinals 0,2 (default: one GPU)");
   cmd->callback([&g, o] { run_pipeline(g, *o); });
 }
 

@@ -37,7 +37,8 @@ NeighborsResult neighbors(const Context& ctx, const DenseF& X, const NeighborsOp
   } else if (gpu) {
     IvfOptions ivf;
     ivf.seed = opt.random_state;
-    res.knn = knn_ivf_gpu(ctx, X, opt.n_neighbors, metric, ivf);
+    res.knn = opt.gpus.size() > 1 ? knn_ivf_gpus(opt.gpus, X, opt.n_neighbors, metric, ivf)
+                                  : knn_ivf_gpu(ctx, X, opt.n_neighbors, metric, ivf);
     res.algorithm = "ivf_flat";
   } else {
     HnswOptions h = opt.hnsw;
