@@ -13,8 +13,10 @@
 //    Hc X^T, and Pc [R*k, g] = Wt X (read as X^T; optionally split over the cells,
 //    SCURRY_NMF_SPLITK); then an update kernel per (column, replicate), coalesced, the column of Pc
 //    staged in shared memory, the row in registers (templated on a bound of k), the replicate's
-//    Gram from shared memory or (k <= 16) as a kernel argument in the constant bank; the Grams by a
-//    cp.async double-buffered kernel. Without X^T (memory) or with SCURRY_NMF_DENSE=legacy: the
+//    Gram as a kernel argument in the constant bank (cells, k <= 16) or from shared memory (optionally
+//    register-blocked, SCURRY_NMF_UPDATE=blocked: 2-4 columns per thread, so each broadcast Gram read
+//    feeds 2-4 columns' FMAs; the same arithmetic per column as the one-column kernel); the Grams by
+//    a cp.async double-buffered kernel. Without X^T (memory) or with SCURRY_NMF_DENSE=legacy: the
 //    row-major fit on W [n, R*k], Ht [g, R*k] as given (GEMMs on them as stored).
 // Every per-replicate reduction (Grams, column sums, HALS violations, objectives) is made over fixed
 // row chunks / row blocks that do not depend on R, partials summed in a fixed order (never atomics),
@@ -619,6 +621,146 @@ __global__ void __launch_bounds__(frob_cm_threads<KM>(), 2)
   if (threadIdx.x == 0) viol_part[static_cast<int64_t>(r) * gridDim.x + blockIdx.x] = v;
 }
 
+// Register-blocked variant of frob_cm_kernel (SCURRY_NMF_UPDATE=blocked):
+// each thread updates CB columns, so every Gram value read from shared memory (a broadcast float4
+// per four components) feeds CB columns' FMAs instead of one; per column the arithmetic is
+// frob_cm_kernel's, operation for operation (the same four chains in the same order), so the
+// factors are the same bit for bit. The block's columns of P are staged by cp.async (no registers
+// held by the loads: the CB rows take them).
+template <int KM>
+constexpr int frob_rb_cols() {
+  return KM >= 48 ? 2 : 4;
+}
+template <int KM>
+constexpr int frob_rb_threads() {
+  return KM * frob_rb_cols<KM>() >= 96 ? 128 : kThreads;
+}
+template <int KM>
+constexpr size_t frob_rb_smem() {
+  return static_cast<size_t>(KM * KM + KM + KM * frob_rb_threads<KM>() * frob_rb_cols<KM>()) * sizeof(float);
+}
+
+__device__ inline void cp_async_wait_all() { asm volatile("cp.async.wait_all;\n" ::); }
+
+template <int KM>
+__global__ void __launch_bounds__(frob_rb_threads<KM>(), 2)
+    frob_cm_rb_kernel(int64_t m, int R, int k, const float* __restrict__ P, float* __restrict__ A,
+                      const float* __restrict__ gf, const uint8_t* __restrict__ active, int cd,
+                      double* __restrict__ viol_part) {
+  constexpr int NT = frob_rb_threads<KM>(), CB = frob_rb_cols<KM>(), NC = NT * CB;
+  static_assert(KM % 4 == 0, "frob_cm_rb_kernel: KM must be a multiple of 4");
+  extern __shared__ __align__(16) float dyn[];
+  float* gs = dyn;                 // KM x KM Gram, then KM reciprocals of its diagonal
+  float* ps = dyn + KM * KM + KM;  // [KM][NC]: this block's columns of P
+  __shared__ double sh[NT];
+  const int r = blockIdx.y;
+  if (!active[r]) return;  // uniform over the block
+  const int64_t i0 = static_cast<int64_t>(blockIdx.x) * NC + threadIdx.x;
+  const int64_t base = static_cast<int64_t>(r) * k * m + i0;
+  bool ok[CB];
+#pragma unroll
+  for (int j = 0; j < CB; ++j) ok[j] = i0 + j * NT < m;
+#pragma unroll
+  for (int c = 0; c < KM; ++c)
+    if (c < k) {
+#pragma unroll
+      for (int j = 0; j < CB; ++j)
+        cp_async4(ps + c * NC + j * NT + threadIdx.x, ok[j] ? P + base + c * m + j * NT : P, ok[j]);
+    }
+  cp_async_commit();
+  {
+    const float4* src = reinterpret_cast<const float4*>(gf + static_cast<int64_t>(r) * (KM * KM + KM));
+    for (int e = threadIdx.x; e < (KM * KM + KM) / 4; e += NT) reinterpret_cast<float4*>(gs)[e] = src[e];
+  }
+  float row[CB][KM];
+#pragma unroll
+  for (int c = 0; c < KM; ++c)
+#pragma unroll
+    for (int j = 0; j < CB; ++j) row[j][c] = c < k && ok[j] ? A[base + c * m + j * NT] : 0.0f;
+  cp_async_wait_all();
+  __syncthreads();
+  const float* pc = ps + threadIdx.x;
+  double v = 0;
+  if (cd) {
+    float vr[CB];
+#pragma unroll
+    for (int j = 0; j < CB; ++j) vr[j] = 0.0f;
+#pragma unroll
+    for (int s = 0; s < KM; ++s) {
+      if (s < k) {
+        float g4[CB][4];
+#pragma unroll
+        for (int j = 0; j < CB; ++j) g4[j][0] = -pc[s * NC + j * NT], g4[j][1] = g4[j][2] = g4[j][3] = 0.0f;
+        const float4* gr = reinterpret_cast<const float4*>(gs + s * KM);
+#pragma unroll
+        for (int q4 = 0; q4 < KM / 4; ++q4) {
+          const float4 gv = gr[q4];
+#pragma unroll
+          for (int j = 0; j < CB; ++j) {
+            g4[j][0] = fmaf(gv.x, row[j][4 * q4 + 0], g4[j][0]);
+            g4[j][1] = fmaf(gv.y, row[j][4 * q4 + 1], g4[j][1]);
+            g4[j][2] = fmaf(gv.z, row[j][4 * q4 + 2], g4[j][2]);
+            g4[j][3] = fmaf(gv.w, row[j][4 * q4 + 3], g4[j][3]);
+          }
+        }
+        const float inv = gs[KM * KM + s];
+#pragma unroll
+        for (int j = 0; j < CB; ++j) {
+          const float grad = (g4[j][0] + g4[j][1]) + (g4[j][2] + g4[j][3]);
+          vr[j] += fabsf(row[j][s] == 0.0f ? fminf(0.0f, grad) : grad);
+          if (inv != 0.0f) row[j][s] = fmaxf(row[j][s] - grad * inv, 0.0f);
+        }
+      }
+    }
+#pragma unroll
+    for (int j = 0; j < CB; ++j)
+      if (ok[j]) v += vr[j];
+  } else {
+#pragma unroll
+    for (int s = 0; s < KM; ++s) {
+      if (s < k) {
+        float d4[CB][4];
+#pragma unroll
+        for (int j = 0; j < CB; ++j) d4[j][0] = d4[j][1] = d4[j][2] = d4[j][3] = 0.0f;
+        const float4* gr = reinterpret_cast<const float4*>(gs + s * KM);
+#pragma unroll
+        for (int q4 = 0; q4 < KM / 4; ++q4) {
+          const float4 gv = gr[q4];
+#pragma unroll
+          for (int j = 0; j < CB; ++j) {
+            d4[j][0] = fmaf(row[j][4 * q4 + 0], gv.x, d4[j][0]);
+            d4[j][1] = fmaf(row[j][4 * q4 + 1], gv.y, d4[j][1]);
+            d4[j][2] = fmaf(row[j][4 * q4 + 2], gv.z, d4[j][2]);
+            d4[j][3] = fmaf(row[j][4 * q4 + 3], gv.w, d4[j][3]);
+          }
+        }
+#pragma unroll
+        for (int j = 0; j < CB; ++j) {
+          float den = (d4[j][0] + d4[j][1]) + (d4[j][2] + d4[j][3]);
+          if (den == 0.0f) den = static_cast<float>(kEps32);
+          float* p = const_cast<float*>(pc) + s * NC + j * NT;
+          *p = row[j][s] * (*p / den);
+        }
+      }
+    }
+#pragma unroll
+    for (int s = 0; s < KM; ++s)
+      if (s < k) {
+#pragma unroll
+        for (int j = 0; j < CB; ++j) row[j][s] = pc[s * NC + j * NT];
+      }
+  }
+#pragma unroll
+  for (int c = 0; c < KM; ++c)
+    if (c < k) {
+#pragma unroll
+      for (int j = 0; j < CB; ++j)
+        if (ok[j]) A[base + c * m + j * NT] = row[j][c];
+    }
+  v = block_sum_n<NT>(v, sh);
+  if (threadIdx.x == 0) viol_part[static_cast<int64_t>(r) * gridDim.x + blockIdx.x] = v;
+}
+
 // The same update for one replicate r with its Gram passed by value as a kernel argument (held in
 // the constant bank: with the loops unrolled, every Gram read is an FFMA operand, not a shared-memory
 // load; the shared-memory loads of frob_cm_kernel, broadcast or not, bound it at large k). The
@@ -721,8 +863,11 @@ __global__ void sum_splits_kernel(int64_t count, int parts, const float* __restr
 //  SCURRY_NMF_SPLITK=S      X^T W as S batched GEMMs over chunks of the cells, summed in order
 //                           (default 1: one GEMM, cuBLAS splits the reduction itself, which measured
 //                           faster on an H200; -1: enough output tiles for ~4 waves);
-//  SCURRY_NMF_UPDATE=shared|arg  the cells' update reads the Grams from shared memory / as a kernel
-//                           argument whatever k (default: argument up to kArgMaxK);
+//  SCURRY_NMF_UPDATE=shared|arg|blocked  the update reads the Grams from shared memory one column
+//                           per thread (frob_cm_kernel) / as a kernel argument for the cells whatever
+//                           k (else frob_cm_kernel) / from shared memory, register-blocked, for every
+//                           half-step (frob_cm_rb_kernel; opt-in, not yet run on a GPU); default:
+//                           argument for the cells up to kArgMaxK, frob_cm_kernel everywhere else;
 //  SCURRY_PROFILE=1         per-phase device milliseconds per iteration of every fit, on stderr;
 //                 2         also times the GEMM variants once per fit (before the iterations).
 bool env_is(const char* name, const char* value) {
@@ -1005,7 +1150,7 @@ struct Fit {
   // frob_cm_arg_k waits for it.
   bool use_arg(int64_t m) const {
     if (!cm || m < kArgMinCols || static_cast<double>(R) * kk * 8 > kArgMaxGramBytes) return false;
-    if (env_is("SCURRY_NMF_UPDATE", "shared")) return false;
+    if (env_is("SCURRY_NMF_UPDATE", "shared") || env_is("SCURRY_NMF_UPDATE", "blocked")) return false;
     return k <= kArgMaxK || env_is("SCURRY_NMF_UPDATE", "arg");
   }
   void fetch_grams() {
@@ -1042,7 +1187,37 @@ struct Fit {
     }
     last_blocks = blocks;
   }
+  // The register-blocked update (frob_cm_rb_kernel), for every half-step, with SCURRY_NMF_UPDATE=blocked.
+  // Opt-in until it has been timed and tested on a GPU (written without device time); expected the
+  // faster wherever frob_cm_kernel runs now (k > kArgMaxK for the cells, the genes' half-step), where
+  // it is then to become the default.
+  template <int KM>
+  void frob_cm_rb_k(int64_t m, float* A, int cd) {
+    gram_float_kernel<KM><<<static_cast<unsigned>(R), kThreads, 0, res.stream>>>(R, k, G.data(), Gf.data());
+    SCURRY_CUDA_LAUNCH();
+    constexpr size_t smem = frob_rb_smem<KM>();
+    SCURRY_CUDA(cudaFuncSetAttribute(frob_cm_rb_kernel<KM>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                     static_cast<int>(smem)));
+    constexpr int nt = frob_rb_threads<KM>();
+    const int64_t blocks = ceil_div(m, static_cast<int64_t>(nt) * frob_rb_cols<KM>());
+    frob_cm_rb_kernel<KM><<<dim3(static_cast<unsigned>(blocks), static_cast<unsigned>(R)), nt, smem, res.stream>>>(
+        m, R, k, Pc, A, Gf.data(), active.data(), cd, vpart.data());
+    SCURRY_CUDA_LAUNCH();
+    last_blocks = blocks;
+  }
+  static bool use_blocked() { return env_is("SCURRY_NMF_UPDATE", "blocked"); }
   void frob_cm(int64_t m, float* A, int cd) {
+    if (!use_arg(m) && use_blocked()) {
+      if (k <= 8) frob_cm_rb_k<8>(m, A, cd);
+      else if (k <= 12) frob_cm_rb_k<12>(m, A, cd);
+      else if (k <= 16) frob_cm_rb_k<16>(m, A, cd);
+      else if (k <= 24) frob_cm_rb_k<24>(m, A, cd);
+      else if (k <= 32) frob_cm_rb_k<32>(m, A, cd);
+      else if (k <= 48) frob_cm_rb_k<48>(m, A, cd);
+      else if (k <= 60) frob_cm_rb_k<60>(m, A, cd);
+      else frob_cm_rb_k<64>(m, A, cd);
+      return;
+    }
     if (use_arg(m)) {
       if (k <= 8) frob_cm_arg_k<8>(m, A, cd);
       else if (k <= 12) frob_cm_arg_k<12>(m, A, cd);
