@@ -53,4 +53,24 @@ class MemoryRowSource : public RowSource {
   const CsrF& m_;
 };
 
+// Reads the blocks of `blocks` from `src` in order on a background thread, up to `depth` blocks
+// ahead of the consumer, so that reading and decompressing the next blocks overlaps the work on the
+// current one (the streaming passes over a matrix larger than memory: read, then upload and compute).
+// next() hands out the blocks in order (false after the last); an error of the reader is rethrown by
+// the next() that would have returned its block. The source must not be used by anyone else while
+// the prefetcher lives; destroying it early stops the reader after the block in flight.
+class BlockPrefetcher {
+ public:
+  BlockPrefetcher(RowSource& src, RowBlocks blocks, int depth = 2);
+  ~BlockPrefetcher();
+  BlockPrefetcher(const BlockPrefetcher&) = delete;
+  BlockPrefetcher& operator=(const BlockPrefetcher&) = delete;
+  // The next block in order: its index and rows; false when every block has been handed out.
+  bool next(int64_t& block, CsrF& rows);
+
+ private:
+  struct State;
+  std::unique_ptr<State> s_;
+};
+
 }  // namespace scurry

@@ -1,4 +1,8 @@
+#include <atomic>
+#include <chrono>
 #include <random>
+#include <string>
+#include <thread>
 
 #include "core/dataset.hpp"
 #include "core/error.hpp"
@@ -76,4 +80,76 @@ TEST(RowBlocks, PartitionsCoverAllRows) {
   int64_t total = 0;
   for (int64_t i = 0; i < z.n_blocks(); ++i) total += src.read_rows(z.begin(i), z.end(i)).nnz();
   EXPECT_EQ(total, a.nnz());
+}
+
+namespace {
+// A source that reads from memory slowly (so the prefetcher runs ahead) and fails at one block.
+class SlowSource : public RowSource {
+ public:
+  SlowSource(const CsrF& m, int64_t fail_at) : mem_(m), fail_at_(fail_at) {}
+  int64_t n_rows() const override { return mem_.n_rows(); }
+  int64_t n_cols() const override { return mem_.n_cols(); }
+  int64_t nnz() const override { return mem_.nnz(); }
+  CsrF read_rows(int64_t begin, int64_t end) override {
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    ++reads;
+    if (begin == fail_at_) throw InputError("test.h5ad: block at row " + std::to_string(begin) + " is corrupt");
+    return mem_.read_rows(begin, end);
+  }
+  std::vector<int64_t> row_pointers() override { return mem_.row_pointers(); }
+  std::atomic<int> reads{0};
+
+ private:
+  MemoryRowSource mem_;
+  int64_t fail_at_;
+};
+}  // namespace
+
+// The prefetcher hands out every block in order, equal to a direct read, at any depth; a reader
+// error reaches the consumer at the failing block (after the good ones); leaving early is clean.
+TEST(RowBlocks, PrefetcherHandsOutTheBlocksInOrderAndPassesErrorsOn) {
+  std::mt19937_64 rng(test::fresh_seed());
+  const CsrF a = test::random_counts(1003, 40, 0.2, rng());
+  const RowBlocks blocks = RowBlocks::by_nnz(a.indptr, 500);
+  ASSERT_GT(blocks.n_blocks(), 5);
+  MemoryRowSource direct(a);
+  for (int depth : {1, 2, 4}) {
+    SlowSource src(a, -1);
+    BlockPrefetcher pf(src, blocks, depth);
+    int64_t b = -1, seen = 0;
+    CsrF rows;
+    while (pf.next(b, rows)) {
+      ASSERT_EQ(b, seen) << "depth " << depth;
+      const CsrF want = direct.read_rows(blocks.begin(b), blocks.end(b));
+      EXPECT_EQ(rows.indptr, want.indptr);
+      EXPECT_EQ(rows.indices, want.indices);
+      EXPECT_EQ(rows.data, want.data);
+      ++seen;
+    }
+    EXPECT_EQ(seen, blocks.n_blocks());
+    EXPECT_FALSE(pf.next(b, rows));
+  }
+  {  // an error at block 3: blocks 0..2 arrive, then the error, naming the file
+    SlowSource src(a, blocks.begin(3));
+    BlockPrefetcher pf(src, blocks, 2);
+    int64_t b = -1;
+    CsrF rows;
+    for (int64_t i = 0; i < 3; ++i) ASSERT_TRUE(pf.next(b, rows));
+    try {
+      pf.next(b, rows);
+      FAIL() << "expected the reader's error";
+    } catch (const InputError& e) {
+      EXPECT_NE(std::string(e.what()).find("test.h5ad"), std::string::npos) << e.what();
+    }
+  }
+  {  // the consumer leaves after one block: the reader stops within depth + 1 reads
+    SlowSource src(a, -1);
+    {
+      BlockPrefetcher pf(src, blocks, 2);
+      int64_t b = -1;
+      CsrF rows;
+      ASSERT_TRUE(pf.next(b, rows));
+    }
+    EXPECT_LE(src.reads.load(), 4);
+  }
 }
