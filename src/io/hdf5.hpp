@@ -6,7 +6,8 @@
 // Numeric reads let HDF5 convert from the on-disk type to the requested memory type (one H5Dread
 // per dataset or hyperslab); h5py's bool enum (int8 FALSE/TRUE) is read as 0/1. Strings may be
 // variable- or fixed-length, ASCII or UTF-8. Written strings are variable-length UTF-8, as h5py
-// (and so anndata) writes them.
+// (and so anndata) writes them, except long arrays of near-equal lengths (cell and gene names):
+// fixed-length UTF-8, which h5py and anndata read as str too and HDF5 writes far faster.
 #pragma once
 #include <hdf5.h>
 
