@@ -45,6 +45,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "core/error.hpp"
@@ -1206,35 +1207,26 @@ struct Fit {
     last_blocks = blocks;
   }
   static bool use_blocked() { return env_is("SCURRY_NMF_UPDATE", "blocked"); }
+  // Calls f(std::integral_constant<int, KM>) with the smallest compiled width KM >= k (8, 12, 16, 24,
+  // 32, 48, then 64; with at60, 60 before 64).
+  template <class F>
+  static void by_width(int k, bool at60, F&& f) {
+    if (k <= 8) f(std::integral_constant<int, 8>{});
+    else if (k <= 12) f(std::integral_constant<int, 12>{});
+    else if (k <= 16) f(std::integral_constant<int, 16>{});
+    else if (k <= 24) f(std::integral_constant<int, 24>{});
+    else if (k <= 32) f(std::integral_constant<int, 32>{});
+    else if (k <= 48) f(std::integral_constant<int, 48>{});
+    else if (at60 && k <= 60) f(std::integral_constant<int, 60>{});
+    else f(std::integral_constant<int, 64>{});
+  }
   void frob_cm(int64_t m, float* A, int cd) {
-    if (!use_arg(m) && use_blocked()) {
-      if (k <= 8) frob_cm_rb_k<8>(m, A, cd);
-      else if (k <= 12) frob_cm_rb_k<12>(m, A, cd);
-      else if (k <= 16) frob_cm_rb_k<16>(m, A, cd);
-      else if (k <= 24) frob_cm_rb_k<24>(m, A, cd);
-      else if (k <= 32) frob_cm_rb_k<32>(m, A, cd);
-      else if (k <= 48) frob_cm_rb_k<48>(m, A, cd);
-      else if (k <= 60) frob_cm_rb_k<60>(m, A, cd);
-      else frob_cm_rb_k<64>(m, A, cd);
-      return;
-    }
-    if (use_arg(m)) {
-      if (k <= 8) frob_cm_arg_k<8>(m, A, cd);
-      else if (k <= 12) frob_cm_arg_k<12>(m, A, cd);
-      else if (k <= 16) frob_cm_arg_k<16>(m, A, cd);
-      else if (k <= 24) frob_cm_arg_k<24>(m, A, cd);
-      else if (k <= 32) frob_cm_arg_k<32>(m, A, cd);
-      else if (k <= 48) frob_cm_arg_k<48>(m, A, cd);
-      else frob_cm_arg_k<64>(m, A, cd);
-      return;
-    }
-    if (k <= 8) frob_cm_k<8>(m, A, cd);
-    else if (k <= 12) frob_cm_k<12>(m, A, cd);
-    else if (k <= 16) frob_cm_k<16>(m, A, cd);
-    else if (k <= 24) frob_cm_k<24>(m, A, cd);
-    else if (k <= 32) frob_cm_k<32>(m, A, cd);
-    else if (k <= 48) frob_cm_k<48>(m, A, cd);
-    else frob_cm_k<64>(m, A, cd);
+    if (!use_arg(m) && use_blocked())
+      by_width(k, true, [&](auto km) { frob_cm_rb_k<decltype(km)::value>(m, A, cd); });
+    else if (use_arg(m))
+      by_width(k, false, [&](auto km) { frob_cm_arg_k<decltype(km)::value>(m, A, cd); });
+    else
+      by_width(k, false, [&](auto km) { frob_cm_k<decltype(km)::value>(m, A, cd); });
   }
   // SCURRY_PROFILE=2: each GEMM variant timed (second of two runs), on stderr. Runs between the
   // half-steps' real products, so it only clobbers scratch (Pc, kpart) and f.W (scratch in cm).
