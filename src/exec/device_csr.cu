@@ -115,6 +115,21 @@ void copy_to_host(CudaResources& r, void* dst, const void* src, size_t bytes) {
   }
 }
 
+DeviceCsr copy_on_device(CudaResources& r, const DeviceCsr& src) {
+  DeviceCsr m;
+  m.n_rows = src.n_rows, m.n_cols = src.n_cols, m.nnz = src.nnz;
+  m.indptr = DeviceArray<int64_t>(r, static_cast<size_t>(src.n_rows) + 1, "count matrix (row pointers)");
+  m.indices = DeviceArray<int32_t>(r, static_cast<size_t>(std::max<int64_t>(src.nnz, 1)), "count matrix (indices)");
+  m.data = DeviceArray<float>(r, static_cast<size_t>(std::max<int64_t>(src.nnz, 1)), "count matrix (values)");
+  SCURRY_CUDA(cudaMemcpyAsync(m.indptr.data(), src.indptr.data(), (static_cast<size_t>(src.n_rows) + 1) * 8,
+                              cudaMemcpyDeviceToDevice, r.stream));
+  SCURRY_CUDA(cudaMemcpyAsync(m.indices.data(), src.indices.data(), static_cast<size_t>(src.nnz) * 4,
+                              cudaMemcpyDeviceToDevice, r.stream));
+  SCURRY_CUDA(cudaMemcpyAsync(m.data.data(), src.data.data(), static_cast<size_t>(src.nnz) * 4,
+                              cudaMemcpyDeviceToDevice, r.stream));
+  return m;
+}
+
 DeviceCsr upload(CudaResources& r, const CsrF& m) {
   DeviceCsr d;
   d.n_rows = m.n_rows, d.n_cols = m.n_cols, d.nnz = m.nnz();

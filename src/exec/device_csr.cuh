@@ -17,6 +17,8 @@ struct DeviceCsr {
 
 DeviceCsr upload(CudaResources& r, const CsrF& m);
 CsrF download(CudaResources& r, const DeviceCsr& m);
+// A copy of m (on r's device, stream-ordered; m's nnz entries, not its spare capacity).
+DeviceCsr copy_on_device(CudaResources& r, const DeviceCsr& m);
 // Device to pageable host memory through pinned staging buffers (large copies ~7x faster than a
 // plain cudaMemcpy from pageable memory); synchronous.
 void copy_to_host(CudaResources& r, void* dst, const void* src, size_t bytes);

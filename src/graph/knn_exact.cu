@@ -320,6 +320,23 @@ void rerank(CudaResources& r, const float* dX, const double* nrm, int64_t n, int
   SCURRY_CUDA_LAUNCH();
 }
 
+namespace {
+double now_ms() {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+}  // namespace
+
+PhaseClock::PhaseClock(CudaResources& r, const char* tag)
+    : r_(r), tag_(tag), on_(std::getenv("SCURRY_PROFILE") != nullptr), last_(now_ms()) {}
+
+void PhaseClock::mark(const char* what) {
+  if (!on_) return;
+  SCURRY_CUDA(cudaStreamSynchronize(r_.stream));
+  const double t = now_ms();
+  std::fprintf(stderr, "  %s %-24s %9.3f ms\n", tag_, what, t - last_);
+  last_ = t;
+}
+
 Knn download(CudaResources& r, const int32_t* d_idx, const float* d_dist, int64_t n, int64_t k) {
   Knn out;
   out.n = n;
@@ -416,16 +433,9 @@ Knn knn_exact_gpu(const Context& ctx, const DenseF& X, int64_t k, KnnMetric metr
     tile_search(opt.precision, nullptr, n, best_d.data(), best_i.data());
     rerank(r, dX.data(), nrm.data(), n, d, metric, best_i.data(), w, k, out_idx.data(), out_dist.data());
   } else if (k > 1) {
-    // SCURRY_PROFILE=1: phase times on stderr.
-    const bool profile = std::getenv("SCURRY_PROFILE") != nullptr;
-    auto t_last = std::chrono::steady_clock::now();
-    auto prof = [&](const char* what) {
-      if (!profile) return;
-      SCURRY_CUDA(cudaStreamSynchronize(r.stream));
-      const auto now = std::chrono::steady_clock::now();
-      std::fprintf(stderr, "  knn_exact %-20s %9.3f ms\n", what, std::chrono::duration<double, std::milli>(now - t_last).count());
-      t_last = now;
-    };
+    PhaseClock clock(r, "knn_exact");  // SCURRY_PROFILE=1: phase times on stderr
+    const bool profile = clock.on();
+    auto prof = [&](const char* what) { clock.mark(what); };
     prof("setup");
     const int64_t kp = (d + kColumnPad - 1) / kColumnPad * kColumnPad;
     if (!fused_supported(kp, w)) {  // too deep or too wide for the fused kernel's shared memory

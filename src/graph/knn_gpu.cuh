@@ -60,6 +60,21 @@ void ivf_exact_candidates(CudaResources& r, const float* dX, const double* nrm, 
                           const IvfOptions& opt, int w, float* best_d, int32_t* best_i, int32_t* out_idx,
                           float* out_dist, float* sqn_orig, uint8_t* redo, IvfExactStats* stats);
 
+// SCURRY_PROFILE=1: mark(what) prints the wall time since the previous mark (the stream synchronised
+// first) as "  <tag> <what> <ms>" on stderr; without it, nothing (no synchronisation).
+class PhaseClock {
+ public:
+  PhaseClock(CudaResources& r, const char* tag);
+  void mark(const char* what);
+  bool on() const { return on_; }
+
+ private:
+  CudaResources& r_;
+  const char* tag_;
+  bool on_;
+  double last_;
+};
+
 // Copies device results into a host Knn.
 Knn download(CudaResources& r, const int32_t* d_idx, const float* d_dist, int64_t n, int64_t k);
 

@@ -30,10 +30,7 @@
 // (3.3e10 each, < 1 ms); list assignment and probe scores 2 n L d = 1.5e11 each (3 ms fp32); re-rank
 // n W d float64 (2e9). Expected total ~0.3 s.
 #include <algorithm>
-#include <chrono>
 #include <cmath>
-#include <cstdio>
-#include <cstdlib>
 #include <numeric>
 #include <exception>
 #include <random>
@@ -435,16 +432,8 @@ void ivf_search(CudaResources& r, const float* Y, const float* dX, int64_t n, in
   if (opt.kmeans_iterations < 0 || opt.kmeans_points_per_list < 1)
     fail_input(where, "k-means settings (", opt.kmeans_iterations, " iterations, ", opt.kmeans_points_per_list,
                " points per list) are invalid; use iterations >= 0 and points per list >= 1");
-  // SCURRY_PROFILE=1: phase times on stderr.
-  const bool profile = std::getenv("SCURRY_PROFILE") != nullptr;
-  auto t_last = std::chrono::steady_clock::now();
-  auto prof = [&](const char* what) {
-    if (!profile) return;
-    SCURRY_CUDA(cudaStreamSynchronize(r.stream));
-    const auto now = std::chrono::steady_clock::now();
-    std::fprintf(stderr, "  knn_ivf %-24s %9.3f ms\n", what, std::chrono::duration<double, std::milli>(now - t_last).count());
-    t_last = now;
-  };
+  PhaseClock clock(r, "knn_ivf");  // SCURRY_PROFILE=1: phase times on stderr
+  auto prof = [&](const char* what) { clock.mark(what); };
 
   // k-means sample: a seeded partial Fisher-Yates shuffle; its first L points are the initial
   // centroids.

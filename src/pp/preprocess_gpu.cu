@@ -410,22 +410,12 @@ void preprocess_simulated(Context& ctx, DeviceSimulated& sim, Dataset& d, const 
   DeviceCsr& src = *std::static_pointer_cast<DeviceCsr>(sim.matrix);
   d = sim.frame;
   gpu::preprocess_chain(ctx, d, o, timings, "device_copy", [&] {
-    DeviceCsr m;
     if (consume) {
-      m = std::move(src);
+      DeviceCsr m = std::move(src);
       sim.matrix.reset();
       return m;
     }
-    m.n_rows = src.n_rows, m.n_cols = src.n_cols, m.nnz = src.nnz;
-    m.indptr = DeviceArray<int64_t>(r, src.indptr.size(), "count matrix (row pointers)");
-    m.indices = DeviceArray<int32_t>(r, static_cast<size_t>(std::max<int64_t>(src.nnz, 1)), "count matrix (indices)");
-    m.data = DeviceArray<float>(r, static_cast<size_t>(std::max<int64_t>(src.nnz, 1)), "count matrix (values)");
-    SCURRY_CUDA(cudaMemcpyAsync(m.indptr.data(), src.indptr.data(), src.indptr.size() * 8, cudaMemcpyDeviceToDevice, r.stream));
-    SCURRY_CUDA(cudaMemcpyAsync(m.indices.data(), src.indices.data(), static_cast<size_t>(src.nnz) * 4,
-                                cudaMemcpyDeviceToDevice, r.stream));
-    SCURRY_CUDA(cudaMemcpyAsync(m.data.data(), src.data.data(), static_cast<size_t>(src.nnz) * 4, cudaMemcpyDeviceToDevice,
-                                r.stream));
-    return m;
+    return copy_on_device(r, src);
   });
 }
 

@@ -208,18 +208,7 @@ void preprocess_simulated_sharded(const std::vector<Context*>& gpus, DeviceSimul
             return m;
           }
           // A copy on the same device (the next benchmark run starts from the simulated part again).
-          DeviceCsr m;
-          m.n_rows = src.n_rows, m.n_cols = src.n_cols, m.nnz = src.nnz;
-          m.indptr = DeviceArray<int64_t>(r, static_cast<size_t>(src.n_rows) + 1, "count matrix (row pointers)");
-          m.indices = DeviceArray<int32_t>(r, static_cast<size_t>(std::max<int64_t>(m.nnz, 1)), "count matrix (indices)");
-          m.data = DeviceArray<float>(r, static_cast<size_t>(std::max<int64_t>(m.nnz, 1)), "count matrix (values)");
-          SCURRY_CUDA(cudaMemcpyAsync(m.indptr.data(), src.indptr.data(), (static_cast<size_t>(src.n_rows) + 1) * 8,
-                                      cudaMemcpyDeviceToDevice, r.stream));
-          SCURRY_CUDA(cudaMemcpyAsync(m.indices.data(), src.indices.data(), static_cast<size_t>(m.nnz) * 4,
-                                      cudaMemcpyDeviceToDevice, r.stream));
-          SCURRY_CUDA(cudaMemcpyAsync(m.data.data(), src.data.data(), static_cast<size_t>(m.nnz) * 4,
-                                      cudaMemcpyDeviceToDevice, r.stream));
-          return m;
+          return copy_on_device(r, src);
         },
         {}, d);
     return;
