@@ -11,18 +11,22 @@
 //    so only X^T and Hc are extra). Per half-iteration one cuBLAS GEMM for all replicates, both
 //    operands contiguous along the reduction ("TN", what Hopper's TF32 kernels want): Pc [R*k, n] =
 //    Hc X^T, and Pc [R*k, g] = Wt X (read as X^T; optionally split over the cells,
-//    SCURRY_NMF_SPLITK); then an update kernel per (column, replicate), coalesced, the column of Pc
-//    staged in shared memory, the row in registers (templated on a bound of k), the replicate's
-//    Gram as a kernel argument in the constant bank (cells, k <= 16) or from shared memory (optionally
-//    register-blocked, SCURRY_NMF_UPDATE=blocked: 2-4 columns per thread, so each broadcast Gram read
-//    feeds 2-4 columns' FMAs; the same arithmetic per column as the one-column kernel); the Grams by
-//    a cp.async double-buffered kernel. Without X^T (memory) or with SCURRY_NMF_DENSE=legacy: the
-//    row-major fit on W [n, R*k], Ht [g, R*k] as given (GEMMs on them as stored).
+//    SCURRY_NMF_SPLITK); then an update kernel, coalesced: HALS at k > 32 on the tensor cores
+//    (frob_tc_kernel: a warp per 32 columns, Q = G W - P by 3xTF32 mma, sklearn's sequential
+//    coordinate pass by blocks of 8 components, the corrections of later blocks by mma), MU and HALS
+//    at k <= 32 one thread per (column, replicate), the column of Pc staged in shared memory, the row
+//    in registers (templated on a bound of k), the replicate's Gram as a kernel argument in the
+//    constant bank (cells, k <= 16) or from shared memory; the Grams by a cp.async double-buffered
+//    kernel (float32 FMAs; SCURRY_NMF_GRAM=tc: 3xTF32 mma, slower so far). Without X^T (memory) or
+//    with SCURRY_NMF_DENSE=legacy: the row-major fit on W [n, R*k], Ht [g, R*k] as given (GEMMs on
+//    them as stored).
 // Every per-replicate reduction (Grams, column sums, HALS violations, objectives) is made over fixed
 // row chunks / row blocks that do not depend on R, partials summed in a fixed order (never atomics),
 // so in the sparse layout a replicate's factors do not depend on its batch mates or on the number of
 // GPUs, bit for bit; in the dense layout the GEMM kernel cuBLAS picks depends on R * k (float32
-// rounding differences).
+// rounding differences). The tensor-core kernels (3xTF32: a = hi + lo, the product hi*hi + hi*lo +
+// lo*hi, fp32 accumulation: about float32's accuracy, not its rounding) work per column / per fixed
+// chunk of columns of one replicate: they do not depend on R either.
 //
 // Floors (H200: 4.3 TB/s, 51 TFLOP/s fp32, ~450 TFLOP/s TF32), per iteration of R replicates:
 //  dense: 4 n g R k FLOPs (two GEMMs) + ~4 (n + g) R k^2 (Grams, updates); bytes 2 n g 4 (X read
@@ -33,6 +37,8 @@
 //                      X^T W 74.4 -> 32.4; total 208 -> 128.5
 //     k = 10, R = 120: X Ht 34.2 -> 36.8, W update 67.9 -> 10.2, W Gram 108.7 -> 8.6,
 //                      X^T W 74.4 -> 36.0; total 286 -> 91.7
+//   Session 4, HALS on the tensor cores (frob_tc_kernel), k = 60: W update 47.7 -> 30.4 (the
+//   sequential coordinate pass now ~1/8 of the FMAs; still ~4x its 8 ms memory floor).
 //   The GEMMs run at ~350 TFLOP/s (cuBLAS's own split of the 2.4M-long reduction beat explicit
 //   chunks: 33.0 ms vs 37.5-40.6 for 4-32 chunks); at k = 60 the W update is bound by its Gram
 //   reads (60 x 64 per column, shared memory; the 16.6 KB Gram thrashes the constant cache).
@@ -77,6 +83,9 @@ constexpr double kArgMaxGramBytes = 64.0 * (1 << 20);  // ... while the Grams (f
 // ... and k at most this: the padded Gram (<= 1.1 KB) stays in the constant cache. H200, 2.4M cells:
 // k = 10 update 10.2 ms (shared memory: 14.0), k = 30 20.3 (19.9), k = 60 64.6 (47.7; 16.6 KB).
 constexpr int kArgMaxK = 16;
+// HALS on the tensor cores (frob_tc_kernel) above this k. H200, 2.4M cells, W update: k = 60 30.4 ms
+// (frob_cm_kernel: 47.7), k = 30 22.2 (19.9).
+constexpr int kTcMinK = 32;
 constexpr double kEps32 = 1.1920928955078125e-07;
 constexpr double kEps64 = 2.220446049250313e-16;
 
@@ -622,144 +631,280 @@ __global__ void __launch_bounds__(frob_cm_threads<KM>(), 2)
   if (threadIdx.x == 0) viol_part[static_cast<int64_t>(r) * gridDim.x + blockIdx.x] = v;
 }
 
-// Register-blocked variant of frob_cm_kernel (SCURRY_NMF_UPDATE=blocked):
-// each thread updates CB columns, so every Gram value read from shared memory (a broadcast float4
-// per four components) feeds CB columns' FMAs instead of one; per column the arithmetic is
-// frob_cm_kernel's, operation for operation (the same four chains in the same order), so the
-// factors are the same bit for bit. The block's columns of P are staged by cp.async (no registers
-// held by the loads: the CB rows take them).
-template <int KM>
-constexpr int frob_rb_cols() {
-  return KM >= 48 ? 2 : 4;
-}
-template <int KM>
-constexpr int frob_rb_threads() {
-  return KM * frob_rb_cols<KM>() >= 96 ? 128 : kThreads;
-}
-template <int KM>
-constexpr size_t frob_rb_smem() {
-  return static_cast<size_t>(KM * KM + KM + KM * frob_rb_threads<KM>() * frob_rb_cols<KM>()) * sizeof(float);
-}
-
 __device__ inline void cp_async_wait_all() { asm volatile("cp.async.wait_all;\n" ::); }
 
+// HALS (cd) update of the component-major layout on the tensor cores (frob_tc_kernel).
+// One warp per 32 columns (cells or genes) of replicate r = blockIdx.y, four warps per block sharing
+// the replicate's padded Gram in shared memory. With Q = G W_old - P computed for all rows at once
+// (mma.sync m16n8k8, 3xTF32: a = hi + lo, products hi*hi + hi*lo + lo*hi, fp32 accumulation), the
+// gradient of component s in sklearn's sequential order is Q[s] + sum_{q<s} G[s,q] (new_q - old_q);
+// the rows go in blocks of 8: within a block the correction is summed in float32 by the thread of the
+// column, component by component (the clamping, the Hessian's reciprocal and the violation exactly
+// as in frob_cm_kernel), then the block's deltas update Q of the rows below by one more mma step.
+constexpr int kTcWarps = 4;                 // warps (of 32 columns) per block
+constexpr int kTcCols = 32 * kTcWarps;      // columns per block
+constexpr int kTcLdw = 40;                  // row stride of the staged W / delta tiles (conflict-free fragments)
+constexpr int kTcLdr = 40;                  // row stride of the staged block of Q
+
 template <int KM>
-__global__ void __launch_bounds__(frob_rb_threads<KM>(), 2)
-    frob_cm_rb_kernel(int64_t m, int R, int k, const float* __restrict__ P, float* __restrict__ A,
-                      const float* __restrict__ gf, const uint8_t* __restrict__ active, int cd,
-                      double* __restrict__ viol_part) {
-  constexpr int NT = frob_rb_threads<KM>(), CB = frob_rb_cols<KM>(), NC = NT * CB;
-  static_assert(KM % 4 == 0, "frob_cm_rb_kernel: KM must be a multiple of 4");
+struct FrobTc {
+  static_assert(KM % 16 == 0 && KM <= kMaxK, "FrobTc: KM a multiple of 16");
+  static constexpr int LDG = KM + 4;        // Gram row stride (conflict-free A fragments)
+  static constexpr int WARP_FLOATS = KM * kTcLdw + 8 * kTcLdr + 8 * kTcLdw;
+  static constexpr size_t smem = (static_cast<size_t>(KM) * LDG + KM + static_cast<size_t>(kTcWarps) * WARP_FLOATS) * sizeof(float);
+};
+
+__device__ inline uint32_t tf32_hi(float x) {
+  uint32_t h;
+  asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(h) : "f"(x));
+  return h;
+}
+// x = hi + lo (both TF32).
+__device__ inline void tf32_split(float x, uint32_t& hi, uint32_t& lo) {
+  hi = tf32_hi(x);
+  lo = tf32_hi(x - __uint_as_float(hi));
+}
+__device__ inline void mma_tf32(float* d, const uint32_t* a, uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+// d += A B in 3xTF32 (the small products first).
+__device__ inline void mma_3xtf32(float* d, const uint32_t* ah, const uint32_t* al, uint32_t bh0, uint32_t bh1,
+                                  uint32_t bl0, uint32_t bl1) {
+  mma_tf32(d, al, bh0, bh1);
+  mma_tf32(d, ah, bl0, bl1);
+  mma_tf32(d, ah, bh0, bh1);
+}
+// The A fragment (16 x 8, row-major) at rows r0.., columns c0.. of the Gram gs (stride LDG), split.
+template <int LDG>
+__device__ inline void load_a(const float* gs, int r0, int c0, int gid, int tig, uint32_t* ah, uint32_t* al) {
+  tf32_split(gs[(r0 + gid) * LDG + c0 + tig], ah[0], al[0]);
+  tf32_split(gs[(r0 + gid + 8) * LDG + c0 + tig], ah[1], al[1]);
+  tf32_split(gs[(r0 + gid) * LDG + c0 + tig + 4], ah[2], al[2]);
+  tf32_split(gs[(r0 + gid + 8) * LDG + c0 + tig + 4], ah[3], al[3]);
+}
+
+template <int KM>
+__global__ void __launch_bounds__(kTcCols, 3)
+    frob_tc_kernel(int64_t m, int R, int k, const float* __restrict__ P, float* __restrict__ A,
+                   const float* __restrict__ gf, const uint8_t* __restrict__ active, double* __restrict__ viol_part) {
+  using C = FrobTc<KM>;
+  constexpr int LDG = C::LDG, MT = KM / 16, NB = KM / 8;
   extern __shared__ __align__(16) float dyn[];
-  float* gs = dyn;                 // KM x KM Gram, then KM reciprocals of its diagonal
-  float* ps = dyn + KM * KM + KM;  // [KM][NC]: this block's columns of P
-  __shared__ double sh[NT];
+  float* gs = dyn;                   // [KM][LDG] Gram
+  float* ginv = dyn + KM * LDG;      // [KM] reciprocals of its diagonal
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, gid = lane / 4, tig = lane % 4;
+  float* ws = ginv + KM + warp * C::WARP_FLOATS;  // [KM][kTcLdw] this warp's columns of W
+  float* rs = ws + KM * kTcLdw;                   // [8][kTcLdr] a block of rows of Q
+  float* ds = rs + 8 * kTcLdr;                    // [8][kTcLdw] the block's deltas
+  __shared__ double sh[kTcCols];
   const int r = blockIdx.y;
   if (!active[r]) return;  // uniform over the block
-  const int64_t i0 = static_cast<int64_t>(blockIdx.x) * NC + threadIdx.x;
-  const int64_t base = static_cast<int64_t>(r) * k * m + i0;
-  bool ok[CB];
-#pragma unroll
-  for (int j = 0; j < CB; ++j) ok[j] = i0 + j * NT < m;
-#pragma unroll
-  for (int c = 0; c < KM; ++c)
-    if (c < k) {
-#pragma unroll
-      for (int j = 0; j < CB; ++j)
-        cp_async4(ps + c * NC + j * NT + threadIdx.x, ok[j] ? P + base + c * m + j * NT : P, ok[j]);
-    }
-  cp_async_commit();
   {
-    const float4* src = reinterpret_cast<const float4*>(gf + static_cast<int64_t>(r) * (KM * KM + KM));
-    for (int e = threadIdx.x; e < (KM * KM + KM) / 4; e += NT) reinterpret_cast<float4*>(gs)[e] = src[e];
+    const float* src = gf + static_cast<int64_t>(r) * (KM * KM + KM);
+    for (int e = threadIdx.x; e < KM * KM; e += kTcCols) gs[(e / KM) * LDG + e % KM] = src[e];
+    for (int e = threadIdx.x; e < KM; e += kTcCols) ginv[e] = src[KM * KM + e];
   }
-  float row[CB][KM];
+  const int64_t c0 = static_cast<int64_t>(blockIdx.x) * kTcCols + warp * 32;  // the warp's first column
+  const int64_t base = static_cast<int64_t>(r) * k * m;
+  const bool ok = c0 + lane < m;
+  // This warp's columns of W (zero past k and m), by cp.async: in flight with the loads of P below.
 #pragma unroll
-  for (int c = 0; c < KM; ++c)
+  for (int s = 0; s < KM; ++s) {
+    const bool valid = s < k && ok;
+    cp_async4(ws + s * kTcLdw + lane, valid ? A + base + s * m + c0 + lane : A, valid);
+  }
+  cp_async_commit();
+  // Q = -P to begin with, in the accumulator layout: acc[mt][nt] holds rows mt*16 + gid (+8), columns
+  // nt*8 + 2*tig (+1).
+  float acc[MT][4][4];
 #pragma unroll
-    for (int j = 0; j < CB; ++j) row[j][c] = c < k && ok[j] ? A[base + c * m + j * NT] : 0.0f;
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int s = mt * 16 + gid + (e / 2) * 8;
+        const int64_t c = c0 + nt * 8 + 2 * tig + (e % 2);
+        acc[mt][nt][e] = s < k && c < m ? -P[base + s * m + c] : 0.0f;
+      }
   cp_async_wait_all();
   __syncthreads();
-  const float* pc = ps + threadIdx.x;
-  double v = 0;
-  if (cd) {
-    float vr[CB];
+  // Q += G W_old.
 #pragma unroll
-    for (int j = 0; j < CB; ++j) vr[j] = 0.0f;
+  for (int kt = 0; kt < KM / 8; ++kt) {
+    uint32_t bh[4][2], bl[4][2];
 #pragma unroll
-    for (int s = 0; s < KM; ++s) {
-      if (s < k) {
-        float g4[CB][4];
-#pragma unroll
-        for (int j = 0; j < CB; ++j) g4[j][0] = -pc[s * NC + j * NT], g4[j][1] = g4[j][2] = g4[j][3] = 0.0f;
-        const float4* gr = reinterpret_cast<const float4*>(gs + s * KM);
-#pragma unroll
-        for (int q4 = 0; q4 < KM / 4; ++q4) {
-          const float4 gv = gr[q4];
-#pragma unroll
-          for (int j = 0; j < CB; ++j) {
-            g4[j][0] = fmaf(gv.x, row[j][4 * q4 + 0], g4[j][0]);
-            g4[j][1] = fmaf(gv.y, row[j][4 * q4 + 1], g4[j][1]);
-            g4[j][2] = fmaf(gv.z, row[j][4 * q4 + 2], g4[j][2]);
-            g4[j][3] = fmaf(gv.w, row[j][4 * q4 + 3], g4[j][3]);
-          }
-        }
-        const float inv = gs[KM * KM + s];
-#pragma unroll
-        for (int j = 0; j < CB; ++j) {
-          const float grad = (g4[j][0] + g4[j][1]) + (g4[j][2] + g4[j][3]);
-          vr[j] += fabsf(row[j][s] == 0.0f ? fminf(0.0f, grad) : grad);
-          if (inv != 0.0f) row[j][s] = fmaxf(row[j][s] - grad * inv, 0.0f);
-        }
-      }
+    for (int nt = 0; nt < 4; ++nt) {
+      tf32_split(ws[(kt * 8 + tig) * kTcLdw + nt * 8 + gid], bh[nt][0], bl[nt][0]);
+      tf32_split(ws[(kt * 8 + tig + 4) * kTcLdw + nt * 8 + gid], bh[nt][1], bl[nt][1]);
     }
 #pragma unroll
-    for (int j = 0; j < CB; ++j)
-      if (ok[j]) v += vr[j];
-  } else {
+    for (int mt = 0; mt < MT; ++mt) {
+      uint32_t ah[4], al[4];
+      load_a<LDG>(gs, mt * 16, kt * 8, gid, tig, ah, al);
 #pragma unroll
-    for (int s = 0; s < KM; ++s) {
-      if (s < k) {
-        float d4[CB][4];
-#pragma unroll
-        for (int j = 0; j < CB; ++j) d4[j][0] = d4[j][1] = d4[j][2] = d4[j][3] = 0.0f;
-        const float4* gr = reinterpret_cast<const float4*>(gs + s * KM);
-#pragma unroll
-        for (int q4 = 0; q4 < KM / 4; ++q4) {
-          const float4 gv = gr[q4];
-#pragma unroll
-          for (int j = 0; j < CB; ++j) {
-            d4[j][0] = fmaf(row[j][4 * q4 + 0], gv.x, d4[j][0]);
-            d4[j][1] = fmaf(row[j][4 * q4 + 1], gv.y, d4[j][1]);
-            d4[j][2] = fmaf(row[j][4 * q4 + 2], gv.z, d4[j][2]);
-            d4[j][3] = fmaf(row[j][4 * q4 + 3], gv.w, d4[j][3]);
-          }
-        }
-#pragma unroll
-        for (int j = 0; j < CB; ++j) {
-          float den = (d4[j][0] + d4[j][1]) + (d4[j][2] + d4[j][3]);
-          if (den == 0.0f) den = static_cast<float>(kEps32);
-          float* p = const_cast<float*>(pc) + s * NC + j * NT;
-          *p = row[j][s] * (*p / den);
-        }
-      }
+      for (int nt = 0; nt < 4; ++nt) mma_3xtf32(acc[mt][nt], ah, al, bh[nt][0], bh[nt][1], bl[nt][0], bl[nt][1]);
     }
-#pragma unroll
-    for (int s = 0; s < KM; ++s)
-      if (s < k) {
-#pragma unroll
-        for (int j = 0; j < CB; ++j) row[j][s] = pc[s * NC + j * NT];
-      }
   }
+  float vr = 0.0f;
 #pragma unroll
-  for (int c = 0; c < KM; ++c)
-    if (c < k) {
+  for (int jb = 0; jb < NB; ++jb) {
+    const int j0 = jb * 8;
+    if (j0 >= k) break;  // uniform
+    const int mt = jb / 2, h = jb % 2;
+    // The block's rows of Q to shared memory (then one column per thread).
 #pragma unroll
-      for (int j = 0; j < CB; ++j)
-        if (ok[j]) A[base + c * m + j * NT] = row[j][c];
+    for (int nt = 0; nt < 4; ++nt)
+      *reinterpret_cast<float2*>(&rs[gid * kTcLdr + nt * 8 + 2 * tig]) = make_float2(acc[mt][nt][2 * h], acc[mt][nt][2 * h + 1]);
+    __syncwarp();
+    float d[8];
+#pragma unroll
+    for (int u = 0; u < 8; ++u) {
+      const int s = j0 + u;
+      d[u] = 0.0f;
+      if (s < k) {
+        float corr = 0.0f;
+#pragma unroll
+        for (int v = 0; v < u; ++v) corr = fmaf(gs[s * LDG + j0 + v], d[v], corr);
+        const float grad = rs[u * kTcLdr + lane] + corr;
+        const float old = ws[s * kTcLdw + lane];
+        vr += fabsf(old == 0.0f ? fminf(0.0f, grad) : grad);
+        const float inv = ginv[s];
+        if (inv != 0.0f) {
+          const float nw = fmaxf(old - grad * inv, 0.0f);
+          d[u] = nw - old;
+          ws[s * kTcLdw + lane] = nw;
+        }
+      }
+      ds[u * kTcLdw + lane] = d[u];
     }
-  v = block_sum_n<NT>(v, sh);
+    __syncwarp();
+    // Q of the rows below += G[rows, block] deltas (one mma k-step; the 16-row tiles from the one
+    // holding row j0 + 8; rows of finished blocks in it are updated too and never read again).
+    if (jb + 1 < NB && j0 + 8 < k) {
+      uint32_t bh[4][2], bl[4][2];
+#pragma unroll
+      for (int nt = 0; nt < 4; ++nt) {
+        tf32_split(ds[tig * kTcLdw + nt * 8 + gid], bh[nt][0], bl[nt][0]);
+        tf32_split(ds[(tig + 4) * kTcLdw + nt * 8 + gid], bh[nt][1], bl[nt][1]);
+      }
+#pragma unroll
+      for (int mt2 = (jb + 1) / 2; mt2 < MT; ++mt2) {
+        uint32_t ah[4], al[4];
+        load_a<LDG>(gs, mt2 * 16, j0, gid, tig, ah, al);
+#pragma unroll
+        for (int nt = 0; nt < 4; ++nt) mma_3xtf32(acc[mt2][nt], ah, al, bh[nt][0], bh[nt][1], bl[nt][0], bl[nt][1]);
+      }
+    }
+    __syncwarp();
+  }
+  // The new W back.
+  if (ok) {
+#pragma unroll 8
+    for (int s = 0; s < KM; ++s)
+      if (s < k) A[base + s * m + c0 + lane] = ws[s * kTcLdw + lane];
+  }
+  double v = ok ? static_cast<double>(vr) : 0.0;
+  v = block_sum_n<kTcCols>(v, sh);
   if (threadIdx.x == 0) viol_part[static_cast<int64_t>(r) * gridDim.x + blockIdx.x] = v;
+}
+
+// Per (chunk of kChunk columns, replicate) partial Gram of the k rows of replicate r of A [R*k, m] on
+// the tensor cores (3xTF32 mma.sync, fp32 accumulation over kGramFold stages, then float64):
+// gram_cm_kernel's partials (part[(chunk * R + r) * k * k + a * k + b]). The block stages CT columns
+// at a time as s[component][column] by cp.async, double-buffered; the 16 x 8 output tiles on and above
+// the diagonal are dealt to the four warps (tile w, w + 4, ...); each entry a <= b is taken from the one
+// tile that holds it at (a, b), and mirrored.
+constexpr int kGramTcCols = 64;  // columns per stage
+template <int KM>
+struct GramTc {
+  static_assert(KM % 16 == 0 && KM <= kMaxK, "GramTc: KM a multiple of 16");
+  static constexpr int LDS = kGramTcCols + 4;        // staged row stride (conflict-free fragments)
+  static constexpr int MT = KM / 16, TILES = MT * MT + MT, TPW = (TILES + kTcWarps - 1) / kTcWarps;
+  static constexpr int LD = KM * kGramTcCols / kTcCols;  // copies per thread per stage
+  static constexpr size_t smem = 2 * static_cast<size_t>(KM) * LDS * sizeof(float);
+};
+
+template <int KM>
+__global__ void __launch_bounds__(kTcCols) gram_tc_kernel(int64_t m, int R, int k, const float* __restrict__ A,
+                                                          double* __restrict__ part) {
+  using C = GramTc<KM>;
+  constexpr int LDS = C::LDS, TPW = C::TPW, CT = kGramTcCols;
+  extern __shared__ __align__(16) float stage[];  // [2][KM * LDS]
+  const int64_t lo = static_cast<int64_t>(blockIdx.x) * kChunk, hi = min(m, lo + kChunk);
+  const int r = blockIdx.y;
+  const float* a = A + static_cast<int64_t>(r) * k * m;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, gid = lane / 4, tig = lane % 4;
+  int tm[TPW], tn[TPW];
+  bool has[TPW];
+#pragma unroll
+  for (int j = 0; j < TPW; ++j) {
+    int t = warp + j * kTcWarps, mt = 0;
+    has[j] = t < C::TILES;
+    while (has[j] && t >= 2 * (C::MT - mt)) t -= 2 * (C::MT - mt), ++mt;
+    tm[j] = has[j] ? mt * 16 : 0, tn[j] = has[j] ? (2 * mt + t) * 8 : 0;
+  }
+  float facc[TPW][4];
+  double dacc[TPW][4];
+#pragma unroll
+  for (int j = 0; j < TPW; ++j)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) facc[j][e] = 0.0f, dacc[j][e] = 0.0;
+  auto issue = [&](int64_t base, float* s) {
+#pragma unroll 4
+    for (int q = 0; q < C::LD; ++q) {
+      const int e = threadIdx.x + q * kTcCols, c = e / CT, t = e % CT;
+      const int64_t i = base + t;
+      const bool valid = c < k && i < hi;
+      cp_async4(s + c * LDS + t, valid ? a + c * m + i : a, valid);
+    }
+  };
+  const int64_t n_stages = (hi - lo + CT - 1) / CT;
+  issue(lo, stage);
+  cp_async_commit();
+  int fold = 0;
+  for (int64_t st = 0; st < n_stages; ++st) {
+    if (st + 1 < n_stages) issue(lo + (st + 1) * CT, stage + ((st + 1) & 1) * KM * LDS);
+    cp_async_commit();
+    cp_async_wait_one();
+    __syncthreads();
+    const float* s = stage + (st & 1) * KM * LDS;
+#pragma unroll 2
+    for (int kk = 0; kk < CT; kk += 8) {
+#pragma unroll
+      for (int j = 0; j < TPW; ++j) {
+        if (!has[j]) continue;
+        uint32_t ah[4], al[4], bh0, bl0, bh1, bl1;
+        load_a<LDS>(s, tm[j], kk, gid, tig, ah, al);
+        tf32_split(s[(tn[j] + gid) * LDS + kk + tig], bh0, bl0);
+        tf32_split(s[(tn[j] + gid) * LDS + kk + tig + 4], bh1, bl1);
+        mma_3xtf32(facc[j], ah, al, bh0, bh1, bl0, bl1);
+      }
+    }
+    __syncthreads();
+    if (++fold == kGramFold) {
+      fold = 0;
+#pragma unroll
+      for (int j = 0; j < TPW; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) dacc[j][e] += facc[j][e], facc[j][e] = 0.0f;
+    }
+  }
+  const int64_t kk2 = static_cast<int64_t>(k) * k;
+  double* o = part + (static_cast<int64_t>(blockIdx.x) * R + r) * kk2;
+#pragma unroll
+  for (int j = 0; j < TPW; ++j) {
+    if (!has[j]) continue;
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int ra = tm[j] + gid + (e / 2) * 8, cb = tn[j] + 2 * tig + (e % 2);
+      const double val = dacc[j][e] + facc[j][e];
+      if (ra <= cb && cb < k) o[ra * k + cb] = val, o[cb * k + ra] = val;
+    }
+  }
 }
 
 // The same update for one replicate r with its Gram passed by value as a kernel argument (held in
@@ -864,11 +1009,13 @@ __global__ void sum_splits_kernel(int64_t count, int parts, const float* __restr
 //  SCURRY_NMF_SPLITK=S      X^T W as S batched GEMMs over chunks of the cells, summed in order
 //                           (default 1: one GEMM, cuBLAS splits the reduction itself, which measured
 //                           faster on an H200; -1: enough output tiles for ~4 waves);
-//  SCURRY_NMF_UPDATE=shared|arg|blocked  the update reads the Grams from shared memory one column
-//                           per thread (frob_cm_kernel) / as a kernel argument for the cells whatever
-//                           k (else frob_cm_kernel) / from shared memory, register-blocked, for every
-//                           half-step (frob_cm_rb_kernel; opt-in, not yet run on a GPU); default:
-//                           argument for the cells up to kArgMaxK, frob_cm_kernel everywhere else;
+//  SCURRY_NMF_UPDATE=shared|arg|tc  the update reads the Grams from shared memory one column per
+//                           thread (frob_cm_kernel) / as a kernel argument for the cells whatever k
+//                           (else frob_cm_kernel) / HALS on the tensor cores (frob_tc_kernel) for every
+//                           half-step and k; default: the argument for the cells up to kArgMaxK,
+//                           frob_tc_kernel for HALS above kTcMinK, frob_cm_kernel everywhere else;
+//  SCURRY_NMF_GRAM=tc       the component-major Grams by 3xTF32 mma (gram_tc_kernel), not by float32
+//                           FMAs (gram_cm_kernel);
 //  SCURRY_PROFILE=1         per-phase device milliseconds per iteration of every fit, on stderr;
 //                 2         also times the GEMM variants once per fit (before the iterations).
 bool env_is(const char* name, const char* value) {
@@ -1015,15 +1162,23 @@ struct Fit {
         m, R, k, A, part.data());
     SCURRY_CUDA_LAUNCH();
   }
+  template <int KM>
+  void grams_tc_k(const float* A, int64_t m, int64_t chunks) {
+    constexpr size_t smem = GramTc<KM>::smem;
+    SCURRY_CUDA(cudaFuncSetAttribute(gram_tc_kernel<KM>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                     static_cast<int>(smem)));
+    gram_tc_kernel<KM><<<dim3(static_cast<unsigned>(chunks), static_cast<unsigned>(R)), kTcCols, smem, res.stream>>>(
+        m, R, k, A, part.data());
+    SCURRY_CUDA_LAUNCH();
+  }
+  // By float32 FMAs (gram_cm_kernel), or with SCURRY_NMF_GRAM=tc on the tensor cores (gram_tc_kernel:
+  // slower as it stands, H200, 2.4M cells: k = 60 21.1 ms (15.5), k = 10 16.6 (8.6)).
   void grams_cm(const float* A, int64_t m) {
     const int64_t chunks = ceil_div(m, kChunk);
-    if (k <= 8) grams_cm_k<8>(A, m, chunks);
-    else if (k <= 12) grams_cm_k<12>(A, m, chunks);
-    else if (k <= 16) grams_cm_k<16>(A, m, chunks);
-    else if (k <= 24) grams_cm_k<24>(A, m, chunks);
-    else if (k <= 32) grams_cm_k<32>(A, m, chunks);
-    else if (k <= 48) grams_cm_k<48>(A, m, chunks);
-    else grams_cm_k<64>(A, m, chunks);
+    if (env_is("SCURRY_NMF_GRAM", "tc"))
+      by_width16(k, [&](auto km) { grams_tc_k<decltype(km)::value>(A, m, chunks); });
+    else
+      by_width(k, [&](auto km) { grams_cm_k<decltype(km)::value>(A, m, chunks); });
     sum_chunks_kernel<<<static_cast<unsigned>(ceil_div(R * kk, kThreads)), kThreads, 0, res.stream>>>(
         chunks, R, kk, part.data(), G.data());
     SCURRY_CUDA_LAUNCH();
@@ -1151,7 +1306,7 @@ struct Fit {
   // frob_cm_arg_k waits for it.
   bool use_arg(int64_t m) const {
     if (!cm || m < kArgMinCols || static_cast<double>(R) * kk * 8 > kArgMaxGramBytes) return false;
-    if (env_is("SCURRY_NMF_UPDATE", "shared") || env_is("SCURRY_NMF_UPDATE", "blocked")) return false;
+    if (env_is("SCURRY_NMF_UPDATE", "shared") || env_is("SCURRY_NMF_UPDATE", "tc")) return false;
     return k <= kArgMaxK || env_is("SCURRY_NMF_UPDATE", "arg");
   }
   void fetch_grams() {
@@ -1188,45 +1343,53 @@ struct Fit {
     }
     last_blocks = blocks;
   }
-  // The register-blocked update (frob_cm_rb_kernel), for every half-step, with SCURRY_NMF_UPDATE=blocked.
-  // Opt-in until it has been timed and tested on a GPU (written without device time); expected the
-  // faster wherever frob_cm_kernel runs now (k > kArgMaxK for the cells, the genes' half-step), where
-  // it is then to become the default.
+  // The tensor-core HALS update (frob_tc_kernel) at the width KM (a multiple of 16).
   template <int KM>
-  void frob_cm_rb_k(int64_t m, float* A, int cd) {
+  void frob_tc_k(int64_t m, float* A) {
     gram_float_kernel<KM><<<static_cast<unsigned>(R), kThreads, 0, res.stream>>>(R, k, G.data(), Gf.data());
     SCURRY_CUDA_LAUNCH();
-    constexpr size_t smem = frob_rb_smem<KM>();
-    SCURRY_CUDA(cudaFuncSetAttribute(frob_cm_rb_kernel<KM>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+    constexpr size_t smem = FrobTc<KM>::smem;
+    SCURRY_CUDA(cudaFuncSetAttribute(frob_tc_kernel<KM>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                      static_cast<int>(smem)));
-    constexpr int nt = frob_rb_threads<KM>();
-    const int64_t blocks = ceil_div(m, static_cast<int64_t>(nt) * frob_rb_cols<KM>());
-    frob_cm_rb_kernel<KM><<<dim3(static_cast<unsigned>(blocks), static_cast<unsigned>(R)), nt, smem, res.stream>>>(
-        m, R, k, Pc, A, Gf.data(), active.data(), cd, vpart.data());
+    const int64_t blocks = ceil_div(m, kTcCols);
+    frob_tc_kernel<KM><<<dim3(static_cast<unsigned>(blocks), static_cast<unsigned>(R)), kTcCols, smem, res.stream>>>(
+        m, R, k, Pc, A, Gf.data(), active.data(), vpart.data());
     SCURRY_CUDA_LAUNCH();
     last_blocks = blocks;
   }
-  static bool use_blocked() { return env_is("SCURRY_NMF_UPDATE", "blocked"); }
-  // Calls f(std::integral_constant<int, KM>) with the smallest compiled width KM >= k (8, 12, 16, 24,
-  // 32, 48, then 64; with at60, 60 before 64).
+  // HALS on the tensor cores above kTcMinK (SCURRY_NMF_UPDATE=tc: for every half-step and k;
+  // =shared: never).
+  bool use_tc(int64_t m, int cd) const {
+    if (!cd || env_is("SCURRY_NMF_UPDATE", "shared")) return false;
+    return env_is("SCURRY_NMF_UPDATE", "tc") || (!use_arg(m) && k > kTcMinK);
+  }
+  // Calls f(std::integral_constant<int, KM>) with the smallest multiple of 16 KM >= k.
   template <class F>
-  static void by_width(int k, bool at60, F&& f) {
+  static void by_width16(int k, F&& f) {
+    if (k <= 16) f(std::integral_constant<int, 16>{});
+    else if (k <= 32) f(std::integral_constant<int, 32>{});
+    else if (k <= 48) f(std::integral_constant<int, 48>{});
+    else f(std::integral_constant<int, 64>{});
+  }
+  // Calls f(std::integral_constant<int, KM>) with the smallest compiled width KM >= k (8, 12, 16, 24,
+  // 32, 48, then 64).
+  template <class F>
+  static void by_width(int k, F&& f) {
     if (k <= 8) f(std::integral_constant<int, 8>{});
     else if (k <= 12) f(std::integral_constant<int, 12>{});
     else if (k <= 16) f(std::integral_constant<int, 16>{});
     else if (k <= 24) f(std::integral_constant<int, 24>{});
     else if (k <= 32) f(std::integral_constant<int, 32>{});
     else if (k <= 48) f(std::integral_constant<int, 48>{});
-    else if (at60 && k <= 60) f(std::integral_constant<int, 60>{});
     else f(std::integral_constant<int, 64>{});
   }
   void frob_cm(int64_t m, float* A, int cd) {
-    if (!use_arg(m) && use_blocked())
-      by_width(k, true, [&](auto km) { frob_cm_rb_k<decltype(km)::value>(m, A, cd); });
+    if (use_tc(m, cd))
+      by_width16(k, [&](auto km) { frob_tc_k<decltype(km)::value>(m, A); });
     else if (use_arg(m))
-      by_width(k, false, [&](auto km) { frob_cm_arg_k<decltype(km)::value>(m, A, cd); });
+      by_width(k, [&](auto km) { frob_cm_arg_k<decltype(km)::value>(m, A, cd); });
     else
-      by_width(k, false, [&](auto km) { frob_cm_k<decltype(km)::value>(m, A, cd); });
+      by_width(k, [&](auto km) { frob_cm_k<decltype(km)::value>(m, A, cd); });
   }
   // SCURRY_PROFILE=2: each GEMM variant timed (second of two runs), on stderr. Runs between the
   // half-steps' real products, so it only clobbers scratch (Pc, kpart) and f.W (scratch in cm).

@@ -103,11 +103,11 @@ TEST(NmfGpus, DenseLayoutMatchesCpu) {
 
 // The dense fits: component-major (the default: X^T kept; X^T W as one GEMM, and as 5 GEMMs over
 // chunks of the cells summed in order; the update with the Grams from shared memory one column per
-// thread, register-blocked, and as kernel arguments, each forced for every k), and the row-major one
-// (SCURRY_NMF_DENSE=legacy), each against the CPU oracle, for k in every bound of the kernels'
-// templates, and with more genes than cells (products in their own buffer). The register-blocked
-// update does the one-column kernel's arithmetic per column: the two agree to float32 rounding (bit
-// for bit when the compiler contracts both alike; the count of differing values is printed).
+// thread, HALS on the tensor cores, and the Grams as kernel arguments, each forced for every k; the
+// Grams by 3xTF32 mma instead of float32 FMAs), and the row-major one (SCURRY_NMF_DENSE=legacy), each
+// against the CPU oracle, for k in every bound of the kernels' templates (k 10, 30, 60 among them),
+// and with more genes than cells (products in their own buffer). The tensor-core HALS (3xTF32) and
+// the one-column float32 kernel agree to float32 accuracy (the count of differing values is printed).
 TEST(NmfGpus, DenseComponentMajorAndRowMajorMatchCpu) {
   SCURRY_REQUIRE_GPU();
   const uint64_t seed = test::fresh_seed();
@@ -129,19 +129,21 @@ TEST(NmfGpus, DenseComponentMajorAndRowMajorMatchCpu) {
       opt.gpu_layout = NmfGpuLayout::dense;
       const NmfResult a = nmf_fit(cpu, X, init, opt);
       const double sw = max_abs(a.f.W), sh_ = max_abs(a.f.Ht);
-      NmfResult shared_fit, blocked_fit;
-      for (const char* mode : {"cm", "cm-splitk-5", "cm-shared", "cm-blocked", "cm-arg", "legacy"}) {
+      NmfResult shared_fit, tc_fit;
+      for (const char* mode : {"cm", "cm-splitk-5", "cm-shared", "cm-tc", "cm-arg", "cm-gram-tc", "legacy"}) {
         if (std::string(mode) == "legacy") setenv("SCURRY_NMF_DENSE", "legacy", 1);
         if (std::string(mode) == "cm-splitk-5") setenv("SCURRY_NMF_SPLITK", "5", 1);
         if (std::string(mode) == "cm-shared") setenv("SCURRY_NMF_UPDATE", "shared", 1);
-        if (std::string(mode) == "cm-blocked") setenv("SCURRY_NMF_UPDATE", "blocked", 1);
+        if (std::string(mode) == "cm-tc") setenv("SCURRY_NMF_UPDATE", "tc", 1);
         if (std::string(mode) == "cm-arg") setenv("SCURRY_NMF_UPDATE", "arg", 1);
+        if (std::string(mode) == "cm-gram-tc") setenv("SCURRY_NMF_GRAM", "tc", 1);
         const NmfResult b = nmf_fit_gpu(gpu, X, init, opt);
         if (std::string(mode) == "cm-shared") shared_fit = b;
-        if (std::string(mode) == "cm-blocked") blocked_fit = b;
+        if (std::string(mode) == "cm-tc") tc_fit = b;
         unsetenv("SCURRY_NMF_DENSE");
         unsetenv("SCURRY_NMF_SPLITK");
         unsetenv("SCURRY_NMF_UPDATE");
+        unsetenv("SCURRY_NMF_GRAM");
         const std::string what = std::string(mode) + " " + nmf_solver_name(s) + " n " + std::to_string(sh.n) + " g " +
                                  std::to_string(sh.g) + " k " + std::to_string(sh.k);
         for (int r = 0; r < sh.R; ++r) {
@@ -151,18 +153,19 @@ TEST(NmfGpus, DenseComponentMajorAndRowMajorMatchCpu) {
         for (size_t q = 0; q < a.f.W.size(); ++q) ASSERT_NEAR(b.f.W[q], a.f.W[q], 2e-3 * sw) << q << " " << what;
         for (size_t q = 0; q < a.f.Ht.size(); ++q) ASSERT_NEAR(b.f.Ht[q], a.f.Ht[q], 2e-3 * sh_) << q << " " << what;
       }
-      // The register-blocked update against the one-column one (both forced for every half-step).
+      // The tensor-core HALS against the one-column float32 update (both forced for every half-step;
+      // MU takes the one-column kernel either way).
       size_t differ = 0;
       for (size_t q = 0; q < a.f.W.size(); ++q) {
-        EXPECT_NEAR(blocked_fit.f.W[q], shared_fit.f.W[q], 1e-4 * sw) << q << " k " << sh.k;
-        differ += blocked_fit.f.W[q] != shared_fit.f.W[q];
+        EXPECT_NEAR(tc_fit.f.W[q], shared_fit.f.W[q], 1e-4 * sw) << q << " k " << sh.k;
+        differ += tc_fit.f.W[q] != shared_fit.f.W[q];
       }
       for (size_t q = 0; q < a.f.Ht.size(); ++q) {
-        EXPECT_NEAR(blocked_fit.f.Ht[q], shared_fit.f.Ht[q], 1e-4 * sh_) << q << " k " << sh.k;
-        differ += blocked_fit.f.Ht[q] != shared_fit.f.Ht[q];
+        EXPECT_NEAR(tc_fit.f.Ht[q], shared_fit.f.Ht[q], 1e-4 * sh_) << q << " k " << sh.k;
+        differ += tc_fit.f.Ht[q] != shared_fit.f.Ht[q];
       }
-      std::printf("[ info ] blocked vs shared update, %s k %d: %zu of %zu values differ\n", nmf_solver_name(s),
-                  sh.k, differ, a.f.W.size() + a.f.Ht.size());
+      std::printf("[ info ] tc vs shared update, %s k %d: %zu of %zu values differ\n", nmf_solver_name(s), sh.k,
+                  differ, a.f.W.size() + a.f.Ht.size());
     }
   }
 }
