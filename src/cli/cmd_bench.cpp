@@ -122,9 +122,12 @@ nlohmann::json bench_graph(Context& ctx, const std::vector<Context*>& gpus, cons
   Knn exact, ivf;
   int64_t redo = -1;
   const bool do_exact = o.graph_knn != "ivf", do_ivf = o.graph_knn != "exact";
-  if (do_exact) timed("knn_exact", reps, [&] {
-    exact = gpu ? knn_exact_gpu(ctx, x, k, KnnMetric::euclidean, KnnExactGpuOptions{KnnGemmPrecision::fused, &redo})
-                : knn_exact(ctx, x, k, KnnMetric::euclidean);
+  const std::string exact_name = gpu && gpus.size() > 1 ? "knn_exact (" + std::to_string(gpus.size()) + " GPUs)" : "knn_exact";
+  if (do_exact) timed(exact_name.c_str(), reps, [&] {
+    const KnnExactGpuOptions eo{KnnGemmPrecision::fused, &redo};
+    exact = !gpu               ? knn_exact(ctx, x, k, KnnMetric::euclidean)
+            : gpus.size() > 1 ? knn_exact_gpus(gpus, x, k, KnnMetric::euclidean, eo)
+                              : knn_exact_gpu(ctx, x, k, KnnMetric::euclidean, eo);
   });
   if (gpu && do_exact) {
     std::printf("  %-22s %9lld of %lld queries (no TF32 certificate; searched again with split TF32)\n", "knn_exact redo",

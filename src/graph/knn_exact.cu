@@ -13,7 +13,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cmath>
+#include <exception>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "core/error.hpp"
@@ -159,18 +161,20 @@ __global__ void select_tile_kernel(const float* tile, int64_t nq, int64_t nr, co
 
 __global__ void rerank_kernel(const float* X, const double* nrm, int64_t n, int64_t d, bool cosine,
                               const int32_t* cand, int w, int64_t k, int32_t* out_idx, float* out_dist,
-                              const int32_t* rows) {
+                              const int32_t* rows, int64_t row0, bool compact, bool cand_at_cell) {
   extern __shared__ double smem_d[];
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x & (kWarp - 1);
   const int64_t t_row = blockIdx.x * static_cast<int64_t>(blockDim.x / kWarp) + warp;
   if (t_row >= n) return;  // warp-uniform
-  const int64_t i = rows ? rows[t_row] : t_row;  // rows: candidates of a gathered subset, row t_row
+  const int64_t i = rows ? rows[t_row] : row0 + t_row;  // rows: candidates of a gathered subset, row t_row
+  const int64_t o = compact ? t_row : i - row0;             // the output row
+  const int64_t c_row = cand_at_cell ? i : t_row;            // the candidates' row
   double* key = smem_d + static_cast<int64_t>(warp) * (w + w / 2);
   int32_t* id = reinterpret_cast<int32_t*>(key + w);
   const float* xi = X + i * d;
   const double inf = __longlong_as_double(0x7ff0000000000000LL);
   for (int t = lane; t < w; t += kWarp) {
-    const int32_t j = cand[t_row * w + t];
+    const int32_t j = cand[c_row * w + t];
     double dist = inf;
     if (j >= 0) {
       const float* xj = X + static_cast<int64_t>(j) * d;
@@ -190,8 +194,8 @@ __global__ void rerank_kernel(const float* X, const double* nrm, int64_t n, int6
     id[t] = j;
   }
   warp_bitonic_sort(key, id, w);
-  int32_t* oi = out_idx + i * k;
-  float* od = out_dist + i * k;
+  int32_t* oi = out_idx + o * k;
+  float* od = out_dist + o * k;
   if (lane == 0) oi[0] = static_cast<int32_t>(i), od[0] = 0.f;
   for (int64_t t = lane; t < k - 1; t += kWarp) {
     const int32_t j = id[t];
@@ -222,10 +226,13 @@ __global__ void certify_kernel(const float* best_d, const int32_t* best_i, int w
       const double q2 = sqn[i], qn = sqrt(q2);
       const double rho = fmin(max_norm, qn + dist);
       s = dist * dist - q2;
-      bound = 0x1p-8 * qn * rho + 0x1p-20 * (q2 + rho * rho);
+      // 2^-8 |q| |y|: the TF32 rounding of both rows; 2^-16 (|q|^2 + |y|^2): the float32 accumulation
+      // of the d + 2 exact products (at most 64 terms of total size <= 2 |q||y| + |y|^2, each addition
+      // off by 2^-23 even if the tensor cores truncate) and the split of ||y||^2 (knn_mma.cu).
+      bound = 0x1p-8 * qn * rho + 0x1p-16 * (q2 + rho * rho);
     } else {  // cosine on unit rows: score = -cos = dist - 1
       s = dist - 1.0;
-      bound = 0x1p-8 + 0x1p-20;
+      bound = 0x1p-8 + 0x1p-15;
     }
     bad = !(s < T - bound);
   }
@@ -311,12 +318,13 @@ void select_tile(CudaResources& r, const float* tile, int64_t nq, int64_t nr, co
 }
 
 void rerank(CudaResources& r, const float* dX, const double* nrm, int64_t n, int64_t d, KnnMetric metric,
-            const int32_t* cand, int w, int64_t k, int32_t* out_idx, float* out_dist, const int32_t* rows) {
+            const int32_t* cand, int w, int64_t k, int32_t* out_idx, float* out_dist, const int32_t* rows, int64_t row0,
+            bool compact, bool cand_at_cell) {
   const int64_t per_warp = static_cast<int64_t>(w) * (sizeof(double) + sizeof(int32_t));
   const int wpb = warps_per_block(per_warp);
   const unsigned blocks = static_cast<unsigned>((n + wpb - 1) / wpb);
   rerank_kernel<<<blocks, wpb * kWarp, static_cast<size_t>(wpb * per_warp), r.stream>>>(
-      dX, nrm, n, d, metric == KnnMetric::cosine, cand, w, k, out_idx, out_dist, rows);
+      dX, nrm, n, d, metric == KnnMetric::cosine, cand, w, k, out_idx, out_dist, rows, row0, compact, cand_at_cell);
   SCURRY_CUDA_LAUNCH();
 }
 
@@ -353,7 +361,13 @@ Knn download(CudaResources& r, const int32_t* d_idx, const float* d_dist, int64_
 
 }  // namespace gpu::knn
 
-Knn knn_exact_gpu(const Context& ctx, const DenseF& X, int64_t k, KnnMetric metric, const KnnExactGpuOptions& opt) {
+namespace {
+
+// The exact search for the queries [q_begin, q_end) against every row: a Knn of q_end - q_begin rows
+// (row t is cell q_begin + t). Only the default fused search over every row (brute) takes a part of
+// the queries; the other paths need the whole range.
+Knn knn_exact_part(const Context& ctx, const DenseF& X, int64_t k, KnnMetric metric, const KnnExactGpuOptions& opt,
+                   int64_t q_begin, int64_t q_end) {
   using namespace gpu;
   using namespace gpu::knn;
   const char* where = "neighbors";
@@ -366,8 +380,10 @@ Knn knn_exact_gpu(const Context& ctx, const DenseF& X, int64_t k, KnnMetric metr
   SCURRY_CUDA(cudaMemcpyAsync(dX.data(), X.data.data(), static_cast<size_t>(n * d) * sizeof(float),
                               cudaMemcpyHostToDevice, r.stream));
   DeviceArray<double> nrm(r, static_cast<size_t>(n), "kNN row norms");
-  DeviceArray<int32_t> out_idx(r, static_cast<size_t>(n * k), "kNN indices");
-  DeviceArray<float> out_dist(r, static_cast<size_t>(n * k), "kNN distances");
+  const int64_t m = q_end - q_begin;  // the queries
+  const bool part = m != n;
+  DeviceArray<int32_t> out_idx(r, static_cast<size_t>(m * k), "kNN indices");
+  DeviceArray<float> out_dist(r, static_cast<size_t>(m * k), "kNN distances");
   const int w = candidate_width(k);
 
   DeviceArray<float> mean, sqn;
@@ -378,9 +394,9 @@ Knn knn_exact_gpu(const Context& ctx, const DenseF& X, int64_t k, KnnMetric metr
   }
   row_stats(r, dX.data(), n, d, cosine ? nullptr : mean.data(), nrm.data(), cosine ? nullptr : sqn.data());
 
-  DeviceArray<float> best_d(r, static_cast<size_t>(n) * w, "kNN candidate scores");
-  DeviceArray<int32_t> best_i(r, static_cast<size_t>(n) * w, "kNN candidates");
-  fill_empty(r, best_d.data(), best_i.data(), n * w);
+  DeviceArray<float> best_d(r, static_cast<size_t>(m) * w, "kNN candidate scores");
+  DeviceArray<int32_t> best_i(r, static_cast<size_t>(m) * w, "kNN candidates");
+  fill_empty(r, best_d.data(), best_i.data(), m * w);
   // The cuBLAS tile path (fp32, tf32, tf32x3) for the queries `rows` (all when null; nq of them),
   // leaving their candidates in cand_d/cand_i (nq x w).
   auto tile_search = [&](KnnGemmPrecision prec, const int32_t* rows, int64_t nq_all, float* cand_d, int32_t* cand_i) {
@@ -429,6 +445,8 @@ Knn knn_exact_gpu(const Context& ctx, const DenseF& X, int64_t k, KnnMetric metr
     }
   };
 
+  if (part && (k < 2 || opt.precision != KnnGemmPrecision::fused))
+    fail("exact kNN: a part of the queries needs the fused search and k >= 2");
   if (k > 1 && opt.precision != KnnGemmPrecision::fused) {
     tile_search(opt.precision, nullptr, n, best_d.data(), best_i.data());
     rerank(r, dX.data(), nrm.data(), n, d, metric, best_i.data(), w, k, out_idx.data(), out_dist.data());
@@ -438,7 +456,9 @@ Knn knn_exact_gpu(const Context& ctx, const DenseF& X, int64_t k, KnnMetric metr
     auto prof = [&](const char* what) { clock.mark(what); };
     prof("setup");
     const int64_t kp = (d + kColumnPad - 1) / kColumnPad * kColumnPad;
-    if (!fused_supported(kp, w)) {  // too deep or too wide for the fused kernel's shared memory
+    if (part && !(mma_enabled() && mma_supported(mma_depth(d, !cosine), w)))
+      fail("exact kNN: a part of the queries needs the mma kernel");
+    if (!fused_supported(kp, w) && !part) {  // too deep or too wide for the fused kernel's shared memory
       tile_search(KnnGemmPrecision::tf32x3, nullptr, n, best_d.data(), best_i.data());
       rerank(r, dX.data(), nrm.data(), n, d, metric, best_i.data(), w, k, out_idx.data(), out_dist.data());
     } else {
@@ -448,7 +468,7 @@ Knn knn_exact_gpu(const Context& ctx, const DenseF& X, int64_t k, KnnMetric metr
         strategy = std::string(e) == "brute" ? KnnExactStrategy::brute
                    : std::string(e) == "lists" ? KnnExactStrategy::lists
                                                : strategy;
-      const bool lists = !cosine && strategy == KnnExactStrategy::lists;
+      const bool lists = !cosine && strategy == KnnExactStrategy::lists && !part;
       DeviceArray<float> sqn_lists;
       DeviceArray<uint8_t> redo_lists;
       const float* cert_sqn = cosine ? nullptr : sqn.data();
@@ -482,11 +502,21 @@ Knn knn_exact_gpu(const Context& ctx, const DenseF& X, int64_t k, KnnMetric metr
             nullptr);
         SCURRY_CUDA_LAUNCH();
         prof("prepare");
-        fused_candidates(r, A.data(), cosine ? nullptr : sqn.data(), n, kp, w, best_d.data(), best_i.data());
+        const int64_t kpm = mma_depth(d, !cosine);
+        if (mma_enabled() && mma_supported(kpm, w)) {
+          DeviceArray<float> Q(r, static_cast<size_t>(n * kpm), "kNN mma operand (queries)");
+          DeviceArray<float> D(r, static_cast<size_t>(n * kpm), "kNN mma operand (rows)");
+          mma_operands(r, A.data(), cosine ? nullptr : sqn.data(), n, kp, d, kpm, Q.data(), D.data());
+          A.release();
+          mma_candidates(r, Q.data(), D.data(), n, kpm, d, w, q_begin, q_end, best_d.data(), best_i.data());
+        } else {
+          fused_candidates(r, A.data(), cosine ? nullptr : sqn.data(), n, kp, w, best_d.data(), best_i.data());
+        }
         prof("fused candidates");
         if (opt.report) *opt.report = "brute";
       }
-      rerank(r, dX.data(), nrm.data(), n, d, metric, best_i.data(), w, k, out_idx.data(), out_dist.data());
+      rerank(r, dX.data(), nrm.data(), m, d, metric, best_i.data(), w, k, out_idx.data(), out_dist.data(), nullptr,
+             q_begin);
       prof("rerank");
       // The certificate; the queries without it are searched again with split TF32.
       double max_norm = 1.0;
@@ -498,12 +528,13 @@ Knn knn_exact_gpu(const Context& ctx, const DenseF& X, int64_t k, KnnMetric metr
         for (float v : h_sqn) m2 = std::max(m2, static_cast<double>(v));
         max_norm = std::sqrt(m2);
       }
-      DeviceArray<uint8_t> fail(r, static_cast<size_t>(n), "kNN certificate");
-      certify_kernel<<<grid_for(n), kThreads, 0, r.stream>>>(best_d.data(), best_i.data(), w, out_dist.data(), k,
-                                                              cert_sqn, max_norm, n, fail.data());
+      DeviceArray<uint8_t> fail(r, static_cast<size_t>(m), "kNN certificate");
+      certify_kernel<<<grid_for(m), kThreads, 0, r.stream>>>(best_d.data(), best_i.data(), w, out_dist.data(), k,
+                                                              cert_sqn ? cert_sqn + q_begin : nullptr, max_norm, m,
+                                                              fail.data());
       SCURRY_CUDA_LAUNCH();
-      std::vector<uint8_t> h_fail(static_cast<size_t>(n));
-      SCURRY_CUDA(cudaMemcpyAsync(h_fail.data(), fail.data(), static_cast<size_t>(n), cudaMemcpyDeviceToHost, r.stream));
+      std::vector<uint8_t> h_fail(static_cast<size_t>(m));
+      SCURRY_CUDA(cudaMemcpyAsync(h_fail.data(), fail.data(), static_cast<size_t>(m), cudaMemcpyDeviceToHost, r.stream));
       if (lists) {
         std::vector<uint8_t> h_redo(static_cast<size_t>(n));
         SCURRY_CUDA(cudaMemcpyAsync(h_redo.data(), redo_lists.data(), static_cast<size_t>(n), cudaMemcpyDeviceToHost,
@@ -512,26 +543,87 @@ Knn knn_exact_gpu(const Context& ctx, const DenseF& X, int64_t k, KnnMetric metr
         for (int64_t i = 0; i < n; ++i) h_fail[i] |= h_redo[i];
       }
       SCURRY_CUDA(cudaStreamSynchronize(r.stream));
-      std::vector<int32_t> redo;
-      for (int64_t i = 0; i < n; ++i)
-        if (h_fail[i]) redo.push_back(static_cast<int32_t>(i));
+      std::vector<int32_t> redo;  // cells
+      for (int64_t i = 0; i < m; ++i)
+        if (h_fail[i]) redo.push_back(static_cast<int32_t>(q_begin + i));
       if (opt.redo_count) *opt.redo_count = static_cast<int64_t>(redo.size());
       if (!redo.empty()) {
-        const int64_t m = static_cast<int64_t>(redo.size());
+        const int64_t mr = static_cast<int64_t>(redo.size());
         DeviceArray<int32_t> drows(r, redo.size(), "kNN redo rows");
         SCURRY_CUDA(cudaMemcpyAsync(drows.data(), redo.data(), redo.size() * 4, cudaMemcpyHostToDevice, r.stream));
-        DeviceArray<float> cd(r, static_cast<size_t>(m) * w, "kNN redo candidates");
-        DeviceArray<int32_t> ci(r, static_cast<size_t>(m) * w, "kNN redo candidates");
-        fill_empty(r, cd.data(), ci.data(), m * w);
-        tile_search(KnnGemmPrecision::tf32x3, drows.data(), m, cd.data(), ci.data());
-        rerank(r, dX.data(), nrm.data(), m, d, metric, ci.data(), w, k, out_idx.data(), out_dist.data(), drows.data());
+        DeviceArray<float> cd(r, static_cast<size_t>(mr) * w, "kNN redo candidates");
+        DeviceArray<int32_t> ci(r, static_cast<size_t>(mr) * w, "kNN redo candidates");
+        fill_empty(r, cd.data(), ci.data(), mr * w);
+        tile_search(KnnGemmPrecision::tf32x3, drows.data(), mr, cd.data(), ci.data());
+        rerank(r, dX.data(), nrm.data(), mr, d, metric, ci.data(), w, k, out_idx.data(), out_dist.data(), drows.data(),
+               q_begin);
       }
       prof("certificate + redo");
     }
   } else {
     rerank(r, dX.data(), nrm.data(), n, d, metric, best_i.data(), w, k, out_idx.data(), out_dist.data());
   }
-  return download(r, out_idx.data(), out_dist.data(), n, k);
+  return download(r, out_idx.data(), out_dist.data(), m, k);
+}
+
+}  // namespace
+
+Knn knn_exact_gpu(const Context& ctx, const DenseF& X, int64_t k, KnnMetric metric, const KnnExactGpuOptions& opt) {
+  return knn_exact_part(ctx, X, k, metric, opt, 0, X.n_rows);
+}
+
+Knn knn_exact_gpus(const std::vector<Context*>& ctxs, const DenseF& X, int64_t k, KnnMetric metric,
+                   const KnnExactGpuOptions& opt) {
+  using namespace gpu::knn;
+  if (ctxs.empty()) fail_input("neighbors", "no GPU contexts given");
+  const int64_t n = X.n_rows;
+  const bool cosine = metric == KnnMetric::cosine;
+  // Only the default search (fused, every row, the mma kernel) splits its queries; anything else, and
+  // too few cells to share, runs on the first GPU.
+  const bool splits = ctxs.size() > 1 && k > 1 && opt.precision == KnnGemmPrecision::fused &&
+                      opt.strategy != KnnExactStrategy::lists && mma_enabled() &&
+                      mma_supported(mma_depth(X.n_cols, !cosine), candidate_width(k)) &&
+                      n >= 1024 * static_cast<int64_t>(ctxs.size());
+  if (!splits) return knn_exact_gpu(*ctxs[0], X, k, metric, opt);
+  check_input(*ctxs[0], X, k, "neighbors");
+  // Every query costs the same (a pass over all rows): equal shares of the rows, in order.
+  const int S = static_cast<int>(ctxs.size());
+  std::vector<Knn> parts(static_cast<size_t>(S));
+  std::vector<int64_t> redo(static_cast<size_t>(S), 0);
+  std::vector<std::exception_ptr> errors(static_cast<size_t>(S));
+  {
+    std::vector<std::thread> workers;
+    for (int s = 0; s < S; ++s)
+      workers.emplace_back([&, s] {
+        try {
+          CudaResources& res = require_cuda(*ctxs[s], "neighbors");
+          SCURRY_CUDA(cudaSetDevice(res.device));  // the resources were made on another thread
+          KnnExactGpuOptions o = opt;
+          o.redo_count = &redo[s];
+          o.report = nullptr;
+          parts[s] = knn_exact_part(*ctxs[s], X, k, metric, o, n * s / S, n * (s + 1) / S);
+        } catch (...) {
+          errors[s] = std::current_exception();
+        }
+      });
+    for (auto& t : workers) t.join();
+  }
+  for (auto& e : errors)
+    if (e) std::rethrow_exception(e);
+  Knn out;
+  out.n = n;
+  out.k = k;
+  out.indices.reserve(static_cast<size_t>(n * k));
+  out.distances.reserve(static_cast<size_t>(n * k));
+  int64_t redo_all = 0;
+  for (int s = 0; s < S; ++s) {
+    out.indices.insert(out.indices.end(), parts[s].indices.begin(), parts[s].indices.end());
+    out.distances.insert(out.distances.end(), parts[s].distances.begin(), parts[s].distances.end());
+    redo_all += redo[s];
+  }
+  if (opt.redo_count) *opt.redo_count = redo_all;
+  if (opt.report) *opt.report = "brute";
+  return out;
 }
 
 }  // namespace scurry

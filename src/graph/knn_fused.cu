@@ -286,11 +286,6 @@ void fused_candidates(CudaResources& r, const float* A, const float* sqn, int64_
                       int32_t* best_i) {
   if (!fused_supported(kp, w)) fail("fused kNN: unsupported depth ", kp, " or width ", w);
   if (n == 0) return;
-  const char* kernel_env = std::getenv("SCURRY_KNN_KERNEL");
-  // The raw mma.sync kernel by default (4.05 s against WMMA's 4.77 s at 1.3M x 50 on an H200);
-  // SCURRY_KNN_KERNEL=wmma selects the WMMA one.
-  if (!(kernel_env && std::string(kernel_env) == "wmma") && mma_supported(kp, w))
-    return mma_candidates(r, A, sqn, n, kp, w, best_d, best_i);
   FusedParams P{A, sqn, n, static_cast<int>(kp), w, best_d, best_i, FusedBlocks{}};
   launch_fused<false>(r, P, static_cast<unsigned>((n + kFQ - 1) / kFQ));
 }

@@ -38,10 +38,21 @@ struct FusedBlocks {
 void fused_candidates_ranges(CudaResources& r, const float* A, const float* sqn, int64_t n, int64_t kp, int w,
                              const FusedBlocks& blocks, float* best_d, int32_t* best_i);
 
-// The same as fused_candidates with raw mma.sync and the fold on the accumulators (knn_mma.cu);
-// fused_candidates uses it by default (SCURRY_KNN_KERNEL=wmma: the WMMA kernel).
+// The raw mma.sync kernels (knn_mma.cu), the default (SCURRY_KNN_KERNEL=wmma: the WMMA kernels above).
+// They take two operands made from a fused operand A (n x ka, TF32-rounded, zero past column d) and
+// sqn (null: cosine) by mma_operands: Q and D, n x mma_depth(d, sqn != null) floats each, in fragment
+// order, whose product is the score itself (||y||^2 - 2 x.y, or -x.y).
+int64_t mma_depth(int64_t d, bool euclidean);
 bool mma_supported(int64_t kp, int w);
-void mma_candidates(CudaResources& r, const float* A, const float* sqn, int64_t n, int64_t kp, int w, float* best_d,
-                    int32_t* best_i);
+bool mma_enabled();  // not SCURRY_KNN_KERNEL=wmma
+void mma_operands(CudaResources& r, const float* A, const float* sqn, int64_t n, int64_t ka, int64_t d, int64_t kp,
+                  float* Q, float* D);
+// fused_candidates for the queries [q_begin, q_end) (against every row): the list of query q goes to
+// row q - q_begin of best_d/best_i ((q_end - q_begin) x w).
+void mma_candidates(CudaResources& r, const float* Q, const float* D, int64_t n, int64_t kp, int64_t d, int w,
+                    int64_t q_begin, int64_t q_end, float* best_d, int32_t* best_i);
+// fused_candidates_ranges on the mma operands.
+void mma_candidates_ranges(CudaResources& r, const float* Q, const float* D, int64_t n, int64_t kp, int64_t d, int w,
+                           const FusedBlocks& blocks, float* best_d, int32_t* best_i);
 
 }  // namespace scurry::gpu::knn

@@ -40,9 +40,13 @@ void select_tile(CudaResources& r, const float* tile, int64_t nq, int64_t nr, co
 // Final result: per row i, self first, then the k - 1 best of cand[i, 0..w) (ids, -1 = none) by exact
 // float64 distance over dX (raw rows; nrm from row_stats for cosine), written to out_idx/out_dist
 // (n x k; missing: -1 / +inf). With rows (device, n entries): cand holds the candidates of the rows
-// rows[0..n) (a subset), and each result goes to its row's place in out_idx/out_dist.
+// rows[0..n) (a subset), and each result goes to its row's place in out_idx/out_dist. Without rows the
+// rows are row0 .. row0 + n - 1. The result of row i goes to output row i - row0, or to row t (the
+// t-th searched) when compact. cand_at_cell: the candidates of cell i are row i of cand (n_cells x w)
+// instead of row t.
 void rerank(CudaResources& r, const float* dX, const double* nrm, int64_t n, int64_t d, KnnMetric metric,
-            const int32_t* cand, int w, int64_t k, int32_t* out_idx, float* out_dist, const int32_t* rows = nullptr);
+            const int32_t* cand, int w, int64_t k, int32_t* out_idx, float* out_dist, const int32_t* rows = nullptr,
+            int64_t row0 = 0, bool compact = false, bool cand_at_cell = false);
 
 // The exact search through the IVF lists (knn_ivf.cu), euclidean: stage 1 = the IVF search (P probes
 // per query, block unions), re-ranked into out_idx/out_dist; then per query the Voronoi-cell bound of

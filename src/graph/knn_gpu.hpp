@@ -92,6 +92,13 @@ Knn knn_ivf_gpu(const Context& ctx, const DenseF& X, int64_t k, KnnMetric metric
 // query blocks on its own thread; the rows are merged on the host. Equal to knn_ivf_gpu on one GPU.
 Knn knn_ivf_gpus(const std::vector<Context*>& ctxs, const DenseF& X, int64_t k, KnnMetric metric,
                  const IvfOptions& opt = {});
+// The exact search over several GPUs of this host (the first is ctxs[0]): every GPU holds the whole
+// embedding and searches an equal share of the queries (rows in order) against all rows; the parts
+// are joined on the host. The same result as knn_exact_gpu (each query's search is the same
+// arithmetic on any GPU). Only the default search splits (fused precision, every row, the mma
+// kernel); otherwise, or with one context, it is knn_exact_gpu on ctxs[0].
+Knn knn_exact_gpus(const std::vector<Context*>& ctxs, const DenseF& X, int64_t k, KnnMetric metric,
+                   const KnnExactGpuOptions& opt = {});
 
 // Conveniences with the metric by name ("euclidean" | "cosine").
 inline Knn knn_exact_gpu(const Context& ctx, const DenseF& X, int64_t k, const std::string& metric) {

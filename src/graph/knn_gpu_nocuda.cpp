@@ -16,4 +16,8 @@ Knn knn_ivf_gpus(const std::vector<Context*>&, const DenseF&, int64_t, KnnMetric
   throw InputError("neighbors: this scurry was built without CUDA; use --device cpu");
 }
 
+Knn knn_exact_gpus(const std::vector<Context*>&, const DenseF&, int64_t, KnnMetric, const KnnExactGpuOptions&) {
+  throw InputError("neighbors: this scurry was built without CUDA; use --device cpu");
+}
+
 }  // namespace scurry

@@ -418,8 +418,10 @@ struct ExactPart {
 
 // The IVF search of the n rows of Y (device, n x d; unit rows for cosine) into best_d/best_i (n x w,
 // original order): k-means lists, probes, the fused candidate search (or the scalar fallback).
+// shard_cells (several shards): receives the cells this shard searched (its query blocks' cells).
 void ivf_search(CudaResources& r, const float* Y, const float* dX, int64_t n, int64_t d, bool cosine, int64_t k,
-                const IvfOptions& opt, int w, float* best_d_out, int32_t* best_i_out, ExactPart* ex) {
+                const IvfOptions& opt, int w, float* best_d_out, int32_t* best_i_out, ExactPart* ex,
+                std::vector<int32_t>* shard_cells = nullptr) {
   const char* where = "neighbors";
   const int64_t L = opt.n_lists > 0 ? opt.n_lists : std::max<int64_t>(1, std::llround(std::sqrt(static_cast<double>(n))));
   if (opt.n_lists < 0 || L > n)
@@ -527,6 +529,10 @@ void ivf_search(CudaResources& r, const float* Y, const float* dX, int64_t n, in
   const int64_t qb0 = opt.n_shards == 1 ? 0 : first_block_at(n * opt.shard / opt.n_shards);
   const int64_t qb1 = opt.n_shards == 1 ? nb : first_block_at(n * (opt.shard + 1) / opt.n_shards);
   if (opt.n_shards > 1) fill_empty(r, best_d_out, best_i_out, n * w);
+  if (shard_cells) {
+    const int64_t c0 = qb0 < nb ? qrange[2 * qb0] : n, c1 = qb1 < nb ? qrange[2 * qb1] : n;
+    shard_cells->assign(perm.begin() + c0, perm.begin() + c1);
+  }
   std::vector<int64_t> tile_begin{qb0};
   for (int64_t b = qb0; b < qb1; ++b)
     if (qrange[2 * b + 1] - qrange[2 * tile_begin.back()] > qt) tile_begin.push_back(b);
@@ -622,7 +628,23 @@ void ivf_search(CudaResources& r, const float* Y, const float* dX, int64_t n, in
   fb.n_ranges = d_nranges.data() + qb0;
   fb.range_cap = cap;
   fb.ids = d_perm.data();
-  fused_candidates_ranges(r, A.data(), sqn.data(), n, kp, w, fb, best_d, best_i);
+  // The mma kernel's operands (knn_mma.cu) unless SCURRY_KNN_KERNEL=wmma.
+  const int64_t kpm = mma_depth(d, true);
+  const bool mma = mma_enabled() && mma_supported(kpm, w);
+  DeviceArray<float> Qm, Dm;
+  if (mma) {
+    Qm = DeviceArray<float>(r, static_cast<size_t>(n * kpm), "IVF mma operand (queries)");
+    Dm = DeviceArray<float>(r, static_cast<size_t>(n * kpm), "IVF mma operand (rows)");
+    mma_operands(r, A.data(), sqn.data(), n, kp, d, kpm, Qm.data(), Dm.data());
+    A.release();
+  }
+  auto scan = [&](const FusedBlocks& b) {
+    if (mma)
+      mma_candidates_ranges(r, Qm.data(), Dm.data(), n, kpm, d, w, b, best_d, best_i);
+    else
+      fused_candidates_ranges(r, A.data(), sqn.data(), n, kp, w, b, best_d, best_i);
+  };
+  scan(fb);
   prof("fused candidates");
   if (!ex) return;
   if (opt.n_shards != 1) fail("exact kNN through the lists: one shard only");
@@ -697,7 +719,7 @@ void ivf_search(CudaResources& r, const float* Y, const float* dX, int64_t n, in
     fb2.n_ranges = d_nranges2.data();
     fb2.range_cap = cap2;
     fb2.seeded = true;
-    fused_candidates_ranges(r, A.data(), sqn.data(), n, kp, w, fb2, best_d, best_i);
+    scan(fb2);
   }
   finish_exact_kernel<<<grid_for(n), kThreads, 0, r.stream>>>(sqn.data(), d_perm.data(), d_blk.data(), overflow.data(),
                                                               n, ex->sqn_orig, ex->redo);
@@ -742,7 +764,13 @@ void ivf_exact_candidates(CudaResources& r, const float* dX, const double* nrm, 
 
 }  // namespace gpu::knn
 
-Knn knn_ivf_gpu(const Context& ctx, const DenseF& X, int64_t k, KnnMetric metric, const IvfOptions& opt) {
+namespace {
+
+// One shard's search (opt.shard of opt.n_shards): with cells, only the rows it searched are re-ranked
+// and downloaded (a Knn of cells->size() rows, row t = cell (*cells)[t]); without, the whole n-row
+// result (rows of other shards: the cell itself and no neighbours).
+Knn ivf_part(const Context& ctx, const DenseF& X, int64_t k, KnnMetric metric, const IvfOptions& opt,
+             std::vector<int32_t>* cells) {
   const char* where = "neighbors";
   CudaResources& r = require_cuda(ctx, where);
   check_input(ctx, X, k, where);
@@ -764,12 +792,29 @@ Knn knn_ivf_gpu(const Context& ctx, const DenseF& X, int64_t k, KnnMetric metric
   DeviceArray<float> best_d(r, static_cast<size_t>(n) * w, "kNN candidate scores");
   DeviceArray<int32_t> best_i(r, static_cast<size_t>(n) * w, "kNN candidates");
   ivf_search(r, cosine ? unit.data() : dX.data(), dX.data(), n, d, cosine, k, opt, w, best_d.data(), best_i.data(),
-             nullptr);
+             nullptr, cells);
   unit.release();
+  if (cells) {  // re-rank and download this shard's rows only
+    const int64_t m = static_cast<int64_t>(cells->size());
+    DeviceArray<int32_t> rows(r, cells->size(), "IVF shard rows");
+    upload(r, rows, *cells);
+    DeviceArray<int32_t> out_idx(r, static_cast<size_t>(m * k), "kNN indices");
+    DeviceArray<float> out_dist(r, static_cast<size_t>(m * k), "kNN distances");
+    if (m > 0)
+      rerank(r, dX.data(), nrm.data(), m, d, metric, best_i.data(), w, k, out_idx.data(), out_dist.data(), rows.data(),
+             0, /*compact=*/true, /*cand_at_cell=*/true);
+    return download(r, out_idx.data(), out_dist.data(), m, k);
+  }
   DeviceArray<int32_t> out_idx(r, static_cast<size_t>(n * k), "kNN indices");
   DeviceArray<float> out_dist(r, static_cast<size_t>(n * k), "kNN distances");
   rerank(r, dX.data(), nrm.data(), n, d, metric, best_i.data(), w, k, out_idx.data(), out_dist.data());
   return download(r, out_idx.data(), out_dist.data(), n, k);
+}
+
+}  // namespace
+
+Knn knn_ivf_gpu(const Context& ctx, const DenseF& X, int64_t k, KnnMetric metric, const IvfOptions& opt) {
+  return ivf_part(ctx, X, k, metric, opt, nullptr);
 }
 
 Knn knn_ivf_gpus(const std::vector<Context*>& ctxs, const DenseF& X, int64_t k, KnnMetric metric,
@@ -778,6 +823,7 @@ Knn knn_ivf_gpus(const std::vector<Context*>& ctxs, const DenseF& X, int64_t k, 
   if (ctxs.size() == 1) return knn_ivf_gpu(*ctxs[0], X, k, metric, opt);
   const int S = static_cast<int>(ctxs.size());
   std::vector<Knn> parts(static_cast<size_t>(S));
+  std::vector<std::vector<int32_t>> cells(static_cast<size_t>(S));
   std::vector<std::exception_ptr> errors(static_cast<size_t>(S));
   {
     std::vector<std::thread> workers;
@@ -789,7 +835,7 @@ Knn knn_ivf_gpus(const std::vector<Context*>& ctxs, const DenseF& X, int64_t k, 
           IvfOptions o = opt;
           o.shard = s;
           o.n_shards = S;
-          parts[s] = knn_ivf_gpu(*ctxs[s], X, k, metric, o);
+          parts[s] = ivf_part(*ctxs[s], X, k, metric, o, &cells[s]);
         } catch (...) {
           errors[s] = std::current_exception();
         }
@@ -798,19 +844,21 @@ Knn knn_ivf_gpus(const std::vector<Context*>& ctxs, const DenseF& X, int64_t k, 
   }
   for (auto& e : errors)
     if (e) std::rethrow_exception(e);
-  // Each row from the part that searched it (the one with a neighbour; a row no part found any
-  // neighbour for is the same in every part).
-  Knn out = std::move(parts[0]);
-  if (k < 2) return out;
-  for (int64_t i = 0; i < out.n; ++i) {
-    if (out.index(i, 1) >= 0) continue;
-    for (int s = 1; s < S; ++s)
-      if (parts[s].index(i, 1) >= 0) {
-        std::copy_n(parts[s].indices.begin() + i * k, k, out.indices.begin() + i * k);
-        std::copy_n(parts[s].distances.begin() + i * k, k, out.distances.begin() + i * k);
-        break;
-      }
-  }
+  // Each row from the part that searched it (the shards' cells partition the rows).
+  const int64_t n = X.n_rows;
+  Knn out;
+  out.n = n;
+  out.k = k;
+  out.indices.assign(static_cast<size_t>(n * k), -2);
+  out.distances.assign(static_cast<size_t>(n * k), 0.f);
+  for (int s = 0; s < S; ++s)
+    for (size_t t = 0; t < cells[s].size(); ++t) {
+      const int64_t i = cells[s][t];
+      std::copy_n(parts[s].indices.begin() + static_cast<int64_t>(t) * k, k, out.indices.begin() + i * k);
+      std::copy_n(parts[s].distances.begin() + static_cast<int64_t>(t) * k, k, out.distances.begin() + i * k);
+    }
+  for (int64_t i = 0; i < n; ++i)
+    if (out.indices[static_cast<size_t>(i * k)] == -2) fail("IVF over GPUs: row ", i, " was searched by no shard");
   return out;
 }
 

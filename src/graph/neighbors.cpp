@@ -33,7 +33,9 @@ NeighborsResult neighbors(const Context& ctx, const DenseF& X, const NeighborsOp
   // On the GPU the exact search is the default at any size ("hnsw" there means IVF-Flat).
   res.algorithm = opt.algorithm == "auto" ? (gpu || X.n_rows <= opt.auto_exact_max_cells ? "exact" : "hnsw") : opt.algorithm;
   if (res.algorithm == "exact") {
-    res.knn = gpu ? knn_exact_gpu(ctx, X, opt.n_neighbors, metric) : knn_exact(ctx, X, opt.n_neighbors, metric);
+    res.knn = !gpu                 ? knn_exact(ctx, X, opt.n_neighbors, metric)
+              : opt.gpus.size() > 1 ? knn_exact_gpus(opt.gpus, X, opt.n_neighbors, metric)
+                                    : knn_exact_gpu(ctx, X, opt.n_neighbors, metric);
   } else if (gpu) {
     IvfOptions ivf;
     ivf.seed = opt.random_state;

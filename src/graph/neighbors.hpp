@@ -41,8 +41,9 @@ struct NeighborsOptions {
   // Keys: obsp[key_added + "_connectivities"/"_distances"] and uns[key_added] when key_added is not
   // "neighbors" (scanpy's naming); default obsp['connectivities'], obsp['distances'], uns['neighbors'].
   std::string key_added = "neighbors";
-  // Several GPUs of this host (`--gpus`; the first is the Context's): the IVF-Flat search ("hnsw" on
-  // the GPU) spreads its query blocks over them (knn_ivf_gpus). Not owned; empty: the Context's GPU.
+  // Several GPUs of this host (`--gpus`; the first is the Context's): the exact search splits its
+  // queries over them (knn_exact_gpus), the IVF-Flat search ("hnsw" on the GPU) its query blocks
+  // (knn_ivf_gpus). Not owned; empty: the Context's GPU.
   std::vector<Context*> gpus;
 };
 

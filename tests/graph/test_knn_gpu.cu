@@ -280,6 +280,41 @@ TEST(KnnGpu, IvfShardsMergeToTheWholeSearch) {
   }
 }
 
+// The exact search split over several GPUs (knn_exact_gpus: equal shares of the queries, parts joined
+// on the host) equals one GPU's, bit for bit, and the float64 brute force. With one GPU, three
+// contexts on it exercise the same split (sizes that are not multiples of the 128-query blocks).
+TEST(KnnGpu, ExactOverSeveralGpusEqualsOneGpu) {
+  SCURRY_REQUIRE_GPU();
+  const uint64_t seed = test::fresh_seed();
+  const DenseF x = clustered(9001, 50, 20, seed, 20.0f);
+  std::vector<Context> ctxs;
+  const int devices = cuda_device_count();
+  for (int s = 0; s < 3; ++s) {
+    ContextOptions co;
+    co.device = "gpu";
+    co.cuda.device = devices >= 2 ? s % devices : 0;
+    ctxs.push_back(Context::create(co));
+  }
+  std::vector<Context*> ptrs;
+  for (Context& c : ctxs) ptrs.push_back(&c);
+  for (KnnMetric metric : {KnnMetric::euclidean, KnnMetric::cosine}) {
+    const Knn one = knn_exact_gpu(ctxs[0], x, 15, metric);
+    for (int parts : {2, 3}) {
+      int64_t redo = -1;
+      const Knn split = knn_exact_gpus(std::vector<Context*>(ptrs.begin(), ptrs.begin() + parts), x, 15, metric,
+                                       KnnExactGpuOptions{KnnGemmPrecision::fused, &redo});
+      ASSERT_EQ(split.n, x.n_rows);
+      EXPECT_EQ(split.indices, one.indices) << knn_metric_name(metric) << " " << parts;
+      EXPECT_EQ(split.distances, one.distances) << knn_metric_name(metric) << " " << parts;
+      EXPECT_GE(redo, 0);
+    }
+    const Oracle o = make_oracle(x, metric, 15, seed);
+    double err = 0;
+    EXPECT_EQ(mismatches(one, o, &err), 0) << knn_metric_name(metric);
+    std::printf("exact kNN over %d contexts (%d devices) equals one GPU (%s)\n", 3, devices, knn_metric_name(metric));
+  }
+}
+
 TEST(KnnGpu, ExactEqualsLibraryBruteForceSmallSizesAndLargeK) {
   SCURRY_REQUIRE_GPU();
   const Context ctx = gpu_ctx();
