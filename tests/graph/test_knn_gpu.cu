@@ -266,16 +266,23 @@ TEST(KnnGpu, IvfShardsMergeToTheWholeSearch) {
     }
     EXPECT_EQ(owned, x.n_rows) << knn_metric_name(metric);
     EXPECT_EQ(differ, 0) << knn_metric_name(metric);
-    if (cuda_device_count() >= 2) {
+    // knn_ivf_gpus (each shard re-ranks and downloads only its own rows): over 2 GPUs when there
+    // are, and over 3 contexts (on one GPU, or spread over the GPUs) always.
+    const int devices = cuda_device_count();
+    std::vector<Context> ctxs;
+    for (int s = 0; s < 3; ++s) {
       ContextOptions co;
       co.device = "gpu";
-      co.cuda.device = 1;
-      Context second = Context::create(co);
-      Context first = gpu_ctx();
-      const Knn two = knn_ivf_gpus({&first, &second}, x, 15, metric);
-      EXPECT_EQ(two.indices, whole.indices) << knn_metric_name(metric);
-      EXPECT_EQ(two.distances, whole.distances) << knn_metric_name(metric);
-      std::printf("IVF over 2 GPUs equals one GPU (%s)\n", knn_metric_name(metric));
+      co.cuda.device = devices >= 2 ? s % devices : 0;
+      ctxs.push_back(Context::create(co));
+    }
+    for (int parts : {2, 3}) {
+      std::vector<Context*> ptrs;
+      for (int s = 0; s < parts; ++s) ptrs.push_back(&ctxs[s]);
+      const Knn split = knn_ivf_gpus(ptrs, x, 15, metric);
+      EXPECT_EQ(split.indices, whole.indices) << knn_metric_name(metric) << " " << parts;
+      EXPECT_EQ(split.distances, whole.distances) << knn_metric_name(metric) << " " << parts;
+      std::printf("IVF over %d contexts (%d devices) equals one GPU (%s)\n", parts, devices, knn_metric_name(metric));
     }
   }
 }
