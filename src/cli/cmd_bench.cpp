@@ -31,6 +31,7 @@
 #include "graph/umap_gpu.hpp"
 #include "io/h5ad.hpp"
 #include "io/read.hpp"
+#include "pp/preprocess_stream.hpp"
 #include "sim/simulate.hpp"
 
 namespace scurry::cli {
@@ -57,6 +58,9 @@ struct BenchOptions {
   std::string graph_knn = "both";   // --graph-knn: exact, ivf or both (the graph steps then use the last)
   int64_t graph_pcs = 0;            // --graph-pcs: the first this many PCs for the graph (0: all)
   double umap_min_dist = 0.5;       // --umap-min-dist
+  bool stream = false;              // --stream: the streamed chain from a host-memory copy (or --stream-file)
+  StreamOptions stream_opt;         // --stream-block-nnz, --stream-host-store
+  std::string stream_file;          // --stream-file FILE.h5ad: written once, then streamed from disk
   PreprocessOptions pp = [] {
     PreprocessOptions p;
     p.qc_vars = {"mt"};
@@ -269,6 +273,29 @@ void run_bench(const GlobalOptions& g, BenchOptions& o) {
               o.on_device ? " on the GPU" : "", static_cast<long long>(nnz0), static_cast<double>(nnz0) / cells,
               sim_t.steps().back().wall_s, t_context);
   const double input_bytes = static_cast<double>(nnz0) * 8 + static_cast<double>(cells + 1) * 8;
+  // --stream: the matrix moved out of the frame into the source (memory), or written to a file first.
+  std::shared_ptr<CsrF> held;
+  std::unique_ptr<RowSource> src;
+  double pcie = 0, file_write_s = 0;
+  if (o.stream) {
+    if (ctx.backend() != Backend::cuda) throw InputError("--stream needs --device gpu");
+    if (o.on_device || multi) throw InputError("--stream streams from host memory or a file: not with --on-device or --gpus");
+    pcie = measure_h2d_gbps(ctx, size_t{1} << 30);
+    std::printf("pinned host-to-device copy (1 GiB, median of 5): %.1f GB/s\n", pcie);
+    if (!o.stream_file.empty()) {
+      const auto t0 = std::chrono::steady_clock::now();
+      write_h5ad(base, o.stream_file);
+      file_write_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      std::printf("wrote %s (%.2f GB) in %.2f s; streaming from it\n", o.stream_file.c_str(),
+                  static_cast<double>(std::filesystem::file_size(o.stream_file)) / 1e9, file_write_s);
+      base.X = Matrix();
+      src = std::make_unique<H5adRowReader>(o.stream_file);
+    } else {
+      held = std::make_shared<CsrF>(std::move(base.X.csr_f()));
+      base.X = Matrix();
+      src = std::make_unique<MemoryRowSource>(*held);
+    }
+  }
 
   std::vector<Timings> runs;
   nlohmann::json jruns = nlohmann::json::array();
@@ -281,6 +308,9 @@ void run_bench(const GlobalOptions& g, BenchOptions& o) {
     Timings t;
     if (o.on_device) {
       preprocess_simulated_sharded(gpus, dsim, d, o.pp, &t, /*consume=*/rep == o.repeat);  // the last run needs no copy
+    } else if (o.stream) {
+      d = base;  // (no X)
+      preprocess_stream(ctx, *src, d, o.pp, o.stream_opt, &t);
     } else {
       d = base;
       if (multi) preprocess_gpu_sharded(gpus, d, o.pp, &t);
@@ -291,7 +321,8 @@ void run_bench(const GlobalOptions& g, BenchOptions& o) {
     for (const auto& s : t.steps())
       if (!acquire_step(s.name)) total += s.wall_s;
     std::printf("run %d%s: %.3f s (QC through PCA%s)\n", rep, rep == 0 && o.repeat > 0 ? " (warm-up)" : "", total,
-                ctx.backend() == Backend::cuda ? ", matrix already on the GPU" : "");
+                o.stream ? (o.stream_file.empty() ? ", streamed from host memory" : ", streamed from the file")
+                : ctx.backend() == Backend::cuda ? ", matrix already on the GPU" : "");
     jruns.push_back(nlohmann::json::parse(t.to_json()));
     if (rep > 0 || o.repeat == 0) runs.push_back(std::move(t));
     if (rep == o.repeat && o.graph) x_pca = to_dense_f(d.obsm.at("X_pca"));
@@ -340,6 +371,31 @@ void run_bench(const GlobalOptions& g, BenchOptions& o) {
     std::printf("; peak GPU memory %.2f GiB = %.2f x the input", gpu_peak / (1ull << 30), gpu_peak / input_bytes);
   }
   std::printf("\n");
+  nlohmann::json jstream;
+  if (o.stream) {
+    // Per pass: bytes uploaded over the median wall time, against the measured PCIe ceiling; bytes read
+    // from the source (host memory or the file); the compute thread's wait for blocks.
+    const Timings& last = runs.back();
+    std::printf("\nstreamed passes (%s blocks of ~%s nonzeros; host store %s blocks, %.2f GiB); PCIe H2D ceiling %.1f GB/s\n",
+                last.meta().at("stream_blocks").c_str(), last.meta().at("stream_block_nnz").c_str(),
+                last.meta().at("stream_store_blocks").c_str(), meta_num(last, "stream_store_bytes") / (1ull << 30), pcie);
+    std::printf("%-20s %10s %10s %9s %8s %10s %9s %8s\n", "pass", "median s", "GB up", "GB/s", "% PCIe", "GB read", "read GB/s", "wait s");
+    for (const auto& name : names) {
+      if (!last.meta().count(name + "_h2d_bytes")) continue;
+      std::vector<double> w;
+      for (const auto& t : runs)
+        for (const auto& s2 : t.steps())
+          if (s2.name == name) w.push_back(s2.wall_s);
+      const double mw = median(w), up = meta_num(last, name + "_h2d_bytes") / 1e9, rd = meta_num(last, name + "_read_bytes") / 1e9;
+      std::printf("%-20s %10.3f %10.2f %9.2f %7.1f%% %10.2f %9.2f %8.3f\n", name.c_str(), mw, up, up / mw,
+                  pcie > 0 ? 100.0 * up / mw / pcie : 0.0, rd, rd / mw, meta_num(last, name + "_wait_s"));
+      jstream[name] = {{"median_wall_s", mw}, {"h2d_gb", up}, {"read_gb", rd}, {"h2d_gbps", up / mw},
+                       {"wait_s", meta_num(last, name + "_wait_s")}};
+    }
+    jstream["pcie_h2d_gbps"] = pcie;
+    jstream["file"] = o.stream_file;
+    jstream["file_write_s"] = file_write_s;
+  }
   nlohmann::json jgraph;
   if (o.graph && o.graph_pcs > 0 && o.graph_pcs < x_pca.n_cols) {  // the first graph_pcs columns
     DenseF first(x_pca.n_rows, o.graph_pcs);
@@ -349,7 +405,7 @@ void run_bench(const GlobalOptions& g, BenchOptions& o) {
   }
   if (o.graph) jgraph = bench_graph(ctx, gpus, x_pca, o);
   if (!o.json.empty()) {
-    nlohmann::json j = {{"graph", jgraph},{"synthetic", o.synthetic},   {"nnz_per_cell", o.sim.nnz_per_cell},
+    nlohmann::json j = {{"graph", jgraph}, {"stream", jstream},{"synthetic", o.synthetic},   {"nnz_per_cell", o.sim.nnz_per_cell},
                         {"seed", o.sim.seed},         {"device", ctx.describe()},
                         {"nnz", nnz0},                {"input_bytes", input_bytes},
                         {"on_device", o.on_device},   {"context_s", t_context}, {"gpus", gpus.size()},
@@ -386,6 +442,15 @@ void add_bench_command(CLI::App& app, GlobalOptions& g) {
       ->capture_default_str();
   cmd->add_option("--ivf-probes", o->ivf_probes, "With --graph on the GPU: also time IVF-Flat at these n_probes, with the recall of each");
   cmd->add_flag("--graph", o->graph, "Also time kNN (exact and approximate), connectivities, UMAP and Leiden on the PCA");
+  cmd->add_flag("--stream", o->stream,
+                "With --device gpu: the streamed chain (out of core), the matrix uploaded block by block from a "
+                "host-memory copy (or --stream-file); per-pass throughput against the measured PCIe ceiling");
+  cmd->add_option("--stream-block-nnz", o->stream_opt.block_nnz, "With --stream: nonzeros per block (0: from the budget)")
+      ->capture_default_str();
+  cmd->add_option("--stream-host-store", o->stream_opt.host_store_bytes,
+                  "With --stream: pinned host bytes for the HVG rows kept for the projection (-1: a quarter of the RAM)")
+      ->capture_default_str();
+  cmd->add_option("--stream-file", o->stream_file, "With --stream: write the synthetic matrix to this h5ad and stream from it");
   add_preprocess_options(*cmd, o->pp);
   cmd->add_option("--gpus", g.gpus,
                   "With --device gpu: run the chain over these GPUs of this host: all, a count N, or ordinals 0,2 "

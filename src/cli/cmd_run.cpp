@@ -10,8 +10,9 @@
 // rank ends all ranks (MPI_Abort with the exit code: 2 for bad input, 1 otherwise).
 //
 // With --device gpu --gpus all|N|0,1 (one process) the preprocessing runs over several GPUs of this
-// host (preprocess_gpu_sharded: the cells split by nonzeros, one host thread per GPU); the graph steps
-// then run on the first GPU.
+// host (preprocess_gpu_sharded: the cells split by nonzeros, one host thread per GPU); the kNN search
+// splits its queries over them (knn_exact_gpus / knn_ivf_gpus); connectivities, UMAP and Leiden run
+// on the first GPU.
 #include <cstdio>
 #include <exception>
 #include <new>
@@ -25,6 +26,7 @@
 #include "core/log.hpp"
 #include "core/timings.hpp"
 #include "io/h5ad.hpp"
+#include "io/zarr.hpp"
 #include "io/read.hpp"
 #include "core/row_blocks.hpp"
 #include "io/format.hpp"
@@ -66,13 +68,18 @@ void run_ranks(const GlobalOptions& g, const RunOptions& o) {
   t.set_meta("output", o.output);
 
   Dataset d;
-  auto steps = build_pipeline(o);
-  NeighborsOptions spread = o.neighbors;  // the IVF search over the GPUs too
+  RunOptions om = o;  // several GPUs: never streamed (the sharded chain holds the matrix on the GPUs)
+  if (all_gpus.size() > 1) {
+    if (o.stream.value_or(false)) fail_input("--stream", "cannot be combined with several --gpus yet; use one GPU");
+    om.stream = false;
+  }
+  auto steps = build_pipeline(om);
+  NeighborsOptions spread = o.neighbors;  // the kNN search (exact or IVF) over the GPUs too
   spread.gpus = all_gpus;
   if (all_gpus.size() > 1)
     for (auto& s : steps) {
       if (s.name == "preprocess")
-        s.run = [&o, &all_gpus](Context&, Dataset& d, Timings& t) { preprocess_gpu_sharded(all_gpus, d, o.preprocess, &t); };
+        s.run = [&om, &all_gpus](Context&, Dataset& d, Timings& t) { preprocess_gpu_sharded(all_gpus, d, om.preprocess, &t); };
       if (s.name == "neighbors")
         s.run = [&spread](Context& ctx, Dataset& d, Timings&) { neighbors(ctx, d, spread); };
     }
@@ -143,6 +150,17 @@ void add_run_options(CLI::App& cmd, RunOptions& o) {
   add_umap_options(cmd, o.umap, true);
   add_leiden_options(cmd, o.leiden, true);
   cmd.add_flag("!--no-graph", o.graph, "Stop after PCA (no neighbors, UMAP, Leiden)");
+  cmd.add_flag("--stream,!--no-stream", o.stream,
+               "With --device gpu: stream the preprocessing over row blocks read lazily from an h5ad/zarr input "
+               "(out of core: the matrix is never held whole on the GPU; the output has no X, counts layer or "
+               "raw). Default: chosen when the input would not fit the device memory budget");
+  cmd.add_option("--stream-block-nnz", o.stream_opt.block_nnz,
+                 "With --stream: nonzeros per row block (0: from the device budget)")
+      ->capture_default_str();
+  cmd.add_option("--stream-host-store", o.stream_opt.host_store_bytes,
+                 "With --stream: bytes of pinned host memory for the HVG rows kept between the last two passes "
+                 "(-1: a quarter of the RAM; 0: none, the source is read again)")
+      ->capture_default_str();
 }
 
 // Several ranks and an h5ad input with only X to split by rows (no layers, raw or obsp): each rank
@@ -168,19 +186,108 @@ static bool read_own_rows(const Context& ctx, const std::string& path, Dataset& 
   return true;
 }
 
+namespace {
+
+// A row source whose blocks are checked to be counts as they are read (on the prefetcher's thread,
+// overlapped with the GPU work): the streamed run's check_counts.
+class CheckedRowSource : public RowSource {
+ public:
+  CheckedRowSource(std::shared_ptr<RowSource> s, std::string where) : s_(std::move(s)), where_(std::move(where)) {}
+  int64_t n_rows() const override { return s_->n_rows(); }
+  int64_t n_cols() const override { return s_->n_cols(); }
+  int64_t nnz() const override { return s_->nnz(); }
+  CsrF read_rows(int64_t b, int64_t e) override {
+    CsrF m = s_->read_rows(b, e);
+    Matrix x(std::move(m));
+    check_counts(x, detail::concat(where_, " (the block of rows ", b, " to ", e, ")"));
+    return std::move(x.csr_f());
+  }
+  std::vector<int64_t> row_pointers() override { return s_->row_pointers(); }
+  const CsrF* resident() const override { return s_->resident(); }
+
+ private:
+  std::shared_ptr<RowSource> s_;
+  std::string where_;
+};
+
+// Whether this run streams: --stream / --no-stream, else when the input's matrix (CSR) and the dense
+// HVG matrix would not fit the device budget (h5ad and zarr inputs, one rank, one GPU).
+bool choose_stream(Context& ctx, const RunOptions& o) {
+  if (o.stream && !*o.stream) return false;
+  const bool asked = o.stream.value_or(false);
+  if (asked && ctx.backend() != Backend::cuda) fail_input("--stream", "needs --device gpu");
+  if (asked && ctx.comm().size() > 1) fail_input("--stream", "cannot be combined with MPI ranks yet; run one process");
+  if (asked) return true;
+  if (ctx.backend() != Backend::cuda || ctx.comm().size() > 1) return false;
+  const Format f = detect_format(o.input);
+  if (f != Format::h5ad && f != Format::zarr) return false;
+  const H5adSummary sum = f == Format::h5ad ? summarize_h5ad(o.input) : summarize_zarr(o.input);
+  const double hvg = static_cast<double>(std::min<int64_t>(sum.n_vars, o.preprocess.hvg.n_top_genes.value_or(2000)));
+  const double need = static_cast<double>(sum.x_nnz) * 8 + static_cast<double>(sum.n_obs) * hvg * 4;
+  const double budget = static_cast<double>(stream_device_budget(ctx));
+  if (budget <= 0 || need <= budget) return false;
+  log::info(detail::concat("--stream chosen: the input's ", sum.x_nnz, " nonzeros and the dense HVG matrix need about ",
+                           static_cast<int64_t>(need / (1 << 20)), " MiB on the GPU, over the budget of ",
+                           static_cast<int64_t>(budget / (1 << 20)), " MiB (--no-stream to refuse)"));
+  return true;
+}
+
+struct StreamState {
+  bool on = false;
+  std::shared_ptr<RowSource> src;  // the input's X, read lazily (or held: 10x inputs)
+  std::shared_ptr<CsrF> held;
+};
+
+}  // namespace
+
 std::vector<Step> build_pipeline(const RunOptions& o) {
   std::vector<Step> p;
-  p.push_back({"read", [&o](Context& ctx, Dataset& d, Timings&) {
+  auto st = std::make_shared<StreamState>();
+  p.push_back({"read", [&o, st](Context& ctx, Dataset& d, Timings& t) {
+                 if (choose_stream(ctx, o)) {
+                   st->on = true;
+                   t.set_meta("stream", "true");
+                   ReadOptions ro = o.read;
+                   ro.h5ad.read_x = false, ro.h5ad.read_layers = false, ro.h5ad.read_raw = false;
+                   const Format f = detect_format(o.input);
+                   if (f == Format::h5ad) {
+                     d = read_h5ad(o.input, ro.h5ad);
+                     st->src = std::make_shared<H5adRowReader>(o.input);
+                   } else if (f == Format::zarr) {
+                     d = read_zarr(o.input, ro.h5ad);
+                     st->src = std::make_shared<ZarrRowReader>(o.input);
+                   } else {  // 10x: read whole, streamed from host memory
+                     d = read_any(o.input, o.read);
+                     st->held = std::make_shared<CsrF>(to_csr_f(d.X));
+                     d.X = Matrix();
+                     st->src = std::make_shared<MemoryRowSource>(*st->held);
+                   }
+                   if (st->src->n_rows() != d.n_obs() || st->src->n_cols() != d.n_vars())
+                     fail_input(o.input, "X is ", st->src->n_rows(), " x ", st->src->n_cols(), " but obs/var are ",
+                                d.n_obs(), " x ", d.n_vars());
+                   return;
+                 }
                  if (!read_own_rows(ctx, o.input, d)) {
                    d = read_any(o.input, o.read);
                    shard_rows(ctx, d);  // several ranks: keep this rank's cells
                  }
                }});
-  p.push_back({"check_counts", [&o](Context&, Dataset& d, Timings&) {
+  p.push_back({"check_counts", [&o, st](Context&, Dataset& d, Timings&) {
+                 if (st->on) {  // checked block by block as the passes read them
+                   st->src = std::make_shared<CheckedRowSource>(st->src, o.input);
+                   return;
+                 }
                  if (d.X.empty()) fail_input(o.input, "has no X matrix");
                  check_counts(d.X, o.input);
                }});
-  p.push_back({"preprocess", [&o](Context& ctx, Dataset& d, Timings& t) { preprocess(ctx, d, o.preprocess, &t); },
+  p.push_back({"preprocess", [&o, st](Context& ctx, Dataset& d, Timings& t) {
+                 if (st->on) {
+                   preprocess_stream(ctx, *st->src, d, o.preprocess, o.stream_opt, &t);
+                   st->src.reset(), st->held.reset();
+                   return;
+                 }
+                 preprocess(ctx, d, o.preprocess, &t);
+               },
                true});
   if (o.graph) {
     p.push_back({"neighbors", [&o](Context& ctx, Dataset& d, Timings&) {
@@ -202,11 +309,13 @@ std::vector<Step> build_pipeline(const RunOptions& o) {
                    if (ctx.comm().rank() == 0) leiden(ctx, d, o.leiden);
                  }});
   }
-  p.push_back({"write", [&o](Context& ctx, Dataset& d, Timings&) {
+  p.push_back({"write", [&o, st](Context& ctx, Dataset& d, Timings&) {
                  if (!o.graph) gather_rows(ctx, d, 0);  // with the graph: gathered by neighbors
                  if (ctx.comm().rank() != 0) return;
                  make_parent_dirs(o.output);
-                 write_h5ad(d, o.output, o.write);
+                 H5adWriteOptions w = o.write;
+                 w.allow_no_x = w.allow_no_x || st->on;  // streamed: no X (preprocess_stream.hpp)
+                 write_h5ad(d, o.output, w);
                }});
   return p;
 }
@@ -216,7 +325,7 @@ void add_run_command(CLI::App& app, GlobalOptions& g) {
   CLI::App* cmd = app.add_subcommand("run", "Run the pipeline on INPUT and write the result to OUT.h5ad");
   add_run_options(*cmd, *o);
   cmd->add_option("--gpus", g.gpus,
-                  "With --device gpu: spread the preprocessing and the IVF-Flat kNN (--knn-algorithm hnsw) over "
+                  "With --device gpu: spread the preprocessing and the kNN (exact, or IVF-Flat with --knn-algorithm hnsw) over "
                   "these GPUs of this host: all, a count N, or ordinals 0,2 (default: one GPU)");
   cmd->callback([&g, o] { run_pipeline(g, *o); });
 }

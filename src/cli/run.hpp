@@ -7,6 +7,7 @@
 //   3. one entry in build_pipeline() (between preprocess and write).
 #pragma once
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -21,6 +22,7 @@
 #include "graph/neighbors.hpp"
 #include "graph/umap.hpp"
 #include "pp/preprocess.hpp"
+#include "pp/preprocess_stream.hpp"
 
 namespace scurry::cli {
 
@@ -34,6 +36,11 @@ struct RunOptions {
   UmapOptions umap;
   LeidenOptions leiden;
   bool graph = true;  // --no-graph: stop after PCA
+  // --stream (--device gpu): the preprocessing streamed over row blocks read lazily from the input
+  // (preprocess_stream.hpp); also chosen by itself when the input's matrix would not fit the device.
+  // --no-stream: never.
+  std::optional<bool> stream;
+  StreamOptions stream_opt;  // --stream-block-nnz, --stream-host-store
   PreprocessOptions preprocess = [] {
     PreprocessOptions p;
     p.qc_vars = {"mt"};  // the scanpy tutorial's QC of mitochondrial genes

@@ -37,6 +37,9 @@ class RowSource {
   virtual CsrF read_rows(int64_t begin, int64_t end) = 0;
   // Nonzeros per row (size n_rows): lets callers balance blocks by nonzeros without reading values.
   virtual std::vector<int64_t> row_pointers() = 0;
+  // The whole matrix when it is held in host memory (null for lazy file readers): a streamed pass then
+  // copies its blocks straight from it into the upload buffers, with no intermediate copy.
+  virtual const CsrF* resident() const { return nullptr; }
 };
 
 // Rows of a CSR matrix held in memory (not owned: it must outlive the source).
@@ -48,6 +51,7 @@ class MemoryRowSource : public RowSource {
   int64_t nnz() const override { return m_.nnz(); }
   CsrF read_rows(int64_t begin, int64_t end) override;
   std::vector<int64_t> row_pointers() override { return m_.indptr; }
+  const CsrF* resident() const override { return &m_; }
 
  private:
   const CsrF& m_;

@@ -31,6 +31,7 @@ class DeviceMemory {
   size_t peak() const { return peak_; }
   void reset_peak() { peak_ = in_use_.load(); }
   MemoryMode mode() const { return mode_; }
+  size_t max_bytes() const { return max_bytes_; }  // --max-pool-size (0: no cap)
 
  private:
   [[noreturn]] void out_of_memory(size_t bytes, const char* what, cudaError_t err);

@@ -587,7 +587,7 @@ scurry::Dataset read_h5ad(const std::string& path, const H5adReadOptions& opt) {
   d.obs = read_dataframe(f, "obs");
   d.var = read_dataframe(f, "var");
   if (!f.has("X")) fail_input(path, "missing X matrix (this reader needs X; is it an AnnData file?)");
-  d.X = *read_matrix(f, "X", true);
+  if (opt.read_x) d.X = *read_matrix(f, "X", true);
   if (opt.read_layers) d.layers = read_matrix_dict(f, "layers");
   d.obsm = read_matrix_dict(f, "obsm");
   d.varm = read_matrix_dict(f, "varm");

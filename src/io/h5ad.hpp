@@ -13,6 +13,7 @@ namespace scurry {
 struct H5adReadOptions {
   bool read_raw = true;     // read /raw (X, var, varm) when present
   bool read_layers = true;  // read /layers
+  bool read_x = true;       // false: X is left empty (a streamed run reads it by row blocks instead)
 };
 
 // Reads the whole file. X as CSR (CSC converted), or dense; obs/var dataframes; obsm, varm, obsp,

@@ -584,7 +584,7 @@ Dataset read_zarr(const std::string& dir_in, const H5adReadOptions& opt) {
   d.obs = read_dataframe(r, "obs");
   d.var = read_dataframe(r, "var");
   if (s.kind("X") == NodeKind::missing) fail_input(dir, "missing X matrix (this reader needs X; is it an AnnData store?)");
-  d.X = *read_matrix(r, "X", true);
+  if (opt.read_x) d.X = *read_matrix(r, "X", true);
   if (opt.read_layers) d.layers = read_matrix_dict(r, "layers");
   d.obsm = read_matrix_dict(r, "obsm");
   d.varm = read_matrix_dict(r, "varm");

@@ -4,6 +4,7 @@
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <vector>
 
 #include "exec/device_csr.cuh"
@@ -131,6 +132,37 @@ struct PcaRanks {
 PcaGpuResult pca_dense(CudaResources& r, const float* X, int64_t n, int64_t g, int k, bool zero_center, float* d_xpca,
                        const PcaRanks* ranks = nullptr);
 
+// The Gram half of pca_dense as a block-wise accumulator (the streamed chain adds one densified row
+// block at a time, so the dense n x g matrix never exists): add() puts A^T A and A^T 1 of a dense
+// row-major rows x g device block into float64 accumulators (fp32/fp16x2/tf32x3 products over chunks
+// of at most min(max_rows, 65,536) rows, SCURRY_PCA_GRAM as pca_dense), asynchronously on r.stream.
+// finish() sums the accumulators over the ranks (PcaRanks as pca_dense), centres them when zero_center
+// (G - s s^T / n), and returns the top k eigenpairs (the solve on rank 0, broadcast): collective.
+struct GramEigen {
+  std::vector<double> eig;   // k eigenvalues of the (centred) Gram matrix, descending (not divided by n)
+  std::vector<double> V;     // g x k column-major eigenvectors, in the order of eig
+  std::vector<double> sum;   // per gene, the column sum over every rank's rows
+  std::vector<double> diag;  // the diagonal of the (centred when zero_center) Gram matrix
+};
+class GramAccumulator {
+ public:
+  GramAccumulator(CudaResources& r, int64_t g, int64_t max_rows);
+  ~GramAccumulator();
+  GramAccumulator(const GramAccumulator&) = delete;
+  GramAccumulator& operator=(const GramAccumulator&) = delete;
+  void add(const float* X, int64_t rows);
+  int64_t n_genes() const;
+  // n_all: the rows added over every rank. Frees the scratch and the accumulators; add() after it fails.
+  GramEigen finish(int64_t n_all, int k, bool zero_center, const PcaRanks* ranks = nullptr);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+// d_xpca (n x k row-major) = X (n x g row-major) dV (g x k column-major, float) - dshift (k; null: none).
+void pca_project(CudaResources& r, const float* X, int64_t n, int64_t g, int k, const float* dV, const float* dshift,
+                 float* d_xpca);
+
 // The post-processing of X_pca (pca.cu) on a dense row-major n x k matrix of V (float, double; explicit
 // instantiations in pca.cu; element offsets int64_t, there is no column index): x[i, j] -= shift[j];
 // x[i, j] *= factor[j]; per column, the entry of largest |value| (the first row among ties; abs -1 and
@@ -148,6 +180,7 @@ std::vector<ColumnMaxAbs> column_max_abs(CudaResources& r, const V* x, int64_t n
 
 }  // namespace scurry::gpu
 
+#include "pp/qc.hpp"
 namespace scurry {
 struct Dataset;
 struct PreprocessOptions;
@@ -155,6 +188,22 @@ class Timings;
 }  // namespace scurry
 
 namespace scurry::gpu {
+
+// Pieces of the chain shared with the streamed one (preprocess_gpu.cu): the median of the positive
+// totals (InputError when none is), the QC gene sets (var columns marked, bit k of bits[g] = gene g in
+// set k; at most 8) and ranks, and the QC obs/var columns from the per-cell sums of every cell (rq, this
+// rank's cells in order) and the per-gene sums over every rank's n_cells cells.
+double median_of_positive(const std::vector<double>& v);
+struct QcSetup {
+  QcOptions q;
+  std::vector<std::vector<uint8_t>> masks;
+  std::vector<uint8_t> bits;
+  int n_sets = 0;
+  std::vector<int64_t> percent_top;
+  std::vector<int> top;
+};
+QcSetup qc_setup(Dataset& d, const PreprocessOptions& o, int64_t n_genes);
+void write_qc_columns(Dataset& d, const QcSetup& s, RowQc&& rq, const GeneSums& gs, int64_t n_cells);
 
 // The GPU preprocessing chain on one rank's cells (preprocess_gpu.cu): `acquire` puts this rank's
 // counts on the device (timed as the step `acquire_step`); d holds this rank's cells (obs rows) and

@@ -213,89 +213,115 @@ SCURRY_PCA_POST(float)
 SCURRY_PCA_POST(double)
 #undef SCURRY_PCA_POST
 
-PcaGpuResult pca_dense(CudaResources& r, const float* X, int64_t n, int64_t g, int k, bool zero_center, float* d_xpca,
-                       const PcaRanks* ranks) {
-  Comm* comm = ranks && ranks->comm && ranks->comm->size() > 1 ? ranks->comm : nullptr;
-  int64_t n_all = n;  // cells over all ranks
-  if (comm) comm->allreduce_sum(&n_all, 1);
-  if (k <= 0 || k > g || k >= n_all) fail("pca: n_comps must be in [1, min(n_cells, n_genes)), got ", k);
-  cublasHandle_t h = r.cublas;
-  PhaseTimer timer(r.stream, comm && comm->rank() != 0);
-  // The Gram matrix, by SCURRY_PCA_GRAM: fp32 (cuBLAS SSYRK, 51 TFLOP/s peak); tf32x3 (two TF32
-  // tensor-core GEMMs on the high/low split of each chunk, float32-level accuracy); fp16x2 (default:
-  // the same two GEMMs on an fp16 high/low split, 11 + 11 bits, the low part scaled by 2^11 so that it
-  // stays normal; the values are scaled and clipped, far inside fp16's range). At 1.3M x 2000 on the
-  // H200: fp16x2 38 ms, tf32x3 97 ms; both pass the GPU-vs-CPU PCA tests.
-  const char* gram_env = std::getenv("SCURRY_PCA_GRAM");
-  const std::string gram_mode = gram_env ? gram_env : "fp16x2";
-  if (gram_mode != "fp32" && gram_mode != "tf32x3" && gram_mode != "fp16x2")
-    throw InputError("SCURRY_PCA_GRAM must be fp16x2, tf32x3 or fp32, not '" + gram_mode + "'");
-  const bool fp32_gram = gram_mode == "fp32";
-  const bool fp16_gram = gram_mode == "fp16x2";
-  // (cuBLAS SSYRK + SSYR2K in TF32 math mode, one triangle only, measured 4.4x slower on the H200 at
-  // 1.3M x 2000: 431 ms against 97 ms for the two GEMMs.)
-  DeviceArray<double> G(r, g * g, "Gram matrix"), sum(r, g, "column sums");
-  DeviceArray<float> Gf(r, g * g, "Gram chunk"), sumf(r, g, "column sums chunk"), ones(r, std::min(n, kGramChunkRows), "ones");
-  DeviceArray<float> Gf2, thi, tlo;
+// ---- the block-wise Gram accumulator -------------------------------------------------------------
+
+struct GramAccumulator::Impl {
+  CudaResources& r;
+  int64_t g, chunk;
+  bool fp32_gram, fp16_gram;
+  DeviceArray<double> G, sum;
+  DeviceArray<float> Gf, sumf, ones, Gf2, thi, tlo;
   DeviceArray<__half> hhi, hlo;
-  if (fp16_gram) {
-    Gf2 = DeviceArray<float>(r, g * g, "Gram chunk (cross terms)");
-    hhi = DeviceArray<__half>(r, std::min(n, kGramChunkRows) * g, "fp16 split (high)");
-    hlo = DeviceArray<__half>(r, std::min(n, kGramChunkRows) * g, "fp16 split (low)");
-  } else if (!fp32_gram) {
-    Gf2 = DeviceArray<float>(r, g * g, "Gram chunk (cross terms)");
-    thi = DeviceArray<float>(r, std::min(n, kGramChunkRows) * g, "TF32 split (high)");
-    tlo = DeviceArray<float>(r, std::min(n, kGramChunkRows) * g, "TF32 split (low)");
-  }
-  SCURRY_CUDA(cudaMemsetAsync(G.data(), 0, g * g * 8, r.stream));
-  SCURRY_CUDA(cudaMemsetAsync(sum.data(), 0, g * 8, r.stream));
-  if (ones.size()) {  // (a rank may hold no rows)
-    fill_f<<<blocks(ones.size()), kThreads, 0, r.stream>>>(ones.data(), ones.size(), 1.f);
+  Impl(CudaResources& res, int64_t genes, int64_t max_rows) : r(res), g(genes), chunk(std::max<int64_t>(1, std::min(max_rows, kGramChunkRows))) {
+    // The Gram matrix, by SCURRY_PCA_GRAM: fp32 (cuBLAS SSYRK, 51 TFLOP/s peak); tf32x3 (two TF32
+    // tensor-core GEMMs on the high/low split of each chunk, float32-level accuracy); fp16x2 (default:
+    // the same two GEMMs on an fp16 high/low split, 11 + 11 bits, the low part scaled by 2^11 so that it
+    // stays normal; the values are scaled and clipped, far inside fp16's range). At 1.3M x 2000 on the
+    // H200: fp16x2 38 ms, tf32x3 97 ms; both pass the GPU-vs-CPU PCA tests.
+    // (cuBLAS SSYRK + SSYR2K in TF32 math mode, one triangle only, measured 4.4x slower on the H200 at
+    // 1.3M x 2000: 431 ms against 97 ms for the two GEMMs.)
+    const char* gram_env = std::getenv("SCURRY_PCA_GRAM");
+    const std::string gram_mode = gram_env ? gram_env : "fp16x2";
+    if (gram_mode != "fp32" && gram_mode != "tf32x3" && gram_mode != "fp16x2")
+      throw InputError("SCURRY_PCA_GRAM must be fp16x2, tf32x3 or fp32, not '" + gram_mode + "'");
+    fp32_gram = gram_mode == "fp32";
+    fp16_gram = gram_mode == "fp16x2";
+    G = DeviceArray<double>(r, g * g, "Gram matrix");
+    sum = DeviceArray<double>(r, g, "column sums");
+    Gf = DeviceArray<float>(r, g * g, "Gram chunk");
+    sumf = DeviceArray<float>(r, g, "column sums chunk");
+    ones = DeviceArray<float>(r, chunk, "ones");
+    if (fp16_gram) {
+      Gf2 = DeviceArray<float>(r, g * g, "Gram chunk (cross terms)");
+      hhi = DeviceArray<__half>(r, chunk * g, "fp16 split (high)");
+      hlo = DeviceArray<__half>(r, chunk * g, "fp16 split (low)");
+    } else if (!fp32_gram) {
+      Gf2 = DeviceArray<float>(r, g * g, "Gram chunk (cross terms)");
+      thi = DeviceArray<float>(r, chunk * g, "TF32 split (high)");
+      tlo = DeviceArray<float>(r, chunk * g, "TF32 split (low)");
+    }
+    SCURRY_CUDA(cudaMemsetAsync(G.data(), 0, g * g * 8, r.stream));
+    SCURRY_CUDA(cudaMemsetAsync(sum.data(), 0, g * 8, r.stream));
+    fill_f<<<blocks(chunk), kThreads, 0, r.stream>>>(ones.data(), chunk, 1.f);
     SCURRY_CUDA_LAUNCH();
   }
-  const float one = 1.f, zero = 0.f;
-  for (int64_t r0 = 0; r0 < n; r0 += kGramChunkRows) {
-    const int rows = static_cast<int>(std::min(kGramChunkRows, n - r0));
-    const float* A = X + r0 * g;  // column-major g x rows, lda g
-    if (fp32_gram) {
-      SCURRY_CUBLAS(cublasSsyrk(h, CUBLAS_FILL_MODE_UPPER, CUBLAS_OP_N, static_cast<int>(g), rows, &one, A,
-                                static_cast<int>(g), &zero, Gf.data(), static_cast<int>(g)));
-    } else if (fp16_gram) {
-      split_fp16<<<blocks(rows * g), kThreads, 0, r.stream>>>(A, rows * g, hhi.data(), hlo.data());
-      SCURRY_CUDA_LAUNCH();
-      const int gi = static_cast<int>(g);
-      const float lo_scale = 1.f / 2048.f;
-      SCURRY_CUBLAS(cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_T, gi, gi, rows, &one, hhi.data(), CUDA_R_16F, gi, hhi.data(),
-                                 CUDA_R_16F, gi, &zero, Gf.data(), CUDA_R_32F, gi, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
-      SCURRY_CUBLAS(cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_T, gi, gi, rows, &lo_scale, hhi.data(), CUDA_R_16F, gi,
-                                 hlo.data(), CUDA_R_16F, gi, &zero, Gf2.data(), CUDA_R_32F, gi, CUBLAS_COMPUTE_32F,
-                                 CUBLAS_GEMM_DEFAULT));
-    } else {
-      split_tf32<<<blocks(rows * g), kThreads, 0, r.stream>>>(A, rows * g, thi.data(), tlo.data());
-      SCURRY_CUDA_LAUNCH();
-      const int gi = static_cast<int>(g);
-      SCURRY_CUBLAS(cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_T, gi, gi, rows, &one, thi.data(), CUDA_R_32F, gi, thi.data(),
-                                 CUDA_R_32F, gi, &zero, Gf.data(), CUDA_R_32F, gi, CUBLAS_COMPUTE_32F_FAST_TF32,
-                                 CUBLAS_GEMM_DEFAULT));
-      SCURRY_CUBLAS(cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_T, gi, gi, rows, &one, thi.data(), CUDA_R_32F, gi, tlo.data(),
-                                 CUDA_R_32F, gi, &zero, Gf2.data(), CUDA_R_32F, gi, CUBLAS_COMPUTE_32F_FAST_TF32,
-                                 CUBLAS_GEMM_DEFAULT));
-    }
-    SCURRY_CUBLAS(cublasSgemv(h, CUBLAS_OP_N, static_cast<int>(g), rows, &one, A, static_cast<int>(g), ones.data(), 1,
-                              &zero, sumf.data(), 1));
-    if (fp32_gram) {
-      add_upper<<<blocks(g * g), kThreads, 0, r.stream>>>(Gf.data(), G.data(), g);
-      SCURRY_CUDA_LAUNCH();
-    } else {
-      add_gram3<<<blocks(g * g), kThreads, 0, r.stream>>>(Gf.data(), Gf2.data(), G.data(), g);
-      SCURRY_CUDA_LAUNCH();
-    }
-    add_vec<<<blocks(g), kThreads, 0, r.stream>>>(sumf.data(), sum.data(), g);
-    SCURRY_CUDA_LAUNCH();
+  void release_scratch() {
+    Gf.release(), sumf.release(), ones.release();
+    Gf2.release(), thi.release(), tlo.release(), hhi.release(), hlo.release();
   }
-  Gf.release();
-  Gf2.release(), thi.release(), tlo.release(), hhi.release(), hlo.release();
-  timer.mark("gram");
+  // G += A^T A, sum += A^T 1 for the row-major rows x g block A, in chunks of at most `chunk` rows
+  // (each chunk's fp32 products added into the float64 accumulators).
+  void add(const float* X, int64_t n) {
+    if (!Gf.data()) fail("internal: GramAccumulator::add after finish");
+    cublasHandle_t h = r.cublas;
+    const float one = 1.f, zero = 0.f;
+    for (int64_t r0 = 0; r0 < n; r0 += chunk) {
+      const int rows = static_cast<int>(std::min(chunk, n - r0));
+      const float* A = X + r0 * g;  // column-major g x rows, lda g
+      if (fp32_gram) {
+        SCURRY_CUBLAS(cublasSsyrk(h, CUBLAS_FILL_MODE_UPPER, CUBLAS_OP_N, static_cast<int>(g), rows, &one, A,
+                                  static_cast<int>(g), &zero, Gf.data(), static_cast<int>(g)));
+      } else if (fp16_gram) {
+        split_fp16<<<blocks(rows * g), kThreads, 0, r.stream>>>(A, rows * g, hhi.data(), hlo.data());
+        SCURRY_CUDA_LAUNCH();
+        const int gi = static_cast<int>(g);
+        const float lo_scale = 1.f / 2048.f;
+        SCURRY_CUBLAS(cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_T, gi, gi, rows, &one, hhi.data(), CUDA_R_16F, gi, hhi.data(),
+                                   CUDA_R_16F, gi, &zero, Gf.data(), CUDA_R_32F, gi, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+        SCURRY_CUBLAS(cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_T, gi, gi, rows, &lo_scale, hhi.data(), CUDA_R_16F, gi,
+                                   hlo.data(), CUDA_R_16F, gi, &zero, Gf2.data(), CUDA_R_32F, gi, CUBLAS_COMPUTE_32F,
+                                   CUBLAS_GEMM_DEFAULT));
+      } else {
+        split_tf32<<<blocks(rows * g), kThreads, 0, r.stream>>>(A, rows * g, thi.data(), tlo.data());
+        SCURRY_CUDA_LAUNCH();
+        const int gi = static_cast<int>(g);
+        SCURRY_CUBLAS(cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_T, gi, gi, rows, &one, thi.data(), CUDA_R_32F, gi, thi.data(),
+                                   CUDA_R_32F, gi, &zero, Gf.data(), CUDA_R_32F, gi, CUBLAS_COMPUTE_32F_FAST_TF32,
+                                   CUBLAS_GEMM_DEFAULT));
+        SCURRY_CUBLAS(cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_T, gi, gi, rows, &one, thi.data(), CUDA_R_32F, gi, tlo.data(),
+                                   CUDA_R_32F, gi, &zero, Gf2.data(), CUDA_R_32F, gi, CUBLAS_COMPUTE_32F_FAST_TF32,
+                                   CUBLAS_GEMM_DEFAULT));
+      }
+      SCURRY_CUBLAS(cublasSgemv(h, CUBLAS_OP_N, static_cast<int>(g), rows, &one, A, static_cast<int>(g), ones.data(), 1,
+                                &zero, sumf.data(), 1));
+      if (fp32_gram) {
+        add_upper<<<blocks(g * g), kThreads, 0, r.stream>>>(Gf.data(), G.data(), g);
+        SCURRY_CUDA_LAUNCH();
+      } else {
+        add_gram3<<<blocks(g * g), kThreads, 0, r.stream>>>(Gf.data(), Gf2.data(), G.data(), g);
+        SCURRY_CUDA_LAUNCH();
+      }
+      add_vec<<<blocks(g), kThreads, 0, r.stream>>>(sumf.data(), sum.data(), g);
+      SCURRY_CUDA_LAUNCH();
+    }
+  }
+};
+
+GramAccumulator::GramAccumulator(CudaResources& r, int64_t g, int64_t max_rows) : impl_(std::make_unique<Impl>(r, g, max_rows)) {}
+GramAccumulator::~GramAccumulator() = default;
+void GramAccumulator::add(const float* X, int64_t rows) { impl_->add(X, rows); }
+int64_t GramAccumulator::n_genes() const { return impl_->g; }
+
+GramEigen GramAccumulator::finish(int64_t n_all, int k, bool zero_center, const PcaRanks* ranks) {
+  Impl& a = *impl_;
+  CudaResources& r = a.r;
+  const int64_t g = a.g;
+  a.release_scratch();
+  Comm* comm = ranks && ranks->comm && ranks->comm->size() > 1 ? ranks->comm : nullptr;
+  if (k <= 0 || k > g || k >= n_all) fail("pca: n_comps must be in [1, min(n_cells, n_genes)), got ", k);
+  PhaseTimer timer(r.stream, comm && comm->rank() != 0);
+  DeviceArray<double>& G = a.G;
+  DeviceArray<double>& sum = a.sum;
   if (comm) {  // the ranks' Gram matrices and column sums summed
     if (ranks->device_sum) {
       ranks->device_sum(G.data(), static_cast<size_t>(g * g), r.stream);
@@ -316,7 +342,6 @@ PcaGpuResult pca_dense(CudaResources& r, const float* X, int64_t n, int64_t g, i
   center_gram<<<blocks(g * g), kThreads, 0, r.stream>>>(G.data(), sum.data(), g, static_cast<double>(n_all), zero_center);
   SCURRY_CUDA_LAUNCH();
 
-  PcaGpuResult res;
   std::vector<double> h_sum(g), diag(g);
   SCURRY_CUDA(cudaMemcpyAsync(h_sum.data(), sum.data(), g * 8, cudaMemcpyDeviceToHost, r.stream));
   SCURRY_CUDA(cudaMemcpy2DAsync(diag.data(), 8, G.data(), (g + 1) * 8, 8, g, cudaMemcpyDeviceToHost, r.stream));
@@ -393,17 +418,54 @@ PcaGpuResult pca_dense(CudaResources& r, const float* X, int64_t n, int64_t g, i
     std::swap_ranges(V.begin() + static_cast<size_t>(j) * g, V.begin() + static_cast<size_t>(j + 1) * g,
                      V.begin() + static_cast<size_t>(k - 1 - j) * g);
   timer.mark("eigen");
+  GramEigen e;
+  e.eig.resize(k);
+  for (int j = 0; j < k; ++j) e.eig[j] = h_w[col0 - j];
+  e.V = std::move(V);
+  e.sum = std::move(h_sum);
+  e.diag = std::move(diag);
+  a.G.release(), a.sum.release();
+  return e;
+}
 
+void pca_project(CudaResources& r, const float* X, int64_t n, int64_t g, int k, const float* dV, const float* dshift,
+                 float* d_xpca) {
+  const float one = 1.f, zero = 0.f;
+  // X_pca^T (k x n, column-major) = V^T (k x g) * X^T (g x n); then - shift.
+  for (int64_t r0 = 0; r0 < n; r0 += kGramChunkRows * 16) {
+    const int rows = static_cast<int>(std::min(kGramChunkRows * 16, n - r0));
+    SCURRY_CUBLAS(cublasSgemm(r.cublas, CUBLAS_OP_T, CUBLAS_OP_N, k, rows, static_cast<int>(g), &one, dV,
+                              static_cast<int>(g), X + r0 * g, static_cast<int>(g), &zero, d_xpca + r0 * k, k));
+  }
+  if (dshift) subtract_columns(r, d_xpca, n, k, dshift);
+}
+
+PcaGpuResult pca_dense(CudaResources& r, const float* X, int64_t n, int64_t g, int k, bool zero_center, float* d_xpca,
+                       const PcaRanks* ranks) {
+  Comm* comm = ranks && ranks->comm && ranks->comm->size() > 1 ? ranks->comm : nullptr;
+  int64_t n_all = n;  // cells over all ranks
+  if (comm) comm->allreduce_sum(&n_all, 1);
+  if (k <= 0 || k > g || k >= n_all) fail("pca: n_comps must be in [1, min(n_cells, n_genes)), got ", k);
+  PhaseTimer timer(r.stream, comm && comm->rank() != 0);
+  GramEigen e;
+  {
+    GramAccumulator acc(r, g, n);
+    acc.add(X, n);
+    timer.mark("gram");
+    e = acc.finish(n_all, k, zero_center, ranks);
+  }
+  PcaGpuResult res;
+  const std::vector<double>& V = e.V;
   const double nn = static_cast<double>(n_all);
   res.mean.resize(g);
-  for (int64_t i = 0; i < g; ++i) res.mean[i] = zero_center ? h_sum[i] / nn : 0.0;
+  for (int64_t i = 0; i < g; ++i) res.mean[i] = zero_center ? e.sum[i] / nn : 0.0;
   res.total_variance = 0;
-  for (int64_t i = 0; i < g; ++i) res.total_variance += diag[i];
+  for (int64_t i = 0; i < g; ++i) res.total_variance += e.diag[i];
   res.total_variance /= (nn - 1);
   res.variance.resize(k);
-  for (int j = 0; j < k; ++j) res.variance[j] = h_w[col0 - j] / (nn - 1);
+  for (int j = 0; j < k; ++j) res.variance[j] = e.eig[j] / (nn - 1);
 
-  // Projection: X_pca^T (k x n, column-major) = V^T (k x g) * X^T (g x n); then - mu^T V.
+  // Projection: X_pca = X V - mu^T V.
   std::vector<float> Vf(V.begin(), V.end());  // column-major g x k
   std::vector<float> shift(k, 0.f);
   for (int j = 0; j < k; ++j) {
@@ -414,14 +476,8 @@ PcaGpuResult pca_dense(CudaResources& r, const float* X, int64_t n, int64_t g, i
   DeviceArray<float> dV(r, Vf.size(), "PCA components"), dshift(r, k, "PCA shift");
   SCURRY_CUDA(cudaMemcpyAsync(dV.data(), Vf.data(), Vf.size() * 4, cudaMemcpyHostToDevice, r.stream));
   SCURRY_CUDA(cudaMemcpyAsync(dshift.data(), shift.data(), k * 4, cudaMemcpyHostToDevice, r.stream));
-  for (int64_t r0 = 0; r0 < n; r0 += kGramChunkRows * 16) {
-    const int rows = static_cast<int>(std::min(kGramChunkRows * 16, n - r0));
-    SCURRY_CUBLAS(cublasSgemm(h, CUBLAS_OP_T, CUBLAS_OP_N, k, rows, static_cast<int>(g), &one, dV.data(),
-                              static_cast<int>(g), X + r0 * g, static_cast<int>(g), &zero, d_xpca + r0 * k, k));
-  }
-  subtract_columns(r, d_xpca, n, k, dshift.data());
+  pca_project(r, X, n, g, k, dV.data(), dshift.data(), d_xpca);
   timer.mark("projection");
-
   // svd_flip (u-based): the largest-|.| entry of each X_pca column made positive. Per component: the
   // largest |value| (first row among ties) of this rank, then over the ranks.
   std::vector<ColumnMaxAbs> best = column_max_abs(r, static_cast<const float*>(d_xpca), n, k);

@@ -41,19 +41,6 @@ void unsupported(bool cond, const std::string& what) {
   if (cond) throw InputError("--device gpu: " + what + " is not available on the GPU yet; use --device cpu");
 }
 
-double median_of_positive(const std::vector<double>& v) {
-  std::vector<double> p;
-  for (double x : v)
-    if (x > 0) p.push_back(x);
-  if (p.empty()) throw InputError("normalize_total: every cell has a total of 0; nothing to normalise");
-  const size_t m = p.size() / 2;
-  std::nth_element(p.begin(), p.begin() + m, p.end());
-  double hi = p[m];
-  if (p.size() % 2) return hi;
-  const double lo = *std::max_element(p.begin(), p.begin() + m);
-  return 0.5 * (lo + hi);
-}
-
 }  // namespace
 
 namespace {
@@ -70,6 +57,71 @@ int64_t sum_ranks(Comm& c, int64_t x) {
 }  // namespace
 
 namespace gpu {
+
+double median_of_positive(const std::vector<double>& v) {
+  std::vector<double> p;
+  for (double x : v)
+    if (x > 0) p.push_back(x);
+  if (p.empty()) throw InputError("normalize_total: every cell has a total of 0; nothing to normalise");
+  const size_t m = p.size() / 2;
+  std::nth_element(p.begin(), p.begin() + m, p.end());
+  double hi = p[m];
+  if (p.size() % 2) return hi;
+  const double lo = *std::max_element(p.begin(), p.begin() + m);
+  return 0.5 * (lo + hi);
+}
+
+QcSetup qc_setup(Dataset& d, const PreprocessOptions& o, int64_t n_genes) {
+  QcSetup s;
+  mark_qc_vars(d, o.qc_vars);
+  s.q = o.qc;
+  s.q.qc_vars = qc_var_names(o.qc_vars);
+  s.masks = qc_var_masks(d, s.q);
+  if (s.masks.size() > 8) throw InputError("--device gpu: at most 8 --qc-vars sets");
+  s.n_sets = static_cast<int>(s.masks.size());
+  s.bits.assign(static_cast<size_t>(n_genes), 0);
+  for (size_t k = 0; k < s.masks.size(); ++k)
+    for (size_t g = 0; g < s.bits.size(); ++g)
+      if (s.masks[k][g]) s.bits[g] |= static_cast<uint8_t>(1u << k);
+  s.percent_top = qc_percent_top(s.q, n_genes);
+  s.top.assign(s.percent_top.begin(), s.percent_top.end());
+  return s;
+}
+
+void write_qc_columns(Dataset& d, const QcSetup& s, RowQc&& rq, const GeneSums& gs, int64_t n_cells) {
+  // The obs/var columns, on this thread (a thread of their own was measured slower: its new malloc
+  // arena's fresh pages cost more than the work).
+  QcResult res;
+  res.percent_top = s.percent_top;
+  const int64_t n = static_cast<int64_t>(rq.total.size()), g = static_cast<int64_t>(gs.sum.size());
+  res.n_genes_by_counts.assign(rq.n_genes.begin(), rq.n_genes.end());
+  res.total_counts = std::move(rq.total);
+  const auto& total = res.total_counts;
+  for (size_t k = 0; k < s.top.size(); ++k) {
+    std::vector<double> pct(n);
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < n; ++i) pct[i] = total[i] != 0 ? rq.top_sum[k][i] / total[i] * 100.0 : 0.0;
+    res.pct_counts_in_top.push_back(std::move(pct));
+  }
+  for (size_t k = 0; k < s.masks.size(); ++k) {
+    std::vector<double> pct(n);
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < n; ++i) pct[i] = total[i] != 0 ? rq.set_total[k][i] / total[i] * 100.0 : 0.0;
+    res.total_counts_qc.push_back(std::move(rq.set_total[k]));
+    res.pct_counts_qc.push_back(std::move(pct));
+  }
+  const double dn = static_cast<double>(n_cells);
+  res.n_cells_by_counts.resize(g);
+  res.mean_counts.resize(g);
+  res.pct_dropout_by_counts.resize(g);
+  res.var_total_counts = gs.sum;
+  for (int64_t j = 0; j < g; ++j) {
+    res.n_cells_by_counts[j] = static_cast<int64_t>(gs.nnz[j]);
+    res.mean_counts[j] = gs.sum[j] / dn;
+    res.pct_dropout_by_counts[j] = (1.0 - gs.nnz[j] / dn) * 100.0;
+  }
+  write_qc_metrics(d, res, s.q, true);
+}
 
 void preprocess_chain(Context& ctx, Dataset& d, const PreprocessOptions& o, Timings* timings, const char* acquire_step,
                       const std::function<DeviceCsr()>& acquire, const DeviceSum& device_sum) {
@@ -113,21 +165,10 @@ void preprocess_chain(Context& ctx, Dataset& d, const PreprocessOptions& o, Timi
   std::vector<int64_t> qc_n_genes, qc_gene_cells;
   std::vector<double> qc_total_f32;
   step("qc", [&] {
-    mark_qc_vars(d, o.qc_vars);
-    QcOptions q = o.qc;
-    q.qc_vars = qc_var_names(o.qc_vars);
-    const auto masks = qc_var_masks(d, q);
-    if (masks.size() > 8) throw InputError("--device gpu: at most 8 --qc-vars sets");
-    std::vector<uint8_t> bits(static_cast<size_t>(m.n_cols), 0);
-    for (size_t s = 0; s < masks.size(); ++s)
-      for (size_t g = 0; g < bits.size(); ++g)
-        if (masks[s][g]) bits[g] |= static_cast<uint8_t>(1u << s);
-    DeviceArray<uint8_t> dbits = to_device(r, bits, "QC gene sets");
-    QcResult res;
-    res.percent_top = qc_percent_top(q, m.n_cols);
-    const std::vector<int> top(res.percent_top.begin(), res.percent_top.end());
+    const QcSetup qs = qc_setup(d, o, m.n_cols);
+    DeviceArray<uint8_t> dbits = to_device(r, qs.bits, "QC gene sets");
     mark("qc: setup");
-    gpu::RowQc rq = gpu::row_qc(r, m, masks.empty() ? nullptr : dbits.data(), static_cast<int>(masks.size()), top);
+    gpu::RowQc rq = gpu::row_qc(r, m, qs.n_sets ? dbits.data() : nullptr, qs.n_sets, qs.top);
     mark("qc: row_qc (+download)");
     gpu::GeneSums gs = gpu::gene_sums(r, m, gpu::GeneTransform::identity, nullptr, gpu::SecondStat::count);
     sum_ranks(comm, gs.sum);  // per-gene sums and counts over all cells
@@ -144,38 +185,7 @@ void preprocess_chain(Context& ctx, Dataset& d, const PreprocessOptions& o, Timi
       qc_total_f32[i] = static_cast<double>(static_cast<float>(rq.total[i]));  // as the float32 obs column holds it
     }
     qc_gene_cells.assign(gs.nnz.begin(), gs.nnz.end());
-    // The obs/var columns, on this thread (a thread of their own was measured slower: its new malloc
-    // arena's fresh pages cost more than the work).
-    {
-      const int64_t n = n_all, g = m.n_cols;
-      res.n_genes_by_counts.assign(rq.n_genes.begin(), rq.n_genes.end());
-      res.total_counts = std::move(rq.total);
-      const auto& total = res.total_counts;
-      for (size_t k = 0; k < top.size(); ++k) {
-        std::vector<double> pct(n);
-#pragma omp parallel for schedule(static)
-        for (int64_t i = 0; i < n; ++i) pct[i] = total[i] != 0 ? rq.top_sum[k][i] / total[i] * 100.0 : 0.0;
-        res.pct_counts_in_top.push_back(std::move(pct));
-      }
-      for (size_t s = 0; s < masks.size(); ++s) {
-        std::vector<double> pct(n);
-#pragma omp parallel for schedule(static)
-        for (int64_t i = 0; i < n; ++i) pct[i] = total[i] != 0 ? rq.set_total[s][i] / total[i] * 100.0 : 0.0;
-        res.total_counts_qc.push_back(std::move(rq.set_total[s]));
-        res.pct_counts_qc.push_back(std::move(pct));
-      }
-      const double dn = static_cast<double>(n_cells);
-      res.n_cells_by_counts.resize(g);
-      res.mean_counts.resize(g);
-      res.pct_dropout_by_counts.resize(g);
-      res.var_total_counts = gs.sum;
-      for (int64_t j = 0; j < g; ++j) {
-        res.n_cells_by_counts[j] = static_cast<int64_t>(gs.nnz[j]);
-        res.mean_counts[j] = gs.sum[j] / dn;
-        res.pct_dropout_by_counts[j] = (1.0 - gs.nnz[j] / dn) * 100.0;
-      }
-      write_qc_metrics(d, res, q, true);
-    }
+    write_qc_columns(d, qs, std::move(rq), gs, n_cells);
     mark("qc: host columns");
   });
 
