@@ -14,6 +14,7 @@
 #include <cstdlib>
 #include <cmath>
 #include <exception>
+#include <functional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -359,6 +360,27 @@ Knn download(CudaResources& r, const int32_t* d_idx, const float* d_dist, int64_
   return out;
 }
 
+void on_each_gpu(const std::vector<Context*>& ctxs, const std::function<void(int)>& fn) {
+  const int S = static_cast<int>(ctxs.size());
+  std::vector<std::exception_ptr> errors(static_cast<size_t>(S));
+  {
+    std::vector<std::thread> workers;
+    for (int s = 0; s < S; ++s)
+      workers.emplace_back([&, s] {
+        try {
+          CudaResources& res = require_cuda(*ctxs[s], "neighbors");
+          SCURRY_CUDA(cudaSetDevice(res.device));  // the resources were made on another thread
+          fn(s);
+        } catch (...) {
+          errors[s] = std::current_exception();
+        }
+      });
+    for (auto& t : workers) t.join();
+  }
+  for (auto& e : errors)
+    if (e) std::rethrow_exception(e);
+}
+
 }  // namespace gpu::knn
 
 namespace {
@@ -590,26 +612,12 @@ Knn knn_exact_gpus(const std::vector<Context*>& ctxs, const DenseF& X, int64_t k
   const int S = static_cast<int>(ctxs.size());
   std::vector<Knn> parts(static_cast<size_t>(S));
   std::vector<int64_t> redo(static_cast<size_t>(S), 0);
-  std::vector<std::exception_ptr> errors(static_cast<size_t>(S));
-  {
-    std::vector<std::thread> workers;
-    for (int s = 0; s < S; ++s)
-      workers.emplace_back([&, s] {
-        try {
-          CudaResources& res = require_cuda(*ctxs[s], "neighbors");
-          SCURRY_CUDA(cudaSetDevice(res.device));  // the resources were made on another thread
-          KnnExactGpuOptions o = opt;
-          o.redo_count = &redo[s];
-          o.report = nullptr;
-          parts[s] = knn_exact_part(*ctxs[s], X, k, metric, o, n * s / S, n * (s + 1) / S);
-        } catch (...) {
-          errors[s] = std::current_exception();
-        }
-      });
-    for (auto& t : workers) t.join();
-  }
-  for (auto& e : errors)
-    if (e) std::rethrow_exception(e);
+  on_each_gpu(ctxs, [&](int s) {
+    KnnExactGpuOptions o = opt;
+    o.redo_count = &redo[s];
+    o.report = nullptr;
+    parts[s] = knn_exact_part(*ctxs[s], X, k, metric, o, n * s / S, n * (s + 1) / S);
+  });
   Knn out;
   out.n = n;
   out.k = k;

@@ -88,11 +88,9 @@ __global__ void __launch_bounds__(kFThreads, 2) fused_knn_kernel(FusedParams P) 
   // This block's queries: rows [q0, q_end) of A (at most kFQ).
   const int64_t q0 = kIvf ? P.ivf.query_range[2 * blk] : blk * kFQ;
   const int64_t q_end = kIvf ? P.ivf.query_range[2 * blk + 1] : (P.n - q0 < kFQ ? P.n : q0 + kFQ);
-  // Its database ranges [range_begin(j), range_end(j)), j < n_rg.
+  // Its database ranges (TileWalk).
   const int64_t* rg = kIvf ? P.ivf.ranges + blk * P.ivf.range_cap * 2 : nullptr;
   const int n_rg = kIvf ? P.ivf.n_ranges[blk] : 1;
-  auto range_begin = [&](int j) -> int64_t { return kIvf ? rg[2 * j] : 0; };
-  auto range_end = [&](int j) -> int64_t { return kIvf ? rg[2 * j + 1] : P.n; };
   auto original_id = [&](int64_t pos) -> int32_t {
     return kIvf ? __ldg(P.ivf.ids + pos) : static_cast<int32_t>(pos);
   };
@@ -138,34 +136,10 @@ __global__ void __launch_bounds__(kFThreads, 2) fused_knn_kernel(FusedParams P) 
       pre_sq = cosine || r >= r_end ? 0.f : __ldg(P.sqn + r);
     }
   };
-  // The ranges are walked from the one holding the queries (their own list: the running thresholds
-  // tighten early, so later tiles mostly cost one compare per score), wrapping around.
-  int j0 = 0;
-  if (kIvf)
-    for (int j = 0; j < n_rg; ++j)
-      if (range_begin(j) <= q0 && q0 < range_end(j)) {
-        j0 = j;
-        break;
-      }
-  // Moves (t, r0, r_end) to the next non-empty tile (block-uniform; t counts ranges from j0); false
-  // when none is left.
-  auto advance = [&](int& t, int64_t& r0, int64_t& r_end) -> bool {
-    if (t >= 0 && r0 + kFR < r_end) {
-      r0 += kFR;
-      return true;
-    }
-    while (++t < n_rg) {
-      const int j = t + j0 < n_rg ? t + j0 : t + j0 - n_rg;
-      r0 = range_begin(j);
-      r_end = range_end(j);
-      if (r0 < r_end) return true;
-    }
-    return false;
-  };
-  int rj = -1;
-  int64_t r0 = 0, r_end = 0;
-  bool have = advance(rj, r0, r_end);
-  if (have) fetch(r0, r_end);
+  // The tiles, from the block's own list on (TileWalk).
+  TileWalk<kFR, kIvf> tile(rg, n_rg, P.n, q0);
+  bool have = tile.next();
+  if (have) fetch(tile.r0, tile.r_end);
 
   // This warp's 16 x 64 part of the 64 x 128 score tile: fragment row fr, columns fc .. fc + 63.
   const int fr = (warp >> 1) * 16, fc = (warp & 1) * 64;
@@ -173,10 +147,10 @@ __global__ void __launch_bounds__(kFThreads, 2) fused_knn_kernel(FusedParams P) 
     __syncthreads();  // the previous tile's scores are folded in; rs and sc are free
     stage_tile<kFR, vec, kFThreads, kSlots>(rs, ks, pre, rsq, pre_sq);
     __syncthreads();
-    int nj = rj;
-    int64_t n0 = r0, n_end = r_end;
-    const bool next = advance(nj, n0, n_end);
-    if (next) fetch(n0, n_end);
+    TileWalk<kFR, kIvf> nt = tile;
+    const bool next = nt.next();
+    if (next) fetch(nt.r0, nt.r_end);
+    const int64_t r0 = tile.r0, r_end = tile.r_end;
     {
       wmma::fragment<wmma::accumulator, 16, 16, 8, float> acc[4];
 #pragma unroll
@@ -234,9 +208,7 @@ __global__ void __launch_bounds__(kFThreads, 2) fused_knn_kernel(FusedParams P) 
         __syncwarp();
       }
     }
-    rj = nj;
-    r0 = n0;
-    r_end = n_end;
+    tile = nt;
     have = next;
   }
   __syncthreads();

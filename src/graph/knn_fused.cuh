@@ -38,6 +38,44 @@ struct FusedBlocks {
 void fused_candidates_ranges(CudaResources& r, const float* A, const float* sqn, int64_t n, int64_t kp, int w,
                              const FusedBlocks& blocks, float* best_d, int32_t* best_i);
 
+// The database tiles a block of the fused or mma kernel walks: rows [r0, min(r0 + kRows, r_end)) of
+// its ranges (IVF: the block's probed ranges, walked from the one holding the block's first query q0,
+// its own list, so the thresholds tighten early, wrapping around; exact: the one range [0, n)).
+// Block-uniform. next() moves to the next non-empty tile; false when none is left.
+template <int kRows, bool kIvf>
+struct TileWalk {
+  const int64_t* rg;  // kIvf: 2 per range, [begin, end)
+  int n_rg;
+  int64_t n;
+  int j0 = 0;
+  int t = -1;  // ranges visited, counted from j0
+  int64_t r0 = 0, r_end = 0;
+
+  __device__ TileWalk(const int64_t* rg_, int n_rg_, int64_t n_, int64_t q0) : rg(rg_), n_rg(n_rg_), n(n_) {
+    if (kIvf)
+      for (int j = 0; j < n_rg; ++j)
+        if (begin(j) <= q0 && q0 < end(j)) {
+          j0 = j;
+          break;
+        }
+  }
+  __device__ int64_t begin(int j) const { return kIvf ? rg[2 * j] : 0; }
+  __device__ int64_t end(int j) const { return kIvf ? rg[2 * j + 1] : n; }
+  __device__ bool next() {
+    if (t >= 0 && r0 + kRows < r_end) {
+      r0 += kRows;
+      return true;
+    }
+    while (++t < n_rg) {
+      const int j = t + j0 < n_rg ? t + j0 : t + j0 - n_rg;
+      r0 = begin(j);
+      r_end = end(j);
+      if (r0 < r_end) return true;
+    }
+    return false;
+  }
+};
+
 // The raw mma.sync kernels (knn_mma.cu), the default (SCURRY_KNN_KERNEL=wmma: the WMMA kernels above).
 // They take two operands made from a fused operand A (n x ka, TF32-rounded, zero past column d) and
 // sqn (null: cosine) by mma_operands: Q and D, n x mma_depth(d, sqn != null) floats each, in fragment

@@ -2,6 +2,8 @@
 // The primitives are defined in knn_exact.cu.
 #pragma once
 #include <cstdint>
+#include <functional>
+#include <vector>
 
 #include "core/matrix.hpp"
 #include "exec/cuda_resources.cuh"
@@ -63,6 +65,10 @@ struct IvfExactStats {
 void ivf_exact_candidates(CudaResources& r, const float* dX, const double* nrm, int64_t n, int64_t d, int64_t k,
                           const IvfOptions& opt, int w, float* best_d, int32_t* best_i, int32_t* out_idx,
                           float* out_dist, float* sqn_orig, uint8_t* redo, IvfExactStats* stats);
+
+// Runs fn(s) for every context on a thread of its own (its device made current), then rethrows the
+// first error (several GPUs of one host: knn_exact_gpus, knn_ivf_gpus).
+void on_each_gpu(const std::vector<Context*>& ctxs, const std::function<void(int)>& fn);
 
 // SCURRY_PROFILE=1: mark(what) prints the wall time since the previous mark (the stream synchronised
 // first) as "  <tag> <what> <ms>" on stderr; without it, nothing (no synchronisation).

@@ -824,26 +824,12 @@ Knn knn_ivf_gpus(const std::vector<Context*>& ctxs, const DenseF& X, int64_t k, 
   const int S = static_cast<int>(ctxs.size());
   std::vector<Knn> parts(static_cast<size_t>(S));
   std::vector<std::vector<int32_t>> cells(static_cast<size_t>(S));
-  std::vector<std::exception_ptr> errors(static_cast<size_t>(S));
-  {
-    std::vector<std::thread> workers;
-    for (int s = 0; s < S; ++s)
-      workers.emplace_back([&, s] {
-        try {
-          CudaResources& res = require_cuda(*ctxs[s], "neighbors");
-          SCURRY_CUDA(cudaSetDevice(res.device));  // the resources were made on another thread
-          IvfOptions o = opt;
-          o.shard = s;
-          o.n_shards = S;
-          parts[s] = ivf_part(*ctxs[s], X, k, metric, o, &cells[s]);
-        } catch (...) {
-          errors[s] = std::current_exception();
-        }
-      });
-    for (auto& t : workers) t.join();
-  }
-  for (auto& e : errors)
-    if (e) std::rethrow_exception(e);
+  on_each_gpu(ctxs, [&](int s) {
+    IvfOptions o = opt;
+    o.shard = s;
+    o.n_shards = S;
+    parts[s] = ivf_part(*ctxs[s], X, k, metric, o, &cells[s]);
+  });
   // Each row from the part that searched it (the shards' cells partition the rows).
   const int64_t n = X.n_rows;
   Knn out;

@@ -119,8 +119,6 @@ __global__ void __launch_bounds__(32 * kWarps, kIvf ? 4 : 2) mma_knn_kernel(MmaP
   const int64_t q_end = kIvf ? P.ivf.query_range[2 * blk + 1] : (P.q_end - q0 < kQ ? P.q_end : q0 + kQ);
   const int64_t* rg = kIvf ? P.ivf.ranges + blk * P.ivf.range_cap * 2 : nullptr;
   const int n_rg = kIvf ? P.ivf.n_ranges[blk] : 1;
-  auto range_begin = [&](int j) -> int64_t { return kIvf ? rg[2 * j] : 0; };
-  auto range_end = [&](int j) -> int64_t { return kIvf ? rg[2 * j + 1] : P.n; };
   auto original_id = [&](int64_t pos) -> int32_t { return kIvf ? __ldg(P.ivf.ids + pos) : static_cast<int32_t>(pos); };
   auto out_row = [&](int64_t q) -> int64_t { return kIvf ? static_cast<int64_t>(original_id(q)) : q - P.q_begin; };
 
@@ -181,31 +179,9 @@ __global__ void __launch_bounds__(32 * kWarps, kIvf ? 4 : 2) mma_knn_kernel(MmaP
       }
     }
   };
-  // Ranges walked from the one holding the queries (their own list first: tight thresholds early).
-  int j0 = 0;
-  if (kIvf)
-    for (int j = 0; j < n_rg; ++j)
-      if (range_begin(j) <= q0 && q0 < range_end(j)) {
-        j0 = j;
-        break;
-      }
-  auto advance = [&](int& t, int64_t& r0, int64_t& r_end) -> bool {
-    if (t >= 0 && r0 + kRows < r_end) {
-      r0 += kRows;
-      return true;
-    }
-    while (++t < n_rg) {
-      const int j = t + j0 < n_rg ? t + j0 : t + j0 - n_rg;
-      r0 = range_begin(j);
-      r_end = range_end(j);
-      if (r0 < r_end) return true;
-    }
-    return false;
-  };
-  int rj = -1;
-  int64_t r0 = 0, r_end = 0;
-  bool have = advance(rj, r0, r_end);
-  if (have) fetch(r0, r_end);
+  TileWalk<kRows, kIvf> tile(rg, n_rg, P.n, q0);
+  bool have = tile.next();
+  if (have) fetch(tile.r0, tile.r_end);
   const bool warp_live = qw0 < q_end;
 
   while (have) {
@@ -216,10 +192,10 @@ __global__ void __launch_bounds__(32 * kWarps, kIvf ? 4 : 2) mma_knn_kernel(MmaP
       reinterpret_cast<float4*>(rs + row * ks)[col] = pre[t];
     }
     __syncthreads();
-    int nj = rj;
-    int64_t n0 = r0, n_end = r_end;
-    const bool next = advance(nj, n0, n_end);
-    if (next) fetch(n0, n_end);
+    TileWalk<kRows, kIvf> nt = tile;
+    const bool next = nt.next();
+    if (next) fetch(nt.r0, nt.r_end);
+    const int64_t r0 = tile.r0, r_end = tile.r_end;
     if (warp_live) {
 #pragma unroll 1
       for (int c0 = 0; c0 < kRows; c0 += kChunk) {
@@ -280,9 +256,7 @@ __global__ void __launch_bounds__(32 * kWarps, kIvf ? 4 : 2) mma_knn_kernel(MmaP
         read_thr();
       }
     }
-    rj = nj;
-    r0 = n0;
-    r_end = n_end;
+    tile = nt;
     have = next;
   }
   // The lists out (the buffers are empty after every chunk).
