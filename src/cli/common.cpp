@@ -1,5 +1,7 @@
 #include "cli/common.hpp"
 
+#include <cstdlib>
+
 #include <unistd.h>
 
 #include <cerrno>
@@ -24,10 +26,21 @@ Context make_distributed_context(const GlobalOptions& g) {
   std::shared_ptr<Comm> comm = make_mpi_comm();
   if (comm->size() == 1) return make_context(g);
   GlobalOptions one = g;
-  if (g.context.device == "gpu")
-    throw InputError(detail::concat("--device gpu: multi-rank GPU runs: not yet (", comm->size(),
-                                    " MPI ranks); use --device cpu, or run a single process"));
-  one.context.device = "cpu";
+  if (g.context.device == "gpu") {
+    // One GPU per rank: the rank's place among the ranks of its host (the launcher's local rank:
+    // OpenMPI, MPICH/Hydra, Slurm), modulo the host's GPUs. Collectives go through MPI.
+    const int devices = cuda_device_count();
+    if (devices < 1) throw InputError("--device gpu: this host has no usable CUDA device");
+    int local = comm->rank();
+    for (const char* v : {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID", "PMI_LOCAL_RANK"})
+      if (const char* e = std::getenv(v); e && *e) {
+        local = std::atoi(e);
+        break;
+      }
+    one.context.cuda.device = local % devices;
+  } else {
+    one.context.device = "cpu";
+  }
   one.quiet = g.quiet || comm->rank() != 0;
   Context ctx = make_context(one);
   ctx.set_comm(comm);

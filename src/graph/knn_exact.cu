@@ -594,6 +594,23 @@ Knn knn_exact_gpu(const Context& ctx, const DenseF& X, int64_t k, KnnMetric metr
   return knn_exact_part(ctx, X, k, metric, opt, 0, X.n_rows);
 }
 
+Knn knn_exact_gpu_rows(const Context& ctx, const DenseF& X, int64_t k, KnnMetric metric, int64_t begin, int64_t end) {
+  using namespace gpu::knn;
+  check_input(ctx, X, k, "neighbors");
+  if (begin < 0 || end > X.n_rows || begin > end) fail("exact kNN: rows [", begin, ", ", end, ") of ", X.n_rows);
+  const bool splits = k > 1 && mma_enabled() &&
+                      mma_supported(mma_depth(X.n_cols, metric == KnnMetric::euclidean), candidate_width(k));
+  if (splits && !(begin == 0 && end == X.n_rows))
+    return knn_exact_part(ctx, X, k, metric, KnnExactGpuOptions{}, begin, end);
+  Knn all = knn_exact_gpu(ctx, X, k, metric);  // the whole search, then the rows
+  Knn out;
+  out.n = end - begin;
+  out.k = k;
+  out.indices.assign(all.indices.begin() + begin * k, all.indices.begin() + end * k);
+  out.distances.assign(all.distances.begin() + begin * k, all.distances.begin() + end * k);
+  return out;
+}
+
 Knn knn_exact_gpus(const std::vector<Context*>& ctxs, const DenseF& X, int64_t k, KnnMetric metric,
                    const KnnExactGpuOptions& opt) {
   using namespace gpu::knn;

@@ -99,6 +99,13 @@ Knn knn_ivf_gpus(const std::vector<Context*>& ctxs, const DenseF& X, int64_t k, 
 // kernel); otherwise, or with one context, it is knn_exact_gpu on ctxs[0].
 Knn knn_exact_gpus(const std::vector<Context*>& ctxs, const DenseF& X, int64_t k, KnnMetric metric,
                    const KnnExactGpuOptions& opt = {});
+// One rank's part (MPI, one GPU per rank): the exact neighbours of rows [begin, end) of X among all
+// rows, a Knn of end - begin rows (the default search; the same rows as knn_exact_gpu's).
+Knn knn_exact_gpu_rows(const Context& ctx, const DenseF& X, int64_t k, KnnMetric metric, int64_t begin, int64_t end);
+// One shard of the IVF-Flat search (opt.shard of opt.n_shards): a Knn of the cells it searched, row t
+// being cell cells[t] (the shards' cells partition the rows).
+Knn knn_ivf_gpu_shard(const Context& ctx, const DenseF& X, int64_t k, KnnMetric metric, const IvfOptions& opt,
+                      std::vector<int32_t>& cells);
 
 // Conveniences with the metric by name ("euclidean" | "cosine").
 inline Knn knn_exact_gpu(const Context& ctx, const DenseF& X, int64_t k, const std::string& metric) {

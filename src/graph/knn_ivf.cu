@@ -817,6 +817,11 @@ Knn knn_ivf_gpu(const Context& ctx, const DenseF& X, int64_t k, KnnMetric metric
   return ivf_part(ctx, X, k, metric, opt, nullptr);
 }
 
+Knn knn_ivf_gpu_shard(const Context& ctx, const DenseF& X, int64_t k, KnnMetric metric, const IvfOptions& opt,
+                      std::vector<int32_t>& cells) {
+  return ivf_part(ctx, X, k, metric, opt, &cells);
+}
+
 Knn knn_ivf_gpus(const std::vector<Context*>& ctxs, const DenseF& X, int64_t k, KnnMetric metric,
                  const IvfOptions& opt) {
   if (ctxs.empty()) fail_input("neighbors", "no GPU contexts given");

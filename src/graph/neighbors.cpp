@@ -1,5 +1,7 @@
 #include "graph/neighbors.hpp"
 
+#include <algorithm>
+
 #include "graph/connectivities_gpu.hpp"
 #include "graph/knn_gpu.hpp"
 
@@ -55,7 +57,7 @@ NeighborsResult neighbors(const Context& ctx, const DenseF& X, const NeighborsOp
 NeighborsResult neighbors_sharded(const Context& ctx, const DenseF& local, const NeighborsOptions& opt, int root) {
   Comm& comm = ctx.comm();
   if (comm.size() == 1) return neighbors(ctx, local, opt);
-  if (ctx.backend() != Backend::cpu) fail_input(kWhere, "multi-rank GPU runs: not yet; use --device cpu");
+  const bool gpu = ctx.backend() == Backend::cuda;
   // Every rank's rows of the representation (n x dims: small), in rank order.
   const std::vector<int64_t> rows = allgather_count(comm, local.n_rows);
   const std::vector<int64_t> cols = allgather_count(comm, local.n_cols);
@@ -73,9 +75,40 @@ NeighborsResult neighbors_sharded(const Context& ctx, const DenseF& local, const
   check_options(opt, n);
   const KnnMetric metric = parse_knn_metric(opt.metric, kWhere);
   NeighborsResult res;
-  res.algorithm = opt.algorithm == "auto" ? (n <= opt.auto_exact_max_cells ? "exact" : "hnsw") : opt.algorithm;
+  res.algorithm = opt.algorithm == "auto" ? (gpu || n <= opt.auto_exact_max_cells ? "exact" : "hnsw") : opt.algorithm;
   Knn mine;
-  if (res.algorithm == "exact") {
+  if (gpu && res.algorithm == "exact") {
+    mine = knn_exact_gpu_rows(ctx, X, opt.n_neighbors, metric, begin, begin + local.n_rows);
+  } else if (gpu) {
+    // IVF-Flat: every rank builds the same lists and searches shard `rank` of the query blocks; root
+    // gathers each shard's rows with their cells and puts them in place.
+    IvfOptions ivf;
+    ivf.seed = opt.random_state;
+    ivf.shard = comm.rank();
+    ivf.n_shards = comm.size();
+    std::vector<int32_t> cells;
+    const Knn part = knn_ivf_gpu_shard(ctx, X, opt.n_neighbors, metric, ivf, cells);
+    const std::vector<int32_t> all_cells = gatherv(comm, cells, root);
+    const std::vector<int32_t> idx = gatherv(comm, part.indices, root);
+    const std::vector<float> dist = gatherv(comm, part.distances, root);
+    res.algorithm = "ivf_flat";
+    if (comm.rank() != root) return res;
+    const int64_t k = opt.n_neighbors;
+    if (static_cast<int64_t>(all_cells.size()) != n) fail("internal: the IVF shards searched ", all_cells.size(), " of ", n, " cells");
+    Knn all;
+    all.n = n;
+    all.k = k;
+    all.indices.resize(static_cast<size_t>(n * k));
+    all.distances.resize(static_cast<size_t>(n * k));
+    for (size_t t = 0; t < all_cells.size(); ++t) {
+      std::copy_n(idx.begin() + static_cast<int64_t>(t) * k, k, all.indices.begin() + all_cells[t] * k);
+      std::copy_n(dist.begin() + static_cast<int64_t>(t) * k, k, all.distances.begin() + all_cells[t] * k);
+    }
+    res.knn = std::move(all);
+    res.distances = knn_distance_matrix(ctx, res.knn);
+    res.connectivities = fuzzy_simplicial_set_gpu(ctx, res.knn);
+    return res;
+  } else if (res.algorithm == "exact") {
     mine = knn_exact(ctx, X, opt.n_neighbors, metric, begin, begin + local.n_rows);
   } else {
     HnswOptions h = opt.hnsw;
@@ -91,7 +124,7 @@ NeighborsResult neighbors_sharded(const Context& ctx, const DenseF& local, const
   all.n = n;
   res.knn = std::move(all);
   res.distances = knn_distance_matrix(ctx, res.knn);
-  res.connectivities = fuzzy_simplicial_set(ctx, res.knn);
+  res.connectivities = gpu ? fuzzy_simplicial_set_gpu(ctx, res.knn) : fuzzy_simplicial_set(ctx, res.knn);
   return res;
 }
 

@@ -5,7 +5,8 @@
 # anndata: obs/var columns (floats to 1e-6 relative, the rest identical; HVG flags identical), X,
 # layers/counts, raw.X, obsm['X_pca'] up to sign, obsp distances (the exact kNN: identical
 # neighbours), leiden labels (identical or ARI >= 0.99). Also: a multi-rank error ends every rank
-# with the exit code (no hang), and --device gpu is refused with several ranks.
+# with the exit code (no hang); --device gpu on 2 ranks equals 1 rank where there is a GPU, and is a
+# clear error where there is none.
 # Skips (exit 0, with a message) when mpirun is missing or scurry was built without MPI.
 set -u
 SCURRY=$1
@@ -118,10 +119,23 @@ grep -q 'min_genes=100000 removes all 1000 cells' "$WORK/err.log" || die "a fail
 [ ! -e "$WORK/e.h5ad" ] || die "a failing multi-rank run left an output"
 pass "multi-rank error: all ranks end with exit code 2 and the error message, no output"
 
-timeout 120 "${MPIRUN[@]}" "$SCURRY" run "$H5AD" -o "$WORK/g.h5ad" --device gpu >"$WORK/gpu.log" 2>&1
-rc=$?
-[ "$rc" -eq 2 ] || die "--device gpu on 2 ranks: exit code $rc, expected 2"
-grep -q 'multi-rank GPU runs: not yet' "$WORK/gpu.log" || die "--device gpu on 2 ranks: no 'not yet' message"
-pass "--device gpu on 2 ranks: refused"
+# --device gpu on several ranks: one GPU per rank (the launcher's local rank modulo the host's GPUs).
+# With a GPU: 2 ranks equal 1 rank (the same comparison). Without one: a clear error on every rank.
+if [ "$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')" -ge 1 ]; then
+  timeout 300 "${MPIRUN[@]}" "$SCURRY" --device gpu run "$H5AD" -o "$WORK/g2.h5ad" >"$WORK/gpu2.log" 2>&1 ||
+    die "mpirun -np 2 scurry --device gpu run failed"
+  timeout 300 "$SCURRY" --device gpu run "$H5AD" -o "$WORK/g1.h5ad" >"$WORK/gpu1.log" 2>&1 || die "scurry --device gpu run failed"
+  "$PY" "$WORK/compare.py" "$WORK/g2.h5ad" "$WORK/g1.h5ad" >"$WORK/compare_gpu.log" 2>&1 ||
+    die "--device gpu: 2 ranks vs 1 rank: results differ"
+  pass "--device gpu: 2 ranks equal 1 rank"
+else
+  timeout 120 "${MPIRUN[@]}" "$SCURRY" --device gpu run "$H5AD" -o "$WORK/g.h5ad" >"$WORK/gpu.log" 2>&1
+  rc=$?
+  [ "$rc" -ne 124 ] || die "--device gpu on 2 ranks without a GPU hung"
+  [ "$rc" -eq 2 ] || die "--device gpu on 2 ranks without a GPU: exit code $rc, expected 2"
+  grep -q 'no usable CUDA device' "$WORK/gpu.log" || die "--device gpu on 2 ranks without a GPU: no clear message"
+  [ ! -e "$WORK/g.h5ad" ] || die "--device gpu on 2 ranks without a GPU left an output"
+  pass "--device gpu on 2 ranks without a GPU: a clear error, exit code 2, no output"
+fi
 
 echo "$n passed, 0 failed"
