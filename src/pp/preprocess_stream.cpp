@@ -22,9 +22,9 @@ StreamPlan plan_stream_blocks(const std::vector<int64_t>& indptr, int64_t block_
 }
 
 int64_t stream_block_nnz(size_t device_budget) {
-  // Per nonzero in flight: 2 slots x (4 B index + 4 B value) + the filter scratch and the compacted copy
-  // (~8 B) + slack for the per-row arrays: ~32 B; three quarters of the budget.
-  const double per_nnz = 32.0;
+  // Per nonzero in flight: 3 slots x (4 B index + 4 B value) + the filter scratch and the compacted copy
+  // (~8 B) + slack for the per-row arrays: ~40 B; three quarters of the budget.
+  const double per_nnz = 40.0;
   const int64_t n = static_cast<int64_t>(0.75 * static_cast<double>(device_budget) / per_nnz);
   return std::max<int64_t>(int64_t{1} << 16, n);
 }
@@ -55,7 +55,9 @@ HostCsrStore::~HostCsrStore() {
 }
 
 HostCsrStore::Block* HostCsrStore::reserve(int64_t b, int64_t rows, int64_t nnz) {
-  if (b != n_blocks()) fail("internal: HostCsrStore blocks must come in order (got ", b, ", expected ", n_blocks(), ")");
+  // Once full, every later block is refused (blocks after the stored prefix are read again).
+  if (b < n_blocks() || (!full_ && b != n_blocks()))
+    fail("internal: HostCsrStore blocks must come in order (got ", b, ", expected ", n_blocks(), ")");
   if (rows < 0 || nnz < 0) fail("internal: HostCsrStore block of negative size");
   const int64_t bytes = block_bytes(rows, nnz);
   if (full_ || used_ + bytes > cap_) {

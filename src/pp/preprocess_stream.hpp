@@ -2,7 +2,8 @@
 // matrix is never held whole on the device, nor the dense scaled n x g matrix. Blocks of rows come from
 // any RowSource (host memory, or lazily from an h5ad/zarr file through BlockPrefetcher, which reads and
 // decompresses ahead on a thread of its own), are copied into pinned staging buffers and uploaded on a
-// copy stream, double-buffered, while the compute stream works on the block before (CUDA events
+// copy stream (three slots: one being staged, one uploading, one computed on), while the compute stream
+// works on the block before (CUDA events
 // between the two). The passes follow ARCHITECTURE.md's map/reduce over row blocks:
 //   1. QC per cell and per gene (row_qc, gene_sums); the cell filters are per-cell thresholds, so each
 //      block's kept cells are known at once and the per-gene counts over the kept cells (what
@@ -57,7 +58,7 @@ struct StreamPlan {
   int64_t max_nnz = 0, max_rows = 0;
 };
 StreamPlan plan_stream_blocks(const std::vector<int64_t>& indptr, int64_t block_nnz);
-// Nonzeros per block for a device budget: each nonzero of a block in flight costs two upload slots
+// Nonzeros per block for a device budget: each nonzero of a block in flight costs three upload slots
 // (8 bytes each) plus the in-place filters' scratch and the per-row QC outputs; a quarter of the budget
 // is left to the dense chunks and the Gram matrix. At least 2^16.
 int64_t stream_block_nnz(size_t device_budget);

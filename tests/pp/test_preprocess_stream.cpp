@@ -34,8 +34,8 @@ TEST(PreprocessStream, PlanCoversRowsAndSizesTheBuffers) {
 }
 
 TEST(PreprocessStream, BudgetSizes) {
-  // 7 GiB: ~176M nonzeros a block; never below 2^16.
-  EXPECT_GT(stream_block_nnz(size_t{7} << 30), int64_t{100} << 20);
+  // 7 GiB: over 100M nonzeros a block; never below 2^16.
+  EXPECT_GT(stream_block_nnz(size_t{7} << 30), int64_t{100} << 20);  // ~141M
   EXPECT_EQ(stream_block_nnz(1000), int64_t{1} << 16);
   EXPECT_EQ(stream_dense_rows(size_t{7} << 30, 2000), int64_t{1} << 16);
   EXPECT_EQ(stream_dense_rows(1000, 2000), 256);
@@ -86,7 +86,12 @@ TEST(PreprocessStream, HostStoreKeepsAPrefixUpToItsCap) {
       EXPECT_EQ(blk.indices[99], 99 + b);
       EXPECT_EQ(blk.data[99], static_cast<float>(99 * b));
     }
-    EXPECT_THROW(s.reserve(7, 1, 1), Error);  // out of order
+    EXPECT_EQ(s.reserve(9, 0, 0), nullptr);  // (full: later blocks are refused, not errors)
+    EXPECT_THROW(s.reserve(1, 1, 1), Error);  // a block stored already
+  }
+  {
+    HostCsrStore s(1 << 20);
+    EXPECT_THROW(s.reserve(2, 1, 1), Error);  // out of order
   }
   EXPECT_EQ(allocs, 3);
   EXPECT_EQ(frees, 3);

@@ -107,13 +107,13 @@ TEST(PreprocessStreamGpu, EqualsInMemoryGpuAndCpuWithManySmallBlocks) {
   Context c = Context::cpu(2), g = gpu_ctx();
   preprocess(c, cpu, o);
   preprocess(g, gpu, o);
-  // 256 MiB device cap, ~20 blocks, 300-row dense chunks, a host store of about half the HVG rows.
+  // 256 MiB device cap, ~20 blocks, 300-row dense chunks, a host store of part of the HVG rows.
   Context small = gpu_ctx(size_t{256} << 20);
   MemoryRowSource src(in.X.csr_f());
   StreamOptions so;
   so.block_nnz = 250000;
   so.dense_rows = 300;
-  so.host_store_bytes = 8 << 20;
+  so.host_store_bytes = 2 << 20;
   Timings t;
   Dataset s = streamed(small, in, src, o, so, &t);
   EXPECT_GT(std::stoll(t.meta().at("stream_blocks")), 15);
@@ -158,7 +158,7 @@ TEST(PreprocessStreamGpu, H5adFileSourceEqualsMemorySource) {
   Context g = gpu_ctx();
   StreamOptions so;
   so.block_nnz = 300000;
-  so.host_store_bytes = 6 << 20;
+  so.host_store_bytes = 2 << 20;
   MemoryRowSource mem(in.X.csr_f());
   const Dataset a = streamed(g, in, mem, o, so);
   H5adRowReader file(path);
