@@ -50,6 +50,10 @@ warnings.filterwarnings("ignore")
 import numpy as np, anndata as ad, scipy.sparse as sp
 
 a, b = ad.read_h5ad(sys.argv[1]), ad.read_h5ad(sys.argv[2])  # 2 ranks, 1 rank
+# "gpu": the GPU tests' tolerances (float32 partial sums over other row splits): X to 1e-5 of
+# max(|x|, 1), X_pca's first 20 components correlated above 0.999, the same kNN neighbours with
+# distances to 1e-3, connectivities to 1e-3, Leiden partitions of modularity within 0.01 on one graph.
+gpu = len(sys.argv) > 3 and sys.argv[3] == "gpu"
 bad = []
 def check(ok, what):
     if not ok: bad.append(what)
@@ -78,23 +82,40 @@ for name, da, db in (("obs", a.obs, b.obs), ("var", a.var, b.var)):
         else:
             check(np.array_equal(x.astype(str).values, y.astype(str).values), f"{name}['{c}'] differs")
 check(int(a.var["highly_variable"].sum()) == 2000, "not 2000 highly variable genes")
-check(close(dense(a.X), dense(b.X)), "X differs beyond 1e-6 relative")
+if gpu:
+    check(bool(np.all(np.abs(dense(a.X) - dense(b.X)) <= 1e-5 * np.maximum(np.abs(dense(b.X)), 1.0))), "X differs beyond 1e-5")
+else:
+    check(close(dense(a.X), dense(b.X)), "X differs beyond 1e-6 relative")
 check((a.layers["counts"] != b.layers["counts"]).nnz == 0, "layers['counts'] differ")
-check(close(dense(a.raw.X), dense(b.raw.X)), "raw.X differs")
+check(close(dense(a.raw.X), dense(b.raw.X), 1e-5 if gpu else 1e-6), "raw.X differs")
 P, Q = a.obsm["X_pca"], b.obsm["X_pca"]
 check(P.shape == Q.shape == (b.n_obs, 50), f"X_pca shape {P.shape}")
-if P.shape == Q.shape:
+if P.shape == Q.shape and gpu:
+    for j in range(20):
+        r = np.corrcoef(P[:, j], Q[:, j])[0, 1]
+        check(abs(r) > 0.999, f"X_pca component {j}: correlation {r:.5f}")
+elif P.shape == Q.shape:
     s = np.sign(np.sum(P * Q, axis=0)); s[s == 0] = 1
     err = np.max(np.abs(P * s - Q), axis=0) / np.max(np.abs(Q), axis=0)
     check(err.max() <= 1e-5, f"X_pca differs up to sign: worst component {int(err.argmax())} at {err.max():.3g}")
 Da, Db = a.obsp["distances"].tocsr(), b.obsp["distances"].tocsr()
 Da.sort_indices(); Db.sort_indices()
 check(np.array_equal(Da.indptr, Db.indptr) and np.array_equal(Da.indices, Db.indices), "kNN neighbours differ")
-if Da.nnz == Db.nnz: check(close(Da.data, Db.data), "kNN distances differ")
+if Da.nnz == Db.nnz: check(close(Da.data, Db.data, 1e-3 if gpu else 1e-6), "kNN distances differ")
 Ca, Cb = a.obsp["connectivities"], b.obsp["connectivities"]
-check(Ca.shape == Cb.shape and abs(Ca - Cb).max() <= 1e-5, "connectivities differ")
+check(Ca.shape == Cb.shape and abs(Ca - Cb).max() <= (1e-3 if gpu else 1e-5), "connectivities differ")
 la, lb = a.obs["leiden"].astype(str).values, b.obs["leiden"].astype(str).values
-if not np.array_equal(la, lb):
+def modularity(C, labels):
+    C = C.tocsr(); m2 = C.sum(); k = np.asarray(C.sum(1)).ravel(); q = 0.0
+    for l in np.unique(labels):
+        i = np.where(labels == l)[0]
+        q += C[i][:, i].sum() / m2 - (k[i].sum() / m2) ** 2
+    return q
+if gpu:
+    qa, qb = modularity(Cb, la), modularity(Cb, lb)
+    print(f"leiden modularity on the 1-rank graph: 2 ranks {qa:.4f}, 1 rank {qb:.4f}")
+    check(abs(qa - qb) <= 0.01, f"leiden modularity {qa:.4f} vs {qb:.4f}")
+elif not np.array_equal(la, lb):
     # adjusted Rand index
     ua, ia = np.unique(la, return_inverse=True); ub, ib = np.unique(lb, return_inverse=True)
     t = np.zeros((len(ua), len(ub))); np.add.at(t, (ia, ib), 1)
@@ -125,9 +146,9 @@ if [ "$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')" -ge 1 ]; then
   timeout 300 "${MPIRUN[@]}" "$SCURRY" --device gpu run "$H5AD" -o "$WORK/g2.h5ad" >"$WORK/gpu2.log" 2>&1 ||
     die "mpirun -np 2 scurry --device gpu run failed"
   timeout 300 "$SCURRY" --device gpu run "$H5AD" -o "$WORK/g1.h5ad" >"$WORK/gpu1.log" 2>&1 || die "scurry --device gpu run failed"
-  "$PY" "$WORK/compare.py" "$WORK/g2.h5ad" "$WORK/g1.h5ad" >"$WORK/compare_gpu.log" 2>&1 ||
+  "$PY" "$WORK/compare.py" "$WORK/g2.h5ad" "$WORK/g1.h5ad" gpu >"$WORK/compare_gpu.log" 2>&1 ||
     die "--device gpu: 2 ranks vs 1 rank: results differ"
-  pass "--device gpu: 2 ranks equal 1 rank"
+  pass "--device gpu: 2 ranks equal 1 rank (the GPU tests' tolerances)"
 else
   timeout 120 "${MPIRUN[@]}" "$SCURRY" --device gpu run "$H5AD" -o "$WORK/g.h5ad" >"$WORK/gpu.log" 2>&1
   rc=$?
