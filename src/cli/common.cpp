@@ -8,9 +8,13 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <functional>
+#include <string>
+#include <vector>
 
 #include "core/error.hpp"
 #include "core/log.hpp"
+#include "exec/comm_nccl.hpp"
 #include "nmf/nmf.hpp"
 
 namespace scurry::cli {
@@ -28,7 +32,8 @@ Context make_distributed_context(const GlobalOptions& g) {
   GlobalOptions one = g;
   if (g.context.device == "gpu") {
     // One GPU per rank: the rank's place among the ranks of its host (the launcher's local rank:
-    // OpenMPI, MPICH/Hydra, Slurm), modulo the host's GPUs. Collectives go through MPI.
+    // OpenMPI, MPICH/Hydra, Slurm), modulo the host's GPUs. Statistics go through MPI; the large
+    // device-resident sums (the PCA Gram) through NCCL when every rank has a GPU of its own.
     const int devices = cuda_device_count();
     if (devices < 1) throw InputError("--device gpu: this host has no usable CUDA device");
     int local = comm->rank();
@@ -44,6 +49,19 @@ Context make_distributed_context(const GlobalOptions& g) {
   one.quiet = g.quiet || comm->rank() != 0;
   Context ctx = make_context(one);
   ctx.set_comm(comm);
+  if (g.context.device == "gpu" && nccl_built()) {
+    // NCCL needs distinct GPUs: (host, device) of every rank, all different.
+    char name[256] = {0};
+    gethostname(name, sizeof name - 1);
+    const uint64_t mine[2] = {std::hash<std::string>{}(std::string(name)), static_cast<uint64_t>(one.context.cuda.device)};
+    std::vector<uint64_t> all(2 * static_cast<size_t>(comm->size()));
+    comm->allgather(mine, sizeof mine, all.data());
+    bool distinct = true;
+    for (int a = 0; a < comm->size(); ++a)
+      for (int b = 0; b < a; ++b) distinct &= !(all[2 * a] == all[2 * b] && all[2 * a + 1] == all[2 * b + 1]);
+    if (distinct) ctx.set_device_comm(make_nccl_comm_ranks(comm, one.context.cuda.device));
+    else if (comm->rank() == 0) log::info("several ranks share a GPU: the device sums go through MPI, not NCCL");
+  }
   return ctx;
 }
 

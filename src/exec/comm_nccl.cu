@@ -123,6 +123,23 @@ std::vector<std::shared_ptr<NcclComm>> make_nccl_comms(const std::vector<int>& d
   return out;
 }
 
+std::shared_ptr<NcclComm> make_nccl_comm_ranks(const std::shared_ptr<Comm>& host, int device) {
+  setenv("NCCL_NVLS_ENABLE", "0", 1);  // NVLink multicast (NVLS) off before NCCL reads its environment
+  ncclUniqueId id;
+  std::memset(&id, 0, sizeof id);
+  if (host->rank() == 0) SCURRY_NCCL(ncclGetUniqueId(&id));
+  host->broadcast(&id, sizeof id, 0);
+  int previous = 0;
+  SCURRY_CUDA(cudaGetDevice(&previous));
+  SCURRY_CUDA(cudaSetDevice(device));
+  auto impl = std::make_unique<NcclComm::Impl>();
+  impl->device = device;
+  SCURRY_NCCL(ncclCommInitRank(&impl->comm, host->size(), id, host->rank()));
+  SCURRY_CUDA(cudaStreamCreateWithFlags(&impl->stream, cudaStreamNonBlocking));
+  SCURRY_CUDA(cudaSetDevice(previous));
+  return std::make_shared<NcclComm>(std::move(impl), host, host->rank(), host->size());
+}
+
 #else  // built without NCCL
 #define SCURRY_NO_NCCL_WHY "this scurry was built without NCCL (CMake did not find nccl.h and libnccl)"
 #include "exec/comm_nccl_stub.inl"

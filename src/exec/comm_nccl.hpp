@@ -63,4 +63,10 @@ class NcclComm final : public Comm {
 std::vector<std::shared_ptr<NcclComm>> make_nccl_comms(const std::vector<int>& devices,
                                                        const std::vector<std::shared_ptr<Comm>>& host);
 
+// One rank's NcclComm over the ranks of `host` (MPI: one process per GPU, possibly on several hosts):
+// rank 0 makes the NCCL id, `host` broadcasts it, every rank joins with ncclCommInitRank on `device`
+// (NVLink multicast off first). Every rank calls it; the ranks' GPUs must be distinct. Throws Error
+// when NCCL is not built in or fails.
+std::shared_ptr<NcclComm> make_nccl_comm_ranks(const std::shared_ptr<Comm>& host, int device);
+
 }  // namespace scurry

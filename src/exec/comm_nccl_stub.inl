@@ -22,3 +22,4 @@ void NcclComm::allreduce_sum_device(double*, size_t, void*) { fail(SCURRY_NO_NCC
 std::vector<std::shared_ptr<NcclComm>> make_nccl_comms(const std::vector<int>&, const std::vector<std::shared_ptr<Comm>>&) {
   fail(SCURRY_NO_NCCL_WHY);
 }
+std::shared_ptr<NcclComm> make_nccl_comm_ranks(const std::shared_ptr<Comm>&, int) { fail(SCURRY_NO_NCCL_WHY); }

@@ -13,6 +13,7 @@ enum class Backend { cpu, cuda };
 enum class MemoryMode { pool, managed, managed_pool, plain };
 
 struct CudaResources;  // defined in exec/cuda_context.cu (CUDA builds only)
+class NcclComm;        // exec/comm_nccl.hpp
 
 struct CudaOptions {
   int device = 0;                        // CUDA device ordinal
@@ -41,6 +42,10 @@ class Context {
   int threads() const { return threads_; }
   Comm& comm() const { return *comm_; }
   void set_comm(std::shared_ptr<Comm> c) { comm_ = std::move(c); }
+  // Optional: the NCCL communicator between the ranks' GPUs (MPI ranks with distinct GPUs) that the
+  // large device-resident sums use (the PCA Gram); null otherwise. Its ranks are comm()'s.
+  const std::shared_ptr<NcclComm>& device_comm() const { return device_comm_; }
+  void set_device_comm(std::shared_ptr<NcclComm> c) { device_comm_ = std::move(c); }
   CudaResources* cuda() const { return cuda_.get(); }
   std::string describe() const;  // "cpu, 2 threads" / "cuda device 0 (NVIDIA H200, 139.8 GiB)"
 
@@ -48,6 +53,7 @@ class Context {
   Backend backend_ = Backend::cpu;
   int threads_ = 1;
   std::shared_ptr<Comm> comm_;
+  std::shared_ptr<NcclComm> device_comm_;
   std::shared_ptr<CudaResources> cuda_;
 };
 

@@ -21,6 +21,7 @@
 #include "core/error.hpp"
 #include "core/log.hpp"
 #include "core/memory.hpp"
+#include "exec/comm_nccl.hpp"
 #include "exec/device_csr.cuh"
 #include "pp/kernels.cuh"
 #include "pp/preprocess.hpp"
@@ -405,11 +406,21 @@ void preprocess_chain(Context& ctx, Dataset& d, const PreprocessOptions& o, Timi
 void preprocess_gpu(Context& ctx, Dataset& d, const PreprocessOptions& o, Timings* timings) {
   if (d.X.empty()) throw InputError("preprocess: X is empty");
   CudaResources& r = *ctx.cuda();
-  gpu::preprocess_chain(ctx, d, o, timings, "upload", [&] {
-    DeviceCsr m = std::holds_alternative<CsrF>(d.X.m) ? upload(r, std::get<CsrF>(d.X.m)) : upload(r, to_csr_f(d.X));
-    d.X = Matrix();  // the matrix lives on the device from here on
-    return m;
-  });
+  // MPI ranks with GPUs of their own: the PCA Gram summed by NCCL (Context::device_comm).
+  gpu::DeviceSum dsum;
+  if (const auto& nc = ctx.device_comm(); nc && ctx.comm().size() > 1)
+    dsum = [&ctx, nc](double* p, size_t n, cudaStream_t stream) {
+      ctx.comm().barrier();  // no rank enters NCCL when another has failed
+      nc->allreduce_sum_device(p, n, stream);
+    };
+  gpu::preprocess_chain(
+      ctx, d, o, timings, "upload",
+      [&] {
+        DeviceCsr m = std::holds_alternative<CsrF>(d.X.m) ? upload(r, std::get<CsrF>(d.X.m)) : upload(r, to_csr_f(d.X));
+        d.X = Matrix();  // the matrix lives on the device from here on
+        return m;
+      },
+      dsum);
 }
 
 void preprocess_simulated(Context& ctx, DeviceSimulated& sim, Dataset& d, const PreprocessOptions& o, Timings* timings,
