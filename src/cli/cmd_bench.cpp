@@ -192,10 +192,6 @@ nlohmann::json bench_graph(Context& ctx, const std::vector<Context*>& gpus, cons
     if (gpu) umap_gpu(ctx, conn, uo);
     else umap(ctx, conn, uo);
   });
-  if (gpu && gpus.size() > 1) {  // the layout spread over the GPUs too (umap_gpus), for the comparison
-    const std::string name = "umap (" + std::to_string(gpus.size()) + " GPUs)";
-    timed(name.c_str(), reps, [&] { umap_gpus(gpus, conn, uo); });
-  }
   LeidenResult lr;
   timed("leiden", reps, [&] { lr = gpu ? leiden_gpu(ctx, conn, LeidenOptions{}) : leiden(ctx, conn, LeidenOptions{}); });
   std::printf("  leiden: %d clusters, modularity %.4f\n",

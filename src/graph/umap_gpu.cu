@@ -66,7 +66,6 @@ struct EpochParams {
   float alpha, a, b, gamma;
   double neg_rate;
   uint64_t seed;
-  int64_t e0;  // global index of edge 0 (several GPUs: each takes a range of the edges)
 };
 
 // One epoch, one thread per edge. D: compile-time bound on dim (the loops stop at p.dim).
@@ -119,7 +118,7 @@ __global__ void epoch_kernel(float* emb, const int32_t* __restrict__ head, const
         cur[d] = c[d];
       }
     for (int64_t s = 0; s < n_neg; ++s) {
-      const uint32_t k = random_vertex(p.seed, p.e0 + e, p.epoch, s, p.n_vertices);
+      const uint32_t k = random_vertex(p.seed, e, p.epoch, s, p.n_vertices);
       if (static_cast<int32_t>(k) == h) continue;
       const float* q = emb + static_cast<int64_t>(k) * p.dim;
       float r[D];
@@ -254,165 +253,16 @@ UmapResult umap_gpu(const Context& ctx, const CsrF& graph, const DenseF& init, c
   return res;
 }
 
-UmapResult umap_gpus(const std::vector<Context*>& ctxs, const CsrF& graph, const DenseF& init, const UmapOptions& opt) {
-  if (ctxs.empty()) fail_input(kWhere, "no GPU contexts given");
-  for (Context* c : ctxs)
-    if (!c || !c->cuda()) fail_input(kWhere, "needs GPU contexts; use --device gpu, or the CPU umap");
-  const int S = static_cast<int>(ctxs.size());
-  const int64_t n = graph.n_rows, dim = opt.n_components, n_edges = graph.nnz();
-  if (S == 1 || n < 2 * S || n_edges < S) return umap_gpu(*ctxs[0], graph, init, opt);
-  // The checks, a, b, epochs and the threshold as on one GPU (no epochs run: the start layout back).
-  UmapOptions none = opt;
-  none.maxiter = 0;
-  UmapResult res = umap_gpu(*ctxs[0], graph, init, none);
-  res.n_epochs = opt.maxiter ? *opt.maxiter : (n <= 10000 ? 500 : 200);
-  const int64_t n_epochs = res.n_epochs;
-  const int64_t default_epochs = n <= 10000 ? 500 : 200;
-  float wmax = 0;
-  for (float w : graph.data) wmax = std::max(wmax, w);
-  if (!(wmax > 0) || n_epochs <= 1) return res;
-  const float threshold = wmax / static_cast<float>(n_epochs > 10 ? n_epochs : default_epochs);
-  // Part s owns the rows [rb[s], rb[s + 1]) (equal shares of the edges) and runs their edges.
-  std::vector<int64_t> rb(static_cast<size_t>(S) + 1, n);
-  rb[0] = 0;
-  for (int s = 1; s < S; ++s)
-    rb[s] = std::upper_bound(graph.indptr.begin(), graph.indptr.end(), n_edges * s / S) - graph.indptr.begin() - 1;
-  struct Part {
-    CudaResources* r;
-    DeviceArray<float> emb, eps;
-    DeviceArray<int32_t> head, tail;
-    int64_t e0 = 0, ne = 0;
-    cudaEvent_t done = nullptr, synced = nullptr;
-  };
-  std::vector<Part> parts(static_cast<size_t>(S));
-  const std::vector<float> h_emb(res.embedding.data.begin(), res.embedding.data.end());
-  const size_t emb_n = h_emb.size();
-  for (int s = 0; s < S; ++s) {
-    Part& P = parts[s];
-    P.r = ctxs[s]->cuda();
-    CudaResources& r = *P.r;
-    SCURRY_CUDA(cudaSetDevice(r.device));
-    for (int t = 0; t < S; ++t) {  // peer copies over NVLink where the GPUs allow it
-      const int dt = ctxs[t]->cuda()->device;
-      int ok = 0;
-      if (dt != r.device && cudaDeviceCanAccessPeer(&ok, r.device, dt) == cudaSuccess && ok) {
-        const cudaError_t e = cudaDeviceEnablePeerAccess(dt, 0);
-        if (e != cudaSuccess && e != cudaErrorPeerAccessAlreadyEnabled) SCURRY_CUDA(e);
-        cudaGetLastError();  // (clears "already enabled")
-      }
-    }
-    P.e0 = graph.indptr[rb[s]];
-    P.ne = graph.indptr[rb[s + 1]] - P.e0;
-    P.emb = DeviceArray<float>(r, emb_n, "umap embedding");
-    to_device(r, P.emb, h_emb.data(), emb_n);
-    P.tail = DeviceArray<int32_t>(r, static_cast<size_t>(std::max<int64_t>(P.ne, 1)), "umap edge tails");
-    P.head = DeviceArray<int32_t>(r, static_cast<size_t>(std::max<int64_t>(P.ne, 1)), "umap edge heads");
-    P.eps = DeviceArray<float>(r, static_cast<size_t>(std::max<int64_t>(P.ne, 1)), "umap epochs per sample");
-    to_device(r, P.tail, graph.indices.data() + P.e0, static_cast<size_t>(P.ne));
-    to_device(r, P.eps, graph.data.data() + P.e0, static_cast<size_t>(P.ne));
-    {
-      std::vector<int64_t> ptr(graph.indptr.begin() + rb[s], graph.indptr.begin() + rb[s + 1] + 1);
-      const int64_t rows = rb[s + 1] - rb[s];
-      // heads of this part's edges: rows rb[s] + i (global), from the part's row pointers
-      std::vector<int32_t> heads(static_cast<size_t>(P.ne));
-      for (int64_t i = 0; i < rows; ++i)
-        for (int64_t q = ptr[i]; q < ptr[i + 1]; ++q) heads[static_cast<size_t>(q - P.e0)] = static_cast<int32_t>(rb[s] + i);
-      to_device(r, P.head, heads.data(), heads.size());
-      SCURRY_CUDA(cudaStreamSynchronize(r.stream));
-    }
-    if (P.ne > 0)
-      epochs_per_sample_kernel<<<blocks_for(P.ne), kBlock, 0, r.stream>>>(P.eps.data(), P.ne, threshold, wmax);
-    SCURRY_CUDA_LAUNCH();
-    SCURRY_CUDA(cudaEventCreateWithFlags(&P.done, cudaEventDisableTiming));
-    SCURRY_CUDA(cudaEventCreateWithFlags(&P.synced, cudaEventDisableTiming));
-  }
-  EpochParams p{};
-  p.n_vertices = static_cast<uint32_t>(n);
-  p.dim = static_cast<int>(dim);
-  p.a = static_cast<float>(res.a);
-  p.b = static_cast<float>(res.b);
-  p.gamma = static_cast<float>(opt.gamma);
-  p.neg_rate = opt.negative_sample_rate;
-  p.seed = mix64(opt.random_state + 0x9E3779B97F4A7C15ULL);
-  // Each epoch: every GPU runs its edges on its copy of the layout (heads are its own rows; tails
-  // and negative samples read the others' rows as of the previous epoch); then every GPU sends its
-  // rows to the others. A tail update to another part's row is dropped (its owner's copy wins), as
-  // is the order of updates between the parts: Hogwild across GPUs, synchronised every epoch.
-  for (int64_t ep = 1; ep < n_epochs; ++ep) {
-    p.epoch = static_cast<int>(ep);
-    p.alpha = static_cast<float>(opt.alpha * (1.0 - static_cast<double>(ep - 1) / static_cast<double>(n_epochs)));
-    for (int s = 0; s < S; ++s) {
-      Part& P = parts[s];
-      SCURRY_CUDA(cudaSetDevice(P.r->device));
-      if (ep > 1)
-        for (int t = 0; t < S; ++t) SCURRY_CUDA(cudaStreamWaitEvent(P.r->stream, parts[t].synced, 0));
-      EpochParams q = p;
-      q.n_edges = P.ne;
-      q.e0 = P.e0;
-      if (P.ne > 0) launch_epoch(*P.r, P.emb.data(), P.head.data(), P.tail.data(), P.eps.data(), q);
-      SCURRY_CUDA(cudaEventRecord(P.done, P.r->stream));
-    }
-    for (int s = 0; s < S; ++s) {
-      Part& P = parts[s];
-      SCURRY_CUDA(cudaSetDevice(P.r->device));
-      for (int t = 0; t < S; ++t) SCURRY_CUDA(cudaStreamWaitEvent(P.r->stream, parts[t].done, 0));
-      const size_t off = static_cast<size_t>(rb[s] * dim), cnt = static_cast<size_t>((rb[s + 1] - rb[s]) * dim);
-      for (int t = 0; t < S; ++t)
-        if (t != s && cnt)
-          SCURRY_CUDA(cudaMemcpyPeerAsync(parts[t].emb.data() + off, parts[t].r->device, P.emb.data() + off, P.r->device,
-                                          cnt * sizeof(float), P.r->stream));
-      SCURRY_CUDA(cudaEventRecord(P.synced, P.r->stream));
-    }
-  }
-  // Each part's rows from its own GPU.
-  for (int s = 0; s < S; ++s) {
-    Part& P = parts[s];
-    SCURRY_CUDA(cudaSetDevice(P.r->device));
-    const size_t off = static_cast<size_t>(rb[s] * dim), cnt = static_cast<size_t>((rb[s + 1] - rb[s]) * dim);
-    if (cnt)
-      SCURRY_CUDA(cudaMemcpyAsync(res.embedding.data.data() + off, P.emb.data() + off, cnt * sizeof(float),
-                                  cudaMemcpyDeviceToHost, P.r->stream));
-  }
-  for (int s = 0; s < S; ++s) {
-    Part& P = parts[s];
-    SCURRY_CUDA(cudaSetDevice(P.r->device));
-    SCURRY_CUDA(cudaStreamSynchronize(P.r->stream));
-    cudaEventDestroy(P.done);
-    cudaEventDestroy(P.synced);
-    P.emb.release(), P.eps.release(), P.head.release(), P.tail.release();  // on their own device
-  }
-  SCURRY_CUDA(cudaSetDevice(parts[0].r->device));
-  return res;
-}
-
-namespace {
-// The CPU path with no epochs: validation, a, b, pruning and the initial layout (scaled to [0, 10]);
-// o receives opt with a and b set.
-UmapResult start_layout(const Context& ctx, const CsrF& graph, const UmapOptions& opt, const DenseF* init, UmapOptions& o) {
+UmapResult umap_gpu(const Context& ctx, const CsrF& graph, const UmapOptions& opt, const DenseF* init) {
   if (!ctx.cuda()) fail_input(kWhere, "needs a GPU context; use --device gpu, or the CPU umap");
+  // The CPU path with no epochs: validation, a, b, pruning and the initial layout (scaled to [0, 10]).
   UmapOptions start_opt = opt;
   start_opt.maxiter = 0;
-  UmapResult start = umap(ctx, graph, start_opt, init);
-  o = opt;
+  const UmapResult start = umap(ctx, graph, start_opt, init);
+  UmapOptions o = opt;
   o.a = start.a;
   o.b = start.b;
-  return start;
-}
-}  // namespace
-
-UmapResult umap_gpu(const Context& ctx, const CsrF& graph, const UmapOptions& opt, const DenseF* init) {
-  UmapOptions o;
-  const UmapResult start = start_layout(ctx, graph, opt, init, o);
   UmapResult res = umap_gpu(ctx, graph, start.embedding, o);
-  res.init = start.init;
-  return res;
-}
-
-UmapResult umap_gpus(const std::vector<Context*>& ctxs, const CsrF& graph, const UmapOptions& opt, const DenseF* init) {
-  if (ctxs.empty() || !ctxs[0]) fail_input(kWhere, "no GPU contexts given");
-  UmapOptions o;
-  const UmapResult start = start_layout(*ctxs[0], graph, opt, init, o);
-  UmapResult res = umap_gpus(ctxs, graph, start.embedding, o);
   res.init = start.init;
   return res;
 }

@@ -17,8 +17,6 @@
 // numbers differ from the CPU path's (Tausworthe stream), so GPU and CPU embeddings agree in
 // quality, not value by value. Float32 arithmetic on the device (the CPU path uses float64).
 #pragma once
-#include <vector>
-
 #include "core/dataset.hpp"
 #include "core/matrix.hpp"
 #include "exec/context.hpp"
@@ -35,15 +33,6 @@ UmapResult umap_gpu(const Context& ctx, const CsrF& graph, const DenseF& init, c
 // `init`) on the host by the CPU path, then the epochs on the GPU. (For a non-default maxiter the
 // spectral layout is computed on the graph pruned at max / default_epochs, not max / maxiter.)
 UmapResult umap_gpu(const Context& ctx, const CsrF& graph, const UmapOptions& opt, const DenseF* init = nullptr);
-
-// The same over several GPUs of this host (the first is ctxs[0]; one context: umap_gpu): the rows
-// split in equal shares of the edges, each GPU runs the epochs of its rows' edges on its own copy of
-// the layout, and after every epoch each GPU sends its rows to the others (peer copies). A tail
-// update to another GPU's row within an epoch is dropped (the row's owner's copy wins): the same
-// Hogwild updates as on one GPU, synchronised once an epoch; quality as one GPU's (tested).
-UmapResult umap_gpus(const std::vector<Context*>& ctxs, const CsrF& graph, const DenseF& init, const UmapOptions& opt);
-UmapResult umap_gpus(const std::vector<Context*>& ctxs, const CsrF& graph, const UmapOptions& opt,
-                     const DenseF* init = nullptr);
 
 // Dataset level: umap(ctx, d, opt) (umap.hpp) runs the epochs here when ctx is a CUDA context.
 

@@ -95,41 +95,6 @@ TEST(UmapGpu, LayoutQualityMatchesCpuOnClusteredData) {
   EXPECT_GE(a_gpu, a_cpu - 0.02);
 }
 
-// umap_gpus: the layout over several GPUs (two GPUs where there are, else two contexts on one GPU,
-// the same code path) keeps one GPU's quality on the same graph.
-TEST(UmapGpu, SeveralGpusKeepTheQuality) {
-  SCURRY_REQUIRE_GPU();
-  const uint64_t seed = test::fresh_seed();
-  std::vector<int32_t> labels;
-  const DenseF x = clustered(20000, 30, 10, seed, labels);
-  const Context cpu = Context::cpu(0);
-  const NeighborsResult nb = neighbors(cpu, x, NeighborsOptions{});
-  UmapOptions o;
-  o.random_state = seed;
-  std::vector<Context> ctxs;
-  const int devices = cuda_device_count();
-  for (int s = 0; s < 2; ++s) {
-    ContextOptions co;
-    co.device = "gpu";
-    co.cuda.device = devices >= 2 ? s : 0;
-    ctxs.push_back(Context::create(co));
-  }
-  const UmapResult one = umap_gpu(ctxs[0], nb.connectivities, o);
-  const UmapResult two = umap_gpus({&ctxs[0], &ctxs[1]}, nb.connectivities, o);
-  ASSERT_EQ(two.embedding.n_rows, 20000);
-  ASSERT_EQ(two.embedding.n_cols, 2);
-  for (float v : two.embedding.data) ASSERT_TRUE(std::isfinite(v));
-  EXPECT_EQ(two.n_epochs, one.n_epochs);
-  EXPECT_EQ(two.init, one.init);
-  EXPECT_DOUBLE_EQ(two.a, one.a);
-  const double p1 = preservation(cpu, x, one.embedding, 15), p2 = preservation(cpu, x, two.embedding, 15);
-  const double a1 = knn_accuracy(cpu, one.embedding, labels, 15), a2 = knn_accuracy(cpu, two.embedding, labels, 15);
-  std::printf("umap 20000 cells on %d devices: 15-NN preservation 1 GPU %.4f, 2 parts %.4f; accuracy %.4f %.4f\n",
-              devices >= 2 ? 2 : 1, p1, p2, a1, a2);
-  EXPECT_NEAR(p2, p1, 0.02);
-  EXPECT_GE(a2, a1 - 0.02);
-}
-
 TEST(UmapGpu, GivenLayoutAndThreeDimensions) {
   SCURRY_REQUIRE_GPU();
   // The low-level overload from a given start layout, 3 components, a short run: the result stays
