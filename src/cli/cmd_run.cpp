@@ -68,21 +68,15 @@ void run_ranks(const GlobalOptions& g, const RunOptions& o) {
   t.set_meta("output", o.output);
 
   Dataset d;
-  RunOptions om = o;  // several GPUs: never streamed (the sharded chain holds the matrix on the GPUs)
-  if (all_gpus.size() > 1) {
-    if (o.stream.value_or(false)) fail_input("--stream", "cannot be combined with several --gpus yet; use one GPU");
-    om.stream = false;
-  }
+  RunOptions om = o;  // several GPUs: the preprocessing (streamed or not) spreads over them
+  om.gpus = all_gpus;
   auto steps = build_pipeline(om);
   NeighborsOptions spread = o.neighbors;  // the kNN search (exact or IVF) over the GPUs too
   spread.gpus = all_gpus;
   if (all_gpus.size() > 1)
-    for (auto& s : steps) {
-      if (s.name == "preprocess")
-        s.run = [&om, &all_gpus](Context&, Dataset& d, Timings& t) { preprocess_gpu_sharded(all_gpus, d, om.preprocess, &t); };
+    for (auto& s : steps)
       if (s.name == "neighbors")
         s.run = [&spread](Context& ctx, Dataset& d, Timings&) { neighbors(ctx, d, spread); };
-    }
   for (size_t i = 0; i < steps.size(); ++i) {
     log::info("[" + std::to_string(i + 1) + "/" + std::to_string(steps.size()) + "] " + steps[i].name);
     if (steps[i].self_timed) {
@@ -224,7 +218,8 @@ bool choose_stream(Context& ctx, const RunOptions& o) {
   const H5adSummary sum = f == Format::h5ad ? summarize_h5ad(o.input) : summarize_zarr(o.input);
   const double hvg = static_cast<double>(std::min<int64_t>(sum.n_vars, o.preprocess.hvg.n_top_genes.value_or(2000)));
   const double need = static_cast<double>(sum.x_nnz) * 8 + static_cast<double>(sum.n_obs) * hvg * 4;
-  const double budget = static_cast<double>(stream_device_budget(ctx));
+  // (several GPUs: each holds its share of the matrix)
+  const double budget = static_cast<double>(stream_device_budget(ctx)) * static_cast<double>(std::max<size_t>(1, o.gpus.size()));
   if (budget <= 0 || need <= budget) return false;
   log::info(detail::concat("--stream chosen: the input's ", sum.x_nnz, " nonzeros and the dense HVG matrix need about ",
                            static_cast<int64_t>(need / (1 << 20)), " MiB on the GPU, over the budget of ",
@@ -282,10 +277,14 @@ std::vector<Step> build_pipeline(const RunOptions& o) {
                }});
   p.push_back({"preprocess", [&o, st](Context& ctx, Dataset& d, Timings& t) {
                  if (st->on) {
-                   preprocess_stream(ctx, *st->src, d, o.preprocess, o.stream_opt, &t);
+                   if (o.gpus.size() > 1)
+                     preprocess_stream_sharded(o.gpus, *st->src, d, o.preprocess, o.stream_opt, &t);
+                   else
+                     preprocess_stream(ctx, *st->src, d, o.preprocess, o.stream_opt, &t);
                    st->src.reset(), st->held.reset();
                    return;
                  }
+                 if (o.gpus.size() > 1) return preprocess_gpu_sharded(o.gpus, d, o.preprocess, &t);
                  preprocess(ctx, d, o.preprocess, &t);
                },
                true});

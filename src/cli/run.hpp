@@ -41,6 +41,9 @@ struct RunOptions {
   // --no-stream: never.
   std::optional<bool> stream;
   StreamOptions stream_opt;  // --stream-block-nnz, --stream-host-store
+  // --gpus (set by run_ranks, not parsed here): the GPUs the preprocessing spreads over (streamed or
+  // not); empty or one: the Context's GPU. Not owned.
+  std::vector<Context*> gpus;
   PreprocessOptions preprocess = [] {
     PreprocessOptions p;
     p.qc_vars = {"mt"};  // the scanpy tutorial's QC of mitochondrial genes

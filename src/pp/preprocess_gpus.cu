@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <exception>
+#include <mutex>
 #include <numeric>
 #include <string>
 #include <thread>
@@ -26,6 +27,7 @@
 #include "exec/comm_thread.hpp"
 #include "pp/kernels.cuh"
 #include "pp/preprocess.hpp"
+#include "pp/preprocess_stream.hpp"
 #include "pp/shard.hpp"
 #include "sim/simulate.hpp"
 
@@ -74,12 +76,13 @@ void check_contexts(const std::vector<Context*>& gpus) {
 }
 
 using AcquireFn = std::function<DeviceCsr(int rank, CudaResources& r)>;
+// One rank's chain on its own thread: its context (ThreadComm set), its cells' frame, its timings,
+// the NCCL Gram sum (empty: through the host).
+using ChainFn = std::function<void(int rank, Context& ctx, Dataset& s, Timings& t, const gpu::DeviceSum& dsum)>;
 
-// The chain on every context's thread; `acquire(rank, r)` puts that rank's counts on its device;
-// `release_input` (optional) runs on rank 0 once every rank has its counts on its device.
+// `chain` on every context's thread, each on its rows of `frame`, then rank 0 gathers the cells into out.
 void run_ranks(const std::vector<Context*>& gpus, const Dataset& frame, const std::vector<RowRange>& ranges,
-               const PreprocessOptions& o, Timings* timings, const char* acquire_step, const AcquireFn& acquire,
-               const std::function<void()>& release_input, Dataset& out) {
+               Timings* timings, const ChainFn& chain, Dataset& out) {
   const int R = static_cast<int>(gpus.size());
   const std::vector<std::shared_ptr<ThreadComm>> tc = make_thread_comms(R);
 
@@ -126,15 +129,7 @@ void run_ranks(const std::vector<Context*>& gpus, const Dataset& frame, const st
               tc[q]->barrier();  // no rank enters NCCL when another has failed
               nccl[q]->allreduce_sum_device(p, n, stream);
             };
-          gpu::preprocess_chain(
-              ctx, s, o, &t, acquire_step,
-              [&] {
-                DeviceCsr m = acquire(q, res);
-                tc[q]->barrier();  // every rank holds its counts on its device
-                if (q == 0 && release_input) release_input();
-                return m;
-              },
-              dsum);
+          chain(q, ctx, s, t, dsum);
           {
             auto scope = t.scope("gather");
             gather_rows(ctx, s, 0);
@@ -167,6 +162,51 @@ void run_ranks(const std::vector<Context*>& gpus, const Dataset& frame, const st
   out = std::move(gathered);
 }
 
+// The in-memory chain (gpu::preprocess_chain) as a rank's chain: `acquire(rank, r)` puts that rank's
+// counts on its device; `release_input` (optional) runs on rank 0 once every rank has its counts.
+ChainFn in_memory_chain(const PreprocessOptions& o, const char* acquire_step, AcquireFn acquire,
+                        std::function<void()> release_input) {
+  return [&o, acquire_step, acquire = std::move(acquire), release_input = std::move(release_input)](
+             int q, Context& ctx, Dataset& s, Timings& t, const gpu::DeviceSum& dsum) {
+    CudaResources& res = *ctx.cuda();
+    gpu::preprocess_chain(
+        ctx, s, o, &t, acquire_step,
+        [&] {
+          DeviceCsr m = acquire(q, res);
+          ctx.comm().barrier();  // every rank holds its counts on its device
+          if (q == 0 && release_input) release_input();
+          return m;
+        },
+        dsum);
+  };
+}
+
+// Rows [begin, end) of a shared source, for one rank's thread. Reads go through one lock (HDF5 is not
+// thread-safe; a file reader is one handle), so the ranks' read-aheads take turns on the source.
+class RangeRowSource final : public RowSource {
+ public:
+  RangeRowSource(RowSource& src, std::mutex& lock, const std::vector<int64_t>& indptr, RowRange rr)
+      : src_(src), lock_(lock), rr_(rr), nnz_(indptr[rr.end] - indptr[rr.begin]) {
+    ptr_.assign(indptr.begin() + rr.begin, indptr.begin() + rr.end + 1);
+    for (int64_t& v : ptr_) v -= indptr[rr.begin];
+  }
+  int64_t n_rows() const override { return rr_.end - rr_.begin; }
+  int64_t n_cols() const override { return src_.n_cols(); }
+  int64_t nnz() const override { return nnz_; }
+  CsrF read_rows(int64_t b, int64_t e) override {
+    std::lock_guard<std::mutex> g(lock_);
+    return src_.read_rows(rr_.begin + b, rr_.begin + e);
+  }
+  std::vector<int64_t> row_pointers() override { return ptr_; }
+
+ private:
+  RowSource& src_;
+  std::mutex& lock_;
+  RowRange rr_;
+  int64_t nnz_;
+  std::vector<int64_t> ptr_;
+};
+
 }  // namespace
 
 void preprocess_gpu_sharded(const std::vector<Context*>& gpus, Dataset& d, const PreprocessOptions& o,
@@ -182,9 +222,10 @@ void preprocess_gpu_sharded(const std::vector<Context*>& gpus, Dataset& d, const
   const CsrF& X = std::get<CsrF>(d.X.m);
   const std::vector<RowRange> ranges = split_cells(X.indptr, static_cast<int>(gpus.size()));
   run_ranks(
-      gpus, d, ranges, o, timings, "upload",
-      [&](int q, CudaResources& r) { return upload(r, slice_rows(X, ranges[q].begin, ranges[q].end)); },
-      [&d] { d.X = Matrix(); },  // the counts live on the devices from here on
+      gpus, d, ranges, timings,
+      in_memory_chain(
+          o, "upload", [&](int q, CudaResources& r) { return upload(r, slice_rows(X, ranges[q].begin, ranges[q].end)); },
+          [&d] { d.X = Matrix(); }),  // the counts live on the devices from here on
       d);
 }
 
@@ -199,7 +240,7 @@ void preprocess_simulated_sharded(const std::vector<Context*>& gpus, DeviceSimul
       ranges.push_back(RowRange{sim.part_begin[q], sim.part_begin[q + 1]});
     }
     run_ranks(
-        gpus, sim.frame, ranges, o, timings, "device_copy",
+        gpus, sim.frame, ranges, timings, in_memory_chain(o, "device_copy",
         [&](int q, CudaResources& r) {
           DeviceCsr& src = *std::static_pointer_cast<DeviceCsr>(sim.parts[q]);
           if (consume) {
@@ -210,7 +251,7 @@ void preprocess_simulated_sharded(const std::vector<Context*>& gpus, DeviceSimul
           // A copy on the same device (the next benchmark run starts from the simulated part again).
           return copy_on_device(r, src);
         },
-        {}, d);
+        {}), d);
     return;
   }
   if (gpus.size() == 1) return preprocess_simulated(*gpus[0], sim, d, o, timings, consume);
@@ -226,7 +267,7 @@ void preprocess_simulated_sharded(const std::vector<Context*>& gpus, DeviceSimul
   const std::vector<RowRange> ranges = split_cells(ip, static_cast<int>(gpus.size()));
   const Dataset& frame = sim.frame;
   run_ranks(
-      gpus, frame, ranges, o, timings, "device_copy",
+      gpus, frame, ranges, timings, in_memory_chain(o, "device_copy",
       [&](int q, CudaResources& r) {
         // Rows [b, e) from the simulating GPU to this rank's (peer copies; staged by the driver when
         // the GPUs have no peer access), row pointers rebased on the host.
@@ -256,6 +297,23 @@ void preprocess_simulated_sharded(const std::vector<Context*>& gpus, DeviceSimul
         SCURRY_CUDA(cudaSetDevice(src_dev));
         sim.matrix.reset();
         SCURRY_CUDA(cudaSetDevice(here));
+      }), d);
+}
+
+void preprocess_stream_sharded(const std::vector<Context*>& gpus, RowSource& X, Dataset& d,
+                               const PreprocessOptions& o, const StreamOptions& so, Timings* timings) {
+  check_contexts(gpus);
+  if (gpus.size() == 1) return preprocess_stream(*gpus[0], X, d, o, so, timings);
+  if (X.n_rows() != d.n_obs()) fail("internal: preprocess_stream_sharded: ", X.n_rows(), " rows for ", d.n_obs(), " cells");
+  const std::vector<int64_t> indptr = X.row_pointers();
+  const std::vector<RowRange> ranges = split_cells(indptr, static_cast<int>(gpus.size()));
+  std::mutex lock;
+  const Dataset frame = std::move(d);
+  run_ranks(
+      gpus, frame, ranges, timings,
+      [&](int q, Context& ctx, Dataset& s, Timings& t, const gpu::DeviceSum&) {
+        RangeRowSource src(X, lock, indptr, ranges[q]);
+        preprocess_stream(ctx, src, s, o, so, &t);
       },
       d);
 }

@@ -120,4 +120,11 @@ double measure_h2d_gbps(Context& ctx, size_t bytes, int reps = 5);
 void preprocess_stream(Context& ctx, RowSource& X, Dataset& d, const PreprocessOptions& opt, const StreamOptions& so,
                        Timings* timings = nullptr);
 
+// The same over several GPUs of this host (the first is gpus[0]; one: preprocess_stream): the cells
+// split into ranges of near-equal nonzeros, one thread per GPU streaming its range of X (reads of the
+// shared source take turns), statistics combined over a ThreadComm as in preprocess_gpu_sharded, the
+// PCA Gram through the host; rank 0 gathers the cells into d. d holds every cell's obs, X empty.
+void preprocess_stream_sharded(const std::vector<Context*>& gpus, RowSource& X, Dataset& d,
+                               const PreprocessOptions& opt, const StreamOptions& so, Timings* timings = nullptr);
+
 }  // namespace scurry

@@ -3,6 +3,7 @@
 // and the CPU oracle (the same tolerances as test_preprocess_gpu.cpp): QC and filter columns, the HVG
 // set, scale statistics, PCA (variance ratio; X_pca up to sign); an h5ad file read lazily; scale and
 // PCA without zero_center against the CPU; bad input.
+#include <cstdio>
 #include <cmath>
 
 #include "core/error.hpp"
@@ -123,6 +124,45 @@ TEST(PreprocessStreamGpu, EqualsInMemoryGpuAndCpuWithManySmallBlocks) {
   EXPECT_LE(std::stoll(t.meta().at("gpu_peak_bytes")), int64_t{256} << 20);
   compare(s, gpu, "streamed vs in-memory GPU");
   compare(s, cpu, "streamed vs CPU");
+}
+
+// Streamed over several GPUs (two where there are, else two contexts on one GPU): each streams its
+// range of the cells, statistics combined over the ranks, rank 0 gathers; equal to one GPU streamed
+// and to the CPU.
+TEST(PreprocessStreamGpu, SeveralGpusEqualOneGpu) {
+  SCURRY_REQUIRE_GPU();
+  const Dataset in = simulated(5000, 7000, 800);
+  const PreprocessOptions o = options();
+  Dataset cpu = in;
+  Context c = Context::cpu(2);
+  preprocess(c, cpu, o);
+  StreamOptions so;
+  so.block_nnz = 300000;
+  so.dense_rows = 400;
+  so.host_store_bytes = 1 << 20;
+  Context one = gpu_ctx(size_t{256} << 20);
+  MemoryRowSource src1(in.X.csr_f());
+  const Dataset s1 = streamed(one, in, src1, o, so);
+  const int devices = cuda_device_count();
+  std::vector<Context> ctxs;
+  for (int q = 0; q < 2; ++q) {
+    ContextOptions co;
+    co.device = "gpu";
+    co.cuda.device = devices >= 2 ? q : 0;
+    co.cuda.max_pool_size = size_t{256} << 20;
+    ctxs.push_back(Context::create(co));
+  }
+  MemoryRowSource src2(in.X.csr_f());
+  Dataset s2 = in;
+  s2.X = Matrix();
+  s2.layers.clear();
+  Timings t;
+  preprocess_stream_sharded({&ctxs[0], &ctxs[1]}, src2, s2, o, so, &t);
+  EXPECT_TRUE(s2.X.empty());
+  EXPECT_EQ(t.meta().at("gpus"), "2");
+  compare(s2, s1, "2 GPUs streamed vs 1 GPU streamed");
+  compare(s2, cpu, "2 GPUs streamed vs CPU");
+  std::printf("streamed over 2 contexts (%d devices) equals one GPU and the CPU\n", devices);
 }
 
 TEST(PreprocessStreamGpu, SeuratGivenTargetNoHostStore) {
