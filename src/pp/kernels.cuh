@@ -209,6 +209,10 @@ void write_qc_columns(Dataset& d, const QcSetup& s, RowQc&& rq, const GeneSums& 
 // counts on the device (timed as the step `acquire_step`); d holds this rank's cells (obs rows) and
 // all genes. Every decision combines the ranks' statistics through ctx.comm() (rank-ordered sums);
 // the PCA Gram matrix through device_sum when given. With one rank: preprocess_gpu's chain.
+// The options the GPU chains do not take (in memory; streamed: scale without zero_center is taken):
+// InputError naming the first, after `where` ("--device gpu").
+void check_chain_options(const PreprocessOptions& o, const std::string& where, bool streamed);
+
 void preprocess_chain(Context& ctx, Dataset& d, const PreprocessOptions& o, Timings* timings, const char* acquire_step,
                       const std::function<DeviceCsr()>& acquire, const DeviceSum& device_sum = {});
 

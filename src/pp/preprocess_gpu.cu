@@ -38,11 +38,26 @@ DeviceArray<T> to_device(CudaResources& r, const std::vector<T>& h, const char* 
   return d;
 }
 
-void unsupported(bool cond, const std::string& what) {
-  if (cond) throw InputError("--device gpu: " + what + " is not available on the GPU yet; use --device cpu");
+}  // namespace
+
+namespace gpu {
+
+void check_chain_options(const PreprocessOptions& o, const std::string& where, bool streamed) {
+  auto unsupported = [&](bool cond, const std::string& what) {
+    if (cond) throw InputError(where + ": " + what + " is not available on the GPU yet; use --device cpu");
+  };
+  unsupported(!o.skip.empty(), "--skip");
+  unsupported(!o.qc.layer.empty() || !o.normalize.layer.empty() || !o.scale.layer.empty(), "a layer as input");
+  unsupported(o.normalize.exclude_highly_expressed, "exclude_highly_expressed");
+  unsupported(o.log1p.base.has_value(), "log1p with a base");
+  unsupported(o.hvg.flavor != "seurat" && o.hvg.flavor != "cell_ranger", "highly_variable_genes flavor " + o.hvg.flavor);
+  unsupported(!o.hvg.batch_key.empty(), "highly_variable_genes with batch_key");
+  unsupported(!streamed && !o.scale.zero_center, "scale without zero_center (in memory; --stream takes it)");
+  unsupported(o.scale.clip_below, "scale with clip_below");
+  unsupported(!o.subset_hvg, "PCA without the HVG subset");
 }
 
-}  // namespace
+}  // namespace gpu
 
 namespace {
 
@@ -130,15 +145,7 @@ void preprocess_chain(Context& ctx, Dataset& d, const PreprocessOptions& o, Timi
   Comm& comm = ctx.comm();
   Timings local;
   Timings& t = timings ? *timings : local;
-  unsupported(!o.skip.empty(), "--skip");
-  unsupported(!o.qc.layer.empty() || !o.normalize.layer.empty() || !o.scale.layer.empty(), "a layer as input");
-  unsupported(o.normalize.exclude_highly_expressed, "exclude_highly_expressed");
-  unsupported(o.log1p.base.has_value(), "log1p with a base");
-  unsupported(o.hvg.flavor != "seurat" && o.hvg.flavor != "cell_ranger", "highly_variable_genes flavor " + o.hvg.flavor);
-  unsupported(!o.hvg.batch_key.empty(), "highly_variable_genes with batch_key");
-  unsupported(!o.scale.zero_center, "scale without zero_center");
-  unsupported(o.scale.clip_below, "scale with clip_below");
-  unsupported(!o.subset_hvg, "PCA without the HVG subset");
+  check_chain_options(o, "--device gpu", false);
 
   // SCURRY_PROFILE=1: wall time of the phases inside the steps, on stderr.
   const bool profile = std::getenv("SCURRY_PROFILE") != nullptr && comm.rank() == 0;

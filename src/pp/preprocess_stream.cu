@@ -314,10 +314,6 @@ Feed source_feed(RowSource& src, const RowBlocks& blocks, int depth, PassCounter
   };
 }
 
-void unsupported(bool cond, const std::string& what) {
-  if (cond) throw InputError("--device gpu --stream: " + what + " is not available on the GPU yet; use --device cpu");
-}
-
 size_t device_budget(CudaResources& r, const StreamOptions& so) {
   if (so.device_budget) return so.device_budget;
   size_t free_b = 0, total_b = 0;
@@ -377,14 +373,7 @@ void preprocess_stream(Context& ctx, RowSource& X, Dataset& d, const PreprocessO
   Comm& comm = ctx.comm();
   Timings local;
   Timings& t = timings ? *timings : local;
-  unsupported(!o.skip.empty(), "--skip");
-  unsupported(!o.qc.layer.empty() || !o.normalize.layer.empty() || !o.scale.layer.empty(), "a layer as input");
-  unsupported(o.normalize.exclude_highly_expressed, "exclude_highly_expressed");
-  unsupported(o.log1p.base.has_value(), "log1p with a base");
-  unsupported(o.hvg.flavor != "seurat" && o.hvg.flavor != "cell_ranger", "highly_variable_genes flavor " + o.hvg.flavor);
-  unsupported(!o.hvg.batch_key.empty(), "highly_variable_genes with batch_key");
-  unsupported(o.scale.clip_below, "scale with clip_below");
-  unsupported(!o.subset_hvg, "PCA without the HVG subset");
+  gpu::check_chain_options(o, "--device gpu --stream", true);
   if (o.scale.max_value && !(*o.scale.max_value > 0)) throw InputError("scale: max_value must be > 0");
   if (so.prefetch < 1) throw InputError("--stream: the prefetch depth must be at least 1");
   const int64_t n_src = X.n_rows(), g0 = X.n_cols();
