@@ -2,15 +2,19 @@
 // counterpart of knn.hpp with the same result (Knn: self first at distance 0, then k - 1 neighbours
 // by increasing exact float64 distance, ties by cell index) and the same metrics.
 //
-// - exact (knn_exact.cu): query tiles x database tiles; a cuBLAS GEMM gives candidate scores
-//   ||y||^2 - 2 x.y (euclidean, on column-centred data) or -x.y (cosine, unit rows) into a tile sized
-//   for L2; a warp per query keeps a running top-W list (W = k - 1 + margin, a power of two) merged
-//   tile by tile; the W candidates are then re-ranked with exact float64 distances, so the neighbour
-//   sets equal a float64 brute force (ties aside).
+// - exact (knn_exact.cu, knn_mma.cu): candidate scores ||y||^2 - 2 x.y (euclidean, on column-centred
+//   data) or -x.y (cosine, unit rows) from TF32 mma.sync tiles that never leave the multiprocessor,
+//   folded into per-query top-W lists (W = k - 1 + margin, a power of two); the W candidates are then
+//   re-ranked with exact float64 distances, and a per-query certificate from the TF32 error bound
+//   sends the few queries without it to a split-TF32 search, so the neighbour sets equal a float64
+//   brute force (ties aside). (The cuBLAS tile path remains for the other precisions.)
 // - IVF-Flat (knn_ivf.cu): k-means (seeded sample, balanced) on the GPU gives n_lists centroids; every
 //   cell goes to the list of its nearest centroid; each cell picks its n_probes nearest lists; blocks
 //   of up to 64 cells of one list scan the union of their lists (the most-probed 2 x n_probes) with the
-//   fused TF32 tile kernel of the exact search, then the same float64 re-rank.
+//   same mma kernel, then the same float64 re-rank.
+// - Several GPUs (knn_exact_gpus, knn_ivf_gpus; MPI ranks: knn_exact_gpu_rows, knn_ivf_gpu_shard):
+//   the queries are split, every GPU holds the whole embedding (no top-k merge is needed; the result
+//   equals one GPU's).
 //
 // Both need a CUDA Context (InputError otherwise) and return results that do not depend on timing
 // (no atomics on floating-point values). Builds without CUDA have stubs that throw InputError.
