@@ -14,6 +14,8 @@
 #include <string>
 #include <vector>
 
+#include "core/memory.hpp"
+
 namespace scurry {
 
 class Comm {
@@ -92,7 +94,8 @@ std::vector<T> allgatherv(Comm& c, const std::vector<T>& local) {
     bytes[r] = static_cast<size_t>(n[r]) * sizeof(T);
     total += static_cast<size_t>(n[r]);
   }
-  std::vector<T> out(total);
+  std::vector<T> out;
+  resize_large(out, total);  // (huge pages where the kernel gives them: far fewer page faults)
   c.allgatherv(local.data(), bytes, out.data());
   return out;
 }
@@ -107,7 +110,9 @@ std::vector<T> gatherv(Comm& c, const std::vector<T>& local, int root) {
     bytes[r] = static_cast<size_t>(n[r]) * sizeof(T);
     total += static_cast<size_t>(n[r]);
   }
-  std::vector<T> out(c.rank() == root ? total : 0);
+  std::vector<T> out;
+  resize_large(out, c.rank() == root ? total : 0);  // (huge pages: a gathered X_pca of 1.3M cells
+                                                     // is 65,000 fewer page faults)
   c.gatherv(local.data(), bytes, out.data(), root);
   return out;
 }
@@ -130,7 +135,14 @@ inline std::vector<char> pack_strings(const std::vector<std::string>& s) {
   return out;
 }
 inline std::vector<std::string> unpack_strings(const std::vector<char>& b) {
+  size_t count = 0;  // first the number of strings (no regrowth of the vector: cell names are millions)
+  for (size_t i = 0; i < b.size(); ++count) {
+    int64_t n = 0;
+    std::memcpy(&n, b.data() + i, sizeof n);
+    i += sizeof n + static_cast<size_t>(n);
+  }
   std::vector<std::string> out;
+  out.reserve(count);
   size_t i = 0;
   while (i < b.size()) {
     int64_t n = 0;
