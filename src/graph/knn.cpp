@@ -109,6 +109,31 @@ DenseF normalized_rows(const DenseF& X, const std::vector<double>& nrm) {
 
 }  // namespace
 
+Knn join_rows(int64_t n, int64_t k, const std::vector<std::vector<int32_t>>& cells, const std::vector<Knn>& parts) {
+  if (cells.size() != parts.size()) fail("internal: join_rows: ", cells.size(), " cell lists for ", parts.size(), " parts");
+  Knn out;
+  out.n = n;
+  out.k = k;
+  out.indices.assign(static_cast<size_t>(n * k), 0);
+  out.distances.assign(static_cast<size_t>(n * k), 0.f);
+  std::vector<char> seen(static_cast<size_t>(n), 0);
+  for (size_t p = 0; p < parts.size(); ++p) {
+    const std::vector<int32_t>& c = cells[p];
+    if (parts[p].indices.size() != c.size() * static_cast<size_t>(k) || parts[p].distances.size() != parts[p].indices.size())
+      fail("internal: join_rows: part ", p, " has ", parts[p].indices.size(), " entries for ", c.size(), " cells");
+    for (size_t t = 0; t < c.size(); ++t) {
+      const int64_t i = c[t];
+      if (i < 0 || i >= n || seen[static_cast<size_t>(i)]) fail("internal: join_rows: cell ", i, " is out of range or repeated");
+      seen[static_cast<size_t>(i)] = 1;
+      std::copy_n(parts[p].indices.begin() + static_cast<int64_t>(t) * k, k, out.indices.begin() + i * k);
+      std::copy_n(parts[p].distances.begin() + static_cast<int64_t>(t) * k, k, out.distances.begin() + i * k);
+    }
+  }
+  for (int64_t i = 0; i < n; ++i)
+    if (!seen[static_cast<size_t>(i)]) fail("internal: join_rows: cell ", i, " is in no part");
+  return out;
+}
+
 KnnMetric parse_knn_metric(const std::string& s, const std::string& where) {
   if (s == "euclidean") return KnnMetric::euclidean;
   if (s == "cosine") return KnnMetric::cosine;

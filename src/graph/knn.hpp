@@ -34,6 +34,10 @@ struct Knn {
   float distance(int64_t i, int64_t j) const { return distances[static_cast<size_t>(i * k + j)]; }
 };
 
+// The rows of several parts of a search in cell order (several GPUs, MPI ranks): row t of parts[p] is
+// cell cells[p][t]. The parts' cells must hold every cell of 0..n-1 exactly once (Error otherwise).
+Knn join_rows(int64_t n, int64_t k, const std::vector<std::vector<int32_t>>& cells, const std::vector<Knn>& parts);
+
 enum class KnnMetric { euclidean, cosine };
 
 // "euclidean" | "cosine"; InputError otherwise (naming `where`).

@@ -385,6 +385,13 @@ void on_each_gpu(const std::vector<Context*>& ctxs, const std::function<void(int
 
 namespace {
 
+// Whether the default exact search can take a part of the queries (knn_exact_part): the mma kernel
+// for this depth and k.
+bool splits_queries(int64_t d, KnnMetric metric, int64_t k) {
+  using namespace gpu::knn;
+  return k > 1 && mma_enabled() && mma_supported(mma_depth(d, metric == KnnMetric::euclidean), candidate_width(k));
+}
+
 // The exact search for the queries [q_begin, q_end) against every row: a Knn of q_end - q_begin rows
 // (row t is cell q_begin + t). Only the default fused search over every row (brute) takes a part of
 // the queries; the other paths need the whole range.
@@ -478,8 +485,7 @@ Knn knn_exact_part(const Context& ctx, const DenseF& X, int64_t k, KnnMetric met
     auto prof = [&](const char* what) { clock.mark(what); };
     prof("setup");
     const int64_t kp = (d + kColumnPad - 1) / kColumnPad * kColumnPad;
-    if (part && !(mma_enabled() && mma_supported(mma_depth(d, !cosine), w)))
-      fail("exact kNN: a part of the queries needs the mma kernel");
+    if (part && !splits_queries(d, metric, k)) fail("exact kNN: a part of the queries needs the mma kernel");
     if (!fused_supported(kp, w) && !part) {  // too deep or too wide for the fused kernel's shared memory
       tile_search(KnnGemmPrecision::tf32x3, nullptr, n, best_d.data(), best_i.data());
       rerank(r, dX.data(), nrm.data(), n, d, metric, best_i.data(), w, k, out_idx.data(), out_dist.data());
@@ -598,9 +604,7 @@ Knn knn_exact_gpu_rows(const Context& ctx, const DenseF& X, int64_t k, KnnMetric
   using namespace gpu::knn;
   check_input(ctx, X, k, "neighbors");
   if (begin < 0 || end > X.n_rows || begin > end) fail("exact kNN: rows [", begin, ", ", end, ") of ", X.n_rows);
-  const bool splits = k > 1 && mma_enabled() &&
-                      mma_supported(mma_depth(X.n_cols, metric == KnnMetric::euclidean), candidate_width(k));
-  if (splits && !(begin == 0 && end == X.n_rows))
+  if (splits_queries(X.n_cols, metric, k) && !(begin == 0 && end == X.n_rows))
     return knn_exact_part(ctx, X, k, metric, KnnExactGpuOptions{}, begin, end);
   Knn all = knn_exact_gpu(ctx, X, k, metric);  // the whole search, then the rows
   Knn out;
@@ -616,12 +620,10 @@ Knn knn_exact_gpus(const std::vector<Context*>& ctxs, const DenseF& X, int64_t k
   using namespace gpu::knn;
   if (ctxs.empty()) fail_input("neighbors", "no GPU contexts given");
   const int64_t n = X.n_rows;
-  const bool cosine = metric == KnnMetric::cosine;
   // Only the default search (fused, every row, the mma kernel) splits its queries; anything else, and
   // too few cells to share, runs on the first GPU.
-  const bool splits = ctxs.size() > 1 && k > 1 && opt.precision == KnnGemmPrecision::fused &&
-                      opt.strategy != KnnExactStrategy::lists && mma_enabled() &&
-                      mma_supported(mma_depth(X.n_cols, !cosine), candidate_width(k)) &&
+  const bool splits = ctxs.size() > 1 && opt.precision == KnnGemmPrecision::fused &&
+                      opt.strategy != KnnExactStrategy::lists && splits_queries(X.n_cols, metric, k) &&
                       n >= 1024 * static_cast<int64_t>(ctxs.size());
   if (!splits) return knn_exact_gpu(*ctxs[0], X, k, metric, opt);
   check_input(*ctxs[0], X, k, "neighbors");

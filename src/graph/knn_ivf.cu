@@ -835,22 +835,7 @@ Knn knn_ivf_gpus(const std::vector<Context*>& ctxs, const DenseF& X, int64_t k, 
     o.n_shards = S;
     parts[s] = ivf_part(*ctxs[s], X, k, metric, o, &cells[s]);
   });
-  // Each row from the part that searched it (the shards' cells partition the rows).
-  const int64_t n = X.n_rows;
-  Knn out;
-  out.n = n;
-  out.k = k;
-  out.indices.assign(static_cast<size_t>(n * k), -2);
-  out.distances.assign(static_cast<size_t>(n * k), 0.f);
-  for (int s = 0; s < S; ++s)
-    for (size_t t = 0; t < cells[s].size(); ++t) {
-      const int64_t i = cells[s][t];
-      std::copy_n(parts[s].indices.begin() + static_cast<int64_t>(t) * k, k, out.indices.begin() + i * k);
-      std::copy_n(parts[s].distances.begin() + static_cast<int64_t>(t) * k, k, out.distances.begin() + i * k);
-    }
-  for (int64_t i = 0; i < n; ++i)
-    if (out.indices[static_cast<size_t>(i * k)] == -2) fail("IVF over GPUs: row ", i, " was searched by no shard");
-  return out;
+  return join_rows(X.n_rows, k, cells, parts);  // each row from the shard that searched it
 }
 
 }  // namespace scurry

@@ -1,7 +1,5 @@
 #include "graph/neighbors.hpp"
 
-#include <algorithm>
-
 #include "graph/connectivities_gpu.hpp"
 #include "graph/knn_gpu.hpp"
 
@@ -88,23 +86,13 @@ NeighborsResult neighbors_sharded(const Context& ctx, const DenseF& local, const
     ivf.n_shards = comm.size();
     std::vector<int32_t> cells;
     const Knn part = knn_ivf_gpu_shard(ctx, X, opt.n_neighbors, metric, ivf, cells);
-    const std::vector<int32_t> all_cells = gatherv(comm, cells, root);
-    const std::vector<int32_t> idx = gatherv(comm, part.indices, root);
-    const std::vector<float> dist = gatherv(comm, part.distances, root);
+    std::vector<std::vector<int32_t>> all_cells{gatherv(comm, cells, root)};
+    std::vector<Knn> gathered(1);
+    gathered[0].indices = gatherv(comm, part.indices, root);
+    gathered[0].distances = gatherv(comm, part.distances, root);
     res.algorithm = "ivf_flat";
     if (comm.rank() != root) return res;
-    const int64_t k = opt.n_neighbors;
-    if (static_cast<int64_t>(all_cells.size()) != n) fail("internal: the IVF shards searched ", all_cells.size(), " of ", n, " cells");
-    Knn all;
-    all.n = n;
-    all.k = k;
-    all.indices.resize(static_cast<size_t>(n * k));
-    all.distances.resize(static_cast<size_t>(n * k));
-    for (size_t t = 0; t < all_cells.size(); ++t) {
-      std::copy_n(idx.begin() + static_cast<int64_t>(t) * k, k, all.indices.begin() + all_cells[t] * k);
-      std::copy_n(dist.begin() + static_cast<int64_t>(t) * k, k, all.distances.begin() + all_cells[t] * k);
-    }
-    res.knn = std::move(all);
+    res.knn = join_rows(n, opt.n_neighbors, all_cells, gathered);
     res.distances = knn_distance_matrix(ctx, res.knn);
     res.connectivities = fuzzy_simplicial_set_gpu(ctx, res.knn);
     return res;

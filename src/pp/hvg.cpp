@@ -114,19 +114,8 @@ Moments moments(const Context& ctx, const CsrF& X, const RowList& rl, T transfor
   return m;
 }
 
-// scanpy's _get_mean_var: mean, and (mean of squares - mean^2) * n / (n - 1) (clamped at 0).
 void mean_var(const Moments& m, std::vector<double>& mean, std::vector<double>& var) {
-  const size_t G = m.sum.size();
-  const double n = static_cast<double>(m.n);
-  mean.resize(G);
-  var.resize(G);
-  for (size_t g = 0; g < G; ++g) {
-    const double mu = m.sum[g] / n;
-    double v = (m.sumsq[g] / n - mu * mu) * (n / (n - 1));
-    if (v < 0) v = 0;
-    mean[g] = mu;
-    var[g] = v;
-  }
+  mean_var_from_sums(m.sum, m.sumsq, static_cast<double>(m.n), mean, var);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -972,6 +961,20 @@ void write_hvg(Dataset& d, const HvgResult& r, const HvgOptions& o) {
     for (size_t g = 0; g < r.highly_variable.size(); ++g)
       if (r.highly_variable[g]) keep.push_back(static_cast<int64_t>(g));
     d.subset_vars(keep);
+  }
+}
+
+void mean_var_from_sums(const std::vector<double>& sum, const std::vector<double>& sumsq, double n,
+                        std::vector<double>& mean, std::vector<double>& var) {
+  const size_t G = sum.size();
+  mean.resize(G);
+  var.resize(G);
+  for (size_t g = 0; g < G; ++g) {
+    const double mu = sum[g] / n;
+    double v = (sumsq[g] / n - mu * mu) * (n / (n - 1));
+    if (v < 0) v = 0;
+    mean[g] = mu;
+    var[g] = v;
   }
 }
 

@@ -100,6 +100,11 @@ HvgResult highly_variable_genes(const Context& ctx, const DenseF& X, const HvgOp
 // and uns["hvg"] = {"flavor": flavor}. With opt.subset, keeps only the selected genes.
 HvgResult highly_variable_genes(const Context& ctx, Dataset& d, const HvgOptions& opt);
 
+// scanpy's _get_mean_var from per-gene sums over n cells: mean = sum / n, var = (sumsq / n - mean^2)
+// * n / (n - 1), clamped at 0 (the CPU moments and the GPU chains' gene sums).
+void mean_var_from_sums(const std::vector<double>& sum, const std::vector<double>& sumsq, double n,
+                        std::vector<double>& mean, std::vector<double>& var);
+
 // Shared with the GPU path. seurat / cell_ranger on one batch, from the per-gene mean and variance
 // (ddof 1) of expm1(X) (seurat) or X (cell_ranger), as scanpy's _get_mean_var gives them.
 HvgResult hvg_dispersion_from_moments(const std::vector<double>& mean, const std::vector<double>& var,

@@ -299,13 +299,8 @@ void preprocess_chain(Context& ctx, Dataset& d, const PreprocessOptions& o, Timi
     sum_ranks(comm, gs.sum);
     sum_ranks(comm, gs.sumsq);
     mark("hvg: gene_sums");
-    // scanpy's _get_mean_var: mean, (mean of squares - mean^2) * n / (n - 1), clamped at 0.
-    const double n = static_cast<double>(sum_ranks(comm, m.n_rows));
-    std::vector<double> mean(m.n_cols), var(m.n_cols);
-    for (int64_t g = 0; g < m.n_cols; ++g) {
-      mean[g] = gs.sum[g] / n;
-      var[g] = std::max(0.0, (gs.sumsq[g] / n - mean[g] * mean[g]) * (n / (n - 1)));
-    }
+    std::vector<double> mean, var;
+    mean_var_from_sums(gs.sum, gs.sumsq, static_cast<double>(sum_ranks(comm, m.n_rows)), mean, var);
     HvgOptions h = o.hvg;
     h.subset = false;
     HvgResult hr = hvg_dispersion_from_moments(mean, var, h);
@@ -340,13 +335,9 @@ void preprocess_chain(Context& ctx, Dataset& d, const PreprocessOptions& o, Timi
     gpu::GeneSums gs = gpu::gene_sums(r, m, gpu::GeneTransform::identity, nullptr, gpu::SecondStat::squares);
     sum_ranks(comm, gs.sum);
     sum_ranks(comm, gs.sumsq);
-    const double dn = static_cast<double>(n_cells);
-    std::vector<double> mean(g), sd(g);
-    for (int64_t j = 0; j < g; ++j) {
-      mean[j] = gs.sum[j] / dn;
-      const double v = std::max(0.0, (gs.sumsq[j] / dn - mean[j] * mean[j]) * (dn / (dn - 1)));
-      sd[j] = v > 0 ? std::sqrt(v) : 1.0;
-    }
+    std::vector<double> mean, sd;
+    mean_var_from_sums(gs.sum, gs.sumsq, static_cast<double>(n_cells), mean, sd);
+    for (double& v : sd) v = v > 0 ? std::sqrt(v) : 1.0;
     std::vector<float> mf(mean.begin(), mean.end()), sf(sd.begin(), sd.end());
     DeviceArray<float> dm = to_device(r, mf, "scale means"), ds = to_device(r, sf, "scale std");
     dense = DeviceArray<float>(r, static_cast<size_t>(n) * g, "dense scaled matrix");

@@ -567,13 +567,9 @@ void preprocess_stream(Context& ctx, RowSource& X, Dataset& d, const PreprocessO
       d.obs.set(o.normalize.key_added, Column::numeric(std::move(v), DType::f32));
     }
     d.uns["log1p"] = Value(Dict{});
-    // scanpy's _get_mean_var: mean, (mean of squares - mean^2) * n / (n - 1), clamped at 0.
     const double n = static_cast<double>(n1);
-    std::vector<double> hm(g1), hvar(g1);
-    for (int64_t j = 0; j < g1; ++j) {
-      hm[j] = hv.sum[j] / n;
-      hvar[j] = std::max(0.0, (hv.sumsq[j] / n - hm[j] * hm[j]) * (n / (n - 1)));
-    }
+    std::vector<double> hm, hvar;
+    mean_var_from_sums(hv.sum, hv.sumsq, n, hm, hvar);
     HvgOptions h = o.hvg;
     h.subset = false;
     HvgResult hr = hvg_dispersion_from_moments(hm, hvar, h);
@@ -585,11 +581,11 @@ void preprocess_stream(Context& ctx, RowSource& X, Dataset& d, const PreprocessO
     d.subset_vars(hvg_genes);
     // scale's statistics of the HVGs: the pass-3 moments of the log data, restricted to them. Without
     // zero_center, the CPU path's sparse variance (scale.cpp) is the same quantity (its two-pass form).
+    std::vector<double> sm, svar;
+    mean_var_from_sums(sc.sum, sc.sumsq, n, sm, svar);
     for (int64_t j : hvg_genes) {
-      const double mu = sc.sum[j] / n;
-      const double v = std::max(0.0, (sc.sumsq[j] / n - mu * mu) * (n / (n - 1)));
-      mean.push_back(mu);
-      sd.push_back(v > 0 ? std::sqrt(v) : 1.0);
+      mean.push_back(sm[j]);
+      sd.push_back(svar[j] > 0 ? std::sqrt(svar[j]) : 1.0);
     }
     d.var.set("mean", Column::numeric(mean));
     d.var.set("std", Column::numeric(sd));

@@ -134,6 +134,31 @@ TEST(Knn, HnswRecallAtLeast95Percent) {
   EXPECT_EQ(a.indices, b.indices);
 }
 
+// join_rows puts the rows of parts (several GPUs, MPI ranks) in cell order and refuses parts that do
+// not hold every cell exactly once.
+TEST(Knn, JoinRowsPutsThePartsInCellOrder) {
+  const int64_t n = 7, k = 2;
+  std::vector<std::vector<int32_t>> cells{{4, 0, 6}, {1, 5, 2, 3}};
+  std::vector<Knn> parts(2);
+  for (size_t p = 0; p < 2; ++p)
+    for (int32_t c : cells[p])
+      for (int64_t j = 0; j < k; ++j) {
+        parts[p].indices.push_back(c * 10 + static_cast<int32_t>(j));
+        parts[p].distances.push_back(static_cast<float>(c) + 0.5f * static_cast<float>(j));
+      }
+  const Knn all = join_rows(n, k, cells, parts);
+  ASSERT_EQ(all.n, n);
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t j = 0; j < k; ++j) {
+      EXPECT_EQ(all.index(i, j), i * 10 + j);
+      EXPECT_EQ(all.distance(i, j), static_cast<float>(i) + 0.5f * static_cast<float>(j));
+    }
+  std::vector<std::vector<int32_t>> missing{{4, 0, 6}, {1, 5, 2, 2}};
+  EXPECT_THROW(join_rows(n, k, missing, parts), Error);
+  std::vector<std::vector<int32_t>> short_list{{4, 0}, {1, 5, 2, 3}};
+  EXPECT_THROW(join_rows(n, k, short_list, parts), Error);
+}
+
 TEST(Knn, BadInput) {
   const DenseF x = clustered(20, 3, 2, 1);
   EXPECT_THROW(knn_exact(Context::cpu(1), x, 21, KnnMetric::euclidean), InputError);
