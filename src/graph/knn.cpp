@@ -134,6 +134,65 @@ Knn join_rows(int64_t n, int64_t k, const std::vector<std::vector<int32_t>>& cel
   return out;
 }
 
+TopkLists merge_topk(const std::vector<TopkLists>& parts, int64_t w, int threads) {
+  if (w < 0) fail("internal: merge_topk: width ", w);
+  TopkLists out;
+  out.n = parts.empty() ? 0 : parts[0].n;
+  out.w = w;
+  int64_t all_w = 0;
+  for (size_t p = 0; p < parts.size(); ++p) {
+    const TopkLists& t = parts[p];
+    if (t.n != out.n || t.w < 0 || t.indices.size() != static_cast<size_t>(t.n * t.w) || t.keys.size() != t.indices.size())
+      fail("internal: merge_topk: part ", p, " has ", t.n, " rows of ", t.w, " (", t.indices.size(), " indices, ",
+           t.keys.size(), " keys) where ", out.n, " rows are expected");
+    all_w += t.w;
+  }
+  out.indices.assign(static_cast<size_t>(out.n * w), -1);
+  out.keys.assign(static_cast<size_t>(out.n * w), std::numeric_limits<double>::infinity());
+  constexpr int64_t kRowsPerTask = 4096;
+  const int64_t n_tasks = (out.n + kRowsPerTask - 1) / kRowsPerTask;
+  parallel_for(threads, n_tasks, [&](int64_t task) {
+    std::vector<Cand> row;
+    row.reserve(static_cast<size_t>(all_w));
+    const int64_t i1 = std::min(out.n, (task + 1) * kRowsPerTask);
+    for (int64_t i = task * kRowsPerTask; i < i1; ++i) {
+      row.clear();
+      for (const TopkLists& t : parts)
+        for (int64_t j = 0; j < t.w; ++j) {
+          const int32_t id = t.indices[static_cast<size_t>(i * t.w + j)];
+          if (id >= 0) row.emplace_back(t.keys[static_cast<size_t>(i * t.w + j)], id);
+        }
+      std::sort(row.begin(), row.end());  // (key, index): ties by index
+      int64_t o = 0;
+      for (size_t c = 0; c < row.size() && o < w; ++c) {
+        if (c > 0 && row[c] == row[c - 1]) continue;  // the same pair from two parts
+        out.indices[static_cast<size_t>(i * w + o)] = row[c].second;
+        out.keys[static_cast<size_t>(i * w + o)] = row[c].first;
+        ++o;
+      }
+    }
+  });
+  return out;
+}
+
+Knn knn_from_lists(const TopkLists& lists, int64_t k) {
+  if (k < 1 || lists.w < k - 1) fail("internal: knn_from_lists: k = ", k, " from lists of width ", lists.w);
+  Knn out = empty_result(lists.n, k);
+  for (int64_t i = 0; i < lists.n; ++i) {
+    int32_t* idx = out.indices.data() + static_cast<size_t>(i * k);
+    float* dst = out.distances.data() + static_cast<size_t>(i * k);
+    idx[0] = static_cast<int32_t>(i);
+    dst[0] = 0.f;
+    for (int64_t j = 0; j + 1 < k; ++j) {
+      const int32_t id = lists.indices[static_cast<size_t>(i * lists.w + j)];
+      idx[j + 1] = id;
+      dst[j + 1] = id < 0 ? std::numeric_limits<float>::infinity()
+                          : static_cast<float>(std::max(0.0, lists.keys[static_cast<size_t>(i * lists.w + j)]));
+    }
+  }
+  return out;
+}
+
 KnnMetric parse_knn_metric(const std::string& s, const std::string& where) {
   if (s == "euclidean") return KnnMetric::euclidean;
   if (s == "cosine") return KnnMetric::cosine;

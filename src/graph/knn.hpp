@@ -38,6 +38,27 @@ struct Knn {
 // cell cells[p][t]. The parts' cells must hold every cell of 0..n-1 exactly once (Error otherwise).
 Knn join_rows(int64_t n, int64_t k, const std::vector<std::vector<int32_t>>& cells, const std::vector<Knn>& parts);
 
+// Sorted candidate lists, w a row, keyed in float64 (a part of a search whose index is split, e.g. one
+// GPU's share of the rows): row i holds (key, index) pairs in increasing (key, index) order; empty
+// slots hold index -1 and key +inf and come last.
+struct TopkLists {
+  int64_t n = 0;
+  int64_t w = 0;
+  std::vector<int32_t> indices;  // n * w
+  std::vector<double> keys;      // n * w
+};
+// The top-k merge of parts that split the index (several GPUs, each holding a share of the rows):
+// per row, the w smallest (key, index) pairs over all parts' row, ties by index, a pair held by
+// several parts counted once; missing slots -1 / +inf. The parts need not be sorted nor of one width,
+// but must have the same n (Error otherwise). Rows are merged in parallel over `threads` (the result
+// does not depend on it). When every part holds its own top-w (or more) of a disjoint share of the
+// rows, the result is the top-w of the whole.
+TopkLists merge_topk(const std::vector<TopkLists>& parts, int64_t w, int threads = 1);
+// A Knn (knn.hpp's convention) from merged neighbour lists that exclude the cell itself: row i is
+// cell i at distance 0, then the first k - 1 entries of lists' row i with distance float(max(0, key))
+// (missing: -1 / +inf). lists.w >= k - 1.
+Knn knn_from_lists(const TopkLists& lists, int64_t k);
+
 enum class KnnMetric { euclidean, cosine };
 
 // "euclidean" | "cosine"; InputError otherwise (naming `where`).
