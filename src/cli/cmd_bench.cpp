@@ -369,6 +369,9 @@ void run_bench(const GlobalOptions& g, BenchOptions& o) {
   if (ctx.backend() == Backend::cuda) {
     gpu_peak = meta_num(runs.back(), "gpu_peak_bytes");
     std::printf("; peak GPU memory %.2f GiB = %.2f x the input", gpu_peak / (1ull << 30), gpu_peak / input_bytes);
+    if (runs.back().meta().count("gpu_host_peak_bytes"))
+      std::printf("; managed memory placed in host memory (over the device budget) %.2f GiB",
+                  meta_num(runs.back(), "gpu_host_peak_bytes") / (1ull << 30));
   }
   std::printf("\n");
   nlohmann::json jstream;

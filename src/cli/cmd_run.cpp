@@ -147,7 +147,7 @@ void add_run_options(CLI::App& cmd, RunOptions& o) {
   cmd.add_flag("--stream,!--no-stream", o.stream,
                "With --device gpu: stream the preprocessing over row blocks read lazily from an h5ad/zarr input "
                "(out of core: the matrix is never held whole on the GPU; the output has no X, counts layer or "
-               "raw). Default: chosen when the input would not fit the device memory budget");
+               "raw). Default: chosen when the input would not fit the device memory budget (not with --memory managed, the other out-of-core route)");
   cmd.add_option("--stream-block-nnz", o.stream_opt.block_nnz,
                  "With --stream: nonzeros per row block (0: from the device budget)")
       ->capture_default_str();
@@ -213,6 +213,9 @@ bool choose_stream(Context& ctx, const RunOptions& o) {
   if (asked && ctx.comm().size() > 1) fail_input("--stream", "cannot be combined with MPI ranks yet; run one process");
   if (asked) return true;
   if (ctx.backend() != Backend::cuda || ctx.comm().size() > 1) return false;
+  // --memory managed is the other out-of-core route: what does not fit the device goes to host memory.
+  const MemoryMode mm = cuda_memory_mode(ctx.cuda());
+  if (mm == MemoryMode::managed || mm == MemoryMode::managed_pool) return false;
   const Format f = detect_format(o.input);
   if (f != Format::h5ad && f != Format::zarr) return false;
   const H5adSummary sum = f == Format::h5ad ? summarize_h5ad(o.input) : summarize_zarr(o.input);

@@ -72,7 +72,7 @@ int main(int argc, char** argv) {
         ->capture_default_str();
     app.add_option_function<std::string>(
            "--memory", [&g](const std::string& m) { g.context.cuda.memory = scurry::parse_memory_mode(m); },
-           "GPU memory: pool (stream-ordered pool), managed (spills to host RAM), managed-pool or plain")
+           "GPU memory: pool (stream-ordered pool), managed (unified memory: arrays over the device budget, --max-pool-size or what is free, are placed in host RAM and read in place over PCIe), managed-pool or plain")
         ->default_str("pool");
     app.add_option_function<std::string>(
            "--pool-size", [&g](const std::string& v) { g.context.cuda.pool_size = cli::parse_size(v, "--pool-size"); },

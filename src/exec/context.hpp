@@ -63,5 +63,6 @@ int cuda_device_count();
 std::string cuda_device_description(int ordinal);
 std::shared_ptr<CudaResources> make_cuda_resources(const CudaOptions& opt);
 size_t cuda_peak_bytes(const CudaResources* r);  // peak device bytes held through the Context
+MemoryMode cuda_memory_mode(const CudaResources* r);  // pool when r is null
 
 }  // namespace scurry

@@ -8,4 +8,5 @@ int cuda_device_count() { return 0; }
 std::string cuda_device_description(int) { return "none"; }
 std::shared_ptr<CudaResources> make_cuda_resources(const CudaOptions&) { return nullptr; }
 size_t cuda_peak_bytes(const CudaResources*) { return 0; }
+MemoryMode cuda_memory_mode(const CudaResources*) { return MemoryMode::pool; }
 }  // namespace scurry

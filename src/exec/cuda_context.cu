@@ -1,8 +1,12 @@
 // CUDA side of the Context: device selection, a stream, cuBLAS, and the device memory resource.
 #include <cuda_runtime.h>
 
+#include <algorithm>
+#include <fstream>
 #include <map>
 #include <mutex>
+#include <string>
+#include <unordered_set>
 #include <vector>
 
 #include "exec/cuda_resources.cuh"
@@ -20,7 +24,42 @@ const char* mode_name(MemoryMode m) {
   return "?";
 }
 double gib(size_t b) { return static_cast<double>(b) / (1ull << 30); }
+
+// MemAvailable of /proc/meminfo (bytes the host can still give without swapping); 0 when unknown.
+size_t host_available_bytes() {
+  std::ifstream f("/proc/meminfo");
+  std::string key;
+  size_t kb = 0;
+  std::string unit;
+  while (f >> key >> kb >> unit)
+    if (key == "MemAvailable:") return kb * 1024;
+  return 0;
+}
+
+void raise_peak(std::atomic<size_t>& peak, size_t now) {
+  size_t prev = peak;
+  while (now > prev && !peak.compare_exchange_weak(prev, now)) {}
+}
+
+cudaMemLocation location(bool host, int device) {
+  cudaMemLocation l{};
+  l.type = host ? cudaMemLocationTypeHost : cudaMemLocationTypeDevice;
+  l.id = host ? 0 : device;
+  return l;
+}
 }  // namespace
+
+// Managed modes: the allocations placed in host memory. The device budget is --max-pool-size, else
+// what the device has free at the first allocation less a margin. An allocation that fits what is
+// left of the budget prefers the device (it migrates there on first touch and stays); one that does
+// not prefers the host, with the GPU mapped onto it (cudaMemAdviseSetAccessedBy), so kernels read and
+// write it in place over PCIe instead of faulting pages back and forth (the oversubscription pattern
+// of the CUDA C++ Best Practices' unified-memory section). The first allocations are the largest
+// (the input matrix), so the input spills and the working arrays stay on the device.
+struct DeviceMemory::Placement {
+  std::mutex mu;
+  std::unordered_set<void*> host;
+};
 
 struct DeviceMemory::FreeList {
   std::mutex mu;
@@ -42,9 +81,11 @@ DeviceMemory::DeviceMemory(int device, cudaStream_t stream, MemoryMode mode, siz
     }
   }
   if (mode_ == MemoryMode::managed_pool) free_ = new FreeList;
+  if (mode_ == MemoryMode::managed || mode_ == MemoryMode::managed_pool) placed_ = new Placement;
 }
 
 DeviceMemory::~DeviceMemory() {
+  delete placed_;
   if (free_) {
     for (auto& [n, p] : free_->blocks) cudaFree(p);
     delete free_;
@@ -74,7 +115,8 @@ void DeviceMemory::out_of_memory(size_t bytes, const char* what, cudaError_t err
 
 void* DeviceMemory::allocate(size_t bytes, const char* what) {
   if (bytes == 0) return nullptr;
-  if (max_bytes_ && in_use_ + bytes > max_bytes_) out_of_memory(bytes, what, cudaErrorMemoryAllocation);
+  const bool managed = placed_ != nullptr;
+  if (!managed && max_bytes_ && in_use_ + bytes > max_bytes_) out_of_memory(bytes, what, cudaErrorMemoryAllocation);
   void* p = nullptr;
   cudaError_t err = cudaSuccess;
   switch (mode_) {
@@ -91,25 +133,56 @@ void* DeviceMemory::allocate(size_t bytes, const char* what) {
     }
       [[fallthrough]];
     case MemoryMode::managed: {
-      size_t free_b = 0, total_b = 0;
-      SCURRY_CUDA(cudaMemGetInfo(&free_b, &total_b));
-      // Managed memory may exceed what is free on the device only by spilling to the host; we still
-      // never ask for more than the device's total, and never more than is free plus what we hold.
-      if (bytes > free_b + in_use_) out_of_memory(bytes, what, cudaErrorMemoryAllocation);
+      if (p) break;  // reused (managed-pool): keeps its placement
+      std::lock_guard<std::mutex> lock(placed_->mu);
+      if (!device_budget_) {
+        size_t free_b = 0, total_b = 0;
+        SCURRY_CUDA(cudaMemGetInfo(&free_b, &total_b));
+        const size_t margin = std::min<size_t>(free_b / 20, size_t{2} << 30);  // CUDA's own needs
+        device_budget_ = max_bytes_ ? std::min(max_bytes_, free_b) : free_b - margin;
+      }
+      const bool host = in_use_ + bytes > device_budget_;
+      if (host) {
+        const size_t avail = host_available_bytes();
+        if (avail && bytes > avail)
+          fail("out of memory: ", what, " needs ", gib(bytes), " GiB; over the device budget of ", gib(device_budget_),
+               " GiB it goes to host memory (--memory ", mode_name(mode_), "), which has ", gib(avail),
+               " GiB available: use more GPUs, --stream, or a machine with more memory");
+      }
       err = cudaMallocManaged(&p, bytes);
+      if (err != cudaSuccess) break;
+      if (host) {
+        SCURRY_CUDA(cudaMemAdvise(p, bytes, cudaMemAdviseSetPreferredLocation, location(true, device_)));
+        SCURRY_CUDA(cudaMemAdvise(p, bytes, cudaMemAdviseSetAccessedBy, location(false, device_)));
+        placed_->host.insert(p);
+      } else {
+        SCURRY_CUDA(cudaMemAdvise(p, bytes, cudaMemAdviseSetPreferredLocation, location(false, device_)));
+      }
       break;
     }
   }
   if (err != cudaSuccess) out_of_memory(bytes, what, err);
-  const size_t now = in_use_ += bytes;
-  size_t prev = peak_;
-  while (now > prev && !peak_.compare_exchange_weak(prev, now)) {}
+  bool host = false;
+  if (managed) {
+    std::lock_guard<std::mutex> lock(placed_->mu);
+    host = placed_->host.count(p) > 0;
+  }
+  if (host)
+    raise_peak(host_peak_, host_in_use_ += bytes);
+  else
+    raise_peak(peak_, in_use_ += bytes);
   return p;
 }
 
 void DeviceMemory::deallocate(void* p, size_t bytes) {
   if (!p) return;
-  in_use_ -= bytes;
+  bool host = false;
+  if (placed_) {
+    std::lock_guard<std::mutex> lock(placed_->mu);
+    host = placed_->host.count(p) > 0;
+    if (host && mode_ == MemoryMode::managed) placed_->host.erase(p);
+  }
+  (host ? host_in_use_ : in_use_) -= bytes;
   switch (mode_) {
     case MemoryMode::pool: cudaFreeAsync(p, stream_); break;
     case MemoryMode::plain:
@@ -158,5 +231,6 @@ std::shared_ptr<CudaResources> make_cuda_resources(const CudaOptions& opt) {
 }
 
 size_t cuda_peak_bytes(const CudaResources* r) { return r && r->memory ? r->memory->peak() : 0; }
+MemoryMode cuda_memory_mode(const CudaResources* r) { return r && r->memory ? r->memory->mode() : MemoryMode::pool; }
 
 }  // namespace scurry

@@ -27,9 +27,14 @@ class DeviceMemory {
   ~DeviceMemory();
   void* allocate(size_t bytes, const char* what);
   void deallocate(void* p, size_t bytes);
+  // Bytes held on the device (managed: those placed on the device) and their peak.
   size_t in_use() const { return in_use_; }
   size_t peak() const { return peak_; }
-  void reset_peak() { peak_ = in_use_.load(); }
+  void reset_peak() { peak_ = in_use_.load(), host_peak_ = host_in_use_.load(); }
+  // Managed modes: bytes placed in host memory (over the device budget; the GPU reads and writes them
+  // in place over PCIe) and their peak. Zero in the other modes.
+  size_t host_in_use() const { return host_in_use_; }
+  size_t host_peak() const { return host_peak_; }
   MemoryMode mode() const { return mode_; }
   size_t max_bytes() const { return max_bytes_; }  // --max-pool-size (0: no cap)
 
@@ -39,9 +44,12 @@ class DeviceMemory {
   cudaStream_t stream_;
   MemoryMode mode_;
   size_t max_bytes_;
-  std::atomic<size_t> in_use_{0}, peak_{0};
+  std::atomic<size_t> in_use_{0}, peak_{0}, host_in_use_{0}, host_peak_{0};
+  size_t device_budget_ = 0;  // managed: bytes that may live on the device (set at the first allocation)
   struct FreeList;
   FreeList* free_ = nullptr;  // managed_pool only
+  struct Placement;
+  Placement* placed_ = nullptr;  // managed modes: which allocations live in host memory
 };
 
 struct CudaResources {

@@ -397,6 +397,8 @@ void preprocess_chain(Context& ctx, Dataset& d, const PreprocessOptions& o, Timi
   if (comm.size() > 1)
     for (int64_t p : allgather_count(comm, static_cast<int64_t>(peak))) peak = std::max(peak, static_cast<size_t>(p));
   t.set_meta("gpu_peak_bytes", std::to_string(peak));
+  if (r.memory->host_peak())  // --memory managed: arrays over the device budget placed in host memory
+    t.set_meta("gpu_host_peak_bytes", std::to_string(r.memory->host_peak()));
 }
 
 }  // namespace gpu

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "io/h5ad.hpp"
+#include "core/timings.hpp"
 #include "pp/preprocess.hpp"
 #include "sim/simulate.hpp"
 #include "testlib.hpp"
@@ -104,4 +105,46 @@ TEST(PreprocessGpu, EqualsCpuOnSyntheticDataCellRangerMedianTarget) {
   o.filter_cells.min_genes = 700;
   o.pca.n_comps = 30;
   compare_runs(std::move(d), o);
+}
+
+// --memory managed as the out-of-core route: with a device budget far below the input, the input's
+// arrays are placed in host memory (read and written in place over PCIe) and the chain's result is
+// the in-memory (pool) result.
+TEST(PreprocessGpu, ManagedOverBudgetEqualsPool) {
+  SCURRY_REQUIRE_GPU();
+  SimulateOptions s;
+  s.n_cells = 20000;
+  s.n_genes = 8000;
+  s.nnz_per_cell = 900;
+  s.seed = test::fresh_seed();
+  const Dataset in = simulate(Context::cpu(2), s);
+  PreprocessOptions o;
+  o.qc_vars = {"mt"};
+  o.hvg.flavor = "cell_ranger";
+  o.pca.n_comps = 30;
+  Dataset a = in, b = in;
+  Context pool = gpu_ctx();
+  preprocess(pool, a, o);
+  ContextOptions mo;
+  mo.device = "gpu";
+  mo.cuda.memory = MemoryMode::managed;
+  mo.cuda.max_pool_size = size_t{48} << 20;  // the input's CSR is ~140 MB
+  Context managed = Context::create(mo);
+  Timings t;
+  preprocess(managed, b, o, &t);
+  ASSERT_TRUE(t.meta().count("gpu_host_peak_bytes")) << "nothing was placed in host memory";
+  EXPECT_GT(std::stod(t.meta().at("gpu_host_peak_bytes")), 140e6 * 0.9);
+  EXPECT_LE(std::stod(t.meta().at("gpu_peak_bytes")), static_cast<double>(size_t{48} << 20));
+  ASSERT_EQ(a.n_obs(), b.n_obs());
+  ASSERT_EQ(a.var.index, b.var.index);
+  for (const auto& name : a.obs.names())
+    if (std::holds_alternative<NumericColumn>(a.obs.at(name).c)) expect_close(b.obs.numeric(name), a.obs.numeric(name), 1e-6, "obs/" + name);
+  for (const auto& name : a.var.names())
+    if (std::holds_alternative<NumericColumn>(a.var.at(name).c)) expect_close(b.var.numeric(name), a.var.numeric(name), 1e-6, "var/" + name);
+  const DenseF &pa = a.obsm.at("X_pca").dense_f(), &pb = b.obsm.at("X_pca").dense_f();
+  ASSERT_EQ(pa.data.size(), pb.data.size());
+  double worst = 0, scale = 0;
+  for (size_t i = 0; i < pa.data.size(); ++i)
+    worst = std::max<double>(worst, std::abs(pa.data[i] - pb.data[i])), scale = std::max<double>(scale, std::abs(pa.data[i]));
+  EXPECT_LE(worst, 1e-5 * scale) << "X_pca";
 }
