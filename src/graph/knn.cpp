@@ -11,6 +11,7 @@
 
 #include "core/error.hpp"
 #include "exec/parallel.hpp"
+#include "graph/knn_gpu.hpp"
 #include "pp/linalg.hpp"
 
 namespace scurry {
@@ -139,39 +140,50 @@ TopkLists merge_topk(const std::vector<TopkLists>& parts, int64_t w, int threads
   TopkLists out;
   out.n = parts.empty() ? 0 : parts[0].n;
   out.w = w;
-  int64_t all_w = 0;
   for (size_t p = 0; p < parts.size(); ++p) {
     const TopkLists& t = parts[p];
     if (t.n != out.n || t.w < 0 || t.indices.size() != static_cast<size_t>(t.n * t.w) || t.keys.size() != t.indices.size())
       fail("internal: merge_topk: part ", p, " has ", t.n, " rows of ", t.w, " (", t.indices.size(), " indices, ",
            t.keys.size(), " keys) where ", out.n, " rows are expected");
-    all_w += t.w;
   }
   out.indices.assign(static_cast<size_t>(out.n * w), -1);
   out.keys.assign(static_cast<size_t>(out.n * w), std::numeric_limits<double>::infinity());
   constexpr int64_t kRowsPerTask = 4096;
   const int64_t n_tasks = (out.n + kRowsPerTask - 1) / kRowsPerTask;
+  std::vector<char> unsorted(static_cast<size_t>(n_tasks), 0);
   parallel_for(threads, n_tasks, [&](int64_t task) {
-    std::vector<Cand> row;
-    row.reserve(static_cast<size_t>(all_w));
+    const size_t S = parts.size();
+    std::vector<int64_t> head(S);
     const int64_t i1 = std::min(out.n, (task + 1) * kRowsPerTask);
     for (int64_t i = task * kRowsPerTask; i < i1; ++i) {
-      row.clear();
-      for (const TopkLists& t : parts)
-        for (int64_t j = 0; j < t.w; ++j) {
-          const int32_t id = t.indices[static_cast<size_t>(i * t.w + j)];
-          if (id >= 0) row.emplace_back(t.keys[static_cast<size_t>(i * t.w + j)], id);
-        }
-      std::sort(row.begin(), row.end());  // (key, index): ties by index
+      // An S-way merge of the sorted rows (a part's row ends at its first empty slot).
+      std::fill(head.begin(), head.end(), 0);
+      auto at = [&](size_t p) {
+        const TopkLists& t = parts[p];
+        const size_t e = static_cast<size_t>(i * t.w + head[p]);
+        return Cand(t.keys[e], t.indices[e]);
+      };
+      auto live = [&](size_t p) { return head[p] < parts[p].w && at(p).second >= 0; };
       int64_t o = 0;
-      for (size_t c = 0; c < row.size() && o < w; ++c) {
-        if (c > 0 && row[c] == row[c - 1]) continue;  // the same pair from two parts
-        out.indices[static_cast<size_t>(i * w + o)] = row[c].second;
-        out.keys[static_cast<size_t>(i * w + o)] = row[c].first;
+      Cand last(0.0, -1);
+      while (o < w) {
+        size_t best = S;
+        for (size_t p = 0; p < S; ++p)
+          if (live(p) && (best == S || at(p) < at(best))) best = p;
+        if (best == S) break;
+        const Cand c = at(best);
+        ++head[best];
+        if (live(best) && at(best) < c) unsorted[static_cast<size_t>(task)] = 1;
+        if (c == last) continue;  // the same pair from two parts
+        out.indices[static_cast<size_t>(i * w + o)] = c.second;
+        out.keys[static_cast<size_t>(i * w + o)] = c.first;
+        last = c;
         ++o;
       }
     }
   });
+  for (char u : unsorted)
+    if (u) fail("internal: merge_topk: a part's row is not sorted by (key, index)");
   return out;
 }
 
@@ -200,6 +212,15 @@ KnnMetric parse_knn_metric(const std::string& s, const std::string& where) {
 }
 
 const char* knn_metric_name(KnnMetric m) { return m == KnnMetric::euclidean ? "euclidean" : "cosine"; }
+
+KnnShard parse_knn_shard(const std::string& s, const std::string& where) {
+  if (s == "queries") return KnnShard::queries;
+  if (s == "index") return KnnShard::index;
+  fail_input(where, "kNN sharding '", s, "' is unknown; use queries (split the queries over the GPUs) or index "
+             "(split the index, merge the top-k lists)");
+}
+
+const char* knn_shard_name(KnnShard s) { return s == KnnShard::index ? "index" : "queries"; }
 
 Knn knn_exact(const Context& ctx, const DenseF& X, int64_t k, KnnMetric metric) {
   return knn_exact(ctx, X, k, metric, 0, X.n_rows);

@@ -49,8 +49,8 @@ struct TopkLists {
 };
 // The top-k merge of parts that split the index (several GPUs, each holding a share of the rows):
 // per row, the w smallest (key, index) pairs over all parts' row, ties by index, a pair held by
-// several parts counted once; missing slots -1 / +inf. The parts need not be sorted nor of one width,
-// but must have the same n (Error otherwise). Rows are merged in parallel over `threads` (the result
+// several parts counted once; missing slots -1 / +inf. The parts' rows must be sorted (as
+// TopkLists says) and the parts have the same n (Error otherwise); their widths may differ. Rows are merged in parallel over `threads` (the result
 // does not depend on it). When every part holds its own top-w (or more) of a disjoint share of the
 // rows, the result is the top-w of the whole.
 TopkLists merge_topk(const std::vector<TopkLists>& parts, int64_t w, int threads = 1);

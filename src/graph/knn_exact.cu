@@ -162,7 +162,7 @@ __global__ void select_tile_kernel(const float* tile, int64_t nq, int64_t nr, co
 
 __global__ void rerank_kernel(const float* X, const double* nrm, int64_t n, int64_t d, bool cosine,
                               const int32_t* cand, int w, int64_t k, int32_t* out_idx, float* out_dist,
-                              const int32_t* rows, int64_t row0, bool compact, bool cand_at_cell) {
+                              const int32_t* rows, int64_t row0, bool compact, bool cand_at_cell, double* out_dist64) {
   extern __shared__ double smem_d[];
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x & (kWarp - 1);
   const int64_t t_row = blockIdx.x * static_cast<int64_t>(blockDim.x / kWarp) + warp;
@@ -197,7 +197,11 @@ __global__ void rerank_kernel(const float* X, const double* nrm, int64_t n, int6
   warp_bitonic_sort(key, id, w);
   int32_t* oi = out_idx + o * k;
   float* od = out_dist + o * k;
-  if (lane == 0) oi[0] = static_cast<int32_t>(i), od[0] = 0.f;
+  double* od64 = out_dist64 ? out_dist64 + o * k : nullptr;
+  if (lane == 0) {
+    oi[0] = static_cast<int32_t>(i), od[0] = 0.f;
+    if (od64) od64[0] = 0.0;
+  }
   for (int64_t t = lane; t < k - 1; t += kWarp) {
     const int32_t j = id[t];
     if (j < 0) {
@@ -207,6 +211,7 @@ __global__ void rerank_kernel(const float* X, const double* nrm, int64_t n, int6
       oi[t + 1] = j;
       od[t + 1] = static_cast<float>(fmax(0.0, key[t]));
     }
+    if (od64) od64[t + 1] = key[t];  // +inf for a missing one
   }
 }
 
@@ -320,12 +325,13 @@ void select_tile(CudaResources& r, const float* tile, int64_t nq, int64_t nr, co
 
 void rerank(CudaResources& r, const float* dX, const double* nrm, int64_t n, int64_t d, KnnMetric metric,
             const int32_t* cand, int w, int64_t k, int32_t* out_idx, float* out_dist, const int32_t* rows, int64_t row0,
-            bool compact, bool cand_at_cell) {
+            bool compact, bool cand_at_cell, double* out_dist64) {
   const int64_t per_warp = static_cast<int64_t>(w) * (sizeof(double) + sizeof(int32_t));
   const int wpb = warps_per_block(per_warp);
   const unsigned blocks = static_cast<unsigned>((n + wpb - 1) / wpb);
   rerank_kernel<<<blocks, wpb * kWarp, static_cast<size_t>(wpb * per_warp), r.stream>>>(
-      dX, nrm, n, d, metric == KnnMetric::cosine, cand, w, k, out_idx, out_dist, rows, row0, compact, cand_at_cell);
+      dX, nrm, n, d, metric == KnnMetric::cosine, cand, w, k, out_idx, out_dist, rows, row0, compact, cand_at_cell,
+      out_dist64);
   SCURRY_CUDA_LAUNCH();
 }
 
@@ -392,11 +398,19 @@ bool splits_queries(int64_t d, KnnMetric metric, int64_t k) {
   return k > 1 && mma_enabled() && mma_supported(mma_depth(d, metric == KnnMetric::euclidean), candidate_width(k));
 }
 
-// The exact search for the queries [q_begin, q_end) against every row: a Knn of q_end - q_begin rows
-// (row t is cell q_begin + t). Only the default fused search over every row (brute) takes a part of
-// the queries; the other paths need the whole range.
+// The exact search for the queries [q_begin, q_end) against the database rows [db_begin, db_end)
+// (db_end < 0: every row): a Knn of q_end - q_begin rows (row t is cell q_begin + t), neighbour
+// indices global. Only the default fused search over every row (brute, the mma kernel) takes a part of
+// the queries or of the rows; the other paths need the whole ranges. With a share of the rows (an
+// index sharded over GPUs) every step is restricted to it: the mma candidates, the float64 re-rank,
+// the certificate (it bounds the TF32 scores of this share's rows left out of this share's candidates,
+// so it certifies the k - 1 nearest rows of the share) and the split-TF32 redo; the result is then the
+// exact top k - 1 of the share. lists (optional): receives the result as float64 neighbour lists
+// without the cell itself (q_end - q_begin rows of k - 1, the keys of merge_topk), and the returned
+// Knn is empty.
 Knn knn_exact_part(const Context& ctx, const DenseF& X, int64_t k, KnnMetric metric, const KnnExactGpuOptions& opt,
-                   int64_t q_begin, int64_t q_end) {
+                   int64_t q_begin, int64_t q_end, int64_t db_begin = 0, int64_t db_end = -1,
+                   TopkLists* lists = nullptr) {
   using namespace gpu;
   using namespace gpu::knn;
   const char* where = "neighbors";
@@ -410,9 +424,15 @@ Knn knn_exact_part(const Context& ctx, const DenseF& X, int64_t k, KnnMetric met
                               cudaMemcpyHostToDevice, r.stream));
   DeviceArray<double> nrm(r, static_cast<size_t>(n), "kNN row norms");
   const int64_t m = q_end - q_begin;  // the queries
-  const bool part = m != n;
+  if (db_end < 0) db_end = n;
+  if (q_begin < 0 || q_end > n || q_begin > q_end || db_begin < 0 || db_end > n || db_begin >= db_end)
+    fail("exact kNN: queries [", q_begin, ", ", q_end, ") against rows [", db_begin, ", ", db_end, ") of ", n);
+  const int64_t nd = db_end - db_begin;  // the database rows
+  const bool part = m != n || nd != n;
   DeviceArray<int32_t> out_idx(r, static_cast<size_t>(m * k), "kNN indices");
   DeviceArray<float> out_dist(r, static_cast<size_t>(m * k), "kNN distances");
+  DeviceArray<double> out_dist64;  // lists: the float64 distances
+  if (lists) out_dist64 = DeviceArray<double>(r, static_cast<size_t>(m * k), "kNN distances (float64)");
   const int w = candidate_width(k);
 
   DeviceArray<float> mean, sqn;
@@ -427,7 +447,8 @@ Knn knn_exact_part(const Context& ctx, const DenseF& X, int64_t k, KnnMetric met
   DeviceArray<int32_t> best_i(r, static_cast<size_t>(m) * w, "kNN candidates");
   fill_empty(r, best_d.data(), best_i.data(), m * w);
   // The cuBLAS tile path (fp32, tf32, tf32x3) for the queries `rows` (all when null; nq of them),
-  // leaving their candidates in cand_d/cand_i (nq x w).
+  // leaving their candidates in cand_d/cand_i (nq x w). With rows, the database is rows
+  // [db_begin, db_end); without, every row.
   auto tile_search = [&](KnnGemmPrecision prec, const int32_t* rows, int64_t nq_all, float* cand_d, int32_t* cand_i) {
     const bool split = prec == KnnGemmPrecision::tf32x3;
     const int64_t depth = split ? 3 * d : d;
@@ -442,34 +463,35 @@ Knn knn_exact_part(const Context& ctx, const DenseF& X, int64_t k, KnnMetric met
         split ? B.data() : nullptr, rows);
     SCURRY_CUDA_LAUNCH();
     const float* Bq = split ? B.data() : A.data();
-    if (rows) {  // the database side: every row
-      Bdb = DeviceArray<float>(r, static_cast<size_t>(n * kp), "kNN GEMM operand (database)");
+    const int64_t n_db = rows ? nd : n, id_base = rows ? db_begin : 0;  // database rows id_base + [0, n_db)
+    if (rows) {  // the database side: rows [db_begin, db_end)
+      Bdb = DeviceArray<float>(r, static_cast<size_t>(n_db * kp), "kNN GEMM operand (database)");
       DeviceArray<float> scratch;
-      if (split) scratch = DeviceArray<float>(r, static_cast<size_t>(n * kp), "kNN GEMM operand (scratch)");
+      if (split) scratch = DeviceArray<float>(r, static_cast<size_t>(n_db * kp), "kNN GEMM operand (scratch)");
       // split: B = [hi, lo, hi] is the database operand; the kernel writes A-form into scratch
-      prepare_operands_kernel<<<grid_for(n * kp), kThreads, 0, r.stream>>>(
-          dX.data(), n, d, kp, cosine ? nullptr : mean.data(), nrm.data(), cosine, split, false,
-          split ? scratch.data() : Bdb.data(), split ? Bdb.data() : nullptr, nullptr);
+      prepare_operands_kernel<<<grid_for(n_db * kp), kThreads, 0, r.stream>>>(
+          dX.data() + id_base * d, n_db, d, kp, cosine ? nullptr : mean.data(), nrm.data() + id_base, cosine, split,
+          false, split ? scratch.data() : Bdb.data(), split ? Bdb.data() : nullptr, nullptr);
       SCURRY_CUDA_LAUNCH();
       Bq = Bdb.data();
     }
     const int64_t qt = std::min(nq_all, kQueryTile);
-    const int64_t rt = std::min(n, std::max<int64_t>(kWarp, kTileFloats / std::max<int64_t>(qt, 1)));
+    const int64_t rt = std::min(n_db, std::max<int64_t>(kWarp, kTileFloats / std::max<int64_t>(qt, 1)));
     DeviceArray<float> tile(r, static_cast<size_t>(qt * rt), "kNN score tile");
     const cublasComputeType_t compute = prec == KnnGemmPrecision::fp32 ? CUBLAS_COMPUTE_32F : CUBLAS_COMPUTE_32F_FAST_TF32;
     const float alpha = cosine ? -1.f : -2.f, beta = 0.f;
     for (int64_t q0 = 0; q0 < nq_all; q0 += qt) {
       const int64_t nq = std::min(qt, nq_all - q0);
-      for (int64_t r0 = 0; r0 < n; r0 += rt) {
-        const int64_t nr = std::min(rt, n - r0);
+      for (int64_t r0 = 0; r0 < n_db; r0 += rt) {
+        const int64_t nr = std::min(rt, n_db - r0);
         // Column-major: tile (nr x nq, ld nr) = B[r0 : r0 + nr]^T-view x A[q0 : q0 + nq], i.e. row q of
         // the row-major nq x nr tile holds alpha * <query q0 + q, row r0 + r>.
         SCURRY_CUBLAS(cublasGemmEx(r.cublas, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(nr), static_cast<int>(nq),
                                    static_cast<int>(kp), &alpha, Bq + r0 * kp, CUDA_R_32F, static_cast<int>(kp),
                                    qA + q0 * kp, CUDA_R_32F, static_cast<int>(kp), &beta, tile.data(), CUDA_R_32F,
                                    static_cast<int>(nr), compute, CUBLAS_GEMM_DEFAULT));
-        select_tile(r, tile.data(), nq, nr, cosine ? nullptr : sqn.data() + r0, r0, rows ? -1 : q0, cand_d + q0 * w,
-                    cand_i + q0 * w, w, rows ? rows + q0 : nullptr);
+        select_tile(r, tile.data(), nq, nr, cosine ? nullptr : sqn.data() + id_base + r0, id_base + r0,
+                    rows ? -1 : q0, cand_d + q0 * w, cand_i + q0 * w, w, rows ? rows + q0 : nullptr);
       }
     }
   };
@@ -478,7 +500,8 @@ Knn knn_exact_part(const Context& ctx, const DenseF& X, int64_t k, KnnMetric met
     fail("exact kNN: a part of the queries needs the fused search and k >= 2");
   if (k > 1 && opt.precision != KnnGemmPrecision::fused) {
     tile_search(opt.precision, nullptr, n, best_d.data(), best_i.data());
-    rerank(r, dX.data(), nrm.data(), n, d, metric, best_i.data(), w, k, out_idx.data(), out_dist.data());
+    rerank(r, dX.data(), nrm.data(), n, d, metric, best_i.data(), w, k, out_idx.data(), out_dist.data(), nullptr,
+           0, false, false, out_dist64.data());
   } else if (k > 1) {
     PhaseClock clock(r, "knn_exact");  // SCURRY_PROFILE=1: phase times on stderr
     const bool profile = clock.on();
@@ -488,7 +511,8 @@ Knn knn_exact_part(const Context& ctx, const DenseF& X, int64_t k, KnnMetric met
     if (part && !splits_queries(d, metric, k)) fail("exact kNN: a part of the queries needs the mma kernel");
     if (!fused_supported(kp, w) && !part) {  // too deep or too wide for the fused kernel's shared memory
       tile_search(KnnGemmPrecision::tf32x3, nullptr, n, best_d.data(), best_i.data());
-      rerank(r, dX.data(), nrm.data(), n, d, metric, best_i.data(), w, k, out_idx.data(), out_dist.data());
+      rerank(r, dX.data(), nrm.data(), n, d, metric, best_i.data(), w, k, out_idx.data(), out_dist.data(), nullptr,
+             0, false, false, out_dist64.data());
     } else {
       // The strategy: through the IVF lists (euclidean, large n) or every row.
       KnnExactStrategy strategy = opt.strategy;
@@ -532,11 +556,15 @@ Knn knn_exact_part(const Context& ctx, const DenseF& X, int64_t k, KnnMetric met
         prof("prepare");
         const int64_t kpm = mma_depth(d, !cosine);
         if (mma_enabled() && mma_supported(kpm, w)) {
+          // Q: every row (a query may be any of them); D: the database rows only.
           DeviceArray<float> Q(r, static_cast<size_t>(n * kpm), "kNN mma operand (queries)");
-          DeviceArray<float> D(r, static_cast<size_t>(n * kpm), "kNN mma operand (rows)");
-          mma_operands(r, A.data(), cosine ? nullptr : sqn.data(), n, kp, d, kpm, Q.data(), D.data());
+          DeviceArray<float> D(r, static_cast<size_t>(nd * kpm), "kNN mma operand (rows)");
+          mma_operands(r, A.data(), cosine ? nullptr : sqn.data(), n, kp, d, kpm, Q.data(), nullptr);
+          mma_operands(r, A.data() + db_begin * kp, cosine ? nullptr : sqn.data() + db_begin, nd, kp, d, kpm, nullptr,
+                       D.data());
           A.release();
-          mma_candidates(r, Q.data(), D.data(), n, kpm, d, w, q_begin, q_end, best_d.data(), best_i.data());
+          mma_candidates(r, Q.data(), D.data(), n, kpm, d, w, q_begin, q_end, best_d.data(), best_i.data(), db_begin,
+                         db_end);
         } else {
           fused_candidates(r, A.data(), cosine ? nullptr : sqn.data(), n, kp, w, best_d.data(), best_i.data());
         }
@@ -544,13 +572,15 @@ Knn knn_exact_part(const Context& ctx, const DenseF& X, int64_t k, KnnMetric met
         if (opt.report) *opt.report = "brute";
       }
       rerank(r, dX.data(), nrm.data(), m, d, metric, best_i.data(), w, k, out_idx.data(), out_dist.data(), nullptr,
-             q_begin);
+             q_begin, false, false, out_dist64.data());
       prof("rerank");
-      // The certificate; the queries without it are searched again with split TF32.
+      // The certificate; the queries without it are searched again with split TF32. max_norm bounds
+      // the norms of the database rows.
       double max_norm = 1.0;
       if (!cosine) {
-        std::vector<float> h_sqn(static_cast<size_t>(n));
-        SCURRY_CUDA(cudaMemcpyAsync(h_sqn.data(), cert_sqn, static_cast<size_t>(n) * 4, cudaMemcpyDeviceToHost, r.stream));
+        std::vector<float> h_sqn(static_cast<size_t>(nd));
+        SCURRY_CUDA(cudaMemcpyAsync(h_sqn.data(), cert_sqn + db_begin, static_cast<size_t>(nd) * 4,
+                                    cudaMemcpyDeviceToHost, r.stream));
         SCURRY_CUDA(cudaStreamSynchronize(r.stream));
         double m2 = 0;
         for (float v : h_sqn) m2 = std::max(m2, static_cast<double>(v));
@@ -584,14 +614,33 @@ Knn knn_exact_part(const Context& ctx, const DenseF& X, int64_t k, KnnMetric met
         fill_empty(r, cd.data(), ci.data(), mr * w);
         tile_search(KnnGemmPrecision::tf32x3, drows.data(), mr, cd.data(), ci.data());
         rerank(r, dX.data(), nrm.data(), mr, d, metric, ci.data(), w, k, out_idx.data(), out_dist.data(), drows.data(),
-               q_begin);
+               q_begin, false, false, out_dist64.data());
       }
       prof("certificate + redo");
     }
   } else {
-    rerank(r, dX.data(), nrm.data(), n, d, metric, best_i.data(), w, k, out_idx.data(), out_dist.data());
+    rerank(r, dX.data(), nrm.data(), n, d, metric, best_i.data(), w, k, out_idx.data(), out_dist.data(), nullptr, 0,
+           false, false, out_dist64.data());
   }
-  return download(r, out_idx.data(), out_dist.data(), m, k);
+  if (!lists) return download(r, out_idx.data(), out_dist.data(), m, k);
+  // The float64 lists without the cell itself (column 0).
+  std::vector<int32_t> h_idx(static_cast<size_t>(m * k));
+  std::vector<double> h_dist(static_cast<size_t>(m * k));
+  SCURRY_CUDA(cudaMemcpyAsync(h_idx.data(), out_idx.data(), h_idx.size() * sizeof(int32_t), cudaMemcpyDeviceToHost,
+                              r.stream));
+  SCURRY_CUDA(cudaMemcpyAsync(h_dist.data(), out_dist64.data(), h_dist.size() * sizeof(double), cudaMemcpyDeviceToHost,
+                              r.stream));
+  SCURRY_CUDA(cudaStreamSynchronize(r.stream));
+  lists->n = m;
+  lists->w = k - 1;
+  lists->indices.resize(static_cast<size_t>(m * (k - 1)));
+  lists->keys.resize(static_cast<size_t>(m * (k - 1)));
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 1; j < k; ++j) {
+      lists->indices[static_cast<size_t>(i * (k - 1) + j - 1)] = h_idx[static_cast<size_t>(i * k + j)];
+      lists->keys[static_cast<size_t>(i * (k - 1) + j - 1)] = h_dist[static_cast<size_t>(i * k + j)];
+    }
+  return Knn{};
 }
 
 }  // namespace
@@ -627,8 +676,28 @@ Knn knn_exact_gpus(const std::vector<Context*>& ctxs, const DenseF& X, int64_t k
                       n >= 1024 * static_cast<int64_t>(ctxs.size());
   if (!splits) return knn_exact_gpu(*ctxs[0], X, k, metric, opt);
   check_input(*ctxs[0], X, k, "neighbors");
-  // Every query costs the same (a pass over all rows): equal shares of the rows, in order.
   const int S = static_cast<int>(ctxs.size());
+  if (opt.sharding == KnnShard::index) {
+    // The index sharded: GPU s holds the operand of rows [n s / S, n (s + 1) / S) and searches every
+    // query against them (exactly: its certificate and redo cover its rows); the per-query float64
+    // top k - 1 lists are merged on the host by (distance, index), which gives the exact top k - 1 of
+    // all rows: knn_exact_gpu's result.
+    std::vector<TopkLists> lists(static_cast<size_t>(S));
+    std::vector<int64_t> redo(static_cast<size_t>(S), 0);
+    on_each_gpu(ctxs, [&](int s) {
+      KnnExactGpuOptions o = opt;
+      o.redo_count = &redo[s];
+      o.report = nullptr;
+      knn_exact_part(*ctxs[s], X, k, metric, o, 0, n, n * s / S, n * (s + 1) / S, &lists[s]);
+    });
+    if (opt.redo_count) {  // queries searched again, summed over the shards (a query may count in several)
+      *opt.redo_count = 0;
+      for (int64_t v : redo) *opt.redo_count += v;
+    }
+    if (opt.report) *opt.report = "brute, index sharded";
+    return knn_from_lists(merge_topk(lists, k - 1, ctxs[0]->threads()), k);
+  }
+  // Every query costs the same (a pass over all rows): equal shares of the rows, in order.
   std::vector<Knn> parts(static_cast<size_t>(S));
   std::vector<int64_t> redo(static_cast<size_t>(S), 0);
   on_each_gpu(ctxs, [&](int s) {

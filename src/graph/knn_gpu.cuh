@@ -45,10 +45,11 @@ void select_tile(CudaResources& r, const float* tile, int64_t nq, int64_t nr, co
 // rows[0..n) (a subset), and each result goes to its row's place in out_idx/out_dist. Without rows the
 // rows are row0 .. row0 + n - 1. The result of row i goes to output row i - row0, or to row t (the
 // t-th searched) when compact. cand_at_cell: the candidates of cell i are row i of cand (n_cells x w)
-// instead of row t.
+// instead of row t. out_dist64 (optional, n x k like out_dist): the same distances in float64, before
+// the float rounding and the clamp at 0 (the keys of a top-k merge over GPUs; missing: +inf).
 void rerank(CudaResources& r, const float* dX, const double* nrm, int64_t n, int64_t d, KnnMetric metric,
             const int32_t* cand, int w, int64_t k, int32_t* out_idx, float* out_dist, const int32_t* rows = nullptr,
-            int64_t row0 = 0, bool compact = false, bool cand_at_cell = false);
+            int64_t row0 = 0, bool compact = false, bool cand_at_cell = false, double* out_dist64 = nullptr);
 
 // The exact search through the IVF lists (knn_ivf.cu), euclidean: stage 1 = the IVF search (P probes
 // per query, block unions), re-ranked into out_idx/out_dist; then per query the Voronoi-cell bound of

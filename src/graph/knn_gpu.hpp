@@ -12,9 +12,15 @@
 //   cell goes to the list of its nearest centroid; each cell picks its n_probes nearest lists; blocks
 //   of up to 64 cells of one list scan the union of their lists (the most-probed 2 x n_probes) with the
 //   same mma kernel, then the same float64 re-rank.
-// - Several GPUs (knn_exact_gpus, knn_ivf_gpus; MPI ranks: knn_exact_gpu_rows, knn_ivf_gpu_shard):
-//   the queries are split, every GPU holds the whole embedding (no top-k merge is needed; the result
-//   equals one GPU's).
+// - Several GPUs of one host (knn_exact_gpus, knn_ivf_gpus), two modes (KnnShard):
+//   queries (default): every GPU holds the whole index and searches a share of the queries; the rows
+//     are joined (join_rows, no merge).
+//   index: every GPU holds a share of the index (exact: equal row ranges of the candidate operand;
+//     IVF: whole lists, balanced by size) and searches every query against it; the per-query lists
+//     are merged on the host (merge_topk). The embedding itself stays whole on every GPU (self-kNN:
+//     every row is a query).
+//   Both give one GPU's result (see knn_exact_gpus, knn_ivf_gpus). MPI ranks (knn_exact_gpu_rows,
+//   knn_ivf_gpu_shard) split the queries only.
 //
 // Both need a CUDA Context (InputError otherwise) and return results that do not depend on timing
 // (no atomics on floating-point values). Builds without CUDA have stubs that throw InputError.
@@ -52,12 +58,24 @@ enum class KnnGemmPrecision { fp32, tf32x3, tf32, fused };
 //  automatic  brute (SCURRY_KNN_EXACT=brute|lists overrides it).
 enum class KnnExactStrategy { automatic, brute, lists };
 
+// How knn_exact_gpus / knn_ivf_gpus share a search among several GPUs (`--knn-shard`):
+//  queries  every GPU holds the whole index and searches an equal share of the queries (the rows are
+//           joined); the least host work, the default.
+//  index    every GPU holds a share of the index and searches all queries against it; the per-query
+//           top-k lists are merged on the host (merge_topk, float64 keys, ties by index).
+enum class KnnShard { queries, index };
+
+// "queries" | "index"; InputError otherwise (naming `where`).
+KnnShard parse_knn_shard(const std::string& s, const std::string& where);
+const char* knn_shard_name(KnnShard s);
+
 struct KnnExactGpuOptions {
   KnnGemmPrecision precision = KnnGemmPrecision::fused;
   int64_t* redo_count = nullptr;  // fused: when set, receives the number of queries searched again
   KnnExactStrategy strategy = KnnExactStrategy::automatic;
   int64_t list_probes = 0;        // lists: first-stage probes per query (0: IVF-Flat's default)
   std::string* report = nullptr;  // when set, receives a line on what the search did (lists: its stages)
+  KnnShard sharding = KnnShard::queries;  // several GPUs (knn_exact_gpus)
 };
 
 struct IvfOptions {
@@ -81,6 +99,8 @@ struct IvfOptions {
   // cell itself and no neighbours (-1). Every part builds the same lists (same seed, same arithmetic).
   int shard = 0;
   int n_shards = 1;
+  // Several GPUs (knn_ivf_gpus): split the query blocks (queries) or the lists (index).
+  KnnShard sharding = KnnShard::queries;
 };
 
 // Exact k nearest neighbours of every row of X (n x d float32, host) among all rows, self included as
@@ -91,20 +111,37 @@ Knn knn_exact_gpu(const Context& ctx, const DenseF& X, int64_t k, KnnMetric metr
 // k - 1 other cells get index -1 and distance +inf in the missing columns (as knn_hnsw does).
 Knn knn_ivf_gpu(const Context& ctx, const DenseF& X, int64_t k, KnnMetric metric, const IvfOptions& opt = {});
 
-// IVF-Flat over several GPUs (ctxs: one CUDA context each, the first the main one): every GPU builds
-// the lists (the index is small: n x d floats, 2.3 GB at 11.4M x 50) and searches its share of the
-// query blocks on its own thread; the rows are merged on the host. Equal to knn_ivf_gpu on one GPU.
+// IVF-Flat over several GPUs (ctxs: one CUDA context each, the first the main one), each on its own
+// thread; every GPU builds the same lists (the same seed and arithmetic; the index is small: n x d
+// floats, 2.3 GB at 11.4M x 50). opt.sharding:
+//  queries  every GPU searches its share of the query blocks; the rows are joined on the host.
+//  index    the lists are dealt to the GPUs (largest first, each to the GPU with the fewest rows so
+//           far); GPU s keeps the operand of its lists' rows only and, for every query block, scans
+//           those of the block's probed lists it owns, giving per query its best W TF32 candidates
+//           (W = the re-rank width, candidate_width). The W-lists are merged on the host by (score,
+//           index) (merge_topk: the TF32 scores are the same arithmetic on every GPU) and re-ranked in
+//           float64 on ctxs[0]. Merging the candidates before the re-rank is what makes the result
+//           equal one GPU's: a merge of per-GPU re-ranked top k - 1 lists would re-rank a superset of
+//           one GPU's candidates (up to S x W), at least as good but not the same.
+// Either way equal to knn_ivf_gpu on one GPU (ties of TF32 scores at the W-th candidate aside: the
+// kernel keeps the first seen).
 Knn knn_ivf_gpus(const std::vector<Context*>& ctxs, const DenseF& X, int64_t k, KnnMetric metric,
                  const IvfOptions& opt = {});
-// The exact search over several GPUs of this host (the first is ctxs[0]): every GPU holds the whole
-// embedding and searches an equal share of the queries (rows in order) against all rows; the parts
-// are joined on the host. The same result as knn_exact_gpu (each query's search is the same
-// arithmetic on any GPU). Only the default search splits (fused precision, every row, the mma
-// kernel); otherwise, or with one context, it is knn_exact_gpu on ctxs[0].
+// The exact search over several GPUs of this host (the first is ctxs[0]), opt.sharding:
+//  queries  every GPU holds the whole embedding and searches an equal share of the queries (rows in
+//           order) against all rows; the parts are joined on the host (each query's search is the
+//           same arithmetic on any GPU).
+//  index    GPU s holds the candidate operand of rows [n s / S, n (s + 1) / S) only, and searches
+//           every query against them: TF32 candidates, float64 re-rank, the certificate and the
+//           split-TF32 redo all restricted to its rows, giving each query's exact k - 1 nearest rows
+//           of the share with float64 distances; these are merged on the host by (distance, index).
+// The same result as knn_exact_gpu either way. Only the default search splits (fused precision, every
+// row, the mma kernel); otherwise, or with one context, it is knn_exact_gpu on ctxs[0].
 Knn knn_exact_gpus(const std::vector<Context*>& ctxs, const DenseF& X, int64_t k, KnnMetric metric,
                    const KnnExactGpuOptions& opt = {});
 // One rank's part (MPI, one GPU per rank): the exact neighbours of rows [begin, end) of X among all
-// rows, a Knn of end - begin rows (the default search; the same rows as knn_exact_gpu's).
+// rows, a Knn of end - begin rows (the default search; the same rows as knn_exact_gpu's). MPI splits
+// the queries only (no index sharding over ranks).
 Knn knn_exact_gpu_rows(const Context& ctx, const DenseF& X, int64_t k, KnnMetric metric, int64_t begin, int64_t end);
 // One shard of the IVF-Flat search (opt.shard of opt.n_shards): a Knn of the cells it searched, row t
 // being cell cells[t] (the shards' cells partition the rows).

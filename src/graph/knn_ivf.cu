@@ -11,6 +11,9 @@
 // original index; the float64 re-rank orders them exactly (no certificate: IVF is approximate). Every query scans at least its own P lists unless the cap drops one that few of its
 // block probe; the union usually adds more, so recall is at least plain P-probe IVF's in practice.
 // Depths over 64 or W over 64 (k > 33) fall back to a warp-per-query scalar scan of the P lists.
+// Several GPUs (knn_ivf_gpus): the query blocks split (every GPU holds every list), or the lists dealt
+// to the GPUs (the index sharded: the list order puts each GPU's lists together; a GPU scans the part
+// of every block's probe set it owns; the candidate lists are merged on the host, then re-ranked).
 //
 // Default probes P = min(L, max(16, L / 32)): at 1.3M cells 35 of 1143 lists (the former plain scan
 // had 0.9999 recall@15 there with 71). A simulation of this block-union scheme (numpy, k-means as
@@ -114,9 +117,10 @@ __global__ void centroid_update_kernel(const float* S, const int32_t* perm, cons
 }
 
 // One warp per query (cells in list order, positions p0 .. p0 + nq): scans the members of its probed
-// lists with float32 scores (squared euclidean, or -dot on unit rows) and writes its best w
-// candidates (original ids) to row perm[p] of best_d/best_i.
-__global__ void ivf_scan_kernel(const float* Xs, const int32_t* perm, const int64_t* offsets, int64_t d, int64_t p0,
+// lists (list l: positions [lbeg[l], lend[l])) with float32 scores (squared euclidean, or -dot on unit
+// rows) and writes its best w candidates (original ids) to row perm[p] of best_d/best_i.
+__global__ void ivf_scan_kernel(const float* Xs, const int32_t* perm, const int64_t* lbeg, const int64_t* lend,
+                                int64_t d, int64_t p0,
                                 int64_t nq, const int32_t* probes, int wp, int n_probes, bool cosine, int w,
                                 float* best_d, int32_t* best_i) {
   extern __shared__ float smem_f[];
@@ -131,7 +135,7 @@ __global__ void ivf_scan_kernel(const float* Xs, const int32_t* perm, const int6
   for (int j = 0; j < n_probes; ++j) {
     const int32_t l = pr[j];
     if (l < 0) continue;  // warp-uniform
-    const int64_t b = offsets[l], e = offsets[l + 1];
+    const int64_t b = lbeg[l], e = lend[l];
     for (int64_t s0 = b; s0 < e; s0 += kWarp) {
       const int64_t pos = s0 + lane;
       const bool in = pos < e && pos != p;
@@ -173,12 +177,15 @@ __global__ void probe_count_kernel(const int32_t* probes, int wp, int n_probes, 
 
 // One warp per query block lb of the tile (global block b0 + lb): from its list counts (cnt row, L
 // entries, each <= kFusedQueries), keeps the cap lists probed by the most of its queries (ties: the
-// smaller list id) and writes their row ranges [offsets[l], offsets[l + 1]) in list order, empty lists
-// skipped and adjacent ones merged, to ranges (cap pairs per block) and their number to n_ranges.
+// smaller list id) and writes their row ranges [lbeg[l], lend[l]) in list id order, empty lists skipped
+// and adjacent ones merged, to ranges (cap pairs per block) and their number to n_ranges. (The choice
+// depends on the counts only: an index sharded over GPUs gives each GPU the ranges of its own lists,
+// the others empty, and the GPUs' ranges together are one GPU's.)
 // overflow (may be null): when more than cap lists are probed, the block gets no ranges and
 // overflow[b0 + lb] = 1 instead (the exact search's second stage: its queries are searched whole).
-__global__ void probe_ranges_kernel(const int32_t* cnt, int64_t L, int64_t nbt, int64_t b0, const int64_t* offsets,
-                                    int cap, int64_t* ranges, int32_t* n_ranges, uint8_t* overflow) {
+__global__ void probe_ranges_kernel(const int32_t* cnt, int64_t L, int64_t nbt, int64_t b0, const int64_t* lbeg,
+                                    const int64_t* lend, int cap, int64_t* ranges, int32_t* n_ranges,
+                                    uint8_t* overflow) {
   __shared__ int hist_all[kWarpsPerBlock][kFusedQueries + 1];
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x & (kWarp - 1);
   const int64_t lb = blockIdx.x * static_cast<int64_t>(kWarpsPerBlock) + warp;
@@ -224,8 +231,8 @@ __global__ void probe_ranges_kernel(const int32_t* cnt, int64_t L, int64_t nbt, 
     eq_seen += __popc(eq_mask);
     int64_t rb = 0, re = 0;
     if (sel) {
-      rb = offsets[l];
-      re = offsets[l + 1];
+      rb = lbeg[l];
+      re = lend[l];
       sel = rb < re;
     }
     unsigned mask = __ballot_sync(kFullMask, sel);
@@ -416,12 +423,35 @@ struct ExactPart {
   IvfExactStats* stats = nullptr;
 };
 
+// The greedy deal of the lists to the parts of an index sharded over GPUs: the largest list first
+// (ties: the smaller id), each to the part with the fewest rows so far (ties: the smaller part). The
+// rows a part holds are the work it scans per probe (every query block scans whole lists).
+std::vector<int> deal_lists(const std::vector<int64_t>& offsets, int parts) {
+  const int64_t L = static_cast<int64_t>(offsets.size()) - 1;
+  std::vector<int64_t> by_size(static_cast<size_t>(L));
+  std::iota(by_size.begin(), by_size.end(), 0);
+  auto size = [&](int64_t l) { return offsets[l + 1] - offsets[l]; };
+  std::stable_sort(by_size.begin(), by_size.end(), [&](int64_t a, int64_t b) { return size(a) > size(b); });
+  std::vector<int64_t> load(static_cast<size_t>(parts), 0);
+  std::vector<int> owner(static_cast<size_t>(L), 0);
+  for (int64_t l : by_size) {
+    const int s = static_cast<int>(std::min_element(load.begin(), load.end()) - load.begin());
+    owner[l] = s;
+    load[s] += size(l);
+  }
+  return owner;
+}
+
 // The IVF search of the n rows of Y (device, n x d; unit rows for cosine) into best_d/best_i (n x w,
 // original order): k-means lists, probes, the fused candidate search (or the scalar fallback).
 // shard_cells (several shards): receives the cells this shard searched (its query blocks' cells).
+// index_part of n_index_parts > 1 (the index sharded over GPUs): every query block is searched, but
+// only against the lists dealt to this part (deal_lists); the candidate operand holds those lists'
+// rows only. Every part's best_d/best_i then hold, per query, its best w candidates among the part's
+// rows of the lists one GPU would scan (their union over the parts is one GPU's scan).
 void ivf_search(CudaResources& r, const float* Y, const float* dX, int64_t n, int64_t d, bool cosine, int64_t k,
                 const IvfOptions& opt, int w, float* best_d_out, int32_t* best_i_out, ExactPart* ex,
-                std::vector<int32_t>* shard_cells = nullptr) {
+                std::vector<int32_t>* shard_cells = nullptr, int index_part = 0, int n_index_parts = 1) {
   const char* where = "neighbors";
   const int64_t L = opt.n_lists > 0 ? opt.n_lists : std::max<int64_t>(1, std::llround(std::sqrt(static_cast<double>(n))));
   if (opt.n_lists < 0 || L > n)
@@ -500,6 +530,40 @@ void ivf_search(CudaResources& r, const float* Y, const float* dX, int64_t n, in
   const std::vector<int32_t> labels = assign(r, Y, n, d, C.data(), L, cn.data(), tile.data(), tile_rows,
                                              d_labels.data());
   group_by_label(labels, L, perm, offsets);
+  // List l holds positions [lbeg[l], lend[l]) of the list order; `order` lists the lists by position.
+  // One index: the lists in id order (lbeg/lend = offsets). An index sharded over n_index_parts GPUs:
+  // in (owner, id) order, so that this part's lists are the contiguous positions [db0, db1), and the
+  // ranges of the search (rbeg/rend) hold its own lists only (the others empty).
+  if (n_index_parts < 1 || index_part < 0 || index_part >= n_index_parts || (n_index_parts > 1 && (ex || opt.n_shards != 1)))
+    fail("IVF: index part ", index_part, " of ", n_index_parts, " (with ", opt.n_shards, " query shards)");
+  std::vector<int64_t> lbeg(static_cast<size_t>(L)), lend(static_cast<size_t>(L)), order;
+  int64_t db0 = 0, db1 = n;
+  if (n_index_parts == 1) {
+    for (int64_t l = 0; l < L; ++l) lbeg[l] = offsets[l], lend[l] = offsets[l + 1], order.push_back(l);
+  } else {
+    const std::vector<int> owner = deal_lists(offsets, n_index_parts);
+    std::vector<int32_t> list_perm;
+    list_perm.reserve(perm.size());
+    for (int s = 0; s < n_index_parts; ++s) {
+      if (s == index_part) db0 = static_cast<int64_t>(list_perm.size());
+      for (int64_t l = 0; l < L; ++l) {
+        if (owner[l] != s) continue;
+        lbeg[l] = static_cast<int64_t>(list_perm.size());
+        list_perm.insert(list_perm.end(), perm.begin() + offsets[l], perm.begin() + offsets[l + 1]);
+        lend[l] = static_cast<int64_t>(list_perm.size());
+        order.push_back(l);
+      }
+      if (s == index_part) db1 = static_cast<int64_t>(list_perm.size());
+    }
+    perm.swap(list_perm);
+  }
+  std::vector<int64_t> rbeg = lbeg, rend = lend;
+  if (n_index_parts > 1)
+    for (int64_t l = 0; l < L; ++l)
+      if (lbeg[l] < db0 || lbeg[l] >= db1) rbeg[l] = rend[l] = 0;
+  DeviceArray<int64_t> d_rbeg(r, rbeg.size(), "IVF list begins"), d_rend(r, rend.size(), "IVF list ends");
+  upload(r, d_rbeg, rbeg);
+  upload(r, d_rend, rend);
   upload(r, d_perm, perm);
   upload(r, d_off, offsets);
   DeviceArray<float> Xs(r, static_cast<size_t>(n * d), "IVF lists");
@@ -510,9 +574,9 @@ void ivf_search(CudaResources& r, const float* Y, const float* dX, int64_t n, in
   // query tiles for the probe scores: runs of whole blocks of at most qt cells (tile_begin).
   std::vector<int64_t> qrange;  // 2 per block: [first, end) positions
   std::vector<int32_t> blk_of(static_cast<size_t>(n));
-  for (int64_t l = 0; l < L; ++l)
-    for (int64_t s0 = offsets[l]; s0 < offsets[l + 1]; s0 += kFusedQueries) {
-      const int64_t s1 = std::min(offsets[l + 1], s0 + kFusedQueries);
+  for (int64_t l : order)
+    for (int64_t s0 = lbeg[l]; s0 < lend[l]; s0 += kFusedQueries) {
+      const int64_t s1 = std::min(lend[l], s0 + kFusedQueries);
       for (int64_t p = s0; p < s1; ++p) blk_of[static_cast<size_t>(p)] = static_cast<int32_t>(qrange.size() / 2);
       qrange.push_back(s0);
       qrange.push_back(s1);
@@ -586,14 +650,15 @@ void ivf_search(CudaResources& r, const float* Y, const float* dX, int64_t n, in
                                                                       d_blk.data(), b0, L, cnt.data());
       SCURRY_CUDA_LAUNCH();
       probe_ranges_kernel<<<static_cast<unsigned>((nbt + kWarpsPerBlock - 1) / kWarpsPerBlock),
-                            kWarpsPerBlock * kWarp, 0, r.stream>>>(cnt.data(), L, nbt, b0, d_off.data(), cap,
-                                                                   d_ranges.data(), d_nranges.data(), nullptr);
+                            kWarpsPerBlock * kWarp, 0, r.stream>>>(cnt.data(), L, nbt, b0, d_rbeg.data(),
+                                                                   d_rend.data(), cap, d_ranges.data(),
+                                                                   d_nranges.data(), nullptr);
       SCURRY_CUDA_LAUNCH();
     } else {
       ivf_scan_kernel<<<static_cast<unsigned>((nq + wpb - 1) / wpb), wpb * kWarp,
                         static_cast<size_t>(wpb * scan_smem), r.stream>>>(
-          Xs.data(), d_perm.data(), d_off.data(), d, p0, nq, probe_i.data(), wp, static_cast<int>(P), cosine, w,
-          best_d, best_i);
+          Xs.data(), d_perm.data(), d_rbeg.data(), d_rend.data(), d, p0, nq, probe_i.data(), wp, static_cast<int>(P),
+          cosine, w, best_d, best_i);
       SCURRY_CUDA_LAUNCH();
     }
   }
@@ -609,10 +674,11 @@ void ivf_search(CudaResources& r, const float* Y, const float* dX, int64_t n, in
   // means, TF32-rounded, zero-padded to kp, scored as ||y||^2 - 2 x.y with sqn = ||row - mean||^2.
   // For cosine this is the euclidean order on unit rows (||x - y||^2 = 2 - 2 cos), and centring
   // matters: TF32's error scales with the norms, and unit rows of data far from the origin are
-  // nearly parallel (no certificate catches a miss here).
+  // nearly parallel (no certificate catches a miss here). The means are taken over Y in cell order:
+  // the same on every GPU whatever the list order.
   DeviceArray<float> mean(r, static_cast<size_t>(d), "kNN column means");
   DeviceArray<float> sqn(r, static_cast<size_t>(n), "kNN squared norms");
-  column_means(r, Xs.data(), n, d, mean.data());
+  column_means(r, Y, n, d, mean.data());
   {
     DeviceArray<double> list_nrm(r, static_cast<size_t>(n), "IVF row norms (list order)");
     row_stats(r, Xs.data(), n, d, mean.data(), list_nrm.data(), sqn.data());
@@ -628,19 +694,22 @@ void ivf_search(CudaResources& r, const float* Y, const float* dX, int64_t n, in
   fb.n_ranges = d_nranges.data() + qb0;
   fb.range_cap = cap;
   fb.ids = d_perm.data();
-  // The mma kernel's operands (knn_mma.cu) unless SCURRY_KNN_KERNEL=wmma.
+  // The mma kernel's operands (knn_mma.cu) unless SCURRY_KNN_KERNEL=wmma: Q for every position (the
+  // queries), D for this part's positions [db0, db1) only (all of them with one index). (The WMMA
+  // kernel keeps the whole operand A either way.)
   const int64_t kpm = mma_depth(d, true);
   const bool mma = mma_enabled() && mma_supported(kpm, w);
   DeviceArray<float> Qm, Dm;
   if (mma) {
     Qm = DeviceArray<float>(r, static_cast<size_t>(n * kpm), "IVF mma operand (queries)");
-    Dm = DeviceArray<float>(r, static_cast<size_t>(n * kpm), "IVF mma operand (rows)");
-    mma_operands(r, A.data(), sqn.data(), n, kp, d, kpm, Qm.data(), Dm.data());
+    Dm = DeviceArray<float>(r, static_cast<size_t>((db1 - db0) * kpm), "IVF mma operand (rows)");
+    mma_operands(r, A.data(), sqn.data(), n, kp, d, kpm, Qm.data(), nullptr);
+    mma_operands(r, A.data() + db0 * kp, sqn.data() + db0, db1 - db0, kp, d, kpm, nullptr, Dm.data());
     A.release();
   }
   auto scan = [&](const FusedBlocks& b) {
     if (mma)
-      mma_candidates_ranges(r, Qm.data(), Dm.data(), n, kpm, d, w, b, best_d, best_i);
+      mma_candidates_ranges(r, Qm.data(), Dm.data(), n, kpm, d, w, b, best_d, best_i, db0);
     else
       fused_candidates_ranges(r, A.data(), sqn.data(), n, kp, w, b, best_d, best_i);
   };
@@ -703,8 +772,8 @@ void ivf_search(CudaResources& r, const float* Y, const float* dX, int64_t n, in
                                                                   scanned.data(), cnt.data(), ex->redo);
     SCURRY_CUDA_LAUNCH();
     probe_ranges_kernel<<<static_cast<unsigned>((nbt + kWarpsPerBlock - 1) / kWarpsPerBlock), kWarpsPerBlock * kWarp, 0,
-                          r.stream>>>(cnt.data(), L, nbt, b0, d_off.data(), cap2, d_ranges2.data(), d_nranges2.data(),
-                                      overflow.data());
+                          r.stream>>>(cnt.data(), L, nbt, b0, d_rbeg.data(), d_rend.data(), cap2, d_ranges2.data(),
+                                      d_nranges2.data(), overflow.data());
     SCURRY_CUDA_LAUNCH();
   }
   Xs.release();
@@ -768,9 +837,11 @@ namespace {
 
 // One shard's search (opt.shard of opt.n_shards): with cells, only the rows it searched are re-ranked
 // and downloaded (a Knn of cells->size() rows, row t = cell (*cells)[t]); without, the whole n-row
-// result (rows of other shards: the cell itself and no neighbours).
+// result (rows of other shards: the cell itself and no neighbours). cand (the index sharded: part
+// index_part of n_index_parts, k >= 2): receives every cell's w TF32 candidates from this part's lists
+// (TopkLists, n x w, sorted by (score, index)), and the returned Knn is empty.
 Knn ivf_part(const Context& ctx, const DenseF& X, int64_t k, KnnMetric metric, const IvfOptions& opt,
-             std::vector<int32_t>* cells) {
+             std::vector<int32_t>* cells, int index_part = 0, int n_index_parts = 1, TopkLists* cand = nullptr) {
   const char* where = "neighbors";
   CudaResources& r = require_cuda(ctx, where);
   check_input(ctx, X, k, where);
@@ -792,8 +863,21 @@ Knn ivf_part(const Context& ctx, const DenseF& X, int64_t k, KnnMetric metric, c
   DeviceArray<float> best_d(r, static_cast<size_t>(n) * w, "kNN candidate scores");
   DeviceArray<int32_t> best_i(r, static_cast<size_t>(n) * w, "kNN candidates");
   ivf_search(r, cosine ? unit.data() : dX.data(), dX.data(), n, d, cosine, k, opt, w, best_d.data(), best_i.data(),
-             nullptr, cells);
+             nullptr, cells, index_part, n_index_parts);
   unit.release();
+  if (cand) {
+    std::vector<float> h_d(static_cast<size_t>(n) * w);
+    cand->n = n;
+    cand->w = w;
+    cand->indices.resize(h_d.size());
+    SCURRY_CUDA(cudaMemcpyAsync(h_d.data(), best_d.data(), h_d.size() * sizeof(float), cudaMemcpyDeviceToHost,
+                                r.stream));
+    SCURRY_CUDA(cudaMemcpyAsync(cand->indices.data(), best_i.data(), h_d.size() * sizeof(int32_t),
+                                cudaMemcpyDeviceToHost, r.stream));
+    SCURRY_CUDA(cudaStreamSynchronize(r.stream));
+    cand->keys.assign(h_d.begin(), h_d.end());  // float -> double: exact
+    return Knn{};
+  }
   if (cells) {  // re-rank and download this shard's rows only
     const int64_t m = static_cast<int64_t>(cells->size());
     DeviceArray<int32_t> rows(r, cells->size(), "IVF shard rows");
@@ -822,11 +906,49 @@ Knn knn_ivf_gpu_shard(const Context& ctx, const DenseF& X, int64_t k, KnnMetric 
   return ivf_part(ctx, X, k, metric, opt, &cells);
 }
 
+namespace {
+
+// The float64 re-rank of given candidates (n x w, ids; -1 = none) on one GPU: knn_ivf_gpu's last step.
+Knn rerank_candidates(const Context& ctx, const DenseF& X, int64_t k, KnnMetric metric, const TopkLists& cand) {
+  CudaResources& r = require_cuda(ctx, "neighbors");
+  const int64_t n = X.n_rows, d = X.n_cols;
+  const int w = static_cast<int>(cand.w);
+  if (cand.n != n || w != candidate_width(k)) fail("IVF: ", cand.n, " x ", w, " candidates for ", n, " cells");
+  DeviceArray<float> dX(r, static_cast<size_t>(n * d), "kNN embedding");
+  SCURRY_CUDA(cudaMemcpyAsync(dX.data(), X.data.data(), static_cast<size_t>(n * d) * sizeof(float),
+                              cudaMemcpyHostToDevice, r.stream));
+  DeviceArray<double> nrm(r, static_cast<size_t>(n), "kNN row norms");
+  row_stats(r, dX.data(), n, d, nullptr, nrm.data(), nullptr);
+  DeviceArray<int32_t> best_i(r, cand.indices.size(), "kNN candidates");
+  upload(r, best_i, cand.indices);
+  DeviceArray<int32_t> out_idx(r, static_cast<size_t>(n * k), "kNN indices");
+  DeviceArray<float> out_dist(r, static_cast<size_t>(n * k), "kNN distances");
+  rerank(r, dX.data(), nrm.data(), n, d, metric, best_i.data(), w, k, out_idx.data(), out_dist.data());
+  return download(r, out_idx.data(), out_dist.data(), n, k);
+}
+
+}  // namespace
+
 Knn knn_ivf_gpus(const std::vector<Context*>& ctxs, const DenseF& X, int64_t k, KnnMetric metric,
                  const IvfOptions& opt) {
   if (ctxs.empty()) fail_input("neighbors", "no GPU contexts given");
   if (ctxs.size() == 1) return knn_ivf_gpu(*ctxs[0], X, k, metric, opt);
   const int S = static_cast<int>(ctxs.size());
+  if (opt.sharding == KnnShard::index && k > 1) {
+    // The index sharded by lists: every GPU's best w TF32 candidates per cell among its lists, merged
+    // by (score, index) into one GPU's candidates, then one GPU's float64 re-rank (knn_gpu.hpp says
+    // why the candidates and not the re-ranked lists are merged).
+    if (opt.n_shards != 1) fail("IVF: the index sharded over GPUs and the query blocks over ", opt.n_shards, " shards");
+    check_input(*ctxs[0], X, k, "neighbors");
+    std::vector<TopkLists> cand(static_cast<size_t>(S));
+    on_each_gpu(ctxs, [&](int s) { ivf_part(*ctxs[s], X, k, metric, opt, nullptr, s, S, &cand[s]); });
+    const int64_t w = candidate_width(k);
+    const TopkLists merged = merge_topk(cand, w, ctxs[0]->threads());
+    cand.clear();
+    Knn out;
+    on_each_gpu({ctxs[0]}, [&](int) { out = rerank_candidates(*ctxs[0], X, k, metric, merged); });  // its device current
+    return out;
+  }
   std::vector<Knn> parts(static_cast<size_t>(S));
   std::vector<std::vector<int32_t>> cells(static_cast<size_t>(S));
   on_each_gpu(ctxs, [&](int s) {

@@ -1,6 +1,7 @@
 // kNN candidates with raw TF32 mma.sync (m16n8k8): the exact search (every row against every row, or
-// a range of query rows: one GPU's share) and the IVF form (blocks of queries against their probed
-// lists' row ranges). The contract is knn_fused.cu's: per-query top-W lists of TF32 scores sorted by
+// a range of query rows or of database rows: one GPU's share of the queries or of the index) and the
+// IVF form (blocks of queries against their probed lists' row ranges; with the index sharded, the
+// database operand holds one GPU's lists only). The contract is knn_fused.cu's: per-query top-W lists of TF32 scores sorted by
 // (score, id), every row left out scoring at least the W-th.
 //
 // What makes it cheap is that the score needs no arithmetic after the MMA:
@@ -75,7 +76,8 @@ __host__ __device__ constexpr int mma_stride(int kp) { return (kp + 15) / 32 * 3
 struct MmaParams {
   const float* Q;  // n x kp, fragment order: [x, 1, (1), 0...]
   const float* D;  // n x kp, fragment order: [-2y, hi, lo, 0...] or [-y, 0...]
-  int64_t n;
+  int64_t n;  // exact: the end of the database rows
+  int64_t db0;  // D's row 0 is position db0 (exact: the first database row)
   int w;
   int pos_one;  // fragment position of column d (the "1" column)
   int64_t q_begin, q_end;  // exact: the queries; their lists go to rows q - q_begin
@@ -166,7 +168,7 @@ __global__ void __launch_bounds__(32 * kWarps, kIvf ? 4 : 2) mma_knn_kernel(MmaP
     for (int t = 0; t < kSlots; ++t) {
       const int e = threadIdx.x + t * kThreads, row = e / vec, col = e - row * vec;
       if (r0 + row < r_end) {
-        pre[t] = __ldg(reinterpret_cast<const float4*>(P.D + (r0 + row) * KP) + col);
+        pre[t] = __ldg(reinterpret_cast<const float4*>(P.D + (r0 + row - P.db0) * KP) + col);
       } else {
         pre[t] = make_float4(0.f, 0.f, 0.f, 0.f);
         if (col == P.pos_one / 4) {
@@ -179,7 +181,7 @@ __global__ void __launch_bounds__(32 * kWarps, kIvf ? 4 : 2) mma_knn_kernel(MmaP
       }
     }
   };
-  TileWalk<kRows, kIvf> tile(rg, n_rg, P.n, q0);
+  TileWalk<kRows, kIvf> tile(rg, n_rg, P.n, q0, P.db0);
   bool have = tile.next();
   if (have) fetch(tile.r0, tile.r_end);
   const bool warp_live = qw0 < q_end;
@@ -302,8 +304,8 @@ __global__ void mma_operands_kernel(const float* A, const float* sqn, int64_t n,
     if ((v & 0x7f800000u) != 0x7f800000u) v = (v + 0x1000u) & 0xffffe000u;
     y = __uint_as_float(v);
   }
-  Q[e] = q;
-  D[e] = y;
+  if (Q) Q[e] = q;
+  if (D) D[e] = y;
 }
 
 template <int kWarps, bool kIvf>
@@ -358,25 +360,29 @@ void mma_operands(CudaResources& r, const float* A, const float* sqn, int64_t n,
 }
 
 void mma_candidates(CudaResources& r, const float* Q, const float* D, int64_t n, int64_t kp, int64_t d, int w,
-                    int64_t q_begin, int64_t q_end, float* best_d, int32_t* best_i) {
+                    int64_t q_begin, int64_t q_end, float* best_d, int32_t* best_i, int64_t db_begin,
+                    int64_t db_end) {
   if (!mma_supported(kp, w)) fail("mma kNN: unsupported depth ", kp, " or width ", w);
   if (q_begin < 0 || q_end > n || q_begin > q_end) fail("mma kNN: query range [", q_begin, ", ", q_end, ") of ", n);
+  if (db_end < 0) db_end = n;
+  if (db_begin < 0 || db_end > n || db_begin > db_end)
+    fail("mma kNN: database range [", db_begin, ", ", db_end, ") of ", n);
   if (q_end == q_begin) return;
-  MmaParams P{Q, D, n, w, frag_pos(static_cast<int>(d), static_cast<int>(kp)), q_begin, q_end, best_d, best_i,
-              FusedBlocks{}, sort_merge()};
+  MmaParams P{Q, D, db_end, db_begin, w, frag_pos(static_cast<int>(d), static_cast<int>(kp)), q_begin, q_end, best_d,
+              best_i, FusedBlocks{}, sort_merge()};
   const int64_t blocks = (q_end - q_begin + 16 * kExactWarps - 1) / (16 * kExactWarps);
   launch_mma<kExactWarps, false>(r, P, static_cast<int>(kp), static_cast<unsigned>(blocks));
 }
 
 void mma_candidates_ranges(CudaResources& r, const float* Q, const float* D, int64_t n, int64_t kp, int64_t d, int w,
-                           const FusedBlocks& blocks, float* best_d, int32_t* best_i) {
+                           const FusedBlocks& blocks, float* best_d, int32_t* best_i, int64_t db0) {
   if (!mma_supported(kp, w)) fail("mma kNN: unsupported depth ", kp, " or width ", w);
   if (blocks.n_blocks == 0 || n == 0) return;
   if (blocks.n_blocks > INT32_MAX || blocks.range_cap < 1 || !blocks.query_range || !blocks.ranges ||
       !blocks.n_ranges || !blocks.ids)
     fail("mma kNN: invalid IVF block description (", blocks.n_blocks, " blocks, range capacity ", blocks.range_cap,
          ")");
-  MmaParams P{Q, D, n, w, frag_pos(static_cast<int>(d), static_cast<int>(kp)), 0, n, best_d, best_i, blocks,
+  MmaParams P{Q, D, n, db0, w, frag_pos(static_cast<int>(d), static_cast<int>(kp)), 0, n, best_d, best_i, blocks,
               sort_merge()};
   launch_mma<kIvfWarps, true>(r, P, static_cast<int>(kp), static_cast<unsigned>(blocks.n_blocks));
 }

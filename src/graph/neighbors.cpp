@@ -33,12 +33,15 @@ NeighborsResult neighbors(const Context& ctx, const DenseF& X, const NeighborsOp
   // On the GPU the exact search is the default at any size ("hnsw" there means IVF-Flat).
   res.algorithm = opt.algorithm == "auto" ? (gpu || X.n_rows <= opt.auto_exact_max_cells ? "exact" : "hnsw") : opt.algorithm;
   if (res.algorithm == "exact") {
+    KnnExactGpuOptions exact_opt;
+    exact_opt.sharding = opt.gpu_sharding;
     res.knn = !gpu                 ? knn_exact(ctx, X, opt.n_neighbors, metric)
-              : opt.gpus.size() > 1 ? knn_exact_gpus(opt.gpus, X, opt.n_neighbors, metric)
+              : opt.gpus.size() > 1 ? knn_exact_gpus(opt.gpus, X, opt.n_neighbors, metric, exact_opt)
                                     : knn_exact_gpu(ctx, X, opt.n_neighbors, metric);
   } else if (gpu) {
     IvfOptions ivf;
     ivf.seed = opt.random_state;
+    ivf.sharding = opt.gpu_sharding;
     res.knn = opt.gpus.size() > 1 ? knn_ivf_gpus(opt.gpus, X, opt.n_neighbors, metric, ivf)
                                   : knn_ivf_gpu(ctx, X, opt.n_neighbors, metric, ivf);
     res.algorithm = "ivf_flat";
@@ -79,7 +82,8 @@ NeighborsResult neighbors_sharded(const Context& ctx, const DenseF& local, const
     mine = knn_exact_gpu_rows(ctx, X, opt.n_neighbors, metric, begin, begin + local.n_rows);
   } else if (gpu) {
     // IVF-Flat: every rank builds the same lists and searches shard `rank` of the query blocks; root
-    // gathers each shard's rows with their cells and puts them in place.
+    // gathers each shard's rows with their cells and puts them in place. (Ranks split the queries
+    // only; opt.gpu_sharding is for the GPUs of one process.)
     IvfOptions ivf;
     ivf.seed = opt.random_state;
     ivf.shard = comm.rank();

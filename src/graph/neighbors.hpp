@@ -16,6 +16,7 @@
 #include "exec/context.hpp"
 #include "graph/connectivities.hpp"
 #include "graph/knn.hpp"
+#include "graph/knn_gpu.hpp"
 
 namespace scurry {
 
@@ -41,10 +42,14 @@ struct NeighborsOptions {
   // Keys: obsp[key_added + "_connectivities"/"_distances"] and uns[key_added] when key_added is not
   // "neighbors" (scanpy's naming); default obsp['connectivities'], obsp['distances'], uns['neighbors'].
   std::string key_added = "neighbors";
-  // Several GPUs of this host (`--gpus`; the first is the Context's): the exact search splits its
-  // queries over them (knn_exact_gpus), the IVF-Flat search ("hnsw" on the GPU) its query blocks
-  // (knn_ivf_gpus). Not owned; empty: the Context's GPU.
+  // Several GPUs of this host (`--gpus`; the first is the Context's): the exact search
+  // (knn_exact_gpus) and the IVF-Flat search ("hnsw" on the GPU, knn_ivf_gpus) run over them. Not
+  // owned; empty: the Context's GPU.
   std::vector<Context*> gpus;
+  // How those GPUs share the search (`--knn-shard`): split the queries, or split the index and merge
+  // the per-query top-k lists (KnnShard, knn_gpu.hpp). The same result either way. MPI ranks
+  // (neighbors_sharded) always split the queries.
+  KnnShard gpu_sharding = KnnShard::queries;
 };
 
 struct NeighborsResult {

@@ -70,10 +70,10 @@ TEST(KnnMerge, MergeTopkEqualsTheTopOfTheWholePool) {
       EXPECT_EQ(got.keys, want.keys) << S << " parts, " << threads << " threads";
     }
   }
-  // A pair held by two parts counts once; unsorted parts are fine.
+  // A pair held by two parts counts once; unsorted rows and parts of other lengths are refused.
   TopkLists a = empty_lists(1, 3), b = empty_lists(1, 3);
-  a.indices = {7, 2, -1};
-  a.keys = {1.0, 0.5, std::numeric_limits<double>::infinity()};
+  a.indices = {2, 7, -1};
+  a.keys = {0.5, 1.0, std::numeric_limits<double>::infinity()};
   b.indices = {2, 9, 4};
   b.keys = {0.5, 1.0, 3.0};
   const TopkLists m = merge_topk({a, b}, 4);
@@ -81,6 +81,10 @@ TEST(KnnMerge, MergeTopkEqualsTheTopOfTheWholePool) {
   EXPECT_EQ(m.keys, (std::vector<double>{0.5, 1.0, 1.0, 3.0}));
   TopkLists c = empty_lists(2, 3);
   EXPECT_THROW(merge_topk({a, c}, 3), Error);
+  TopkLists u = a;
+  u.indices = {7, 2, -1};
+  u.keys = {1.0, 0.5, std::numeric_limits<double>::infinity()};
+  EXPECT_THROW(merge_topk({u, b}, 4), Error);
 }
 
 // The index-sharded search in miniature: the rows of integer-valued data (distances tie often) are
