@@ -56,6 +56,7 @@ struct BenchOptions {
   int64_t recall_rows = 20000;
   std::vector<int64_t> ivf_probes;  // --ivf-probes: also time IVF-Flat at these n_probes (recall each)
   std::string graph_knn = "both";   // --graph-knn: exact, ivf or both (the graph steps then use the last)
+  std::string knn_shard = "queries";  // --knn-shard: several GPUs split the queries or the index (KnnShard)
   int64_t graph_pcs = 0;            // --graph-pcs: the first this many PCs for the graph (0: all)
   double umap_min_dist = 0.5;       // --umap-min-dist
   bool stream = false;              // --stream: the streamed chain from a host-memory copy (or --stream-file)
@@ -126,9 +127,15 @@ nlohmann::json bench_graph(Context& ctx, const std::vector<Context*>& gpus, cons
   Knn exact, ivf;
   int64_t redo = -1;
   const bool do_exact = o.graph_knn != "ivf", do_ivf = o.graph_knn != "exact";
-  const std::string exact_name = gpu && gpus.size() > 1 ? "knn_exact (" + std::to_string(gpus.size()) + " GPUs)" : "knn_exact";
+  const KnnShard sharding = parse_knn_shard(o.knn_shard, "--knn-shard");
+  const std::string over = gpus.size() > 1 ? " (" + std::to_string(gpus.size()) + " GPUs" +
+                                                 (sharding == KnnShard::index ? ", index sharded)" : ")")
+                                           : "";
+  if (gpu && gpus.size() > 1) j["knn_shard"] = knn_shard_name(sharding);
+  const std::string exact_name = gpu ? "knn_exact" + over : "knn_exact";
   if (do_exact) timed(exact_name.c_str(), reps, [&] {
-    const KnnExactGpuOptions eo{KnnGemmPrecision::fused, &redo};
+    KnnExactGpuOptions eo{KnnGemmPrecision::fused, &redo};
+    eo.sharding = sharding;
     exact = !gpu               ? knn_exact(ctx, x, k, KnnMetric::euclidean)
             : gpus.size() > 1 ? knn_exact_gpus(gpus, x, k, KnnMetric::euclidean, eo)
                               : knn_exact_gpu(ctx, x, k, KnnMetric::euclidean, eo);
@@ -155,10 +162,11 @@ nlohmann::json bench_graph(Context& ctx, const std::vector<Context*>& gpus, cons
     return static_cast<double>(hit) / static_cast<double>(total);
   };
   if (do_ivf) {
-    const std::string name = gpu ? (gpus.size() > 1 ? "knn_ivf_flat (" + std::to_string(gpus.size()) + " GPUs)" : "knn_ivf_flat")
-                                 : "knn_hnsw";
+    const std::string name = gpu ? "knn_ivf_flat" + over : "knn_hnsw";
+    IvfOptions io;
+    io.sharding = sharding;
     timed(name.c_str(), reps, [&] {
-      ivf = gpu ? (gpus.size() > 1 ? knn_ivf_gpus(gpus, x, k, KnnMetric::euclidean)
+      ivf = gpu ? (gpus.size() > 1 ? knn_ivf_gpus(gpus, x, k, KnnMetric::euclidean, io)
                                    : knn_ivf_gpu(ctx, x, k, KnnMetric::euclidean))
                 : knn_hnsw(ctx, x, k, KnnMetric::euclidean);
     });
@@ -442,6 +450,11 @@ void add_bench_command(CLI::App& app, GlobalOptions& g) {
   cmd->add_option("--umap-min-dist", o->umap_min_dist, "With --graph: UMAP's min_dist")->capture_default_str();
   cmd->add_option("--graph-knn", o->graph_knn, "With --graph: exact, ivf or both (the graph steps use the exact kNN when timed)")
       ->check(CLI::IsMember({"exact", "ivf", "both"}))
+      ->capture_default_str();
+  cmd->add_option("--knn-shard", o->knn_shard,
+                  "With --graph --gpus N: the kNN splits the queries over the GPUs (each holds the whole index) or the "
+                  "index (each holds a share of the rows or IVF lists; per-query top-k lists merged)")
+      ->check(CLI::IsMember({"queries", "index"}))
       ->capture_default_str();
   cmd->add_option("--ivf-probes", o->ivf_probes, "With --graph on the GPU: also time IVF-Flat at these n_probes, with the recall of each");
   cmd->add_flag("--graph", o->graph, "Also time kNN (exact and approximate), connectivities, UMAP and Leiden on the PCA");

@@ -11,10 +11,11 @@
 //
 // With --device gpu --gpus all|N|0,1 (one process) the preprocessing runs over several GPUs of this
 // host (preprocess_gpu_sharded: the cells split by nonzeros, one host thread per GPU); the kNN search
-// splits its queries over them (knn_exact_gpus / knn_ivf_gpus); connectivities, UMAP and Leiden run
-// on the first GPU.
+// splits its queries (--knn-shard index: its index) over them (knn_exact_gpus / knn_ivf_gpus);
+// connectivities, UMAP and Leiden run on the first GPU.
 #include <cstdio>
 #include <exception>
+#include <map>
 #include <new>
 #include <memory>
 #include <string>
@@ -329,6 +330,14 @@ void add_run_command(CLI::App& app, GlobalOptions& g) {
   cmd->add_option("--gpus", g.gpus,
                   "With --device gpu: spread the preprocessing and the kNN (exact, or IVF-Flat with --knn-algorithm hnsw) over "
                   "these GPUs of this host: all, a count N, or ordinals 0,2 (default: one GPU)");
+  cmd->add_option("--knn-shard", o->neighbors.gpu_sharding,
+                  "With --gpus: the kNN splits the queries over the GPUs (each holds the whole index) or the index "
+                  "(each holds a share of the rows or IVF lists; per-query top-k lists merged); the same result")
+      ->transform(CLI::CheckedTransformer(std::map<std::string, KnnShard>{{"queries", KnnShard::queries},
+                                                                          {"index", KnnShard::index}})
+                      .description(""))
+      ->type_name("queries|index")
+      ->default_str("queries");
   cmd->callback([&g, o] { run_pipeline(g, *o); });
 }
 
