@@ -8,12 +8,10 @@
 # Usage: bench/atlas_run.sh N_GPUS [OUT_DIR]
 # Environment (defaults = issue 8's recipe where the GPU path allows it):
 #   SCURRY=path/to/scurry   NNZ=2000 (nonzeros per cell)   HVG=5000   COMPS=100
-#   ZERO_CENTER=true  (issue 8 asks for false: on the GPU only the streamed chain takes it (--stream,
-#                      preprocess_stream); the in-memory chain over several GPUs refuses it with a
-#                      clear error, and bench streams only from host memory on one GPU)
-# Memory: per GPU ~ 8 B x NNZ x 11.4M / N of counts plus the dense scaled HVG matrix
-# 4 B x HVG x 11.4M / N. Rehearsed on 2 x H200 with NNZ=1000 HVG=2000 COMPS=50 (41.5 s in session 3,
-# 33.7 s in session 4: RESULTS.md section 8); 2 GPUs cannot hold NNZ=2000 or HVG=5000.
+#   ZERO_CENTER=false (scale without centring: the matrix stays sparse and the PCA densifies it one
+#                      chunk of rows at a time, centring folded into the Gram matrix as scanpy's
+#                      implicit centring; true: the dense scaled HVG matrix, 4 B x HVG x 11.4M / N)
+# Memory: per GPU ~ 8 B x NNZ x 11.4M / N of counts. Rehearsed on 2 x H200 (RESULTS.md section 8).
 set -euo pipefail
 N=${1:?usage: atlas_run.sh N_GPUS [OUT_DIR]}
 OUT=${2:-.}
@@ -21,7 +19,7 @@ SCURRY=${SCURRY:-scurry}
 NNZ=${NNZ:-2000}
 HVG=${HVG:-5000}
 COMPS=${COMPS:-100}
-ZERO_CENTER=${ZERO_CENTER:-true}
+ZERO_CENTER=${ZERO_CENTER:-false}
 mkdir -p "$OUT"
 export NCCL_NVLS_ENABLE=0  # NVLink multicast stays off
 LOG="$OUT/atlas_${N}gpu.log"

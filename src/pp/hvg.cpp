@@ -358,21 +358,25 @@ SingleBatch dispersion_single_batch(std::vector<double> mean, const std::vector<
       };
       const double med = median(nn);
       center[b] = med;
-      // statsmodels.robust.mad: median(|a - median(a)| / 0.6745...), NaN if any value is NaN.
-      const double c = 0.6744897501960817;
+      // statsmodels.robust.mad: median(|a - median(a)|) / 0.6745..., NaN if any value is NaN. The
+      // division by 0.6745 is applied to the normalised dispersion below (x / mad * c rather than
+      // x / (mad / c)): in a bin of odd size the gene whose deviation is the MAD then gets exactly c
+      // (x / x = 1), the same in every bin and on every backend, so those ties at a cut-off of
+      // n_top_genes are exact (scanpy's x / (mad / c) rounds them apart by an ulp or two, bin by bin).
       if (nn.size() != v.size()) {
         scale[b] = kNaN;
       } else {
         std::vector<double> dev(v.size());
-        for (size_t i = 0; i < v.size(); ++i) dev[i] = std::fabs(v[i] - med) / c;
+        for (size_t i = 0; i < v.size(); ++i) dev[i] = std::fabs(v[i] - med);
         scale[b] = median(dev);
       }
     }
   }
+  const double factor = seurat ? 1.0 : 0.6744897501960817;
   r.dispersions_norm.resize(G);
   for (size_t g = 0; g < G; ++g) {
     const int32_t b = r.mean_bin[g];
-    r.dispersions_norm[g] = b < 0 ? kNaN : (disp[g] - center[b]) / scale[b];
+    r.dispersions_norm[g] = b < 0 ? kNaN : (disp[g] - center[b]) / scale[b] * factor;
   }
 
   // Selection.

@@ -442,6 +442,19 @@ void pca_project(CudaResources& r, const float* X, int64_t n, int64_t g, int k, 
 
 PcaGpuResult pca_dense(CudaResources& r, const float* X, int64_t n, int64_t g, int k, bool zero_center, float* d_xpca,
                        const PcaRanks* ranks) {
+  return pca_rows(r, [X, g](int64_t a, int64_t) { return X + a * g; }, n, g, std::max<int64_t>(n, 1), k, zero_center,
+                  d_xpca, ranks);
+}
+
+PcaGpuResult pca_rows(CudaResources& r, const DenseRows& rows, int64_t n, int64_t g, int64_t chunk_rows, int k,
+                      bool zero_center, float* d_xpca, const PcaRanks* ranks) {
+  if (chunk_rows < 1) fail("internal: pca_rows: chunk_rows ", chunk_rows);
+  auto each_chunk = [&](const std::function<void(const float*, int64_t, int64_t)>& fn) {
+    for (int64_t a = 0; a < n; a += chunk_rows) {
+      const int64_t m = std::min(chunk_rows, n - a);
+      fn(rows(a, m), a, m);
+    }
+  };
   Comm* comm = ranks && ranks->comm && ranks->comm->size() > 1 ? ranks->comm : nullptr;
   int64_t n_all = n;  // cells over all ranks
   if (comm) comm->allreduce_sum(&n_all, 1);
@@ -449,8 +462,8 @@ PcaGpuResult pca_dense(CudaResources& r, const float* X, int64_t n, int64_t g, i
   PhaseTimer timer(r.stream, comm && comm->rank() != 0);
   GramEigen e;
   {
-    GramAccumulator acc(r, g, n);
-    acc.add(X, n);
+    GramAccumulator acc(r, g, std::min(n, chunk_rows));
+    each_chunk([&](const float* X, int64_t, int64_t m) { acc.add(X, m); });
     timer.mark("gram");
     e = acc.finish(n_all, k, zero_center, ranks);
   }
@@ -460,10 +473,18 @@ PcaGpuResult pca_dense(CudaResources& r, const float* X, int64_t n, int64_t g, i
   res.mean.resize(g);
   for (int64_t i = 0; i < g; ++i) res.mean[i] = zero_center ? e.sum[i] / nn : 0.0;
   res.total_variance = 0;
-  for (int64_t i = 0; i < g; ++i) res.total_variance += e.diag[i];
-  res.total_variance /= (nn - 1);
   res.variance.resize(k);
-  for (int j = 0; j < k; ++j) res.variance[j] = e.eig[j] / (nn - 1);
+  if (zero_center) {  // eigenvalue / (n - 1) over the total variance (ddof 1)
+    for (int64_t i = 0; i < g; ++i) res.total_variance += e.diag[i];
+    res.total_variance /= (nn - 1);
+    for (int j = 0; j < k; ++j) res.variance[j] = e.eig[j] / (nn - 1);
+  } else {
+    // pca.cpp's semantics without centring (scikit-learn's TruncatedSVD): the ddof-0 variance of each
+    // X_pca column (two passes over X_pca, after the projection below) over the total ddof-0 per-gene
+    // variance.
+    for (int64_t i = 0; i < g; ++i) res.total_variance += std::max(0.0, e.diag[i] - e.sum[i] * e.sum[i] / nn);
+    res.total_variance /= nn;
+  }
 
   // Projection: X_pca = X V - mu^T V.
   std::vector<float> Vf(V.begin(), V.end());  // column-major g x k
@@ -476,8 +497,27 @@ PcaGpuResult pca_dense(CudaResources& r, const float* X, int64_t n, int64_t g, i
   DeviceArray<float> dV(r, Vf.size(), "PCA components"), dshift(r, k, "PCA shift");
   SCURRY_CUDA(cudaMemcpyAsync(dV.data(), Vf.data(), Vf.size() * 4, cudaMemcpyHostToDevice, r.stream));
   SCURRY_CUDA(cudaMemcpyAsync(dshift.data(), shift.data(), k * 4, cudaMemcpyHostToDevice, r.stream));
-  pca_project(r, X, n, g, k, dV.data(), dshift.data(), d_xpca);
+  each_chunk([&](const float* X, int64_t a, int64_t m) {
+    pca_project(r, X, m, g, k, dV.data(), dshift.data(), d_xpca + a * k);
+  });
   timer.mark("projection");
+  if (!zero_center) {  // the column variances of X_pca, two passes on the host, sums over the ranks
+    std::vector<float> hx(static_cast<size_t>(n) * k);
+    if (!hx.empty()) SCURRY_CUDA(cudaMemcpyAsync(hx.data(), d_xpca, hx.size() * 4, cudaMemcpyDeviceToHost, r.stream));
+    SCURRY_CUDA(cudaStreamSynchronize(r.stream));
+    std::vector<double> m(static_cast<size_t>(k), 0.0), ss(static_cast<size_t>(k), 0.0);
+    for (int64_t i = 0; i < n; ++i)
+      for (int j = 0; j < k; ++j) m[j] += hx[static_cast<size_t>(i) * k + j];
+    if (comm) comm->allreduce_sum(m.data(), m.size());
+    for (double& x : m) x /= nn;
+    for (int64_t i = 0; i < n; ++i)
+      for (int j = 0; j < k; ++j) {
+        const double dl = hx[static_cast<size_t>(i) * k + j] - m[j];
+        ss[j] += dl * dl;
+      }
+    if (comm) comm->allreduce_sum(ss.data(), ss.size());
+    for (int j = 0; j < k; ++j) res.variance[j] = ss[j] / nn;
+  }
   // svd_flip (u-based): the largest-|.| entry of each X_pca column made positive. Per component: the
   // largest |value| (first row among ties) of this rank, then over the ranks.
   std::vector<ColumnMaxAbs> best = column_max_abs(r, static_cast<const float*>(d_xpca), n, k);

@@ -42,7 +42,7 @@ DeviceArray<T> to_device(CudaResources& r, const std::vector<T>& h, const char* 
 
 namespace gpu {
 
-void check_chain_options(const PreprocessOptions& o, const std::string& where, bool streamed) {
+void check_chain_options(const PreprocessOptions& o, const std::string& where) {
   auto unsupported = [&](bool cond, const std::string& what) {
     if (cond) throw InputError(where + ": " + what + " is not available on the GPU yet; use --device cpu");
   };
@@ -52,7 +52,6 @@ void check_chain_options(const PreprocessOptions& o, const std::string& where, b
   unsupported(o.log1p.base.has_value(), "log1p with a base");
   unsupported(o.hvg.flavor != "seurat" && o.hvg.flavor != "cell_ranger", "highly_variable_genes flavor " + o.hvg.flavor);
   unsupported(!o.hvg.batch_key.empty(), "highly_variable_genes with batch_key");
-  unsupported(!streamed && !o.scale.zero_center, "scale without zero_center (in memory; --stream takes it)");
   unsupported(o.scale.clip_below, "scale with clip_below");
   unsupported(!o.subset_hvg, "PCA without the HVG subset");
 }
@@ -145,7 +144,7 @@ void preprocess_chain(Context& ctx, Dataset& d, const PreprocessOptions& o, Timi
   Comm& comm = ctx.comm();
   Timings local;
   Timings& t = timings ? *timings : local;
-  check_chain_options(o, "--device gpu", false);
+  check_chain_options(o, "--device gpu");
 
   // SCURRY_PROFILE=1: wall time of the phases inside the steps, on stderr.
   const bool profile = std::getenv("SCURRY_PROFILE") != nullptr && comm.rank() == 0;
@@ -331,6 +330,14 @@ void preprocess_chain(Context& ctx, Dataset& d, const PreprocessOptions& o, Timi
   const int64_t n_cells = sum_ranks(comm, n);  // every rank's
   if (n_cells < 2) throw InputError("scale: needs at least 2 cells");
   DeviceArray<float> dense;
+  // scale without zero_center keeps the matrix sparse (as scanpy's sparse scale): the PCA densifies it
+  // scaled, one chunk of rows at a time, and the scaled X is made in place at the end. With zero_center
+  // the scaled matrix is dense and made here.
+  const bool scale_zc = o.scale.zero_center;
+  DeviceArray<float> d_mean, d_sd;
+  std::vector<double> scale_mean, scale_sd;
+  const float maxv = o.scale.max_value ? static_cast<float>(*o.scale.max_value) : 0.f;
+  if (o.scale.max_value && !(*o.scale.max_value > 0)) throw InputError("scale: max_value must be > 0");
   step("scale", [&] {
     gpu::GeneSums gs = gpu::gene_sums(r, m, gpu::GeneTransform::identity, nullptr, gpu::SecondStat::squares);
     sum_ranks(comm, gs.sum);
@@ -339,13 +346,15 @@ void preprocess_chain(Context& ctx, Dataset& d, const PreprocessOptions& o, Timi
     mean_var_from_sums(gs.sum, gs.sumsq, static_cast<double>(n_cells), mean, sd);
     for (double& v : sd) v = v > 0 ? std::sqrt(v) : 1.0;
     std::vector<float> mf(mean.begin(), mean.end()), sf(sd.begin(), sd.end());
-    DeviceArray<float> dm = to_device(r, mf, "scale means"), ds = to_device(r, sf, "scale std");
-    dense = DeviceArray<float>(r, static_cast<size_t>(n) * g, "dense scaled matrix");
-    const float maxv = o.scale.max_value ? static_cast<float>(*o.scale.max_value) : 0.f;
-    if (o.scale.max_value && !(*o.scale.max_value > 0)) throw InputError("scale: max_value must be > 0");
-    gpu::scale_to_dense(r, m, dm.data(), ds.data(), true, maxv, dense.data());
-    SCURRY_CUDA(cudaStreamSynchronize(r.stream));
-    m = DeviceCsr();  // the sparse matrix is no longer needed
+    d_mean = to_device(r, mf, "scale means");
+    d_sd = to_device(r, sf, "scale std");
+    if (scale_zc) {
+      dense = DeviceArray<float>(r, static_cast<size_t>(n) * g, "dense scaled matrix");
+      gpu::scale_to_dense(r, m, d_mean.data(), d_sd.data(), true, maxv, dense.data());
+      SCURRY_CUDA(cudaStreamSynchronize(r.stream));
+      m = DeviceCsr();  // the sparse matrix is no longer needed
+    }
+    scale_mean = mean, scale_sd = sd;
     d.var.set("mean", Column::numeric(mean));
     d.var.set("std", Column::numeric(sd));
   });
@@ -367,7 +376,28 @@ void preprocess_chain(Context& ctx, Dataset& d, const PreprocessOptions& o, Timi
     gpu::PcaRanks ranks;
     ranks.comm = &comm;
     ranks.device_sum = device_sum;
-    gpu::PcaGpuResult pr = gpu::pca_dense(r, dense.data(), n, g, static_cast<int>(k), o.pca.zero_center, xpca.data(), &ranks);
+    gpu::PcaGpuResult pr;
+    if (scale_zc) {
+      pr = gpu::pca_dense(r, dense.data(), n, g, static_cast<int>(k), o.pca.zero_center, xpca.data(), &ranks);
+    } else {  // the sparse log data scaled into one chunk of dense rows at a time
+      const int64_t chunk = std::max<int64_t>(1, std::min<int64_t>(n, (int64_t{1} << 28) / std::max<int64_t>(g, 1)));
+      DeviceArray<float> buf(r, static_cast<size_t>(chunk) * g, "scaled rows (one chunk)");
+      DeviceArray<float> d_shift;  // centred PCA: each chunk shifted by mean / std (subtract_columns)
+      if (o.pca.zero_center) {
+        std::vector<float> sh(static_cast<size_t>(g));
+        for (int64_t j = 0; j < g; ++j) sh[j] = static_cast<float>(scale_mean[j] / scale_sd[j]);
+        d_shift = to_device(r, sh, "PCA chunk shift");
+      }
+      auto rows = [&](int64_t a, int64_t nr) -> const float* {
+        gpu::CsrView<float, int32_t> v = gpu::view(m);
+        v.n_rows = nr;
+        v.indptr += a;
+        gpu::scale_to_dense(r, v, d_mean.data(), d_sd.data(), false, maxv, buf.data());
+        if (o.pca.zero_center) gpu::subtract_columns(r, buf.data(), nr, g, d_shift.data());
+        return buf.data();
+      };
+      pr = gpu::pca_rows(r, rows, n, g, chunk, static_cast<int>(k), o.pca.zero_center, xpca.data(), &ranks);
+    }
     PcaResult res;
     DenseF x = host_x.get();
     copy_to_host(r, x.data.data(), xpca.data(), x.data.size() * 4);
@@ -387,7 +417,13 @@ void preprocess_chain(Context& ctx, Dataset& d, const PreprocessOptions& o, Timi
     mark("pca: host slots");
   });
 
-  if (o.scaled_x)
+  if (o.scaled_x && !scale_zc)
+    step("download_x", [&] {
+      gpu::scale_sparse_inplace(r, m, d_sd.data(), maxv);
+      d.X = Matrix(download(r, m), DType::f32);
+      m = DeviceCsr();
+    });
+  else if (o.scaled_x)
     step("download_x", [&] {
       DenseF x(n, g);
       copy_to_host(r, x.data.data(), dense.data(), x.data.size() * 4);

@@ -373,7 +373,7 @@ void preprocess_stream(Context& ctx, RowSource& X, Dataset& d, const PreprocessO
   Comm& comm = ctx.comm();
   Timings local;
   Timings& t = timings ? *timings : local;
-  gpu::check_chain_options(o, "--device gpu --stream", true);
+  gpu::check_chain_options(o, "--device gpu --stream");
   if (o.scale.max_value && !(*o.scale.max_value > 0)) throw InputError("scale: max_value must be > 0");
   if (so.prefetch < 1) throw InputError("--stream: the prefetch depth must be at least 1");
   const int64_t n_src = X.n_rows(), g0 = X.n_cols();
@@ -603,6 +603,14 @@ void preprocess_stream(Context& ctx, RowSource& X, Dataset& d, const PreprocessO
   if (k < 1 || k >= std::min(n1, g))
     throw InputError(detail::concat("pca: n_comps must be in [1, min(n_cells, n_genes) - 1] = [1, ", std::min(n1, g) - 1,
                                     "], got ", k));
+  // Sparse scale, centred PCA: the dense chunks shifted by mean / std (kernels.cuh, subtract_columns).
+  const bool pca_shift = zc && !scale_zc;
+  DeviceArray<float> d_pca_shift;
+  if (pca_shift) {
+    std::vector<float> sh(static_cast<size_t>(g));
+    for (int64_t j = 0; j < g; ++j) sh[j] = static_cast<float>(mean[j] / sd[j]);
+    d_pca_shift = to_device(r, sh.data(), sh.size(), "PCA chunk shift");
+  }
   const int64_t dense_rows = so.dense_rows > 0 ? so.dense_rows : stream_dense_rows(budget, g);
   DeviceArray<float> dense(r, static_cast<size_t>(dense_rows) * g, "dense scaled rows");
   // The filtered, normalised HVG rows of a source block: filters, normalize + log1p, HVG subset.
@@ -620,6 +628,7 @@ void preprocess_stream(Context& ctx, RowSource& X, Dataset& d, const PreprocessO
       v.n_rows = rows;
       v.indptr += a;
       gpu::scale_to_dense(r, v, d_mean.data(), d_sd.data(), scale_zc, maxv, dense.data());
+      if (pca_shift) gpu::subtract_columns(r, dense.data(), rows, g, d_pca_shift.data());
       fn(a, rows);
     }
   };

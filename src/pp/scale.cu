@@ -34,7 +34,36 @@ __global__ void scale_kernel(const int64_t* indptr, const I* idx, const V* val, 
   }
 }
 
+__global__ void scale_sparse_kernel(const int32_t* idx, float* val, int64_t nnz, const float* sd, float max_value) {
+  const int64_t p = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (p >= nnz) return;
+  float y = val[p] / sd[idx[p]];
+  if (max_value > 0.f) y = fminf(y, max_value);
+  val[p] = y;
+}
+
+__global__ void subtract_columns_kernel(float* x, int64_t total, int64_t g, const float* shift) {
+  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i < total) x[i] -= shift[i % g];
+}
+
 }  // namespace
+
+void subtract_columns(CudaResources& r, float* x, int64_t rows, int64_t g, const float* shift) {
+  const int64_t total = rows * g;
+  if (total == 0) return;
+  constexpr int kT = 256;
+  subtract_columns_kernel<<<static_cast<unsigned>((total + kT - 1) / kT), kT, 0, r.stream>>>(x, total, g, shift);
+  SCURRY_CUDA_LAUNCH();
+}
+
+void scale_sparse_inplace(CudaResources& r, DeviceCsr& m, const float* sd, float max_value) {
+  if (m.nnz == 0) return;
+  constexpr int kThreadsSparse = 256;
+  const auto blocks = static_cast<unsigned>((m.nnz + kThreadsSparse - 1) / kThreadsSparse);
+  scale_sparse_kernel<<<blocks, kThreadsSparse, 0, r.stream>>>(m.indices.data(), m.data.data(), m.nnz, sd, max_value);
+  SCURRY_CUDA_LAUNCH();
+}
 
 template <class V, class I>
 void scale_to_dense(CudaResources& r, const CsrView<V, I>& m, const V* mean, const V* std_, bool zero_center,

@@ -339,6 +339,29 @@ TEST(PreprocessGpus, TwoGpusEqualOneGpu) {
   EXPECT_EQ(meta(r.t, "gram_sum"), nccl_built() ? "nccl" : "host");
 }
 
+// scale without zero_center (the sparse scale; the PCA densifies chunk by chunk on each rank, the Gram
+// summed over the ranks): 2 ranks (both GPUs when there are 2) equal one GPU.
+TEST(PreprocessGpus, TwoRanksWithoutZeroCenterEqualOneGpu) {
+  SCURRY_REQUIRE_GPU();
+  const Dataset d = synthetic(5000, 7000, 800);
+  PreprocessOptions o;
+  o.qc_vars = {"mt"};
+  o.hvg.flavor = "cell_ranger";
+  o.hvg.n_top_genes = 1200;
+  o.pca.n_comps = 30;
+  o.scale.zero_center = false;
+  Runs r = run_both(d, o, {0, cuda_device_count() >= 2 ? 1 : 0});
+  compare(r.sharded, r.one, false);
+  ASSERT_TRUE(r.sharded.X.is_sparse() && r.one.X.is_sparse());
+  const CsrF &sx = r.sharded.X.csr_f(), &ox = r.one.X.csr_f();
+  EXPECT_EQ(sx.indptr, ox.indptr);
+  EXPECT_EQ(sx.indices, ox.indices);
+  // x / std: std's relative error (see expect_tables_close) times the value
+  double worst = 0;
+  for (size_t p = 0; p < ox.data.size(); ++p) worst = std::max<double>(worst, std::abs(sx.data[p] - ox.data[p]) / (1.0 + std::abs(ox.data[p])));
+  EXPECT_LT(worst, 1e-4) << "scaled X (sparse)";
+}
+
 TEST(PreprocessGpus, PcaDenseOverRanksWithAnEmptyRankEqualsOneRank) {
   SCURRY_REQUIRE_GPU();
   // Dense n x g with decreasing column scales (well separated eigenvalues); 3 ranks holding 400, 0 and
