@@ -13,4 +13,5 @@ namespace {
 UmapResult umap_gpu(const Context&, const CsrF&, const DenseF&, const UmapOptions&) { no_cuda("umap (gpu)"); }
 UmapResult umap_gpu(const Context&, const CsrF&, const UmapOptions&, const DenseF*) { no_cuda("umap (gpu)"); }
 LeidenResult leiden_gpu(const Context&, const CsrF&, const LeidenOptions&) { no_cuda("leiden (gpu)"); }
+LeidenResult leiden_gpus(const std::vector<Context*>&, const CsrF&, const LeidenOptions&) { no_cuda("leiden (gpu)"); }
 }  // namespace scurry

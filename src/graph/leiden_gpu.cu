@@ -27,11 +27,16 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <exception>
 #include <limits>
+#include <mutex>
 #include <numeric>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "core/error.hpp"
@@ -620,6 +625,27 @@ struct AddD {
   __device__ double operator()(double a, double b) const { return a + b; }
 };
 
+// Several GPUs: the candidates of the nodes ids[0..count) into a stage indexed by list position
+// (best; with_k also k_own and k_best), and back.
+__global__ void stage_gather_kernel(const int32_t* ids, int64_t count, const unsigned long long* best,
+                                    const double* k_own, const double* k_best, bool with_k, unsigned long long* s_best,
+                                    double* s_own, double* s_kbest) {
+  GRID_LOOP(p, count) {
+    const int32_t i = ids[p];
+    s_best[p] = best[i];
+    if (with_k) s_own[p] = k_own[i], s_kbest[p] = k_best[i];
+  }
+}
+__global__ void stage_scatter_kernel(const int32_t* ids, int64_t count, const unsigned long long* s_best,
+                                     const double* s_own, const double* s_kbest, bool with_k, unsigned long long* best,
+                                     double* k_own, double* k_best) {
+  GRID_LOOP(p, count) {
+    const int32_t i = ids[p];
+    best[i] = s_best[p];
+    if (with_k) k_own[i] = s_own[p], k_best[i] = s_kbest[p];
+  }
+}
+
 // ---- host side ----------------------------------------------------------------------------------
 
 // Knobs read from the environment (see leiden_gpu.hpp).
@@ -713,6 +739,58 @@ struct Profile {
   }
 };
 
+// Several GPUs (leiden_gpus): one host thread per GPU (rank) runs the whole algorithm on its own
+// copy of everything, except the candidate kernels of the four degree classes, where rank q takes
+// the q-th slice of each class's node list, and the sort path (rank 0 only: its float sums depend
+// on where the keys lie in the sorted array, so only one GPU's layout gives one GPU's sums). Each
+// rank's per-node outputs (best; local moving also k_own, k_best) go through a stage indexed by
+// list position to every other rank (peer copies); then every rank holds every node's outputs and
+// runs the same moves. The aggregation (sort + reduce-by-key, float sums) is made by rank 0 and
+// copied to the others, and 2m is rank 0's, so the ranks hold the same bits and take the same
+// branches; the result is one GPU's. A rank that fails aborts the others (TeamAborted).
+struct TeamAborted {};
+
+class Team {
+ public:
+  explicit Team(int size)
+      : dev(size), stage_best(size), stage_own(size), stage_kbest(size), ptr(size), size_(size) {}
+  int size() const { return size_; }
+  // Returns once every rank has called it; throws TeamAborted once a rank has failed.
+  void wait() {
+    std::unique_lock<std::mutex> lock(mutex_);
+    if (aborted_) throw TeamAborted{};
+    const uint64_t gen = generation_;
+    if (++arrived_ == size_) {
+      arrived_ = 0;
+      ++generation_;
+      cv_.notify_all();
+      return;
+    }
+    cv_.wait(lock, [&] { return generation_ != gen || aborted_; });
+    if (generation_ == gen) throw TeamAborted{};
+  }
+  void abort() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    aborted_ = true;
+    cv_.notify_all();
+  }
+  // Per rank (each writes its own entry before its first wait): device, stage buffers, and the
+  // destination of the current broadcast.
+  std::vector<int> dev;
+  std::vector<unsigned long long*> stage_best;
+  std::vector<double*> stage_own, stage_kbest;
+  std::vector<void*> ptr;
+  int64_t value = 0;  // a host value of rank 0's (share())
+
+ private:
+  int size_;
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  int arrived_ = 0;
+  uint64_t generation_ = 0;
+  bool aborted_ = false;
+};
+
 struct Workspace {
   CudaResources& r;
   Knobs knobs;
@@ -726,8 +804,12 @@ struct Workspace {
   DeviceArray<unsigned long long> counter;
   Profile prof;
   int sweeps = 0, rounds = 0;  // of the current level (profile)
+  Team* team = nullptr;        // several GPUs (null: one)
+  int rank = 0;
+  DeviceArray<unsigned long long> stage_best;  // several GPUs: candidates by list position
+  DeviceArray<double> stage_own, stage_kbest;
 
-  Workspace(CudaResources& res, int64_t n, int64_t nnz, double g, Knobs k)
+  Workspace(CudaResources& res, int64_t n, int64_t nnz, double g, Knobs k, Team* tm = nullptr, int rk = 0)
       : r(res), knobs(k), n0(n), nnz0(nnz), gamma(g),
         keys0(res, static_cast<size_t>(nnz), "leiden sort keys"),
         keys1(res, static_cast<size_t>(nnz), "leiden sort keys"),
@@ -753,7 +835,96 @@ struct Workspace {
         runs(res, 1, "leiden run count"),
         hub_off(res, static_cast<size_t>(n) + 1, "leiden sort-path offsets"),
         counter(res, 1, "leiden move count"),
-        prof(res.stream) {}
+        prof(res.stream),
+        team(tm),
+        rank(rk) {
+    if (split()) {
+      if (rank > 0) prof.on = false;  // SCURRY_PROFILE: the first GPU's times
+      stage_best = DeviceArray<unsigned long long>(res, static_cast<size_t>(n), "leiden candidate stage");
+      stage_own = DeviceArray<double>(res, static_cast<size_t>(n), "leiden candidate stage");
+      stage_kbest = DeviceArray<double>(res, static_cast<size_t>(n), "leiden candidate stage");
+      team->dev[rank] = res.device;
+      team->stage_best[rank] = stage_best.data();
+      team->stage_own[rank] = stage_own.data();
+      team->stage_kbest[rank] = stage_kbest.data();
+    }
+  }
+
+  bool split() const { return team != nullptr && team->size() > 1; }
+  // The positions [lo, hi) of candidate class c's list (count nodes) that this rank searches.
+  std::pair<int64_t, int64_t> owned(int c, int64_t count) const {
+    if (!split()) return {0, count};
+    if (c == kClasses - 1) return rank == 0 ? std::pair<int64_t, int64_t>{0, count} : std::pair<int64_t, int64_t>{0, 0};
+    const int64_t q = team->size();
+    return {count * rank / q, count * (rank + 1) / q};
+  }
+  // Rank 0's v on every rank.
+  int64_t share(int64_t v) {
+    if (rank == 0) team->value = v;
+    team->wait();
+    const int64_t out = team->value;
+    team->wait();  // every rank has read it before rank 0 may write the next
+    return out;
+  }
+  // Rank 0's `bytes` at p into every rank's p (device memory; p allocated on every rank).
+  void broadcast(void* p, size_t bytes) {
+    SCURRY_CUDA(cudaStreamSynchronize(r.stream));  // rank 0: the data; the others: p free of earlier work
+    team->ptr[rank] = p;
+    team->wait();
+    if (rank == 0 && bytes > 0) {
+      for (int t = 1; t < team->size(); ++t)
+        SCURRY_CUDA(cudaMemcpyPeerAsync(team->ptr[t], team->dev[t], p, team->dev[0], bytes, r.stream));
+      SCURRY_CUDA(cudaStreamSynchronize(r.stream));
+    }
+    team->wait();  // every copy done
+  }
+  // After the candidate kernels: every rank's searched nodes' outputs (best; with_k also k_own and
+  // k_best) on every rank. The stage holds the class lists one after the other.
+  void exchange(const Level& g, bool with_k) {
+    int64_t base[kClasses];
+    int64_t at = 0;
+    for (int c = 0; c < kClasses; ++c) base[c] = at, at += g.cands[c].count;
+    std::vector<std::pair<int64_t, int64_t>> mine;  // stage ranges written here
+    for (int c = 0; c < kClasses; ++c) {
+      const NodeList& l = g.cands[c];
+      const auto [lo, hi] = owned(c, l.count);
+      if (hi <= lo) continue;
+      const int64_t o = base[c] + lo;
+      stage_gather_kernel<<<blocks_for(hi - lo), kBlock, 0, r.stream>>>(
+          l.ids.data() + lo, hi - lo, best.data(), k_own.data(), k_best.data(), with_k, stage_best.data() + o,
+          stage_own.data() + o, stage_kbest.data() + o);
+      SCURRY_CUDA_LAUNCH();
+      mine.emplace_back(o, base[c] + hi);
+    }
+    // Every rank's share staged, and every rank's stage read by its previous scatter.
+    SCURRY_CUDA(cudaStreamSynchronize(r.stream));
+    team->wait();
+    for (int t = 0; t < team->size(); ++t) {
+      if (t == rank) continue;
+      for (const auto& [lo, hi] : mine) {
+        const size_t m = static_cast<size_t>(hi - lo);
+        SCURRY_CUDA(cudaMemcpyPeerAsync(team->stage_best[t] + lo, team->dev[t], stage_best.data() + lo, r.device,
+                                        m * sizeof(unsigned long long), r.stream));
+        if (with_k) {
+          SCURRY_CUDA(cudaMemcpyPeerAsync(team->stage_own[t] + lo, team->dev[t], stage_own.data() + lo, r.device,
+                                          m * sizeof(double), r.stream));
+          SCURRY_CUDA(cudaMemcpyPeerAsync(team->stage_kbest[t] + lo, team->dev[t], stage_kbest.data() + lo, r.device,
+                                          m * sizeof(double), r.stream));
+        }
+      }
+    }
+    SCURRY_CUDA(cudaStreamSynchronize(r.stream));
+    team->wait();  // every share in every stage
+    for (int c = 0; c < kClasses; ++c) {
+      const NodeList& l = g.cands[c];
+      if (l.count == 0) continue;
+      stage_scatter_kernel<<<blocks_for(l.count), kBlock, 0, r.stream>>>(
+          l.ids.data(), l.count, stage_best.data() + base[c], stage_own.data() + base[c],
+          stage_kbest.data() + base[c], with_k, best.data(), k_own.data(), k_best.data());
+      SCURRY_CUDA_LAUNCH();
+    }
+    prof.mark("exchange");
+  }
 
   double gamma_2m() const { return gamma / two_m; }
   void set_two_m(double tm) {
@@ -905,7 +1076,7 @@ struct Workspace {
   template <bool kRefine>
   void candidates(const Level& g, const CandArgs& a) {
     const NodeList& h = g.cands[kClasses - 1];
-    if (h.count) {  // sort path
+    if (h.count && owned(kClasses - 1, h.count).second > 0) {  // sort path
       zero_hubs_kernel<<<blocks_for(h.count), kBlock, 0, r.stream>>>(h.ids.data(), h.count, best.data());
       SCURRY_CUDA_LAUNCH();
       if (!kRefine) {  // k_own of every hub by its row; the runs only for those that may move
@@ -950,15 +1121,21 @@ struct Workspace {
       }
       prof.mark(kRefine ? "refine-sort" : "move-sort");
     }
-    launch_candidates<kSmallLanes, 4, kRefine>(g.cands[0], a, kRefine ? "refine-8x4" : "move-8x4");
-    launch_candidates<kSmallLanes, 8, kRefine>(g.cands[1], a, kRefine ? "refine-8x8" : "move-8x8");
-    launch_candidates<16, 8, kRefine>(g.cands[2], a, kRefine ? "refine-16x8" : "move-16x8");
-    launch_candidates<32, kMidDegree / 32, kRefine>(g.cands[3], a, kRefine ? "refine-32x8" : "move-32x8");
+    static_assert(kClasses == 5, "four candidate kernels, then the sort path");
+    launch_candidates<kSmallLanes, 4, kRefine>(g, 0, a, kRefine ? "refine-8x4" : "move-8x4");
+    launch_candidates<kSmallLanes, 8, kRefine>(g, 1, a, kRefine ? "refine-8x8" : "move-8x8");
+    launch_candidates<16, 8, kRefine>(g, 2, a, kRefine ? "refine-16x8" : "move-16x8");
+    launch_candidates<32, kMidDegree / 32, kRefine>(g, 3, a, kRefine ? "refine-32x8" : "move-32x8");
+    if (split()) exchange(g, !kRefine);
   }
+  // Class c's list (this rank's slice of it with several GPUs).
   template <int G, int R, bool kRefine>
-  void launch_candidates(const NodeList& l, const CandArgs& a, const char* phase) {
-    if (l.count == 0) return;
-    candidates_kernel<G, R, kRefine><<<blocks_for_groups(l.count, G), kBlock, 0, r.stream>>>(l.ids.data(), l.count, a);
+  void launch_candidates(const Level& g, int c, const CandArgs& a, const char* phase) {
+    const NodeList& l = g.cands[c];
+    const auto [lo, hi] = owned(c, l.count);
+    if (hi <= lo) return;
+    candidates_kernel<G, R, kRefine><<<blocks_for_groups(hi - lo, G), kBlock, 0, r.stream>>>(l.ids.data() + lo,
+                                                                                          hi - lo, a);
     SCURRY_CUDA_LAUNCH();
     prof.mark(phase);
   }
@@ -1102,14 +1279,20 @@ struct Workspace {
   }
 
   // The graph of g with nodes merged by agg (values 0..k-1).
+  // Several GPUs: made by rank 0 and copied to the others (the reduce-by-key's float sums).
   Level aggregate(const Level& g, const int32_t* agg_label, int64_t k, const int32_t* comm, int32_t* comm2) {
-    aggregate_keys_kernel<<<blocks_for(g.nnz), kBlock, 0, r.stream>>>(g.src.data(), g.dst.data(), g.w.data(), g.nnz,
-                                                                      agg_label, keys0.data(), vals0.data());
-    SCURRY_CUDA_LAUNCH();
-    const unsigned long long* ukeys;
-    const double* usums;
-    sort_reduce(g.nnz, 32 + bits_for(k), &ukeys, &usums);
-    const int64_t m = get(runs.data());
+    const bool here = !split() || rank == 0;
+    const unsigned long long* ukeys = nullptr;
+    const double* usums = nullptr;
+    int64_t m = 0;
+    if (here) {
+      aggregate_keys_kernel<<<blocks_for(g.nnz), kBlock, 0, r.stream>>>(g.src.data(), g.dst.data(), g.w.data(),
+                                                                        g.nnz, agg_label, keys0.data(), vals0.data());
+      SCURRY_CUDA_LAUNCH();
+      sort_reduce(g.nnz, 32 + bits_for(k), &ukeys, &usums);
+      m = get(runs.data());
+    }
+    if (split()) m = share(m);
     Level h;
     h.n = k;
     h.nnz = m;
@@ -1117,11 +1300,19 @@ struct Workspace {
     h.dst = DeviceArray<int32_t>(r, static_cast<size_t>(m), "leiden level edges");
     h.w = DeviceArray<double>(r, static_cast<size_t>(m), "leiden level weights");
     h.off = DeviceArray<int64_t>(r, static_cast<size_t>(k) + 1, "leiden level offsets");
-    unpack_edges_kernel<<<blocks_for(m), kBlock, 0, r.stream>>>(ukeys, usums, m, h.src.data(), h.dst.data(),
-                                                                h.w.data());
-    SCURRY_CUDA_LAUNCH();
-    row_offsets_kernel<<<blocks_for(m + 1), kBlock, 0, r.stream>>>(h.src.data(), m, k, h.off.data());
-    SCURRY_CUDA_LAUNCH();
+    if (here) {
+      unpack_edges_kernel<<<blocks_for(m), kBlock, 0, r.stream>>>(ukeys, usums, m, h.src.data(), h.dst.data(),
+                                                                  h.w.data());
+      SCURRY_CUDA_LAUNCH();
+      row_offsets_kernel<<<blocks_for(m + 1), kBlock, 0, r.stream>>>(h.src.data(), m, k, h.off.data());
+      SCURRY_CUDA_LAUNCH();
+    }
+    if (split()) {
+      broadcast(h.src.data(), static_cast<size_t>(m) * sizeof(int32_t));
+      broadcast(h.dst.data(), static_cast<size_t>(m) * sizeof(int32_t));
+      broadcast(h.w.data(), static_cast<size_t>(m) * sizeof(double));
+      broadcast(h.off.data(), static_cast<size_t>(k + 1) * sizeof(int64_t));
+    }
     aggregate_comm_kernel<<<blocks_for(g.n), kBlock, 0, r.stream>>>(agg_label, comm, g.n, comm2);
     SCURRY_CUDA_LAUNCH();
     prepare(h);  // node weights = the aggregated rows' sums
@@ -1184,7 +1375,9 @@ struct Workspace {
   }
 };
 
-LeidenResult leiden_gpu_impl(const Context& ctx, const CsrF& graph, const LeidenOptions& opt, const Knobs& knobs) {
+// team: several GPUs (this thread is rank `rank`; only rank 0's result is complete).
+LeidenResult leiden_gpu_impl(const Context& ctx, const CsrF& graph, const LeidenOptions& opt, const Knobs& knobs,
+                             Team* team = nullptr, int rank = 0) {
   CudaResources* rp = ctx.cuda();
   if (!rp) fail_input(kWhere, "needs a GPU context; use --device gpu, or the CPU leiden");
   CudaResources& r = *rp;
@@ -1204,7 +1397,7 @@ LeidenResult leiden_gpu_impl(const Context& ctx, const CsrF& graph, const Leiden
   double device_q = 0;  // modularity from the device sums (same weights as modularity() with use_weights)
   bool have_device_q = false;
   {
-    Workspace ws(r, n, nnz, opt.resolution, knobs);
+    Workspace ws(r, n, nnz, opt.resolution, knobs, team, rank);
     Level g0;
     g0.n = n;
     g0.nnz = nnz;
@@ -1239,6 +1432,12 @@ LeidenResult leiden_gpu_impl(const Context& ctx, const CsrF& graph, const Leiden
       SCURRY_CUDA(cub::DeviceReduce::Sum(nullptr, bytes, g0.kw.data(), sum.data(), n, r.stream));
       SCURRY_CUDA(cub::DeviceReduce::Sum(ws.scratch(bytes), bytes, g0.kw.data(), sum.data(), n, r.stream));
       two_m = ws.get(sum.data());
+    }
+    if (ws.split()) {  // rank 0's bits
+      int64_t bits = 0;
+      std::memcpy(&bits, &two_m, sizeof bits);
+      bits = ws.share(bits);
+      std::memcpy(&two_m, &bits, sizeof bits);
     }
     if (ws.prof.on)
       std::fprintf(stderr, "  leiden setup: %lld nodes, %lld edges, 2m %.6g, %.2f ms\n", static_cast<long long>(n),
@@ -1276,6 +1475,7 @@ LeidenResult leiden_gpu_impl(const Context& ctx, const CsrF& graph, const Leiden
       SCURRY_CUDA(cudaStreamSynchronize(r.stream));
     }
   }
+  if (rank > 0) return res;  // the same labels as rank 0's
   // Renumber by decreasing size, ties by first cell (as the CPU path).
   std::vector<int64_t> size(static_cast<size_t>(n), 0), first(static_cast<size_t>(n), n);
   for (int64_t i = 0; i < n; ++i) {
@@ -1302,6 +1502,73 @@ LeidenResult leiden_gpu_impl(const Context& ctx, const CsrF& graph, const Leiden
 
 LeidenResult leiden_gpu(const Context& ctx, const CsrF& graph, const LeidenOptions& opt) {
   return leiden_gpu_impl(ctx, graph, opt, Knobs::from_env());
+}
+
+LeidenResult leiden_gpus(const std::vector<Context*>& ctxs, const CsrF& graph, const LeidenOptions& opt) {
+  if (ctxs.empty()) fail_input(kWhere, "no GPU context given");
+  for (const Context* c : ctxs)
+    if (!c || !c->cuda()) fail_input(kWhere, "needs GPU contexts; use --device gpu, or the CPU leiden");
+  const Knobs knobs = Knobs::from_env();
+  if (ctxs.size() == 1) return leiden_gpu_impl(*ctxs[0], graph, opt, knobs);
+  const int q = static_cast<int>(ctxs.size());
+  Team team(q);
+  std::vector<std::exception_ptr> errors(static_cast<size_t>(q));
+  LeidenResult res;
+  {
+    std::vector<std::thread> workers;
+    workers.reserve(static_cast<size_t>(q));
+    auto join = [&] {
+      for (std::thread& t : workers) t.join();
+    };
+    for (int s = 0; s < q; ++s) try {
+      workers.emplace_back([&, s] {
+        try {
+          const int dev = ctxs[s]->cuda()->device;
+          SCURRY_CUDA(cudaSetDevice(dev));  // the resources were made on another thread
+          // Peer access to the other GPUs' memory (plain and pool allocations) for the exchanges;
+          // without it the peer copies are staged by the driver (slower, same bytes).
+          for (const Context* c : ctxs) {
+            const int other = c->cuda()->device;
+            int can = 0;
+            if (other == dev || cudaDeviceCanAccessPeer(&can, dev, other) != cudaSuccess || !can) continue;
+            if (cudaDeviceEnablePeerAccess(other, 0) != cudaSuccess) (void)cudaGetLastError();  // already enabled
+            cudaMemPool_t pool;
+            if (cudaDeviceGetDefaultMemPool(&pool, dev) == cudaSuccess) {
+              cudaMemAccessDesc desc{};
+              desc.location.type = cudaMemLocationTypeDevice;
+              desc.location.id = other;
+              desc.flags = cudaMemAccessFlagsProtReadWrite;
+              if (cudaMemPoolSetAccess(pool, &desc, 1) != cudaSuccess) (void)cudaGetLastError();
+            } else {
+              (void)cudaGetLastError();
+            }
+          }
+          LeidenResult out = leiden_gpu_impl(*ctxs[s], graph, opt, knobs, &team, s);
+          if (s == 0) res = std::move(out);
+        } catch (...) {
+          errors[static_cast<size_t>(s)] = std::current_exception();
+          team.abort();
+        }
+      });
+    } catch (...) {  // no thread for rank s: the others must not wait for it
+      team.abort();
+      join();
+      throw;
+    }
+    join();
+  }
+  // The first error of a rank that failed by itself (the others stopped with TeamAborted).
+  bool failed = false;
+  for (const std::exception_ptr& e : errors) {
+    if (!e) continue;
+    failed = true;
+    try {
+      std::rethrow_exception(e);
+    } catch (const TeamAborted&) {
+    }
+  }
+  if (failed) fail(kWhere, ": a GPU stopped without an error");
+  return res;
 }
 
 }  // namespace scurry

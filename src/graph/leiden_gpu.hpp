@@ -35,6 +35,8 @@
 // rounds and phase times on stderr; SCURRY_LEIDEN_SORT_ABOVE=d (0..256, default 256; a test knob)
 // sends the nodes of degree > d to the sort path.
 #pragma once
+#include <vector>
+
 #include "core/dataset.hpp"
 #include "core/matrix.hpp"
 #include "exec/context.hpp"
@@ -44,6 +46,16 @@ namespace scurry {
 
 // Needs a CUDA context (InputError otherwise).
 LeidenResult leiden_gpu(const Context& ctx, const CsrF& graph, const LeidenOptions& opt);
+
+// The same over the GPUs of one host (one CUDA context each; several contexts may share a device):
+// the same labels and modularity as leiden_gpu on ctxs[0], bit for bit. Every GPU runs the whole
+// algorithm on its own copy of the graph, except the per-node candidate searches of the local
+// moving and the refinement (most of the time): GPU q searches the q-th slice of each degree
+// class's nodes (the sort path, for nodes of degree > 256, stays on the first GPU), and the
+// results are exchanged by peer copies before every GPU applies the same moves. Each level's
+// aggregation is made on the first GPU and copied to the others. Memory: every GPU holds what
+// leiden_gpu holds, plus 24 B per node. One context: leiden_gpu.
+LeidenResult leiden_gpus(const std::vector<Context*>& ctxs, const CsrF& graph, const LeidenOptions& opt);
 // Dataset level: leiden(ctx, d, opt) (leiden.hpp) calls leiden_gpu when ctx is a CUDA context.
 
 }  // namespace scurry
