@@ -205,6 +205,15 @@ nlohmann::json bench_graph(Context& ctx, const std::vector<Context*>& gpus, cons
   std::printf("  leiden: %d clusters, modularity %.4f\n",
               lr.labels.empty() ? 0 : 1 + *std::max_element(lr.labels.begin(), lr.labels.end()), lr.modularity);
   j["leiden_modularity"] = lr.modularity;
+  if (gpu && gpus.size() > 1) {  // the candidate searches split over the GPUs; the same result as one GPU's
+    LeidenResult lm;
+    const std::string name = "leiden (" + std::to_string(gpus.size()) + " GPUs)";
+    timed(name.c_str(), reps, [&] { lm = leiden_gpus(gpus, conn, LeidenOptions{}); });
+    const bool same = lm.labels == lr.labels && lm.modularity == lr.modularity;
+    std::printf("  %s: %lld clusters, modularity %.4f; labels and modularity %s one GPU's\n", name.c_str(),
+                static_cast<long long>(lm.n_clusters), lm.modularity, same ? "identical to" : "DIFFER from");
+    j["leiden_gpus_identical"] = same;
+  }
   if (gpu) {
     j["gpu_peak_bytes"] = static_cast<double>(cuda_peak_bytes(ctx.cuda()));
     std::printf("  peak GPU memory (whole process) %.2f GiB\n", static_cast<double>(cuda_peak_bytes(ctx.cuda())) / (1ull << 30));
