@@ -1504,6 +1504,29 @@ LeidenResult leiden_gpu(const Context& ctx, const CsrF& graph, const LeidenOptio
   return leiden_gpu_impl(ctx, graph, opt, Knobs::from_env());
 }
 
+namespace {
+// Lets `dev` (the current device) read and write the memory of `other` (plain and pool allocations)
+// for the peer copies; without it they are staged by the driver (slower, the same bytes).
+void enable_peer_access(int dev, int other) {
+  int can = 0;
+  if (other == dev || cudaDeviceCanAccessPeer(&can, dev, other) != cudaSuccess || !can) {
+    (void)cudaGetLastError();
+    return;
+  }
+  if (cudaDeviceEnablePeerAccess(other, 0) != cudaSuccess) (void)cudaGetLastError();  // already enabled
+  cudaMemPool_t pool;
+  if (cudaDeviceGetDefaultMemPool(&pool, other) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return;
+  }
+  cudaMemAccessDesc desc{};
+  desc.location.type = cudaMemLocationTypeDevice;
+  desc.location.id = dev;
+  desc.flags = cudaMemAccessFlagsProtReadWrite;
+  if (cudaMemPoolSetAccess(pool, &desc, 1) != cudaSuccess) (void)cudaGetLastError();
+}
+}  // namespace
+
 LeidenResult leiden_gpus(const std::vector<Context*>& ctxs, const CsrF& graph, const LeidenOptions& opt) {
   if (ctxs.empty()) fail_input(kWhere, "no GPU context given");
   for (const Context* c : ctxs)
@@ -1514,48 +1537,29 @@ LeidenResult leiden_gpus(const std::vector<Context*>& ctxs, const CsrF& graph, c
   Team team(q);
   std::vector<std::exception_ptr> errors(static_cast<size_t>(q));
   LeidenResult res;
+  auto rank_main = [&](int s) {
+    try {
+      const int dev = ctxs[s]->cuda()->device;
+      SCURRY_CUDA(cudaSetDevice(dev));  // the resources were made on another thread
+      for (const Context* c : ctxs) enable_peer_access(dev, c->cuda()->device);
+      LeidenResult out = leiden_gpu_impl(*ctxs[s], graph, opt, knobs, &team, s);
+      if (s == 0) res = std::move(out);
+    } catch (...) {
+      errors[static_cast<size_t>(s)] = std::current_exception();
+      team.abort();
+    }
+  };
   {
     std::vector<std::thread> workers;
     workers.reserve(static_cast<size_t>(q));
-    auto join = [&] {
-      for (std::thread& t : workers) t.join();
-    };
-    for (int s = 0; s < q; ++s) try {
-      workers.emplace_back([&, s] {
-        try {
-          const int dev = ctxs[s]->cuda()->device;
-          SCURRY_CUDA(cudaSetDevice(dev));  // the resources were made on another thread
-          // Peer access to the other GPUs' memory (plain and pool allocations) for the exchanges;
-          // without it the peer copies are staged by the driver (slower, same bytes).
-          for (const Context* c : ctxs) {
-            const int other = c->cuda()->device;
-            int can = 0;
-            if (other == dev || cudaDeviceCanAccessPeer(&can, dev, other) != cudaSuccess || !can) continue;
-            if (cudaDeviceEnablePeerAccess(other, 0) != cudaSuccess) (void)cudaGetLastError();  // already enabled
-            cudaMemPool_t pool;
-            if (cudaDeviceGetDefaultMemPool(&pool, dev) == cudaSuccess) {
-              cudaMemAccessDesc desc{};
-              desc.location.type = cudaMemLocationTypeDevice;
-              desc.location.id = other;
-              desc.flags = cudaMemAccessFlagsProtReadWrite;
-              if (cudaMemPoolSetAccess(pool, &desc, 1) != cudaSuccess) (void)cudaGetLastError();
-            } else {
-              (void)cudaGetLastError();
-            }
-          }
-          LeidenResult out = leiden_gpu_impl(*ctxs[s], graph, opt, knobs, &team, s);
-          if (s == 0) res = std::move(out);
-        } catch (...) {
-          errors[static_cast<size_t>(s)] = std::current_exception();
-          team.abort();
-        }
-      });
-    } catch (...) {  // no thread for rank s: the others must not wait for it
+    try {
+      for (int s = 0; s < q; ++s) workers.emplace_back(rank_main, s);
+    } catch (...) {  // a thread could not start: the others must not wait for it
       team.abort();
-      join();
+      for (std::thread& t : workers) t.join();
       throw;
     }
-    join();
+    for (std::thread& t : workers) t.join();
   }
   // The first error of a rank that failed by itself (the others stopped with TeamAborted).
   bool failed = false;
