@@ -25,15 +25,14 @@
 #include <cub/device/device_scan.cuh>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
-#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <exception>
 #include <limits>
-#include <mutex>
 #include <numeric>
 #include <string>
 #include <thread>
@@ -70,6 +69,9 @@ constexpr int kClasses = 5;  // candidate classes: the four kernels, then the so
 // Row-sum kernels: 8 lanes per node up to kSmallDegree, a warp up to kRowWarpDegree, a block above.
 constexpr int kRowWarpDegree = 1024;
 constexpr int kFixedBits = 61;               // community weights: fixed point, 2m scaled to <= 2^61
+// Several GPUs: levels of fewer nodes search every degree class on every GPU (an exchange costs more
+// than their kernels); only the sort path's results are exchanged there.
+constexpr int64_t kSpreadMinNodes = 100000;
 
 int blocks_for(int64_t n) {
   return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>((n + kBlock - 1) / kBlock, kMaxBlocks)));
@@ -651,6 +653,7 @@ __global__ void stage_scatter_kernel(const int32_t* ids, int64_t count, const un
 // Knobs read from the environment (see leiden_gpu.hpp).
 struct Knobs {
   int sort_above = kMidDegree;  // nodes above this degree take the sort path
+  int64_t spread_below = kSpreadMinNodes;  // several GPUs: levels of fewer nodes are not split
   unsigned subset_mask = 1;     // 1 / (mask + 1) of the nodes may move per sweep
   static Knobs from_env() {
     Knobs k;
@@ -659,6 +662,8 @@ struct Knobs {
     k.subset_mask = s > 0 && s < 8 ? (1u << s) - 1u : 0u;
     if (const char* t = std::getenv("SCURRY_LEIDEN_SORT_ABOVE"); t && *t)
       k.sort_above = std::clamp(std::atoi(t), 0, kMidDegree);
+    if (const char* t = std::getenv("SCURRY_LEIDEN_SPREAD_BELOW"); t && *t)
+      k.spread_below = std::max<int64_t>(0, std::atoll(t));
     return k;
   }
 };
@@ -755,25 +760,22 @@ class Team {
   explicit Team(int size)
       : dev(size), stage_best(size), stage_own(size), stage_kbest(size), ptr(size), size_(size) {}
   int size() const { return size_; }
-  // Returns once every rank has called it; throws TeamAborted once a rank has failed.
+  // Returns once every rank has called it (what a rank wrote before is then seen by all);
+  // throws TeamAborted once a rank has failed. Spins (yielding): a few microseconds per exchange.
   void wait() {
-    std::unique_lock<std::mutex> lock(mutex_);
-    if (aborted_) throw TeamAborted{};
-    const uint64_t gen = generation_;
-    if (++arrived_ == size_) {
-      arrived_ = 0;
-      ++generation_;
-      cv_.notify_all();
+    if (aborted_.load(std::memory_order_acquire)) throw TeamAborted{};
+    const uint64_t gen = generation_.load(std::memory_order_acquire);
+    if (arrived_.fetch_add(1, std::memory_order_acq_rel) + 1 == size_) {
+      arrived_.store(0, std::memory_order_relaxed);
+      generation_.fetch_add(1, std::memory_order_release);  // after the reset: no rank leaves before it
       return;
     }
-    cv_.wait(lock, [&] { return generation_ != gen || aborted_; });
-    if (generation_ == gen) throw TeamAborted{};
+    while (generation_.load(std::memory_order_acquire) == gen) {
+      if (aborted_.load(std::memory_order_acquire)) throw TeamAborted{};
+      std::this_thread::yield();
+    }
   }
-  void abort() {
-    std::lock_guard<std::mutex> lock(mutex_);
-    aborted_ = true;
-    cv_.notify_all();
-  }
+  void abort() { aborted_.store(true, std::memory_order_release); }
   // Per rank (each writes its own entry before its first wait): device, stage buffers, and the
   // destination of the current broadcast.
   std::vector<int> dev;
@@ -784,11 +786,9 @@ class Team {
 
  private:
   int size_;
-  std::mutex mutex_;
-  std::condition_variable cv_;
-  int arrived_ = 0;
-  uint64_t generation_ = 0;
-  bool aborted_ = false;
+  std::atomic<int> arrived_{0};
+  std::atomic<uint64_t> generation_{0};
+  std::atomic<bool> aborted_{false};
 };
 
 struct Workspace {
@@ -851,9 +851,15 @@ struct Workspace {
   }
 
   bool split() const { return team != nullptr && team->size() > 1; }
-  // The positions [lo, hi) of candidate class c's list (count nodes) that this rank searches.
-  std::pair<int64_t, int64_t> owned(int c, int64_t count) const {
-    if (!split()) return {0, count};
+  // Several GPUs: whether class c's candidates are searched by one rank each and exchanged (the
+  // sort path always: rank 0's; the four kernels' classes on levels of spread_below nodes or more).
+  bool exchanged(const Level& g, int c) const {
+    return split() && (c == kClasses - 1 || g.n >= knobs.spread_below);
+  }
+  // The positions [lo, hi) of class c's list that this rank searches.
+  std::pair<int64_t, int64_t> owned(const Level& g, int c) const {
+    const int64_t count = g.cands[c].count;
+    if (!exchanged(g, c)) return {0, count};
     if (c == kClasses - 1) return rank == 0 ? std::pair<int64_t, int64_t>{0, count} : std::pair<int64_t, int64_t>{0, 0};
     const int64_t q = team->size();
     return {count * rank / q, count * (rank + 1) / q};
@@ -882,12 +888,17 @@ struct Workspace {
   // k_best) on every rank. The stage holds the class lists one after the other.
   void exchange(const Level& g, bool with_k) {
     int64_t base[kClasses];
-    int64_t at = 0;
-    for (int c = 0; c < kClasses; ++c) base[c] = at, at += g.cands[c].count;
+    int64_t at = 0, total = 0;
+    for (int c = 0; c < kClasses; ++c) {
+      base[c] = at, at += g.cands[c].count;
+      if (exchanged(g, c)) total += g.cands[c].count;
+    }
+    if (total == 0) return;  // the same on every rank
     std::vector<std::pair<int64_t, int64_t>> mine;  // stage ranges written here
     for (int c = 0; c < kClasses; ++c) {
       const NodeList& l = g.cands[c];
-      const auto [lo, hi] = owned(c, l.count);
+      if (!exchanged(g, c)) continue;
+      const auto [lo, hi] = owned(g, c);
       if (hi <= lo) continue;
       const int64_t o = base[c] + lo;
       stage_gather_kernel<<<blocks_for(hi - lo), kBlock, 0, r.stream>>>(
@@ -917,7 +928,7 @@ struct Workspace {
     team->wait();  // every share in every stage
     for (int c = 0; c < kClasses; ++c) {
       const NodeList& l = g.cands[c];
-      if (l.count == 0) continue;
+      if (l.count == 0 || !exchanged(g, c)) continue;
       stage_scatter_kernel<<<blocks_for(l.count), kBlock, 0, r.stream>>>(
           l.ids.data(), l.count, stage_best.data() + base[c], stage_own.data() + base[c],
           stage_kbest.data() + base[c], with_k, best.data(), k_own.data(), k_best.data());
@@ -1076,7 +1087,7 @@ struct Workspace {
   template <bool kRefine>
   void candidates(const Level& g, const CandArgs& a) {
     const NodeList& h = g.cands[kClasses - 1];
-    if (h.count && owned(kClasses - 1, h.count).second > 0) {  // sort path
+    if (h.count && owned(g, kClasses - 1).second > 0) {  // sort path
       zero_hubs_kernel<<<blocks_for(h.count), kBlock, 0, r.stream>>>(h.ids.data(), h.count, best.data());
       SCURRY_CUDA_LAUNCH();
       if (!kRefine) {  // k_own of every hub by its row; the runs only for those that may move
@@ -1132,7 +1143,7 @@ struct Workspace {
   template <int G, int R, bool kRefine>
   void launch_candidates(const Level& g, int c, const CandArgs& a, const char* phase) {
     const NodeList& l = g.cands[c];
-    const auto [lo, hi] = owned(c, l.count);
+    const auto [lo, hi] = owned(g, c);
     if (hi <= lo) return;
     candidates_kernel<G, R, kRefine><<<blocks_for_groups(hi - lo, G), kBlock, 0, r.stream>>>(l.ids.data() + lo,
                                                                                           hi - lo, a);

@@ -52,9 +52,11 @@ LeidenResult leiden_gpu(const Context& ctx, const CsrF& graph, const LeidenOptio
 // algorithm on its own copy of the graph, except the per-node candidate searches of the local
 // moving and the refinement (most of the time): GPU q searches the q-th slice of each degree
 // class's nodes (the sort path, for nodes of degree > 256, stays on the first GPU), and the
-// results are exchanged by peer copies before every GPU applies the same moves. Each level's
-// aggregation is made on the first GPU and copied to the others. Memory: every GPU holds what
-// leiden_gpu holds, plus 24 B per node. One context: leiden_gpu.
+// results are exchanged by peer copies before every GPU applies the same moves. Levels of fewer
+// than 100,000 nodes (SCURRY_LEIDEN_SPREAD_BELOW=n, a test knob) search every class on every GPU
+// and exchange only the sort path's results. Each level's aggregation is made on the first GPU
+// and copied to the others. Memory: every GPU holds what leiden_gpu holds, plus 24 B per node.
+// One context: leiden_gpu.
 LeidenResult leiden_gpus(const std::vector<Context*>& ctxs, const CsrF& graph, const LeidenOptions& opt);
 // Dataset level: leiden(ctx, d, opt) (leiden.hpp) calls leiden_gpu when ctx is a CUDA context.
 

@@ -79,22 +79,27 @@ std::vector<Context> three_contexts() {
   return ctxs;
 }
 
-// leiden_gpus over the first 2 and 3 contexts equals leiden_gpu on the first.
+// leiden_gpus over the first 2 and 3 contexts equals leiden_gpu on the first: with every level's
+// degree classes split over the GPUs (SCURRY_LEIDEN_SPREAD_BELOW=0), and with levels below 100,000
+// nodes not split (the default; these graphs are smaller: only the sort path's results exchanged).
 void expect_equal_to_one_gpu(const char* what, std::vector<Context>& ctxs, const CsrF& g, const LeidenOptions& o) {
   const LeidenResult one = leiden_gpu(ctxs[0], g, o);
   ASSERT_EQ(static_cast<int64_t>(one.labels.size()), g.n_rows);
-  for (int parts : {2, 3}) {
+  for (int mode = 0; mode < 4; ++mode) {
+    const int parts = mode % 2 == 0 ? 2 : 3;
+    const bool spread = mode < 2;
+    const ScopedEnv env("SCURRY_LEIDEN_SPREAD_BELOW", spread ? "0" : "100000");
     std::vector<Context*> ptrs;
     for (int s = 0; s < parts; ++s) ptrs.push_back(&ctxs[s]);
     const LeidenResult many = leiden_gpus(ptrs, g, o);
     int64_t differ = 0;
-    ASSERT_EQ(many.labels.size(), one.labels.size()) << what << ", " << parts << " contexts";
+    ASSERT_EQ(many.labels.size(), one.labels.size()) << what << ", " << parts << " contexts, split " << spread;
     for (size_t i = 0; i < one.labels.size(); ++i) differ += many.labels[i] != one.labels[i];
-    EXPECT_EQ(differ, 0) << what << ", " << parts << " contexts: labels that differ from one GPU's";
-    EXPECT_EQ(many.n_clusters, one.n_clusters) << what << ", " << parts << " contexts";
-    EXPECT_EQ(many.modularity, one.modularity) << what << ", " << parts << " contexts";
-    std::printf("%s (resolution %.2f): %d contexts on %d devices: %lld clusters, modularity %.6f, %lld labels differ\n",
-                what, o.resolution, parts, std::min(cuda_device_count(), parts),
+    EXPECT_EQ(differ, 0) << what << ", " << parts << " contexts, split " << spread << ": labels unlike one GPU's";
+    EXPECT_EQ(many.n_clusters, one.n_clusters) << what << ", " << parts << " contexts, split " << spread;
+    EXPECT_EQ(many.modularity, one.modularity) << what << ", " << parts << " contexts, split " << spread;
+    std::printf("%s (resolution %.2f): %d contexts on %d devices%s: %lld clusters, modularity %.6f, %lld labels differ\n",
+                what, o.resolution, parts, std::min(cuda_device_count(), parts), spread ? ", classes split" : "",
                 static_cast<long long>(many.n_clusters), many.modularity, static_cast<long long>(differ));
   }
 }
