@@ -1,6 +1,8 @@
 #include "testlib.hpp"
 
+#include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <random>
@@ -58,5 +60,100 @@ CsrF random_counts(int64_t rows, int64_t cols, double density, uint64_t seed, in
 }
 
 bool have_gpu() { return cuda_built() && cuda_device_count() > 0; }
+
+DenseF clustered_points(int64_t n, int64_t d, int clusters, uint64_t seed, float offset) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<double> nd;
+  DenseD centres(clusters, d);
+  for (double& v : centres.data) v = 5.0 * nd(rng) + offset;
+  DenseF x(n, d);
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t c = static_cast<int64_t>(rng() % clusters);
+    for (int64_t j = 0; j < d; ++j) x(i, j) = static_cast<float>(centres(c, j) + nd(rng));
+  }
+  return x;
+}
+
+std::vector<std::pair<double, int32_t>> knn_oracle_row(const DenseF& x, int64_t i, KnnMetric metric, size_t keep) {
+  std::vector<std::pair<double, int32_t>> r;
+  r.reserve(static_cast<size_t>(x.n_rows));
+  double ni = 0;
+  for (int64_t c = 0; c < x.n_cols; ++c) ni += static_cast<double>(x(i, c)) * x(i, c);
+  for (int64_t j = 0; j < x.n_rows; ++j) {
+    if (j == i) continue;
+    double dd = 0, dot = 0, nj = 0;
+    for (int64_t c = 0; c < x.n_cols; ++c) {
+      const double a = x(i, c), b = x(j, c);
+      dd += (a - b) * (a - b);
+      dot += a * b;
+      nj += b * b;
+    }
+    double dist = std::sqrt(dd);
+    if (metric == KnnMetric::cosine) dist = (ni == 0 || nj == 0) ? 1.0 : 1.0 - dot / std::sqrt(ni * nj);
+    r.emplace_back(dist, static_cast<int32_t>(j));
+  }
+  keep = std::min(keep, r.size());
+  std::partial_sort(r.begin(), r.begin() + static_cast<std::ptrdiff_t>(keep), r.end());
+  r.resize(keep);
+  return r;
+}
+
+CsrF csr_from_rows(std::vector<std::vector<std::pair<int32_t, float>>>& rows, int64_t n_cols) {
+  const int64_t n = static_cast<int64_t>(rows.size());
+  CsrF m = CsrF::zeros(n, n_cols);
+  for (int64_t i = 0; i < n; ++i) {
+    std::sort(rows[i].begin(), rows[i].end());
+    for (size_t p = 0; p < rows[i].size(); ++p) {
+      if (p > 0 && rows[i][p].first == rows[i][p - 1].first) {
+        m.data.back() += rows[i][p].second;
+        continue;
+      }
+      m.indices.push_back(rows[i][p].first);
+      m.data.push_back(rows[i][p].second);
+    }
+    m.indptr[i + 1] = m.nnz();
+  }
+  return m;
+}
+
+CsrF planted_partition(int64_t n, int64_t blocks, int intra, int inter, uint64_t seed, int hubs,
+                       std::vector<int32_t>* truth_out) {
+  std::vector<int32_t> truth;
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<float> u(0.1f, 1.0f);
+  const int64_t size = n / blocks;
+  truth.resize(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) truth[i] = static_cast<int32_t>(std::min(i / size, blocks - 1));
+  std::vector<std::vector<std::pair<int32_t, float>>> rows(static_cast<size_t>(n));
+  auto add = [&](int64_t i, int64_t j) {
+    if (i == j) return;
+    const float w = u(rng);
+    rows[i].emplace_back(static_cast<int32_t>(j), w);
+    rows[j].emplace_back(static_cast<int32_t>(i), w);
+  };
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t b0 = truth[i] * size, b1 = truth[i] == blocks - 1 ? n : b0 + size;
+    for (int t = 0; t < intra; ++t) add(i, b0 + static_cast<int64_t>(rng() % static_cast<uint64_t>(b1 - b0)));
+    for (int t = 0; t < inter; ++t) add(i, static_cast<int64_t>(rng() % static_cast<uint64_t>(n)));
+    if (i - b0 < hubs) {
+      const int extra = 300 + static_cast<int>(rng() % 2701);
+      for (int t = 0; t < extra; ++t) add(i, b0 + static_cast<int64_t>(rng() % static_cast<uint64_t>(b1 - b0)));
+    }
+  }
+  if (truth_out) *truth_out = std::move(truth);
+  return csr_from_rows(rows, n);
+}
+
+std::vector<Context> three_gpu_contexts() {
+  const int devices = cuda_device_count();
+  std::vector<Context> ctxs;
+  for (int s = 0; s < 3; ++s) {
+    ContextOptions co;
+    co.device = "gpu";
+    co.cuda.device = devices >= 2 ? s % devices : 0;
+    ctxs.push_back(Context::create(co));
+  }
+  return ctxs;
+}
 
 }  // namespace scurry::test

@@ -5,8 +5,12 @@
 #include <cstdint>
 #include <filesystem>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "core/matrix.hpp"
+#include "exec/context.hpp"
+#include "graph/knn.hpp"
 
 namespace scurry::test {
 
@@ -38,6 +42,29 @@ CsrF random_counts(int64_t rows, int64_t cols, double density, uint64_t seed, in
 
 // True if a CUDA device is usable; GPU tests call GTEST_SKIP() with a message otherwise.
 bool have_gpu();
+
+// Seeded clustered points: `clusters` Gaussian blobs (centres sd 5 around `offset`, points sd 1) in d
+// dims; the offset makes norms large against neighbour distances (it stresses a float32 GEMM).
+DenseF clustered_points(int64_t n, int64_t d, int clusters, uint64_t seed, float offset = 20.0f);
+
+// The kNN oracle for one row: float64 distances (euclidean, or cosine 1 - cos with 1 for a zero
+// row) to every other row, sorted by (distance, index), the first `keep` kept.
+std::vector<std::pair<double, int32_t>> knn_oracle_row(const DenseF& x, int64_t i, KnnMetric metric, size_t keep);
+
+// An n_rows x n_cols CSR from per-row (column, weight) lists: columns sorted, a repeated column's
+// weights summed (sorts `rows` in place).
+CsrF csr_from_rows(std::vector<std::vector<std::pair<int32_t, float>>>& rows, int64_t n_cols);
+
+// A planted partition (the Leiden tests' graph): `blocks` groups of equal size; each node draws
+// `intra` partners in its group and `inter` anywhere, weights U(0.1, 1); the first `hubs` nodes of
+// each group draw 300-3,000 more partners in their group; symmetric, duplicates summed, sorted
+// columns. truth_out (optional): each node's group.
+CsrF planted_partition(int64_t n, int64_t blocks, int intra, int inter, uint64_t seed, int hubs = 0,
+                       std::vector<int32_t>* truth_out = nullptr);
+
+// Three GPU contexts: devices 0, 1, 0 (round robin) when there are two or more, else all on device 0
+// (several contexts on one GPU run the same multi-GPU code).
+std::vector<Context> three_gpu_contexts();
 
 }  // namespace scurry::test
 

@@ -16,16 +16,7 @@ namespace {
 // Seeded clustered data: `clusters` Gaussian blobs (centres sd 5, points sd 1) in d dims, with an
 // offset so that norms are large compared with neighbour distances (stresses the float32 GEMM).
 DenseF clustered(int64_t n, int64_t d, int clusters, uint64_t seed, float offset = 20.0f) {
-  std::mt19937_64 rng(seed);
-  std::normal_distribution<double> nd;
-  DenseD centres(clusters, d);
-  for (double& v : centres.data) v = 5.0 * nd(rng) + offset;
-  DenseF x(n, d);
-  for (int64_t i = 0; i < n; ++i) {
-    const int64_t c = static_cast<int64_t>(rng() % clusters);
-    for (int64_t j = 0; j < d; ++j) x(i, j) = static_cast<float>(centres(c, j) + nd(rng));
-  }
-  return x;
+  return test::clustered_points(n, d, clusters, seed, offset);
 }
 
 // The oracle: float64 distances to every other cell, sorted by (distance, index).

@@ -30,15 +30,7 @@ Context gpu_ctx() {
 // large compared with neighbour distances (stresses the GEMM). zero_row >= 0: that row is all zeros
 // (cosine: distance 1 from everything).
 DenseF clustered(int64_t n, int64_t d, int clusters, uint64_t seed, float offset = 20.0f, int64_t zero_row = -1) {
-  std::mt19937_64 rng(seed);
-  std::normal_distribution<double> nd;
-  DenseD centres(clusters, d);
-  for (double& v : centres.data) v = 5.0 * nd(rng) + offset;
-  DenseF x(n, d);
-  for (int64_t i = 0; i < n; ++i) {
-    const int64_t c = static_cast<int64_t>(rng() % clusters);
-    for (int64_t j = 0; j < d; ++j) x(i, j) = static_cast<float>(centres(c, j) + nd(rng));
-  }
+  DenseF x = test::clustered_points(n, d, clusters, seed, offset);
   if (zero_row >= 0)
     for (int64_t j = 0; j < d; ++j) x(zero_row, j) = 0.f;
   return x;
@@ -47,29 +39,7 @@ DenseF clustered(int64_t n, int64_t d, int clusters, uint64_t seed, float offset
 // The oracle for one row: float64 distances to every other row, sorted by (distance, index), the
 // first `keep` kept.
 using Row = std::vector<std::pair<double, int32_t>>;
-Row oracle_row(const DenseF& x, int64_t i, KnnMetric metric, size_t keep) {
-  Row r;
-  r.reserve(static_cast<size_t>(x.n_rows));
-  double ni = 0;
-  for (int64_t c = 0; c < x.n_cols; ++c) ni += static_cast<double>(x(i, c)) * x(i, c);
-  for (int64_t j = 0; j < x.n_rows; ++j) {
-    if (j == i) continue;
-    double dd = 0, dot = 0, nj = 0;
-    for (int64_t c = 0; c < x.n_cols; ++c) {
-      const double a = x(i, c), b = x(j, c);
-      dd += (a - b) * (a - b);
-      dot += a * b;
-      nj += b * b;
-    }
-    double dist = std::sqrt(dd);
-    if (metric == KnnMetric::cosine) dist = (ni == 0 || nj == 0) ? 1.0 : 1.0 - dot / std::sqrt(ni * nj);
-    r.emplace_back(dist, static_cast<int32_t>(j));
-  }
-  keep = std::min(keep, r.size());
-  std::partial_sort(r.begin(), r.begin() + static_cast<std::ptrdiff_t>(keep), r.end());
-  r.resize(keep);
-  return r;
-}
+Row oracle_row(const DenseF& x, int64_t i, KnnMetric metric, size_t keep) { return test::knn_oracle_row(x, i, metric, keep); }
 
 struct Oracle {
   std::vector<int64_t> rows;
@@ -269,13 +239,7 @@ TEST(KnnGpu, IvfShardsMergeToTheWholeSearch) {
     // knn_ivf_gpus (each shard re-ranks and downloads only its own rows): over 2 GPUs when there
     // are, and over 3 contexts (on one GPU, or spread over the GPUs) always.
     const int devices = cuda_device_count();
-    std::vector<Context> ctxs;
-    for (int s = 0; s < 3; ++s) {
-      ContextOptions co;
-      co.device = "gpu";
-      co.cuda.device = devices >= 2 ? s % devices : 0;
-      ctxs.push_back(Context::create(co));
-    }
+    std::vector<Context> ctxs = test::three_gpu_contexts();
     for (int parts : {2, 3}) {
       std::vector<Context*> ptrs;
       for (int s = 0; s < parts; ++s) ptrs.push_back(&ctxs[s]);

@@ -20,56 +20,20 @@
 namespace scurry {
 namespace {
 
-// Seeded Gaussian blobs (centres sd 5 around `offset`, points sd 1), as test_knn_gpu.cu's.
-DenseF clustered(int64_t n, int64_t d, int clusters, uint64_t seed, float offset = 20.0f) {
-  std::mt19937_64 rng(seed);
-  std::normal_distribution<double> nd;
-  DenseD centres(clusters, d);
-  for (double& v : centres.data) v = 5.0 * nd(rng) + offset;
-  DenseF x(n, d);
-  for (int64_t i = 0; i < n; ++i) {
-    const int64_t c = static_cast<int64_t>(rng() % clusters);
-    for (int64_t j = 0; j < d; ++j) x(i, j) = static_cast<float>(centres(c, j) + nd(rng));
-  }
-  return x;
+DenseF clustered(int64_t n, int64_t d, int clusters, uint64_t seed, float offset) {
+  return test::clustered_points(n, d, clusters, seed, offset);
 }
 
 // Three contexts: on three GPUs when there are, else round robin (several contexts on one GPU run
 // the same sharded code).
 std::vector<Context> three_contexts(int* devices) {
   *devices = cuda_device_count();
-  std::vector<Context> ctxs;
-  for (int s = 0; s < 3; ++s) {
-    ContextOptions co;
-    co.device = "gpu";
-    co.cuda.device = *devices >= 2 ? s % *devices : 0;
-    ctxs.push_back(Context::create(co));
-  }
-  return ctxs;
+  return test::three_gpu_contexts();
 }
 
 // The float64 k - 1 nearest other rows of row i, by (distance, index).
 std::vector<std::pair<double, int32_t>> oracle_row(const DenseF& x, int64_t i, KnnMetric metric, int64_t keep) {
-  std::vector<std::pair<double, int32_t>> r;
-  double ni = 0;
-  for (int64_t c = 0; c < x.n_cols; ++c) ni += static_cast<double>(x(i, c)) * x(i, c);
-  for (int64_t j = 0; j < x.n_rows; ++j) {
-    if (j == i) continue;
-    double dd = 0, dot = 0, nj = 0;
-    for (int64_t c = 0; c < x.n_cols; ++c) {
-      const double a = x(i, c), b = x(j, c);
-      dd += (a - b) * (a - b);
-      dot += a * b;
-      nj += b * b;
-    }
-    const double dist = metric == KnnMetric::euclidean ? std::sqrt(dd)
-                        : (ni == 0 || nj == 0)         ? 1.0
-                                                       : 1.0 - dot / std::sqrt(ni * nj);
-    r.emplace_back(dist, static_cast<int32_t>(j));
-  }
-  std::partial_sort(r.begin(), r.begin() + keep, r.end());
-  r.resize(static_cast<size_t>(keep));
-  return r;
+  return test::knn_oracle_row(x, i, metric, static_cast<size_t>(keep));
 }
 
 // Rows (of a seeded sample) whose neighbour set differs from the float64 oracle's.

@@ -35,46 +35,9 @@ CsrF golden_graph() {
   return to_csr_f(d.obsp.at("connectivities"));
 }
 
-// A planted partition: `blocks` groups of equal size; each node draws `intra` partners in its group
-// and `inter` anywhere, weights U(0.1, 1); the first `hubs` nodes of each group draw 300-3,000
-// more partners in their group; symmetric, duplicates summed, sorted columns.
 CsrF planted(int64_t n, int64_t blocks, int intra, int inter, uint64_t seed, std::vector<int32_t>& truth,
              int hubs = 0) {
-  std::mt19937_64 rng(seed);
-  std::uniform_real_distribution<float> u(0.1f, 1.0f);
-  const int64_t size = n / blocks;
-  truth.resize(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) truth[i] = static_cast<int32_t>(std::min(i / size, blocks - 1));
-  std::vector<std::vector<std::pair<int32_t, float>>> rows(static_cast<size_t>(n));
-  auto add = [&](int64_t i, int64_t j) {
-    if (i == j) return;
-    const float w = u(rng);
-    rows[i].emplace_back(static_cast<int32_t>(j), w);
-    rows[j].emplace_back(static_cast<int32_t>(i), w);
-  };
-  for (int64_t i = 0; i < n; ++i) {
-    const int64_t b0 = truth[i] * size, b1 = truth[i] == blocks - 1 ? n : b0 + size;
-    for (int t = 0; t < intra; ++t) add(i, b0 + static_cast<int64_t>(rng() % static_cast<uint64_t>(b1 - b0)));
-    for (int t = 0; t < inter; ++t) add(i, static_cast<int64_t>(rng() % static_cast<uint64_t>(n)));
-    if (i - b0 < hubs) {
-      const int extra = 300 + static_cast<int>(rng() % 2701);
-      for (int t = 0; t < extra; ++t) add(i, b0 + static_cast<int64_t>(rng() % static_cast<uint64_t>(b1 - b0)));
-    }
-  }
-  CsrF m = CsrF::zeros(n, n);
-  for (int64_t i = 0; i < n; ++i) {
-    std::sort(rows[i].begin(), rows[i].end());
-    for (size_t p = 0; p < rows[i].size(); ++p) {
-      if (p > 0 && rows[i][p].first == rows[i][p - 1].first) {
-        m.data.back() += rows[i][p].second;
-        continue;
-      }
-      m.indices.push_back(rows[i][p].first);
-      m.data.push_back(rows[i][p].second);
-    }
-    m.indptr[i + 1] = m.nnz();
-  }
-  return m;
+  return test::planted_partition(n, blocks, intra, inter, seed, hubs, &truth);
 }
 
 // Labels numbered 0..n_clusters-1 by decreasing size.

@@ -20,44 +20,8 @@
 namespace scurry {
 namespace {
 
-// A planted partition (as test_leiden_gpu): `blocks` groups of equal size; each node draws `intra`
-// partners in its group and `inter` anywhere, weights U(0.1, 1); the first `hubs` nodes of each
-// group draw 300-3,000 more partners in their group; symmetric, duplicates summed, sorted columns.
 CsrF planted(int64_t n, int64_t blocks, int intra, int inter, uint64_t seed, int hubs = 0) {
-  std::mt19937_64 rng(seed);
-  std::uniform_real_distribution<float> u(0.1f, 1.0f);
-  const int64_t size = n / blocks;
-  std::vector<std::vector<std::pair<int32_t, float>>> rows(static_cast<size_t>(n));
-  auto add = [&](int64_t i, int64_t j) {
-    if (i == j) return;
-    const float w = u(rng);
-    rows[i].emplace_back(static_cast<int32_t>(j), w);
-    rows[j].emplace_back(static_cast<int32_t>(i), w);
-  };
-  for (int64_t i = 0; i < n; ++i) {
-    const int64_t g = std::min(i / size, blocks - 1);
-    const int64_t b0 = g * size, b1 = g == blocks - 1 ? n : b0 + size;
-    for (int t = 0; t < intra; ++t) add(i, b0 + static_cast<int64_t>(rng() % static_cast<uint64_t>(b1 - b0)));
-    for (int t = 0; t < inter; ++t) add(i, static_cast<int64_t>(rng() % static_cast<uint64_t>(n)));
-    if (i - b0 < hubs) {
-      const int extra = 300 + static_cast<int>(rng() % 2701);
-      for (int t = 0; t < extra; ++t) add(i, b0 + static_cast<int64_t>(rng() % static_cast<uint64_t>(b1 - b0)));
-    }
-  }
-  CsrF m = CsrF::zeros(n, n);
-  for (int64_t i = 0; i < n; ++i) {
-    std::sort(rows[i].begin(), rows[i].end());
-    for (size_t p = 0; p < rows[i].size(); ++p) {
-      if (p > 0 && rows[i][p].first == rows[i][p - 1].first) {
-        m.data.back() += rows[i][p].second;
-        continue;
-      }
-      m.indices.push_back(rows[i][p].first);
-      m.data.push_back(rows[i][p].second);
-    }
-    m.indptr[i + 1] = m.nnz();
-  }
-  return m;
+  return test::planted_partition(n, blocks, intra, inter, seed, hubs);
 }
 
 struct ScopedEnv {
@@ -66,18 +30,7 @@ struct ScopedEnv {
   ~ScopedEnv() { unsetenv(name.c_str()); }
 };
 
-// Three GPU contexts: devices 0, 1, 0 when there are two or more, else all on device 0.
-std::vector<Context> three_contexts() {
-  const int devices = cuda_device_count();
-  std::vector<Context> ctxs;
-  for (int s = 0; s < 3; ++s) {
-    ContextOptions co;
-    co.device = "gpu";
-    co.cuda.device = devices >= 2 ? s % devices : 0;
-    ctxs.push_back(Context::create(co));
-  }
-  return ctxs;
-}
+std::vector<Context> three_contexts() { return test::three_gpu_contexts(); }
 
 // leiden_gpus over the first 2 and 3 contexts equals leiden_gpu on the first: with every level's
 // degree classes split over the GPUs (SCURRY_LEIDEN_SPREAD_BELOW=0), and with levels below 100,000

@@ -124,20 +124,7 @@ CsrF random_graph(int64_t n, uint64_t seed) {
     const int64_t i = static_cast<int64_t>(rng() % n), j = (i + 2 + static_cast<int64_t>(rng() % 30)) % n;
     add(i, j, u(rng));
   }
-  CsrF m = CsrF::zeros(n, n);
-  for (int64_t i = 0; i < n; ++i) {
-    std::sort(rows[i].begin(), rows[i].end());
-    for (size_t p = 0; p < rows[i].size(); ++p) {
-      if (p > 0 && rows[i][p].first == rows[i][p - 1].first) {
-        m.data.back() += rows[i][p].second;
-        continue;
-      }
-      m.indices.push_back(rows[i][p].first);
-      m.data.push_back(rows[i][p].second);
-    }
-    m.indptr[i + 1] = m.nnz();
-  }
-  return m;
+  return test::csr_from_rows(rows, n);
 }
 
 TEST(Spectral, SubspaceIterationSpansTheDenseEigenvectors) {
