@@ -56,7 +56,7 @@ struct BenchOptions {
   int64_t recall_rows = 20000;
   std::vector<int64_t> ivf_probes;  // --ivf-probes: also time IVF-Flat at these n_probes (recall each)
   std::string graph_knn = "both";   // --graph-knn: exact, ivf or both (the graph steps then use the last)
-  std::string knn_shard = "queries";  // --knn-shard: several GPUs split the queries or the index (KnnShard)
+  KnnShard knn_shard = KnnShard::queries;  // --knn-shard: several GPUs split the queries or the index
   int64_t graph_pcs = 0;            // --graph-pcs: the first this many PCs for the graph (0: all)
   double umap_min_dist = 0.5;       // --umap-min-dist
   bool stream = false;              // --stream: the streamed chain from a host-memory copy (or --stream-file)
@@ -127,7 +127,7 @@ nlohmann::json bench_graph(Context& ctx, const std::vector<Context*>& gpus, cons
   Knn exact, ivf;
   int64_t redo = -1;
   const bool do_exact = o.graph_knn != "ivf", do_ivf = o.graph_knn != "exact";
-  const KnnShard sharding = parse_knn_shard(o.knn_shard, "--knn-shard");
+  const KnnShard sharding = o.knn_shard;
   const std::string over = gpus.size() > 1 ? " (" + std::to_string(gpus.size()) + " GPUs" +
                                                  (sharding == KnnShard::index ? ", index sharded)" : ")")
                                            : "";
@@ -460,11 +460,7 @@ void add_bench_command(CLI::App& app, GlobalOptions& g) {
   cmd->add_option("--graph-knn", o->graph_knn, "With --graph: exact, ivf or both (the graph steps use the exact kNN when timed)")
       ->check(CLI::IsMember({"exact", "ivf", "both"}))
       ->capture_default_str();
-  cmd->add_option("--knn-shard", o->knn_shard,
-                  "With --graph --gpus N: the kNN splits the queries over the GPUs (each holds the whole index) or the "
-                  "index (each holds a share of the rows or IVF lists; per-query top-k lists merged)")
-      ->check(CLI::IsMember({"queries", "index"}))
-      ->capture_default_str();
+  add_knn_shard_option(*cmd, o->knn_shard, "With --graph --gpus N");
   cmd->add_option("--ivf-probes", o->ivf_probes, "With --graph on the GPU: also time IVF-Flat at these n_probes, with the recall of each");
   cmd->add_flag("--graph", o->graph, "Also time kNN (exact and approximate), connectivities, UMAP and Leiden on the PCA");
   cmd->add_flag("--stream", o->stream,

@@ -15,7 +15,6 @@
 // connectivities, UMAP and Leiden run on the first GPU.
 #include <cstdio>
 #include <exception>
-#include <map>
 #include <new>
 #include <memory>
 #include <string>
@@ -330,14 +329,7 @@ void add_run_command(CLI::App& app, GlobalOptions& g) {
   cmd->add_option("--gpus", g.gpus,
                   "With --device gpu: spread the preprocessing and the kNN (exact, or IVF-Flat with --knn-algorithm hnsw) over "
                   "these GPUs of this host: all, a count N, or ordinals 0,2 (default: one GPU)");
-  cmd->add_option("--knn-shard", o->neighbors.gpu_sharding,
-                  "With --gpus: the kNN splits the queries over the GPUs (each holds the whole index) or the index "
-                  "(each holds a share of the rows or IVF lists; per-query top-k lists merged); the same result")
-      ->transform(CLI::CheckedTransformer(std::map<std::string, KnnShard>{{"queries", KnnShard::queries},
-                                                                          {"index", KnnShard::index}})
-                      .description(""))
-      ->type_name("queries|index")
-      ->default_str("queries");
+  add_knn_shard_option(*cmd, o->neighbors.gpu_sharding, "With --gpus");
   cmd->callback([&g, o] { run_pipeline(g, *o); });
 }
 

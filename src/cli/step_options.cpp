@@ -17,6 +17,15 @@ void opt_value(CLI::App& cmd, const std::string& name, std::optional<T>& target,
 
 }  // namespace
 
+void add_knn_shard_option(CLI::App& cmd, KnnShard& target, const std::string& when) {
+  cmd.add_option_function<std::string>(
+         "--knn-shard", [&target](const std::string& v) { target = parse_knn_shard(v, "--knn-shard"); },
+         when + ": the kNN splits the queries over the GPUs (each holds the whole index) or the index (each "
+                "holds a share of the rows or IVF lists; per-query top-k lists merged); the same result")
+      ->check(CLI::IsMember({"queries", "index"}))
+      ->default_str(knn_shard_name(target));
+}
+
 size_t parse_size(const std::string& s, const char* option) {
   char* end = nullptr;
   const double v = std::strtod(s.c_str(), &end);

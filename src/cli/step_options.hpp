@@ -31,6 +31,9 @@ void add_preprocess_options(CLI::App& cmd, PreprocessOptions& o);
 void add_neighbors_options(CLI::App& cmd, NeighborsOptions& o);
 void add_umap_options(CLI::App& cmd, UmapOptions& o, bool prefixed);
 void add_leiden_options(CLI::App& cmd, LeidenOptions& o, bool prefixed);
+// --knn-shard queries|index (parse_knn_shard), for `run --gpus` and `bench --graph --gpus`; `when`
+// starts the help ("With --gpus").
+void add_knn_shard_option(CLI::App& cmd, KnnShard& target, const std::string& when);
 
 // "8G", "512M", "1.5GiB", "1000000" -> bytes; InputError naming the option otherwise.
 size_t parse_size(const std::string& s, const char* option);
