@@ -8,6 +8,7 @@
 #include <random>
 
 #include "exec/context.hpp"
+#include "sim/simulate.hpp"
 
 namespace scurry::test {
 
@@ -60,6 +61,15 @@ CsrF random_counts(int64_t rows, int64_t cols, double density, uint64_t seed, in
 }
 
 bool have_gpu() { return cuda_built() && cuda_device_count() > 0; }
+
+Dataset simulated_counts(int64_t cells, int64_t genes, double nnz_per_cell) {
+  SimulateOptions s;
+  s.n_cells = cells;
+  s.n_genes = genes;
+  s.nnz_per_cell = nnz_per_cell;
+  s.seed = fresh_seed();
+  return simulate(Context::cpu(2), s);
+}
 
 DenseF clustered_points(int64_t n, int64_t d, int clusters, uint64_t seed, float offset) {
   std::mt19937_64 rng(seed);

@@ -8,6 +8,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/dataset.hpp"
 #include "core/matrix.hpp"
 #include "exec/context.hpp"
 #include "graph/knn.hpp"
@@ -42,6 +43,10 @@ CsrF random_counts(int64_t rows, int64_t cols, double density, uint64_t seed, in
 
 // True if a CUDA device is usable; GPU tests call GTEST_SKIP() with a message otherwise.
 bool have_gpu();
+
+// A seeded synthetic count matrix with cluster structure (scurry simulate's model, simulated on the
+// CPU) with a fresh_seed(): the preprocessing tests' input.
+Dataset simulated_counts(int64_t cells, int64_t genes, double nnz_per_cell);
 
 // Seeded clustered points: `clusters` Gaussian blobs (centres sd 5 around `offset`, points sd 1) in d
 // dims; the offset makes norms large against neighbour distances (it stresses a float32 GEMM).

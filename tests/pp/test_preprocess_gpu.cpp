@@ -6,7 +6,6 @@
 #include "io/h5ad.hpp"
 #include "core/timings.hpp"
 #include "pp/preprocess.hpp"
-#include "sim/simulate.hpp"
 #include "testlib.hpp"
 
 using namespace scurry;
@@ -100,12 +99,7 @@ TEST(PreprocessGpu, EqualsCpuOnSharedData) {
 
 TEST(PreprocessGpu, EqualsCpuOnSyntheticDataCellRangerMedianTarget) {
   SCURRY_REQUIRE_GPU();
-  SimulateOptions s;
-  s.n_cells = 6000;
-  s.n_genes = 8000;
-  s.nnz_per_cell = 900;
-  s.seed = test::fresh_seed();
-  Dataset d = simulate(Context::cpu(2), s);
+  Dataset d = test::simulated_counts(6000, 8000, 900);
   PreprocessOptions o;
   o.qc_vars = {"mt"};
   o.hvg.flavor = "cell_ranger";
@@ -120,12 +114,7 @@ TEST(PreprocessGpu, EqualsCpuOnSyntheticDataCellRangerMedianTarget) {
 // PCA centred (scanpy's default after a sparse scale: the atlas recipe) and not.
 TEST(PreprocessGpu, WithoutZeroCenterEqualsCpu) {
   SCURRY_REQUIRE_GPU();
-  SimulateOptions s;
-  s.n_cells = 5000;
-  s.n_genes = 7000;
-  s.nnz_per_cell = 800;
-  s.seed = test::fresh_seed();
-  const Dataset in = simulate(Context::cpu(2), s);
+  const Dataset in = test::simulated_counts(5000, 7000, 800);
   PreprocessOptions o;
   o.qc_vars = {"mt"};
   o.hvg.flavor = "cell_ranger";
@@ -142,12 +131,7 @@ TEST(PreprocessGpu, WithoutZeroCenterEqualsCpu) {
 // the in-memory (pool) result.
 TEST(PreprocessGpu, ManagedOverBudgetEqualsPool) {
   SCURRY_REQUIRE_GPU();
-  SimulateOptions s;
-  s.n_cells = 20000;
-  s.n_genes = 8000;
-  s.nnz_per_cell = 900;
-  s.seed = test::fresh_seed();
-  const Dataset in = simulate(Context::cpu(2), s);
+  const Dataset in = test::simulated_counts(20000, 8000, 900);
   PreprocessOptions o;
   o.qc_vars = {"mt"};
   o.hvg.flavor = "cell_ranger";

@@ -180,12 +180,7 @@ std::string meta(const Timings& t, const std::string& k) {
 }
 
 Dataset synthetic(int64_t cells, int64_t genes, double nnz_per_cell) {
-  SimulateOptions s;
-  s.n_cells = cells;
-  s.n_genes = genes;
-  s.nnz_per_cell = nnz_per_cell;
-  s.seed = test::fresh_seed();
-  return simulate(Context::cpu(2), s);
+  return test::simulated_counts(cells, genes, nnz_per_cell);
 }
 
 }  // namespace

@@ -9,7 +9,6 @@
 #include "core/error.hpp"
 #include "io/h5ad.hpp"
 #include "pp/preprocess_stream.hpp"
-#include "sim/simulate.hpp"
 #include "testlib.hpp"
 
 using namespace scurry;
@@ -67,14 +66,7 @@ void compare(const Dataset& s, const Dataset& c, const std::string& what) {
   ASSERT_EQ(sc.data.size(), cc.data.size());
 }
 
-Dataset simulated(int64_t cells, int64_t genes, double nnz) {
-  SimulateOptions s;
-  s.n_cells = cells;
-  s.n_genes = genes;
-  s.nnz_per_cell = nnz;
-  s.seed = test::fresh_seed();
-  return simulate(Context::cpu(2), s);
-}
+Dataset simulated(int64_t cells, int64_t genes, double nnz) { return test::simulated_counts(cells, genes, nnz); }
 
 PreprocessOptions options() {
   PreprocessOptions o;
