@@ -48,7 +48,26 @@ void add_qc_options(CLI::App& cmd, PreprocessOptions& o) {
                  "'none' for no set")
       ->delimiter(',')
       ->default_str(CLI::detail::join(o.qc_vars, ","));
-  cmd.add_option("--percent-top", o.qc.percent_top, "Ranks n for pct_counts_in_top_n_genes")
+  // scanpy's percent_top=None: 'none' leaves the pct_counts_in_top_n_genes columns (and their work) out.
+  cmd.add_option_function<std::vector<std::string>>(
+         "--percent-top",
+         [&o](const std::vector<std::string>& v) {
+           o.qc.percent_top.clear();
+           if (v.size() == 1 && (v[0] == "none" || v[0] == "None")) return;
+           for (const std::string& t : v) {
+             size_t used = 0;
+             long long n = 0;
+             try {
+               n = std::stoll(t, &used);
+             } catch (const std::exception&) {
+               used = 0;
+             }
+             if (used == 0 || used != t.size())
+               throw CLI::ValidationError("--percent-top", "'" + t + "' is not a rank; give integers, e.g. 50,100, or none");
+             o.qc.percent_top.push_back(n);
+           }
+         },
+         "Ranks n for pct_counts_in_top_n_genes ('none': no such columns, scanpy's percent_top=None)")
       ->delimiter(',')
       ->default_str(CLI::detail::join(o.qc.percent_top, ","));
 }
@@ -158,6 +177,12 @@ void add_umap_options(CLI::App& cmd, UmapOptions& o, bool prefixed) {
   cmd.add_option("--negative-sample-rate", o.negative_sample_rate, "umap: negative samples per edge")->capture_default_str();
   cmd.add_option("--init-pos", o.init_pos, "umap: spectral, random or an obsm key")->capture_default_str();
   cmd.add_option(prefixed ? "--umap-random-state" : "--random-state", o.random_state, "umap: seed")->capture_default_str();
+  cmd.add_option(prefixed ? "--umap-sgd" : "--sgd", o.sgd,
+                 "umap: batched (every cell moved once per epoch by the sum of its edges' moves: parallel, the same "
+                 "bits for any thread count and on the GPU run to run) or sequential (umap-learn's edge order, one "
+                 "CPU thread)")
+      ->check(CLI::IsMember({"batched", "sequential"}))
+      ->capture_default_str();
 }
 
 void add_leiden_options(CLI::App& cmd, LeidenOptions& o, bool prefixed) {

@@ -1,6 +1,7 @@
 // Built without CUDA: the GPU UMAP layout and Leiden are not there.
 #include "core/error.hpp"
 #include "graph/leiden_gpu.hpp"
+#include "graph/spectral_ops.hpp"
 #include "graph/umap_gpu.hpp"
 
 namespace scurry {
@@ -14,4 +15,8 @@ UmapResult umap_gpu(const Context&, const CsrF&, const DenseF&, const UmapOption
 UmapResult umap_gpu(const Context&, const CsrF&, const UmapOptions&, const DenseF*) { no_cuda("umap (gpu)"); }
 LeidenResult leiden_gpu(const Context&, const CsrF&, const LeidenOptions&) { no_cuda("leiden (gpu)"); }
 LeidenResult leiden_gpus(const std::vector<Context*>&, const CsrF&, const LeidenOptions&) { no_cuda("leiden (gpu)"); }
+std::unique_ptr<spectral::BlockOps> spectral::device_block_ops(const Context&, const CsrF&, const std::vector<double>&,
+                                                               int64_t, int) {
+  no_cuda("spectral layout (gpu)");
+}
 }  // namespace scurry

@@ -2,42 +2,215 @@
 
 #include <algorithm>
 #include <cmath>
-#include <random>
+#include <utility>
 #include <vector>
 
 #include "core/error.hpp"
+#include "core/log.hpp"
 #include "exec/parallel.hpp"
+#include "graph/spectral_ops.hpp"
+#include "graph/spectral_rng.hpp"
 #include "pp/linalg.hpp"
 
 namespace scurry {
+namespace spectral {
 namespace {
 
-constexpr int64_t kRowsPerBlock = 4096;  // sparse product row blocks
-constexpr int kRitzEvery = 10;           // subspace iteration: Rayleigh-Ritz period
-constexpr double kRitzTol = 1e-7;        // subspace iteration: convergence of the Ritz values
+constexpr int64_t kRowsPerBlock = 4096;  // host block operations: fixed row blocks
+constexpr double kSvqbFloor = 1e-14;     // SVQB: eigenvalues of the scaled Gram clamped at this x the largest
 
-// Y = B Q with B = (I + M) / 2, M = D^-1/2 A D^-1/2 (dinv = D^-1/2).
-void apply(const Context& ctx, const CsrF& a, const std::vector<double>& dinv, const DenseD& q, DenseD& y) {
-  const int64_t n = a.n_rows, l = q.n_cols;
-  y = DenseD(n, l);
-  const int64_t n_blocks = (n + kRowsPerBlock - 1) / kRowsPerBlock;
-  parallel_for(ctx.threads(), n_blocks, [&](int64_t b) {
-    const int64_t r1 = std::min(n, (b + 1) * kRowsPerBlock);
-    for (int64_t i = b * kRowsPerBlock; i < r1; ++i) {
-      double* yi = y.row(i);
-      for (int64_t p = a.indptr[i]; p < a.indptr[i + 1]; ++p) {
-        const int32_t j = a.indices[p];
-        const double w = a.data[p] * dinv[j];
-        const double* qj = q.row(j);
-        for (int64_t c = 0; c < l; ++c) yi[c] += w * qj[c];
+// The host backend: blocks in memory, row blocks on the CPU threads, sums in block order.
+class HostOps final : public BlockOps {
+ public:
+  HostOps(const Context& ctx, const CsrF& g, const std::vector<double>& dinv, int64_t w, int slots)
+      : ctx_(ctx), g_(g), n_(g.n_rows), w_(w), slots_(static_cast<size_t>(slots), DenseD(g.n_rows, w)) {
+    wt_.resize(g.data.size());
+    for (int64_t i = 0; i < n_; ++i)
+      for (int64_t p = g.indptr[i]; p < g.indptr[i + 1]; ++p)
+        wt_[p] = static_cast<float>(static_cast<double>(g.data[p]) * (dinv[i] * dinv[g.indices[p]]));
+    v0_.resize(static_cast<size_t>(n_));
+    double s = 0;
+    for (int64_t i = 0; i < n_; ++i) s += 1.0 / (dinv[i] * dinv[i]);
+    const double inv = 1.0 / std::sqrt(s);
+    for (int64_t i = 0; i < n_; ++i) v0_[i] = inv / dinv[i];
+    n_blocks_ = (n_ + kRowsPerBlock - 1) / kRowsPerBlock;
+  }
+
+  void gaussian(int dst, uint64_t seed) override {
+    double* d = slots_[dst].data.data();
+    rows([&](int64_t i) {
+      for (int64_t c = 0; c < w_; ++c) d[i * w_ + c] = gaussian_at(seed, static_cast<uint64_t>(i * w_ + c));
+    });
+  }
+  void cheb(int dst, int src, int prev, double alpha, double beta, double gamma) override {
+    double* y = slots_[dst].data.data();
+    const double* x = slots_[src].data.data();
+    const double* z = prev >= 0 ? slots_[prev].data.data() : nullptr;
+    const int64_t w = w_;
+    rows([&](int64_t i) {
+      double acc[kMaxWidth] = {};
+      for (int64_t p = g_.indptr[i]; p < g_.indptr[i + 1]; ++p) {
+        const double a = wt_[p];
+        const double* xj = x + static_cast<int64_t>(g_.indices[p]) * w;
+        for (int64_t c = 0; c < w; ++c) acc[c] += a * xj[c];
       }
-      const double* qi = q.row(i);
-      for (int64_t c = 0; c < l; ++c) yi[c] = 0.5 * (qi[c] + dinv[i] * yi[c]);
+      for (int64_t c = 0; c < w; ++c) {
+        double v = alpha * acc[c] + beta * x[i * w + c];
+        if (z) v += gamma * z[i * w + c];
+        y[i * w + c] = v;
+      }
+    });
+  }
+  void axpby(int dst, int x, double a, int y, double b) override {
+    double* d = slots_[dst].data.data();
+    const double *xs = slots_[x].data.data(), *ys = slots_[y].data.data();
+    rows([&](int64_t i) {
+      for (int64_t c = 0; c < w_; ++c) d[i * w_ + c] = a * xs[i * w_ + c] + b * ys[i * w_ + c];
+    });
+  }
+  DenseD gram(int x, int y) override {
+    const double *a = slots_[x].data.data(), *b = slots_[y].data.data();
+    const int64_t w = w_;
+    std::vector<double> acc;
+    reduce_blocks(ctx_.threads(), n_blocks_, static_cast<size_t>(w * w), acc, [&](int64_t blk, double* part) {
+      const int64_t r1 = std::min(n_, (blk + 1) * kRowsPerBlock);
+      for (int64_t i = blk * kRowsPerBlock; i < r1; ++i)
+        for (int64_t p = 0; p < w; ++p) {
+          const double ap = a[i * w + p];
+          for (int64_t q = 0; q < w; ++q) part[p * w + q] += ap * b[i * w + q];
+        }
+    });
+    DenseD out(w, w);
+    out.data = std::move(acc);
+    return out;
+  }
+  void mul(int dst, int src, const DenseD& s) override {
+    double* d = slots_[dst].data.data();
+    const double* x = slots_[src].data.data();
+    const int64_t w = w_;
+    rows([&](int64_t i) {
+      double acc[kMaxWidth] = {};
+      for (int64_t t = 0; t < w; ++t) {
+        const double xt = x[i * w + t];
+        for (int64_t c = 0; c < w; ++c) acc[c] += xt * s(t, c);
+      }
+      for (int64_t c = 0; c < w; ++c) d[i * w + c] = acc[c];
+    });
+  }
+  void deflate(int x) override {
+    double* a = slots_[x].data.data();
+    const int64_t w = w_;
+    std::vector<double> coef;
+    reduce_blocks(ctx_.threads(), n_blocks_, static_cast<size_t>(w), coef, [&](int64_t blk, double* part) {
+      const int64_t r1 = std::min(n_, (blk + 1) * kRowsPerBlock);
+      for (int64_t i = blk * kRowsPerBlock; i < r1; ++i)
+        for (int64_t c = 0; c < w; ++c) part[c] += v0_[i] * a[i * w + c];
+    });
+    rows([&](int64_t i) {
+      for (int64_t c = 0; c < w; ++c) a[i * w + c] -= v0_[i] * coef[c];
+    });
+  }
+  DenseD download(int src, int64_t cols) override {
+    DenseD out(n_, cols);
+    for (int64_t i = 0; i < n_; ++i)
+      for (int64_t c = 0; c < cols; ++c) out(i, c) = slots_[src](i, c);
+    return out;
+  }
+
+ private:
+  template <class F>
+  void rows(F&& f) {
+    parallel_for(ctx_.threads(), n_blocks_, [&](int64_t blk) {
+      const int64_t r1 = std::min(n_, (blk + 1) * kRowsPerBlock);
+      for (int64_t i = blk * kRowsPerBlock; i < r1; ++i) f(i);
+    });
+  }
+  const Context& ctx_;
+  const CsrF& g_;
+  int64_t n_, w_, n_blocks_ = 0;
+  std::vector<DenseD> slots_;
+  std::vector<float> wt_;   // D^-1/2 A D^-1/2, entry by entry
+  std::vector<double> v0_;  // D^1/2 1, unit norm
+};
+
+// Orthonormal columns spanning slot x's (SVQB twice; tmp is scratch; the result is in x).
+void orthonormalize(BlockOps& ops, int& x, int& tmp, int64_t w) {
+  for (int pass = 0; pass < 2; ++pass) {
+    DenseD g = ops.gram(x, x);
+    std::vector<double> d(static_cast<size_t>(w));
+    for (int64_t c = 0; c < w; ++c) d[c] = g(c, c) > 0 ? 1.0 / std::sqrt(g(c, c)) : 0.0;
+    for (int64_t p = 0; p < w; ++p)
+      for (int64_t q = 0; q < w; ++q) g(p, q) *= d[p] * d[q];
+    linalg::SymEigen e = linalg::eigh_top(g, w);
+    const double floor = std::max(e.values[0], 1e-300) * kSvqbFloor;
+    DenseD s(w, w);
+    for (int64_t p = 0; p < w; ++p)
+      for (int64_t q = 0; q < w; ++q) s(p, q) = d[p] * e.vectors(p, q) / std::sqrt(std::max(e.values[q], floor));
+    ops.mul(tmp, x, s);
+    std::swap(x, tmp);
+  }
+}
+
+// The k wanted eigenvectors of M (largest eigenvalues, v0 deflated) by Chebyshev-filtered subspace
+// iteration on a block of width w (spectral.hpp).
+DenseD chebyshev_subspace(BlockOps& ops, int64_t k, int64_t w, const SpectralOptions& opt, SpectralStats& st) {
+  int q = 0, z = 1, t = 2, p = 3;
+  ops.gaussian(q, opt.random_state);
+  ops.deflate(q);
+  orthonormalize(ops, q, t, w);
+  const int64_t degree = std::max<int64_t>(2, opt.degree);
+  for (;;) {
+    // Rayleigh-Ritz on span(Q): Q <- Q V, Z = M Q <- Z V, theta descending.
+    ops.cheb(z, q, -1, 1.0, 0.0, 0.0);
+    ++st.products;
+    ++st.sweeps;
+    DenseD h = ops.gram(q, z), gzz = ops.gram(z, z);
+    for (int64_t i = 0; i < w; ++i)
+      for (int64_t j = 0; j < i; ++j) h(i, j) = h(j, i) = 0.5 * (h(i, j) + h(j, i));
+    linalg::SymEigen e = linalg::eigh_top(h, w);
+    ops.mul(t, q, e.vectors);
+    std::swap(q, t);
+    ops.mul(t, z, e.vectors);
+    std::swap(z, t);
+    // |z_c - theta_c q_c|^2 = (V^T Gzz V)_cc - theta_c^2 (q orthonormal, Q^T Z = diag(theta)).
+    st.residual = 0;
+    for (int64_t c = 0; c < k; ++c) {
+      double zz = 0;
+      for (int64_t a = 0; a < w; ++a) {
+        double s = 0;
+        for (int64_t b = 0; b < w; ++b) s += gzz(a, b) * e.vectors(b, c);
+        zz += e.vectors(a, c) * s;
+      }
+      st.residual = std::max(st.residual, std::sqrt(std::max(0.0, zz - e.values[c] * e.values[c])));
     }
-  });
+    st.converged = st.residual <= opt.tol;
+    if (st.converged || st.products + degree > opt.max_products) break;
+    // Filter: T_degree of M mapped from [lo, cut] to [-1, 1] (damped), above cut amplified.
+    // Y0 = Q, Y1 = (M Q - c Q) / h = (Z - c Q) / h, Y_{j+1} = 2 (M Y_j - c Y_j) / h - Y_{j-1}.
+    const double lo = -1.0, cut = std::max(e.values[w - 1], lo + 1e-3);
+    const double c0 = 0.5 * (cut + lo), h0 = 0.5 * (cut - lo);
+    int prev = q, cur = p, next = t;
+    ops.axpby(cur, z, 1.0 / h0, q, -c0 / h0);
+    for (int64_t j = 2; j <= degree; ++j) {
+      ops.cheb(next, cur, prev, 2.0 / h0, -2.0 * c0 / h0, -1.0);
+      ++st.products;
+      std::swap(prev, cur);  // prev <- Y_j
+      std::swap(cur, next);  // cur <- Y_{j+1}; next <- Y_{j-1} (free)
+    }
+    // cur holds the filtered block; the other three slots are free.
+    const int slots[4] = {q, z, t, p};
+    int free_slots[3], nf = 0;
+    for (int s : slots)
+      if (s != cur) free_slots[nf++] = s;
+    q = cur, z = free_slots[0], t = free_slots[1], p = free_slots[2];
+    ops.deflate(q);
+    orthonormalize(ops, q, t, w);
+  }
+  return ops.download(q, k);
 }
 
 }  // namespace
+}  // namespace spectral
 
 int64_t connected_components(const CsrF& graph, std::vector<int32_t>* labels) {
   const int64_t n = graph.n_rows;
@@ -65,9 +238,12 @@ int64_t connected_components(const CsrF& graph, std::vector<int32_t>* labels) {
   return next;
 }
 
-std::optional<DenseD> spectral_layout(const Context& ctx, const CsrF& graph, const SpectralOptions& opt) {
+std::optional<DenseD> spectral_layout(const Context& ctx, const CsrF& graph, const SpectralOptions& opt,
+                                      SpectralStats* stats) {
   const int64_t n = graph.n_rows, dim = opt.dim;
   if (graph.n_cols != n) fail("spectral_layout: the graph is ", n, " x ", graph.n_cols, ", not square");
+  SpectralStats st;
+  if (stats) *stats = st;
   if (dim < 1 || dim + 1 >= n) return std::nullopt;
   if (connected_components(graph) != 1) return std::nullopt;
   std::vector<double> dinv(static_cast<size_t>(n));
@@ -77,9 +253,9 @@ std::optional<DenseD> spectral_layout(const Context& ctx, const CsrF& graph, con
     if (!(s > 0)) return std::nullopt;
     dinv[i] = 1.0 / std::sqrt(s);
   }
-  const int64_t k = dim + 1;
   DenseD out(n, dim);
   if (n <= opt.dense_max_nodes) {
+    const int64_t k = dim + 1;
     DenseD m(n, n);
     for (int64_t i = 0; i < n; ++i)
       for (int64_t p = graph.indptr[i]; p < graph.indptr[i + 1]; ++p)
@@ -89,43 +265,27 @@ std::optional<DenseD> spectral_layout(const Context& ctx, const CsrF& graph, con
       for (int64_t c = 0; c < dim; ++c) out(i, c) = e.vectors(i, c + 1);
     return out;
   }
-  const int64_t l = std::min(n, k + std::max<int64_t>(0, opt.oversample));
-  DenseD q(n, l);
-  {
-    // Gaussian start block: mt19937_64 (a fixed sequence) through Box-Muller, the same everywhere.
-    std::mt19937_64 rng(opt.random_state);
-    auto uniform = [&] { return (static_cast<double>(rng() >> 11) + 0.5) * 0x1.0p-53; };
-    for (double& v : q.data) v = std::sqrt(-2.0 * std::log(uniform())) * std::cos(2.0 * M_PI * uniform());
-  }
+  // The block: the wanted dim vectors and the oversampling, at most n - 1 (v0 is deflated).
+  const int64_t w = std::min({n - 1, dim + std::max<int64_t>(1, opt.oversample), spectral::kMaxWidth});
+  if (dim > w) fail_input("spectral_layout", "n_components = ", dim, " is more than the spectral layout supports (",
+                          spectral::kMaxWidth - 1, "); use init_pos random");
+  constexpr int kSlots = 4;
+  st.gpu = ctx.cuda() != nullptr;
   linalg::SingleThreadedBlas blas_guard;
-  linalg::orthonormalize_columns(q);
-  DenseD y, vecs;
-  std::vector<double> prev(static_cast<size_t>(k), -1.0);
-  for (int64_t it = 1; it <= opt.max_iter; ++it) {
-    apply(ctx, graph, dinv, q, y);
-    if (it % kRitzEvery == 0 || it == opt.max_iter) {
-      // Rayleigh-Ritz: H = Q^T B Q, rotate Q to its eigenvectors.
-      DenseD h(l, l);
-      linalg::dgemm(true, false, l, l, n, 1.0, q.data.data(), l, y.data.data(), l, 0.0, h.data.data(), l);
-      for (int64_t i = 0; i < l; ++i)
-        for (int64_t j = 0; j < i; ++j) h(i, j) = 0.5 * (h(i, j) + h(j, i));
-      linalg::SymEigen e = linalg::eigh_top(h, l);
-      DenseD rot(n, l);
-      linalg::dgemm(false, false, n, l, l, 1.0, y.data.data(), l, e.vectors.data.data(), l, 0.0, rot.data.data(), l);
-      double change = 0;
-      for (int64_t c = 0; c < k; ++c) change = std::max(change, std::fabs(e.values[c] - prev[c])), prev[c] = e.values[c];
-      linalg::dgemm(false, false, n, l, l, 1.0, q.data.data(), l, e.vectors.data.data(), l, 0.0, y.data.data(), l);
-      vecs = y;  // Ritz vectors (Q times the eigenvectors of H)
-      if (change < kRitzTol || it == opt.max_iter) break;
-      q = std::move(rot);
-    } else {
-      q = std::move(y);
-    }
-    linalg::orthonormalize_columns(q);
-  }
-  for (int64_t i = 0; i < n; ++i)
-    for (int64_t c = 0; c < dim; ++c) out(i, c) = vecs(i, c + 1);
+  std::unique_ptr<spectral::BlockOps> ops = st.gpu ? spectral::device_block_ops(ctx, graph, dinv, w, kSlots)
+                                                    : spectral::host_block_ops(ctx, graph, dinv, w, kSlots);
+  out = spectral::chebyshev_subspace(*ops, dim, w, opt, st);
+  log::info(detail::concat("spectral layout", st.gpu ? " (gpu)" : "", ": ", st.products, " products in ", st.sweeps,
+                           " sweeps, residual ", st.residual, st.converged ? "" : " (not converged: the layout is still used)"));
+  if (stats) *stats = st;
   return out;
 }
+
+namespace spectral {
+std::unique_ptr<BlockOps> host_block_ops(const Context& ctx, const CsrF& graph, const std::vector<double>& dinv,
+                                         int64_t w, int slots) {
+  return std::make_unique<HostOps>(ctx, graph, dinv, w, slots);
+}
+}  // namespace spectral
 
 }  // namespace scurry

@@ -2,10 +2,16 @@
 // eigenvectors 1..dim (0 is the trivial one) of the smallest eigenvalues of the symmetric normalised
 // Laplacian L = I - D^-1/2 A D^-1/2, i.e. of the largest of M = D^-1/2 A D^-1/2.
 // - n <= dense_max_nodes: M dense, LAPACK dsyevr (exact).
-// - larger: block subspace iteration on (I + M) / 2 (spectrum in [0, 1]) with a seeded Gaussian
-//   start, QR after every product, Rayleigh-Ritz every 10 iterations until the wanted Ritz values
-//   move less than 1e-7 or max_iter products; sparse products in fixed row blocks (identical for any
-//   thread count). umap uses ARPACK with tol 1e-4 here: this is an initialisation, not a result.
+// - larger: Chebyshev-filtered subspace iteration (Zhou & Saad 2007, "A Chebyshev-Davidson
+//   algorithm for large symmetric eigenproblems"; Zhou, Saad, Tiago & Chelikowsky 2006) on M with
+//   the trivial eigenvector v0 = D^1/2 1 deflated: a block of dim + oversample vectors from a seeded
+//   Gaussian start, each sweep a Rayleigh-Ritz step and a Chebyshev polynomial of `degree` in M that
+//   damps [-1, the block's smallest Ritz value] and amplifies the wanted end of the spectrum;
+//   orthonormalisation by SVQB (Stathopoulos & Wu 2002: Gram matrix, eigen-solve, twice). Stops when
+//   the wanted Ritz pairs' residuals |M x - theta x| are below tol (umap asks ARPACK for tol 1e-4:
+//   this is an initialisation, not a result) or after max_products products with M.
+//   The block products run on the GPU when ctx is a CUDA context, on the CPU threads otherwise;
+//   both sum in a fixed order (identical results for any thread count, and run to run on the GPU).
 #pragma once
 #include <cstdint>
 #include <optional>
@@ -17,10 +23,21 @@ namespace scurry {
 
 struct SpectralOptions {
   int64_t dim = 2;
-  int64_t dense_max_nodes = 3000;  // dsyevr up to this many nodes, subspace iteration above
-  int64_t oversample = 10;         // subspace iteration: extra vectors
-  int64_t max_iter = 300;          // subspace iteration: most products
-  uint64_t random_state = 0;       // subspace iteration: start block
+  int64_t dense_max_nodes = 3000;  // dsyevr up to this many nodes, the iterative solver above
+  int64_t oversample = 8;          // iterative: block width dim + oversample
+  int64_t degree = 10;             // iterative: degree of the Chebyshev filter of each sweep
+  double tol = 1e-4;               // iterative: residual norm of the wanted Ritz pairs
+  int64_t max_products = 600;      // iterative: most products with M (block-wide)
+  uint64_t random_state = 0;       // iterative: start block
+};
+
+// What the iterative solver did (zeros on the dense path).
+struct SpectralStats {
+  int64_t products = 0;     // block products with M
+  int64_t sweeps = 0;       // Rayleigh-Ritz steps
+  double residual = 0;      // largest residual norm of the wanted pairs at the end
+  bool converged = false;   // residual <= tol
+  bool gpu = false;         // the products ran on the GPU
 };
 
 // Number of connected components of the graph (edges = stored nonzeros; the matrix must be
@@ -30,6 +47,7 @@ int64_t connected_components(const CsrF& graph, std::vector<int32_t>* labels = n
 // n x dim (columns in order of increasing Laplacian eigenvalue, unit norm, arbitrary sign), or
 // nullopt when the graph is not connected or a node has no edges (umap then lays out components
 // separately; callers here fall back to a random layout).
-std::optional<DenseD> spectral_layout(const Context& ctx, const CsrF& graph, const SpectralOptions& opt = {});
+std::optional<DenseD> spectral_layout(const Context& ctx, const CsrF& graph, const SpectralOptions& opt = {},
+                                      SpectralStats* stats = nullptr);
 
 }  // namespace scurry

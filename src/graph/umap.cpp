@@ -10,7 +10,9 @@
 
 #include "core/error.hpp"
 #include "core/log.hpp"
+#include "exec/parallel.hpp"
 #include "graph/spectral.hpp"
+#include "graph/umap_sgd.hpp"
 
 namespace scurry {
 namespace {
@@ -42,7 +44,68 @@ struct Rng {
 
 double clip(double v) { return std::clamp(v, -kClip, kClip); }
 
+constexpr int64_t kRowsPerBlock = 2048;  // batched epochs: vertices per parallel block
+
+// One batched epoch (umap_sgd.hpp): the groups one after the other, each computed into `tmp` from
+// `pos` and copied back.
+template <int D>
+void batched_epoch(const Context& ctx, const CsrF& g, const std::vector<float>& eps, const umap_sgd::EpochParams& p,
+                   float* pos, float* tmp) {
+  const int64_t n = g.n_rows, dim = p.dim;
+  for (int64_t s = 0; s < umap_sgd::kSubRounds; ++s) {
+    const int64_t m = (n - s + umap_sgd::kSubRounds - 1) / umap_sgd::kSubRounds;  // the group's vertices
+    parallel_for(ctx.threads(), (m + kRowsPerBlock - 1) / kRowsPerBlock, [&](int64_t blk) {
+      const int64_t t1 = std::min(m, (blk + 1) * kRowsPerBlock);
+      for (int64_t t = blk * kRowsPerBlock; t < t1; ++t) {
+        const int64_t i = s + t * umap_sgd::kSubRounds;
+        umap_sgd::vertex_epoch<D>(pos, g.indices.data(), eps.data(), g.indptr[i], g.indptr[i + 1],
+                                  static_cast<int32_t>(i), p, tmp + i * dim);
+      }
+    });
+    for (int64_t i = s; i < n; i += umap_sgd::kSubRounds)
+      for (int64_t c = 0; c < dim; ++c) pos[i * dim + c] = tmp[i * dim + c];
+  }
+}
+
 }  // namespace
+
+void check_sgd(const UmapOptions& opt) {
+  if (opt.sgd != "batched" && opt.sgd != "sequential")
+    fail_input(kWhere, "sgd '", opt.sgd, "' is unknown; use batched or sequential");
+  if (opt.sgd == "batched" && opt.n_components > umap_sgd::kMaxDim)
+    fail_input(kWhere, "n_components = ", opt.n_components, " is more than the batched layout supports (",
+               umap_sgd::kMaxDim, "); use sgd sequential");
+}
+
+float epochs_per_sample(float w, float threshold, float wmax) {
+  return (w >= threshold && w != 0.0f) ? static_cast<float>(1.0 / static_cast<double>(w / wmax)) : 0.0f;
+}
+
+void umap_batched_epochs(const Context& ctx, const CsrF& g, const UmapOptions& opt, UmapResult& res) {
+  const int64_t n = g.n_rows, dim = opt.n_components, n_edges = g.nnz();
+  float wmax = 0;
+  for (float w : g.data) wmax = std::max(wmax, w);
+  if (n_edges == 0 || !(wmax > 0) || res.n_epochs <= 1) return;
+  std::vector<float> eps(static_cast<size_t>(n_edges));
+  for (int64_t p = 0; p < n_edges; ++p) eps[p] = epochs_per_sample(g.data[p], 0.0f, wmax);
+  umap_sgd::EpochParams p{};
+  p.n_vertices = static_cast<uint32_t>(n);
+  p.dim = static_cast<int>(dim);
+  p.a = static_cast<float>(res.a);
+  p.b = static_cast<float>(res.b);
+  p.gamma = static_cast<float>(opt.gamma);
+  p.neg_rate = opt.negative_sample_rate;
+  p.seed = umap_sgd::mix(opt.random_state + 0x9E3779B97F4A7C15ULL);
+  std::vector<float> tmp(res.embedding.data.size());
+  float* pos = res.embedding.data.data();
+  for (int64_t ep = 1; ep < res.n_epochs; ++ep) {
+    p.epoch = static_cast<int>(ep);
+    p.alpha = static_cast<float>(opt.alpha * (1.0 - static_cast<double>(ep - 1) / static_cast<double>(res.n_epochs)));
+    if (dim == 2) batched_epoch<2>(ctx, g, eps, p, pos, tmp.data());
+    else if (dim == 3) batched_epoch<3>(ctx, g, eps, p, pos, tmp.data());
+    else batched_epoch<umap_sgd::kMaxDim>(ctx, g, eps, p, pos, tmp.data());
+  }
+}
 
 std::pair<double, double> find_ab_params(double spread, double min_dist) {
   if (!(spread > 0) || !(min_dist >= 0) || min_dist > 3 * spread)
@@ -114,6 +177,7 @@ UmapResult umap(const Context& ctx, const CsrF& graph, const UmapOptions& opt, c
     fail_input(kWhere, "n_components = ", dim, " is out of range for ", n, " cells; use 1 <= n_components < n_cells");
   if (opt.maxiter && *opt.maxiter < 0) fail_input(kWhere, "maxiter = ", *opt.maxiter, " must not be negative");
   if (!(opt.negative_sample_rate >= 0)) fail_input(kWhere, "negative_sample_rate must not be negative");
+  check_sgd(opt);
   for (float w : graph.data)
     if (!std::isfinite(w) || w < 0)
       fail_input(kWhere, "the graph has a negative or non-finite weight; recompute the neighbours");
@@ -192,7 +256,13 @@ UmapResult umap(const Context& ctx, const CsrF& graph, const UmapOptions& opt, c
     return res;
   }
 
-  // SGD with umap's schedule.
+  if (opt.sgd == "batched") {
+    res.embedding = std::move(e);
+    umap_batched_epochs(ctx, g, opt, res);
+    return res;
+  }
+
+  // SGD with umap's schedule, edge after edge (umap-learn's order).
   const int64_t n_edges = g.nnz();
   std::vector<int32_t> head(static_cast<size_t>(n_edges));
   for (int64_t i = 0; i < n; ++i)

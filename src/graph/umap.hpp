@@ -44,6 +44,10 @@ struct UmapOptions {
   uint64_t random_state = 0;
   // Curve parameters; unset: fitted to (min_dist, spread) by find_ab_params.
   std::optional<double> a, b;
+  // The SGD: "batched" (every vertex moved once per epoch by the sum of its edges' moves from the
+  // epoch's start positions, umap_sgd.hpp: parallel, the same bits for any thread count and on the
+  // GPU run to run) or "sequential" (umap-learn's order, edge after edge, one thread; CPU only).
+  std::string sgd = "batched";
   // Dataset level: the neighbours to use (uns[neighbors_key]['connectivities_key'] in obsp).
   std::string neighbors_key = "neighbors";
 };
@@ -54,6 +58,14 @@ struct UmapResult {
   int64_t n_epochs = 0;
   std::string init;  // the initialisation used: "spectral", "random" or the obsm key
 };
+
+// InputError for an unknown sgd or an n_components it does not take.
+void check_sgd(const UmapOptions& opt);
+// The epochs-per-sample of an edge of weight w: w_max / w as float, 0 below threshold (pruned).
+float epochs_per_sample(float w, float threshold, float wmax);
+// The batched epochs 1 .. n_epochs - 1 on the CPU threads, from and into res.embedding (the
+// start layout), with res.a, res.b, res.n_epochs set; g is the pruned graph.
+void umap_batched_epochs(const Context& ctx, const CsrF& g, const UmapOptions& opt, UmapResult& res);
 
 // umap's find_ab_params: least-squares fit of 1 / (1 + a x^(2b)) to 1 for x < min_dist and
 // exp(-(x - min_dist) / spread) above, on 300 points of [0, 3 spread] (Levenberg-Marquardt from

@@ -2,20 +2,13 @@
 // the device; everything before them (a, b, validation, initial layout) is the CPU path's host math
 // (umap.hpp), so the options and the result mean what they mean there.
 //
-// Per epoch one thread per edge of the pruned graph (edges below max_weight / n_epochs are never
-// sampled, as on the CPU): an edge whose next sample is due is sampled (attractive move of both
-// ends, every gradient component clipped to [-4, 4], learning rate alpha (1 - (epoch - 1) / n_epochs)
-// as umap updates it after each epoch), then its negative samples (repulsive, gamma, moving the head
-// only). The schedule is umap's epochs_per_sample one, in closed form: an edge of weight w is sampled
-// at the epochs n >= 1 where floor(n w_max / w) grows, and draws floor(n / eps_neg) - 1 negative
-// samples in all up to epoch n (exactly umap's bookkeeping of epoch_of_next_negative_sample).
-//
-// Determinism: the updates are Hogwild-style (threads read and write the embedding without locks,
-// like umap's parallel mode), so GPU results are NOT bit-reproducible run to run; the random numbers
-// are: negative sample s of edge e in epoch n is hash(random_state, e, n, s) mod n_cells (a
-// counter-based generator), so a seed fixes the random choices, not the order of the races. The
-// numbers differ from the CPU path's (Tausworthe stream), so GPU and CPU embeddings agree in
-// quality, not value by value. Float32 arithmetic on the device (the CPU path uses float64).
+// The epochs are the batched form (umap_sgd.hpp, the CPU path's default sgd = "batched"): one
+// thread per vertex makes the moves of its row's due edges and their negative samples, the vertices
+// in kSubRounds interleaved groups one after the other (a kernel per group, its results into a
+// second buffer, then copied back). No races and no atomics: the same seed gives the same
+// bits run after run on the same GPU, and the same arithmetic as the CPU's batched epochs (to
+// rounding: nvcc contracts products and sums into FMAs, and exp2f/log2f differ in the last bits),
+// with the same random numbers. Float32 arithmetic. sgd = "sequential" is CPU only (InputError).
 #pragma once
 #include "core/dataset.hpp"
 #include "core/matrix.hpp"

@@ -90,6 +90,59 @@ TEST(Umap, PreservesNeighboursLikeScanpyAndIsReproducible) {
   EXPECT_NE(std::get<DenseF>(d1.obsm.at("X_umap").m).data, ours.data);
 }
 
+// Leave-one-out 15-NN majority-vote accuracy of the blob labels in the embedding.
+double knn_accuracy(const DenseF& emb, const std::vector<int32_t>& labels, int64_t k) {
+  const Knn nn = knn_brute_force(emb, k + 1, KnnMetric::euclidean);
+  const int32_t n_labels = *std::max_element(labels.begin(), labels.end()) + 1;
+  int64_t right = 0;
+  std::vector<int> votes(static_cast<size_t>(n_labels));
+  for (int64_t i = 0; i < nn.n; ++i) {
+    std::fill(votes.begin(), votes.end(), 0);
+    for (int64_t j = 1; j <= k; ++j) ++votes[labels[nn.index(i, j)]];
+    right += std::max_element(votes.begin(), votes.end()) - votes.begin() == labels[i];
+  }
+  return static_cast<double>(right) / static_cast<double>(nn.n);
+}
+
+TEST(Umap, BatchedEpochsAsGoodAsSequentialAndThreadIndependent) {
+  // Seeded blobs with a local structure (each blob a 1-D curve plus noise, so the neighbours within
+  // a blob are not random): the batched SGD (default) against umap-learn's sequential order from
+  // the same start layout, on neighbour preservation and cluster accuracy.
+  const uint64_t seed = test::fresh_seed();
+  const int64_t n = 12000, d = 20;
+  const int clusters = 8;
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<double> z(0.0, 1.0);
+  std::vector<double> centres(static_cast<size_t>(clusters * d)), dirs(centres.size());
+  for (size_t i = 0; i < centres.size(); ++i) centres[i] = 6.0 * z(rng), dirs[i] = z(rng);
+  DenseF x(n, d);
+  std::vector<int32_t> labels(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) {
+    const int c = static_cast<int>(rng() % clusters);
+    labels[i] = c;
+    const double t = 3.0 * z(rng);
+    for (int64_t j = 0; j < d; ++j) x(i, j) = static_cast<float>(centres[c * d + j] + t * dirs[c * d + j] + 0.3 * z(rng));
+  }
+  const Context ctx2 = Context::cpu(2);
+  const NeighborsResult nb = neighbors(ctx2, x, NeighborsOptions{});
+  UmapOptions o;
+  o.random_state = seed;
+  const UmapResult b = umap(ctx2, nb.connectivities, o);
+  o.sgd = "sequential";
+  const UmapResult q = umap(ctx2, nb.connectivities, o);
+  const double pb = preservation(x, b.embedding, 15), pq = preservation(x, q.embedding, 15);
+  const double ab = knn_accuracy(b.embedding, labels, 15), aq = knn_accuracy(q.embedding, labels, 15);
+  std::printf("umap %lld cells: 15-NN preservation batched %.4f sequential %.4f; accuracy batched %.4f sequential %.4f\n",
+              static_cast<long long>(n), pb, pq, ab, aq);
+  EXPECT_GE(pb, pq - 0.02);
+  EXPECT_GE(ab, aq - 0.02);
+  o.sgd = "batched";
+  const UmapResult b1 = umap(Context::cpu(1), nb.connectivities, o);
+  EXPECT_EQ(b1.embedding.data, b.embedding.data);  // any thread count: the same bits
+  o.sgd = "hogwild";
+  EXPECT_THROW(umap(ctx2, nb.connectivities, o), InputError);
+}
+
 TEST(Umap, DisconnectedGraphFallsBackToRandomInit) {
   // Two separate cliques.
   CsrF g = CsrF::zeros(40, 40);
@@ -132,10 +185,15 @@ TEST(Spectral, SubspaceIterationSpansTheDenseEigenvectors) {
   SpectralOptions dense;
   const auto a = spectral_layout(Context::cpu(2), g, dense);
   SpectralOptions iter;
-  iter.dense_max_nodes = 0;  // force subspace iteration
-  iter.max_iter = 3000;
-  const auto b = spectral_layout(Context::cpu(2), g, iter);
+  iter.dense_max_nodes = 0;  // force the iterative solver
+  iter.tol = 1e-7;
+  iter.max_products = 20000;
+  SpectralStats st;
+  const auto b = spectral_layout(Context::cpu(2), g, iter, &st);
   ASSERT_TRUE(a && b);
+  std::printf("spectral: %lld products, %lld sweeps, residual %.3g\n", static_cast<long long>(st.products),
+              static_cast<long long>(st.sweeps), st.residual);
+  EXPECT_TRUE(st.converged);
   // Each dense eigenvector is (up to sign) in the span of the iterative ones: |a_c . b_c| ~ 1 when
   // the eigenvalues are separated; here compare the projection of span(a) on span(b).
   double min_cos = 1;

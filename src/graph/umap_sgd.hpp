@@ -1,0 +1,150 @@
+// scurry: one epoch of UMAP's layout optimisation for one vertex, the "batched" form shared by the
+// threaded CPU path (umap.cpp) and the GPU kernel (umap_gpu.cu), so that both run the same
+// arithmetic in the same order.
+//
+// umap-learn's optimize_layout_euclidean visits the edges one after the other and moves both ends
+// after every sample. The batched form gives every vertex the moves umap would make to it in the
+// epoch, made by the vertex's own thread: for every edge (i, j) of i's row due in this epoch, the
+// attractive move as the head of (i, j), the repulsive moves of the edge's negative samples, and
+// the attractive move as the tail of (j, i) (the graph is symmetric, so both edges have the same
+// weight and schedule). The vertex's position is updated after each move, as in umap. The vertices
+// move in kSubRounds interleaved groups, one group after the other; within a group the others are
+// read as the group found them (the group's results go to a second buffer and are copied back after
+// it). Each vertex walks its row in CSR order, so the result is the same bits for any number of
+// threads and, on the GPU, run after run (no races, no atomics).
+//
+// The schedule is umap's epochs_per_sample one in closed form: an edge with eps = w_max / w epochs
+// per sample is sampled at the epochs n >= 1 where floor(n / eps) grows, and has drawn
+// floor(n / eps_neg) - 1 negative samples in all by epoch n (eps_neg = eps / negative_sample_rate;
+// umap's epoch_of_next_negative_sample bookkeeping). Negative sample s of edge e in epoch n is
+// vertex hash(seed, (i, j), n, s) mod n_vertices (splitmix64's finaliser, counter-based).
+#pragma once
+#include <cmath>
+#include <cstdint>
+
+#if defined(__CUDACC__)
+#define SCURRY_UMAP_HD __host__ __device__
+#else
+#define SCURRY_UMAP_HD
+#endif
+#if defined(__CUDA_ARCH__)
+#define SCURRY_UMAP_UNROLL _Pragma("unroll")
+#else
+#define SCURRY_UMAP_UNROLL
+#endif
+
+namespace scurry::umap_sgd {
+
+constexpr float kClip = 4.0f;  // umap's gradient clip
+constexpr int kMaxDim = 16;    // n_components the batched epoch takes
+// The vertices move in this many interleaved groups (vertex i in group i mod kSubRounds), one group
+// after the other: a group reads the positions the earlier groups reached in this epoch, so for
+// 7 edges in 8 the two ends move one after the other, as in umap, not both from stale positions.
+constexpr int kSubRounds = 8;
+
+struct EpochParams {
+  uint32_t n_vertices;
+  int dim;
+  int epoch;  // >= 1 (nothing is sampled in epoch 0, as in umap)
+  float alpha, a, b, gamma;
+  double neg_rate;
+  uint64_t seed;
+};
+
+SCURRY_UMAP_HD inline uint64_t mix(uint64_t x) {
+  x ^= x >> 30;
+  x *= 0xbf58476d1ce4e5b9ULL;
+  x ^= x >> 27;
+  x *= 0x94d049bb133111ebULL;
+  x ^= x >> 31;
+  return x;
+}
+
+// Vertex for negative sample s of edge (i, j) in epoch `epoch`, uniform in [0, n). Keyed by the
+// edge's ends, not its position, so that pruning the graph or not draws the same samples.
+SCURRY_UMAP_HD inline uint32_t random_vertex(uint64_t seed, int32_t i, int32_t j, int epoch, int64_t s, uint32_t n) {
+  const uint64_t edge = (static_cast<uint64_t>(static_cast<uint32_t>(i)) << 32) | static_cast<uint32_t>(j);
+  const uint64_t h = mix(mix(seed ^ edge) ^ ((static_cast<uint64_t>(epoch) << 32) + static_cast<uint64_t>(s)));
+  return static_cast<uint32_t>(((h >> 32) * static_cast<uint64_t>(n)) >> 32);
+}
+
+SCURRY_UMAP_HD inline float clip4(float v) { return fminf(fmaxf(v, -kClip), kClip); }
+
+// x^b for x > 0 without a pow call: 2^(b log2 x).
+SCURRY_UMAP_HD inline float pow_pos(float x, float b) { return exp2f(b * log2f(x)); }
+
+// Negative samples edge eps draws in epoch n (>= 1), or -1 when the edge is not due (or pruned).
+SCURRY_UMAP_HD inline int64_t due_negatives(float eps_f, int n_epoch, double neg_rate) {
+  const double eps = eps_f;
+  if (!(eps > 0)) return -1;
+  const double n = n_epoch;
+  const double j = floor(n / eps), jprev = floor((n - 1) / eps);
+  if (!(j > jprev)) return -1;
+  if (!(neg_rate > 0)) return 0;
+  const double eps_neg = eps / neg_rate;
+  const double prev_epoch = jprev > 0 ? ceil(jprev * eps) : 0.0;  // epoch of the previous sample
+  const double before = jprev > 0 ? fmax(0.0, floor(prev_epoch / eps_neg) - 1) : 0.0;
+  const double now = fmax(0.0, floor(n / eps_neg) - 1);
+  return now > before ? static_cast<int64_t>(now - before) : 0;
+}
+
+// The attractive move of c towards o (umap: clip each component of gc (c - o) to [-4, 4]).
+template <int D>
+SCURRY_UMAP_HD inline void attract(float* c, const float* o, const EpochParams& p) {
+  float diff[D];
+  float d2 = 0.0f;
+SCURRY_UMAP_UNROLL
+  for (int d = 0; d < D; ++d) {
+    diff[d] = d < p.dim ? c[d] - o[d] : 0.0f;
+    d2 += diff[d] * diff[d];
+  }
+  if (!(d2 > 0.0f)) return;
+  const float pb = pow_pos(d2, p.b);
+  const float gc = -2.0f * p.a * p.b * (pb / d2) / (p.a * pb + 1.0f);
+SCURRY_UMAP_UNROLL
+  for (int d = 0; d < D; ++d)
+    if (d < p.dim) c[d] += p.alpha * clip4(gc * diff[d]);
+}
+
+// Vertex i's position after the epoch: `in` holds every vertex's position at the epoch's start
+// (n x dim, row-major), row i's edges are [begin, end) of (tail, eps); the result goes to out_i.
+// The vertex's own position moves after every sample, as in umap; the others' are read as they
+// were at the epoch's start. D: compile-time bound on p.dim.
+template <int D>
+SCURRY_UMAP_HD inline void vertex_epoch(const float* in, const int32_t* tail, const float* eps, int64_t begin,
+                                        int64_t end, int32_t i, const EpochParams& p, float* out_i) {
+  float c[D];
+  const float* ci = in + static_cast<int64_t>(i) * p.dim;
+SCURRY_UMAP_UNROLL
+  for (int d = 0; d < D; ++d) c[d] = d < p.dim ? ci[d] : 0.0f;
+  for (int64_t e = begin; e < end; ++e) {
+    const int64_t n_neg = due_negatives(eps[e], p.epoch, p.neg_rate);
+    if (n_neg < 0) continue;
+    const int32_t j = tail[e];
+    const float* o = in + static_cast<int64_t>(j) * p.dim;
+    attract<D>(c, o, p);  // as the head of (i, j)
+    for (int64_t s = 0; s < n_neg; ++s) {
+      const uint32_t k = random_vertex(p.seed, i, j, p.epoch, s, p.n_vertices);
+      if (static_cast<int32_t>(k) == i) continue;
+      const float* q = in + static_cast<int64_t>(k) * p.dim;
+      float diff[D];
+      float dn = 0.0f;
+SCURRY_UMAP_UNROLL
+      for (int d = 0; d < D; ++d) {
+        diff[d] = d < p.dim ? c[d] - q[d] : 0.0f;
+        dn += diff[d] * diff[d];
+      }
+      float gr = 0.0f;
+      if (dn > 0.0f) gr = 2.0f * p.gamma * p.b / ((0.001f + dn) * (p.a * pow_pos(dn, p.b) + 1.0f));
+SCURRY_UMAP_UNROLL
+      for (int d = 0; d < D; ++d)
+        if (d < p.dim) c[d] += p.alpha * (gr > 0.0f ? clip4(gr * diff[d]) : kClip);
+    }
+    attract<D>(c, o, p);  // as the tail of (j, i)
+  }
+SCURRY_UMAP_UNROLL
+  for (int d = 0; d < D; ++d)
+    if (d < p.dim) out_i[d] = c[d];
+}
+
+}  // namespace scurry::umap_sgd
