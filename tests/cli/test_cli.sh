@@ -116,6 +116,14 @@ expect_fail "--threads abc" "--threads" "$WORK/o7" --threads abc run "$MTX" -o "
 expect_fail "--device tpu" "--device" "$WORK/o8" --device tpu convert "$MTX" "$WORK/o8/x.h5ad"
 expect_fail "output not .h5ad" "$WORK/o9/x.csv" "$WORK/o9" convert "$MTX" "$WORK/o9/x.csv"
 expect_fail "unknown subcommand option" "--no-such-option" "$WORK/o10" run "$MTX" -o "$WORK/o10/x.h5ad" --no-such-option
+expect_fail "--percent-top with a non-integer" "--percent-top" "$WORK/o10b" run "$MTX" -o "$WORK/o10b/x.h5ad" --percent-top 50,x
+# --percent-top none (scanpy's percent_top=None): no pct_counts_in_top_n_genes columns, the rest as usual.
+mkdir -p "$WORK/pt"
+expect_ok "run --percent-top none" run "$MTX" -o "$WORK/pt/x.h5ad" --percent-top none --no-graph
+run_cmd info "$WORK/pt/x.h5ad"
+grep -Eq '^obs/pct_counts_mt ' "$WORK/stdout" || die "--percent-top none: obs/pct_counts_mt missing"
+! grep -Eq '^obs/pct_counts_in_top' "$WORK/stdout" || die "--percent-top none: pct_counts_in_top columns written"
+pass "--percent-top none writes no pct_counts_in_top columns"
 # an mtx directory with a negative count
 mkdir -p "$WORK/badmtx"
 printf 'g1\tA\ng2\tB\n' >"$WORK/badmtx/genes.tsv"
