@@ -12,12 +12,13 @@
 
 namespace scurry::test {
 
-// SCURRY_SHARED_DATA in the environment overrides the path compiled in (tests run on another machine).
-std::string shared_data(const std::string& rel) {
-  const char* env = std::getenv("SCURRY_SHARED_DATA");
-  return std::string(env && *env ? env : SCURRY_SHARED_DATA) + "/" + rel;
+// SCURRY_SOURCE_DIR in the environment overrides the checkout compiled in.
+std::string source_dir() {
+  const char* env = std::getenv("SCURRY_SOURCE_DIR");
+  return env && *env ? env : SCURRY_SOURCE_DIR;
 }
-std::string repo_data(const std::string& rel) { return std::string(SCURRY_REPO_DATA) + "/" + rel; }
+std::string test_data(const std::string& rel) { return source_dir() + "/tests/data/" + rel; }
+std::string repo_data(const std::string& rel) { return source_dir() + "/data/" + rel; }
 std::string scurry_binary() { return SCURRY_BINARY; }
 
 TempDir::TempDir() {

@@ -1,4 +1,4 @@
-// scurry test helpers: paths to the shared real data, temporary directories, seeded random inputs.
+// scurry test helpers: paths to the real data in the repository, temporary directories, seeded random inputs.
 #pragma once
 #include <gtest/gtest.h>
 
@@ -15,8 +15,12 @@
 
 namespace scurry::test {
 
-// ../shared/data/<rel> (the scanpy golden outputs and the pbmc3k subset).
-std::string shared_data(const std::string& rel);
+// The repository's root: the checkout the tests were built from, or SCURRY_SOURCE_DIR from the
+// environment where it is set (test binaries run on another machine).
+std::string source_dir();
+// tests/data/<rel> inside the repository (the pbmc3k subset as h5ad, scanpy's golden outputs on it;
+// see tests/data/README.md).
+std::string test_data(const std::string& rel);
 // data/<rel> inside the repository.
 std::string repo_data(const std::string& rel);
 // The built `scurry` executable.

@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
-# End-to-end test of the `scurry` command: bash test_cli.sh SCURRY_BINARY REPO_ROOT SHARED_DATA_DIR
+# End-to-end test of the `scurry` command: bash test_cli.sh SCURRY_BINARY REPO_ROOT
+# (input: the repository's data/pbmc3k_first1000_10x_mtx and tests/data/pbmc3k_first1000.h5ad)
 # Prints each check; exits non-zero at the first failure.
 set -u
 SCURRY=$1
 REPO=$2
-SHARED=$3
-MTX="$SHARED/pbmc3k_first1000_10x_mtx"
-H5AD="$SHARED/pbmc3k_first1000.h5ad"
+MTX="$REPO/data/pbmc3k_first1000_10x_mtx"
+H5AD="$REPO/tests/data/pbmc3k_first1000.h5ad"
 
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/scurry_cli_test.XXXXXX")
 trap 'rm -rf "$WORK"' EXIT
@@ -78,7 +78,7 @@ for s in info convert run; do
   expect_ok "$s --help" "$s" --help
 done
 
-# ---- info, convert, run on the shared data --------------------------------------------------------
+# ---- info, convert, run on the pbmc3k subset ------------------------------------------------------
 expect_shape "$MTX"
 grep -Eq '^format +10x-mtx' "$WORK/stdout" || die "info on the mtx directory does not say format 10x-mtx"
 expect_shape "$H5AD"

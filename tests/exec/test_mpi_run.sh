@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The sharded CPU pipeline under MPI gives the one-rank result:
-#   bash test_mpi_run.sh SCURRY_BINARY REPO_ROOT SHARED_DATA_DIR
+#   bash test_mpi_run.sh SCURRY_BINARY REPO_ROOT
 # Runs `mpirun -np 2 scurry run pbmc.h5ad` and `scurry run pbmc.h5ad` and compares the outputs with
 # anndata: obs/var columns (floats to 1e-6 relative, the rest identical; HVG flags identical), X,
 # layers/counts, raw.X, obsm['X_pca'] up to sign, obsp distances (the exact kNN: identical
@@ -11,8 +11,7 @@
 set -u
 SCURRY=$1
 REPO=$2
-SHARED=$3
-H5AD="$SHARED/pbmc3k_first1000.h5ad"
+H5AD="$REPO/tests/data/pbmc3k_first1000.h5ad"
 PY=/usr/bin/python3
 
 if ! command -v mpirun >/dev/null 2>&1; then echo "SKIP: mpirun not found (apt-get install openmpi-bin)"; exit 0; fi

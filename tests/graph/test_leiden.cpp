@@ -18,7 +18,7 @@ const Dataset& golden() {
     H5adReadOptions o;
     o.read_raw = false;
     o.read_layers = false;
-    return read_h5ad(test::shared_data("golden/pbmc3k_first1000.scanpy.h5ad"), o);
+    return read_h5ad(test::test_data("golden/pbmc3k_first1000.scanpy.h5ad"), o);
   }();
   return d;
 }

@@ -31,7 +31,7 @@ CsrF golden_graph() {
   H5adReadOptions o;
   o.read_raw = false;
   o.read_layers = false;
-  const Dataset d = read_h5ad(test::shared_data("golden/pbmc3k_first1000.scanpy.h5ad"), o);
+  const Dataset d = read_h5ad(test::test_data("golden/pbmc3k_first1000.scanpy.h5ad"), o);
   return to_csr_f(d.obsp.at("connectivities"));
 }
 

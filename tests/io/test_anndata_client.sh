@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The real client: a rich h5ad written by scurry (test_h5ad's H5ad.WriteSampleForPython, seeded)
 # must be read by anndata with warnings as errors, every slot equal to the JSON sidecar.
-# usage: test_anndata_client.sh <scurry-binary> <repo-root> <shared-data-dir>
+# usage: test_anndata_client.sh <scurry-binary> <repo-root>
 set -euo pipefail
 bin_dir=$(dirname "$1")
 repo=$2

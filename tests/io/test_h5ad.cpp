@@ -75,7 +75,7 @@ void c_write_fixed_strings(hid_t loc, const char* name, const std::vector<std::s
   H5Dwrite(d, t, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf.data());
 }
 
-// ---- oracles for the shared data ----------------------------------------------------------------
+// ---- oracles for the real data (tests/data, data/) ----------------------------------------------
 
 std::vector<std::string> read_gz_lines(const std::string& path) {
   gzFile f = gzopen(path.c_str(), "rb");
@@ -122,8 +122,8 @@ TEST(H5ad, ReadOptionsSkipRawAndLayers) {
   expect_matrix_eq(d.X, r.X, "X");
 }
 
-TEST(H5ad, ReadsSharedPbmcAgainstMtx) {
-  Dataset d = read_h5ad(test::shared_data("pbmc3k_first1000.h5ad"));
+TEST(H5ad, ReadsPbmcAgainstMtx) {
+  Dataset d = read_h5ad(test::test_data("pbmc3k_first1000.h5ad"));
   ASSERT_EQ(d.n_obs(), 1000);
   ASSERT_EQ(d.n_vars(), 13714);
   ASSERT_TRUE(d.X.is_sparse());
@@ -131,7 +131,7 @@ TEST(H5ad, ReadsSharedPbmcAgainstMtx) {
   EXPECT_EQ(d.X.dtype, DType::f32);
   EXPECT_TRUE(d.var.has("gene_ids"));
   // Oracle: the same matrix as 10x mtx text (genes x cells, 1-based), parsed here.
-  const std::string dir = test::shared_data("pbmc3k_first1000_10x_mtx/");
+  const std::string dir = test::repo_data("pbmc3k_first1000_10x_mtx/");
   auto lines = read_gz_lines(dir + "matrix.mtx.gz");
   size_t li = 0;
   while (li < lines.size() && lines[li][0] == '%') ++li;
@@ -168,7 +168,7 @@ TEST(H5ad, ReadsSharedPbmcAgainstMtx) {
 }
 
 TEST(H5ad, ReadsScanpyGolden) {
-  Dataset d = read_h5ad(test::shared_data("golden/pbmc3k_first1000.scanpy.h5ad"));
+  Dataset d = read_h5ad(test::test_data("golden/pbmc3k_first1000.scanpy.h5ad"));
   ASSERT_EQ(d.n_obs(), 1000);
   ASSERT_EQ(d.n_vars(), 2000);
   ASSERT_TRUE(d.X.is_dense());
@@ -206,7 +206,7 @@ TEST(H5ad, ReadsScanpyGolden) {
   EXPECT_TRUE(d.uns.at("log1p").is_dict());
 
   // Oracle across files: layers/counts are the pbmc counts of the 2000 kept genes.
-  Dataset pbmc = read_h5ad(test::shared_data("pbmc3k_first1000.h5ad"));
+  Dataset pbmc = read_h5ad(test::test_data("pbmc3k_first1000.h5ad"));
   std::map<std::string, int64_t> col;
   for (int64_t j = 0; j < pbmc.n_vars(); ++j) col[pbmc.var.index[j]] = j;
   std::vector<int64_t> keep;
@@ -222,7 +222,7 @@ TEST(H5ad, ReadsScanpyGolden) {
 }
 
 TEST(H5ad, SummaryWithoutReadingValues) {
-  H5adSummary s = summarize_h5ad(test::shared_data("golden/pbmc3k_first1000.scanpy.h5ad"));
+  H5adSummary s = summarize_h5ad(test::test_data("golden/pbmc3k_first1000.scanpy.h5ad"));
   EXPECT_EQ(s.n_obs, 1000);
   EXPECT_EQ(s.n_vars, 2000);
   EXPECT_EQ(s.x_encoding, "array");
@@ -239,7 +239,7 @@ TEST(H5ad, SummaryWithoutReadingValues) {
   EXPECT_EQ(by["obsp/distances"].dtype, "float64");
   EXPECT_EQ(by["uns/neighbors/params/n_neighbors"].encoding, "numeric-scalar");
   EXPECT_EQ(by["raw/X"].shape, (std::vector<int64_t>{1000, 11780}));
-  H5adSummary p = summarize_h5ad(test::shared_data("pbmc3k_first1000.h5ad"));
+  H5adSummary p = summarize_h5ad(test::test_data("pbmc3k_first1000.h5ad"));
   EXPECT_EQ(p.x_encoding, "csr_matrix");
   EXPECT_EQ(p.x_nnz, 845352);
 }
@@ -271,9 +271,9 @@ void expect_blocks_equal(const std::string& path, const std::string& slot, const
 }  // namespace
 
 TEST(H5ad, RowReaderMatchesWholeRead) {
-  const std::string pbmc = test::shared_data("pbmc3k_first1000.h5ad");
+  const std::string pbmc = test::test_data("pbmc3k_first1000.h5ad");
   expect_blocks_equal(pbmc, "X", read_h5ad(pbmc).X.csr_f(), 97);
-  const std::string golden = test::shared_data("golden/pbmc3k_first1000.scanpy.h5ad");
+  const std::string golden = test::test_data("golden/pbmc3k_first1000.scanpy.h5ad");
   Dataset g = read_h5ad(golden);
   expect_blocks_equal(golden, "X", to_csr_f(g.X), 128);  // dense
   expect_blocks_equal(golden, "layers/counts", to_csr_f(g.layers.at("counts")), 333);
@@ -398,7 +398,7 @@ TEST(H5ad, WriteSampleForPython) {
   const char* out = std::getenv("SCURRY_WRITE_SAMPLE");
   if (!out || !*out) GTEST_SKIP() << "SCURRY_WRITE_SAMPLE not set (used by test_anndata_client.sh)";
   Rng rng(test::fresh_seed());
-  Dataset d = read_h5ad(test::shared_data("pbmc3k_first1000.h5ad"));
+  Dataset d = read_h5ad(test::test_data("pbmc3k_first1000.h5ad"));
   const int64_t n = d.n_obs(), g = d.n_vars();
   add_columns(d.obs, rng);
   add_columns(d.var, rng);

@@ -8,7 +8,7 @@
 using namespace scurry;
 
 TEST(H5adRows, EqualsWholeFileSubset) {
-  const std::string path = test::shared_data("pbmc3k_first1000.h5ad");
+  const std::string path = test::test_data("pbmc3k_first1000.h5ad");
   const Dataset whole = read_h5ad(path);
   std::mt19937_64 rng(test::fresh_seed());
   const int64_t n = whole.n_obs();
@@ -44,7 +44,7 @@ TEST(H5adRows, EqualsWholeFileSubset) {
 }
 
 TEST(H5adRows, RangeOutsideTheFileIsAnInputError) {
-  const std::string path = test::shared_data("pbmc3k_first1000.h5ad");
+  const std::string path = test::test_data("pbmc3k_first1000.h5ad");
   EXPECT_THROW(read_h5ad_rows(path, 0, 1001), InputError);
   EXPECT_THROW(read_h5ad_rows(path, 5, 4), InputError);
   EXPECT_THROW(read_h5ad_rows(path, -1, 4), InputError);

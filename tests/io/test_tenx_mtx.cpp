@@ -1,5 +1,5 @@
 // read_10x_mtx and make_unique against oracles: random v2/v3 directories written here, a direct
-// transcription of anndata's make_index_unique, the shared pbmc3k directory parsed by a naive
+// transcription of anndata's make_index_unique, the bundled pbmc3k directory parsed by a naive
 // reader, and one malformed input per validation.
 #include <zlib.h>
 
@@ -213,9 +213,9 @@ TEST(TenxMtx, DuplicateEntriesAreSummedAndRealValuesRead) {
   EXPECT_EQ(d.var.index, (std::vector<std::string>{"A", "B", "A-1"}));
 }
 
-// A naive independent parse of the shared directory: every entry, line by line with sscanf.
-TEST(TenxMtx, SharedPbmc3k) {
-  const std::string dir = test::shared_data("pbmc3k_first1000_10x_mtx");
+// A naive independent parse of data/pbmc3k_first1000_10x_mtx: every entry, line by line with sscanf.
+TEST(TenxMtx, BundledPbmc3k) {
+  const std::string dir = test::repo_data("pbmc3k_first1000_10x_mtx");
   const Dataset d = read_10x_mtx(dir);
   ASSERT_EQ(d.n_obs(), 1000);
   ASSERT_EQ(d.n_vars(), 13714);

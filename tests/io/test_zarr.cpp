@@ -131,8 +131,8 @@ TEST(Zarr, RoundTripEverySlotEveryFormatAndCodec) {
     }
 }
 
-TEST(Zarr, SharedPbmcEqualsH5adAndAWrittenH5adEqualsTheStore) {
-  Dataset h = read_h5ad(test::shared_data("golden/pbmc3k_first1000.scanpy.h5ad"));
+TEST(Zarr, GoldenPbmcEqualsH5adAndAWrittenH5adEqualsTheStore) {
+  Dataset h = read_h5ad(test::test_data("golden/pbmc3k_first1000.scanpy.h5ad"));
   test::TempDir tmp;
   write_zarr(h, tmp.path("g.zarr"));
   Dataset z = read_zarr(tmp.path("g.zarr"));
@@ -533,7 +533,7 @@ TEST(Zarr, WriteSampleForPython) {
   const char* out = std::getenv("SCURRY_WRITE_ZARR_SAMPLE");
   if (!out || !*out) GTEST_SKIP() << "SCURRY_WRITE_ZARR_SAMPLE not set (used by test_zarr_client.sh)";
   Rng rng(test::fresh_seed());
-  Dataset d = read_h5ad(test::shared_data("pbmc3k_first1000.h5ad"));
+  Dataset d = read_h5ad(test::test_data("pbmc3k_first1000.h5ad"));
   const int64_t n = d.n_obs(), g = d.n_vars();
   add_columns(d.obs, rng);
   add_columns(d.var, rng);

@@ -6,7 +6,7 @@
 #  2. stores written by scurry (zarr v2, every codec) are read by anndata.read_zarr with warnings as
 #     errors, every slot equal to the JSON sidecar. (zarr v3 stores need zarr-python 3, which Debian
 #     does not ship: test_zarr checks them by round trip and against the v3 spec.)
-# usage: test_zarr_client.sh <scurry-binary> <repo-root> <shared-data-dir>
+# usage: test_zarr_client.sh <scurry-binary> <repo-root>
 set -euo pipefail
 scurry=$1
 bin_dir=$(dirname "$1")

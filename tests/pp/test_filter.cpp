@@ -148,8 +148,8 @@ TEST(Filter, DatasetSlotsAndErrors) {
 }
 
 TEST(Filter, MatchesScanpyOnPbmc3k) {
-  Dataset d = read_h5ad(test::shared_data("pbmc3k_first1000.h5ad"));
-  Dataset gold = read_h5ad(test::shared_data("golden/pbmc3k_first1000.scanpy.h5ad"));
+  Dataset d = read_h5ad(test::test_data("pbmc3k_first1000.h5ad"));
+  Dataset gold = read_h5ad(test::test_data("golden/pbmc3k_first1000.scanpy.h5ad"));
   ASSERT_TRUE(gold.raw);
   FilterCellsOptions co;
   co.min_genes = 200;

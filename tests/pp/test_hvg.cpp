@@ -32,13 +32,13 @@ struct Golden {
 const Golden& golden() {
   static Golden g = [] {
     Golden out;
-    Dataset gd = read_h5ad(test::shared_data("golden/pbmc3k_first1000.scanpy.h5ad"));
+    Dataset gd = read_h5ad(test::test_data("golden/pbmc3k_first1000.scanpy.h5ad"));
     if (!gd.raw) throw Error("golden file has no raw");
     out.logX = to_csr_f(gd.raw->X);
     out.var = gd.raw->var;
     H5adReadOptions ro;
     ro.read_raw = false;
-    Dataset cd = read_h5ad(test::shared_data("pbmc3k_first1000.h5ad"), ro);
+    Dataset cd = read_h5ad(test::test_data("pbmc3k_first1000.h5ad"), ro);
     std::map<std::string, int64_t> pos;
     for (int64_t i = 0; i < cd.n_vars(); ++i) pos[cd.var.index[i]] = i;
     std::vector<int64_t> cols;

@@ -217,11 +217,11 @@ TEST(Normalize, DatasetSlotsAndBadInput) {
 }
 
 TEST(Normalize, MatchesScanpyRawXOnPbmc3k) {
-  Dataset gold = read_h5ad(test::shared_data("golden/pbmc3k_first1000.scanpy.h5ad"));
+  Dataset gold = read_h5ad(test::test_data("golden/pbmc3k_first1000.scanpy.h5ad"));
   ASSERT_TRUE(gold.raw);
   const CsrF& g = gold.raw->X.csr_f();
   for (bool fused : {false, true}) {
-    Dataset d = read_h5ad(test::shared_data("pbmc3k_first1000.h5ad"));
+    Dataset d = read_h5ad(test::test_data("pbmc3k_first1000.h5ad"));
     FilterCellsOptions co;
     co.min_genes = 200;
     filter_cells(Context::cpu(2), d, co);

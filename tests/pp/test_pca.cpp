@@ -454,7 +454,7 @@ DenseD read_dense(const std::string& path, const std::string& name) {
 }  // namespace
 
 TEST(Pca, GoldenScanpyPbmc3k) {
-  const std::string path = test::shared_data("golden/pbmc3k_first1000.scanpy.h5ad");
+  const std::string path = test::test_data("golden/pbmc3k_first1000.scanpy.h5ad");
   const DenseD gx = read_dense(path, "X");
   const DenseD gpca = read_dense(path, "obsm/X_pca");
   const DenseD gpcs = read_dense(path, "varm/PCs");

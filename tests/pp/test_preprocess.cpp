@@ -1,5 +1,5 @@
 // The whole CPU chain (what `scurry run` does up to PCA) against scanpy 1.9.6's tutorial run on the
-// shared data, and identical for 1 and 2 threads.
+// pbmc3k subset (tests/data), and identical for 1 and 2 threads.
 #include <cmath>
 
 #include "io/h5ad.hpp"
@@ -10,7 +10,7 @@ using namespace scurry;
 
 namespace {
 Dataset run_chain(int threads) {
-  Dataset d = read_h5ad(test::shared_data("pbmc3k_first1000.h5ad"));
+  Dataset d = read_h5ad(test::test_data("pbmc3k_first1000.h5ad"));
   PreprocessOptions o;
   o.qc_vars = {"mt"};
   Context ctx = Context::cpu(threads);
@@ -21,7 +21,7 @@ Dataset run_chain(int threads) {
 
 TEST(Preprocess, TutorialChainMatchesScanpy) {
   const Dataset d = run_chain(2);
-  const Dataset gold = read_h5ad(test::shared_data("golden/pbmc3k_first1000.scanpy.h5ad"));
+  const Dataset gold = read_h5ad(test::test_data("golden/pbmc3k_first1000.scanpy.h5ad"));
   EXPECT_EQ(d.obs.index, gold.obs.index);
   EXPECT_EQ(d.var.index, gold.var.index) << "the same 2000 HVGs in the same order";
   ASSERT_TRUE(d.raw);

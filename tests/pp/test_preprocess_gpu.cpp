@@ -91,7 +91,7 @@ void compare_runs(Dataset cpu_in, const PreprocessOptions& o) {
 
 TEST(PreprocessGpu, EqualsCpuOnSharedData) {
   SCURRY_REQUIRE_GPU();
-  Dataset d = read_h5ad(test::shared_data("pbmc3k_first1000.h5ad"));
+  Dataset d = read_h5ad(test::test_data("pbmc3k_first1000.h5ad"));
   PreprocessOptions o;
   o.qc_vars = {"mt"};
   compare_runs(std::move(d), o);

@@ -187,7 +187,7 @@ Dataset synthetic(int64_t cells, int64_t genes, double nnz_per_cell) {
 
 TEST(PreprocessGpus, TwoRanksOnOneGpuEqualOneGpuOnSharedData) {
   SCURRY_REQUIRE_GPU();
-  const Dataset d = read_h5ad(test::shared_data("pbmc3k_first1000.h5ad"));
+  const Dataset d = read_h5ad(test::test_data("pbmc3k_first1000.h5ad"));
   PreprocessOptions o;
   o.qc_vars = {"mt"};
   Runs r = run_both(d, o, {0, 0});
@@ -335,7 +335,7 @@ TEST(PreprocessGpus, ARankLeftWithoutCellsIsAnInputErrorOnEveryRank) {
 TEST(PreprocessGpus, TwoGpusEqualOneGpu) {
   SCURRY_REQUIRE_GPU();
   if (cuda_device_count() < 2) GTEST_SKIP() << "needs 2 GPUs";
-  const Dataset d = read_h5ad(test::shared_data("pbmc3k_first1000.h5ad"));
+  const Dataset d = read_h5ad(test::test_data("pbmc3k_first1000.h5ad"));
   PreprocessOptions o;
   o.qc_vars = {"mt"};
   Runs r = run_both(d, o, {0, 1});

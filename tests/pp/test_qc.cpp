@@ -270,7 +270,7 @@ std::vector<double> numbers(const std::vector<std::string>& s) {
 }  // namespace
 
 TEST(Qc, MatchesScanpyOnPbmc3k) {
-  Dataset d = read_h5ad(test::shared_data("pbmc3k_first1000.h5ad"));
+  Dataset d = read_h5ad(test::test_data("pbmc3k_first1000.h5ad"));
   ASSERT_EQ(d.n_obs(), 1000);
   ASSERT_EQ(d.n_vars(), 13714);
   EXPECT_EQ(mark_gene_prefix(d, "mt", {"MT-"}), 13);
@@ -278,7 +278,7 @@ TEST(Qc, MatchesScanpyOnPbmc3k) {
   opt.qc_vars = {"mt"};
   const QcResult r1 = calculate_qc_metrics(Context::cpu(1), d, opt);
 
-  const Csv obs = read_csv_gz(test::shared_data("golden/pbmc3k_first1000.scanpy.qc_obs.csv.gz"));
+  const Csv obs = read_csv_gz(test::test_data("golden/pbmc3k_first1000.scanpy.qc_obs.csv.gz"));
   ASSERT_EQ(obs.index, d.obs.index);
   ASSERT_EQ(obs.header.size(), 11u);
   for (const auto& c : obs.header) {
@@ -286,7 +286,7 @@ TEST(Qc, MatchesScanpyOnPbmc3k) {
     ASSERT_TRUE(d.obs.has(c));
     expect_close(d.obs.numeric(c), numbers(obs.cols.at(c)), 1e-6, "obs/" + c);
   }
-  const Csv var = read_csv_gz(test::shared_data("golden/pbmc3k_first1000.scanpy.qc_var.csv.gz"));
+  const Csv var = read_csv_gz(test::test_data("golden/pbmc3k_first1000.scanpy.qc_var.csv.gz"));
   ASSERT_EQ(var.index, d.var.index);
   for (const auto& c : var.header) {
     SCOPED_TRACE("var/" + c);
@@ -301,7 +301,7 @@ TEST(Qc, MatchesScanpyOnPbmc3k) {
   }
 
   // 2 threads: bit-identical.
-  Dataset d2 = read_h5ad(test::shared_data("pbmc3k_first1000.h5ad"));
+  Dataset d2 = read_h5ad(test::test_data("pbmc3k_first1000.h5ad"));
   mark_gene_prefix(d2, "mt", {"MT-"});
   const QcResult r2 = calculate_qc_metrics(Context::cpu(2), d2, opt);
   EXPECT_EQ(r1.total_counts, r2.total_counts);

@@ -173,7 +173,7 @@ TEST(Scale, DatasetSlotsAndBadInput) {
 }
 
 TEST(Scale, MatchesScanpyOnPbmc3kHvgs) {
-  Dataset gold = read_h5ad(test::shared_data("golden/pbmc3k_first1000.scanpy.h5ad"));
+  Dataset gold = read_h5ad(test::test_data("golden/pbmc3k_first1000.scanpy.h5ad"));
   ASSERT_TRUE(gold.raw);
   const auto& hv = gold.raw->var.boolean("hvg_seurat_highly_variable");
   std::vector<int64_t> keep;

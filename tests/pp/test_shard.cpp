@@ -201,7 +201,7 @@ TEST(Shard, RangesBalanceNonzerosAndCoverTheRows) {
 }
 
 TEST(Shard, TutorialChainOnTwoAndThreeRanksEqualsOneRank) {
-  const Dataset input = read_h5ad(test::shared_data("pbmc3k_first1000.h5ad"));
+  const Dataset input = read_h5ad(test::test_data("pbmc3k_first1000.h5ad"));
   PreprocessOptions o;
   o.qc_vars = {"mt"};
   const Dataset one = run_one(input, o);
