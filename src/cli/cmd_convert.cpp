@@ -18,8 +18,10 @@ struct ConvertOptions {
 };
 
 void run_convert(const GlobalOptions& g, const ConvertOptions& o) {
-  make_context(g);
+  log::set_quiet(g.quiet);
   check_output_path(o.output, ".h5ad", "the output");
+  check_free_space(o.output, input_bytes(o.input), true);
+  make_context(g);
   Format f = Format::unknown;
   const Dataset d = read_any(o.input, f, o.read);
   log::info("read " + o.input + " (" + format_name(f) + "): " + d.X.describe());

@@ -42,6 +42,10 @@ std::string shape_of(const Dataset& d) {
 }
 
 void run_ranks(const GlobalOptions& g, const RunOptions& o) {
+  // The outputs first: a bad name or an unwritable directory is reported before any work.
+  log::set_quiet(g.quiet);
+  check_output_path(o.output, ".h5ad", "-o/--output");
+  if (!o.timings.empty()) check_output_path(o.timings, ".json", "--timings");
   // --gpus: the first listed GPU is the main context's; the others' contexts are made first (making
   // one selects its device on this thread; the main context's must be selected last).
   const std::vector<int> devices = selected_gpus(g);
@@ -52,8 +56,10 @@ void run_ranks(const GlobalOptions& g, const RunOptions& o) {
   GpuContexts gpus = make_extra_gpu_contexts(gm, devices);
   Context ctx = make_distributed_context(gm);
   const std::vector<Context*>& all_gpus = gpus.with_main(ctx);
-  check_output_path(o.output, ".h5ad", "-o/--output");
-  if (!o.timings.empty()) check_output_path(o.timings, ".json", "--timings");
+  // The output holds the counts (layers/counts, raw) of the input; a streamed run (GPU only) has no X,
+  // counts or raw: then the estimate is only a warning.
+  const bool may_stream = ctx.backend() == Backend::cuda && o.stream.value_or(true);
+  if (ctx.comm().rank() == 0) check_free_space(o.output, input_bytes(o.input), !may_stream);
 
   std::string where = ctx.describe();
   if (all_gpus.size() > 1) {

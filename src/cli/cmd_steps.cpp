@@ -28,8 +28,12 @@ void add_step(CLI::App& app, GlobalOptions& g, const std::string& name, const st
   cmd->add_option("-o,--output", o->output, "Output .h5ad file (written atomically)")->required();
   bind(*cmd, o->pp);
   cmd->callback([&g, o, run, name] {
-    Context ctx = make_context(g);
+    log::set_quiet(g.quiet);
     check_output_path(o->output, ".h5ad", "-o/--output");
+    // The output keeps every cell and gene of the input, but for the filters and --subset.
+    const bool shrinks = name.rfind("filter-", 0) == 0 || (name == "highly-variable-genes" && o->pp.hvg.subset);
+    check_free_space(o->output, input_bytes(o->input), !shrinks);
+    Context ctx = make_context(g);
     Dataset d = read_any(o->input, o->read);
     if (ctx.backend() == Backend::cuda) {
       log::info(name + " runs on the CPU (single steps are CPU steps; `scurry run --device gpu` runs the chain on the GPU)");
@@ -57,8 +61,10 @@ void add_graph_step(CLI::App& app, GlobalOptions& g, const std::string& name, co
   cmd->add_option("-o,--output", o->output, "Output .h5ad file (written atomically)")->required();
   bind(*cmd, o->opt);
   cmd->callback([&g, o, run] {
-    Context ctx = make_context(g);
+    log::set_quiet(g.quiet);
     check_output_path(o->output, ".h5ad", "-o/--output");
+    check_free_space(o->output, input_bytes(o->input), true);
+    Context ctx = make_context(g);
     Dataset d = read_any(o->input, o->read);
     run(ctx, d, o->opt);
     make_parent_dirs(o->output);

@@ -1,6 +1,7 @@
 // scurry CLI: what every subcommand shares: the global options, the Context built from them, and
 // small helpers for output paths.
 #pragma once
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -37,8 +38,22 @@ struct GpuContexts {
 GpuContexts make_extra_gpu_contexts(const GlobalOptions& g, const std::vector<int>& devices);
 
 // Checks an output path before any work is done: it must end in `ext` and must not be a
-// directory. Throws InputError naming the path.
+// directory; its directory must be writable (the nearest existing one when directories are still to
+// be made: make_parent_dirs makes them when writing; an existing one is tested by creating and
+// removing the writers' temporary, core/output.hpp, which also removes stale temporaries of dead
+// processes there); every name, the temporary's included, must be within the filesystem's NAME_MAX
+// and the whole within PATH_MAX. Throws InputError naming the path and the cause (strerror).
 void check_output_path(const std::string& path, const std::string& ext, const char* what);
+// Checks the free space (statvfs) of the filesystem `path` will be written to against `need` bytes
+// (0: unknown, nothing checked). `required`: less is an InputError ("No space left on device"),
+// else a warning. The CLI's estimate is input_bytes(INPUT): an output that holds the input's X (run
+// without streaming, convert, the steps that keep every cell and gene) takes at least about as much
+// (it is written uncompressed and keeps the counts); for outputs that may be smaller (filter-cells,
+// filter-genes, --subset, a streamed run without X) it is only a warning.
+void check_free_space(const std::string& path, int64_t need, bool required);
+// The size of an input on disk: a file's size, the sum of a directory's files (10x mtx, zarr); 0
+// when it cannot be read (the reader reports that).
+int64_t input_bytes(const std::string& input);
 // Creates the parent directories of `path` (if any).
 void make_parent_dirs(const std::string& path);
 // Writes `text` to `path` atomically (temporary in the same directory, then rename).

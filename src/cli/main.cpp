@@ -14,6 +14,7 @@
 #include "cli/commands.hpp"
 #include "cli/step_options.hpp"
 #include "core/error.hpp"
+#include "core/output.hpp"
 #include "exec/context.hpp"
 
 namespace {
@@ -26,6 +27,7 @@ std::string one_line(std::string s) {
 }
 
 int report(const char* what, int code) {
+  scurry::wait_if_interrupted();  // an error caused by the signal handler removing the temporaries
   std::fflush(stdout);
   std::fprintf(stderr, "scurry: error: %s\n", one_line(what).c_str());
   return code;
@@ -50,6 +52,8 @@ int main(int argc, char** argv) {
   // returning it to the kernel (each fresh page costs a fault, dear on virtual machines).
   mallopt(M_MMAP_THRESHOLD, 32 << 20);
   mallopt(M_TRIM_THRESHOLD, 1 << 30);
+  // SIGINT, SIGTERM, SIGHUP: remove the temporary of an output being written, say so, exit 128 + signal.
+  install_signal_cleanup();
   CLI::App app{"scurry: single-cell RNA-seq analysis (scanpy's pipeline, faster)", "scurry"};
   cli::GlobalOptions g;
   g.argv.assign(argv, argv + argc);
@@ -120,6 +124,7 @@ int main(int argc, char** argv) {
   // (it synchronises and frees a context that may hold tens of GiB: ~0.3 s measured on the H200 after
   // a 1.3M-cell run); the driver releases the device at process exit. Under MPI, MPI_Finalize must
   // run at exit, so the normal path is kept there.
+  wait_if_interrupted();  // a signal during the last moments: its handler sets the exit status
   if (!launched_by_mpi()) {
     std::fflush(nullptr);
     std::_Exit(0);

@@ -4,16 +4,14 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdio>
-#include <filesystem>
 #include <limits>
 #include <optional>
-#include <random>
 #include <sstream>
 #include <type_traits>
 
 #include "core/error.hpp"
 #include "core/log.hpp"
+#include "core/output.hpp"
 #include "io/hdf5.hpp"
 
 namespace scurry {
@@ -504,13 +502,6 @@ void write_value(const Group& g, const std::string& name, const Value& v, int gz
       v.v);
 }
 
-std::string temp_name(const std::string& path) {
-  std::random_device rd;
-  char buf[32];
-  std::snprintf(buf, sizeof buf, ".tmp-%08x", static_cast<unsigned>(rd()));
-  return path + buf;
-}
-
 // ---- summary helpers -------------------------------------------------------------------------------
 
 std::string dtype_str(const H5Data& d) {
@@ -684,10 +675,11 @@ void write_h5ad(const scurry::Dataset& d, const std::string& path, const H5adWri
   d.check_shapes(path);
   if (d.X.empty() && !opt.allow_no_x) fail_input(path, "cannot write: X is empty");
   const int gz = std::clamp(opt.gzip_level, 0, 9);
-  const std::string tmp = temp_name(path);
+  TempOutput tmp(path);  // removed on failure, on SIGINT/SIGTERM/SIGHUP, or as stale by a later write
+  h5::File f;
   try {
     {
-      h5::File f = h5::File::create(tmp);
+      f = h5::File::create(tmp.name());
       set_encoding(f, "anndata", "0.1.0");
       if (!d.X.empty()) write_matrix(f, "X", d.X, gz);
       write_dataframe(f, "obs", d.obs);
@@ -715,13 +707,10 @@ void write_h5ad(const scurry::Dataset& d, const std::string& path, const H5adWri
       }
       f.close();
     }
-    std::error_code ec;
-    std::filesystem::rename(tmp, path, ec);
-    if (ec) fail_input(path, "cannot move the finished file into place: ", ec.message());
+    tmp.commit();
   } catch (...) {
-    std::error_code ec;
-    std::filesystem::remove(tmp, ec);
-    throw;
+    f.discard();  // still open after a failed write: its space freed (a full disk), closed
+    rethrow_naming_output(tmp.name(), path);  // messages name PATH, not the temporary
   }
 }
 

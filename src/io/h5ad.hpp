@@ -35,8 +35,9 @@ struct H5adWriteOptions {
   bool allow_no_x = false;  // an empty X is left out (anndata reads it as X = None) instead of an error
 };
 
-// Writes atomically: to "PATH.tmp-XXXX" in the same directory, then renamed over PATH. On failure
-// the temporary is removed and PATH is untouched. Uses anndata's current encodings
+// Writes atomically: to "PATH.tmp-HHHHHHHH-PID" in the same directory (core/output.hpp), then renamed
+// over PATH. On failure (a full disk: Error "PATH: disk full ...") or SIGINT/SIGTERM/SIGHUP the
+// temporary is removed and PATH is untouched. Uses anndata's current encodings
 // (anndata 0.8+/0.10 spec: encoding-type/-version attributes on every element).
 void write_h5ad(const Dataset& d, const std::string& path, const H5adWriteOptions& opt = {});
 

@@ -7,9 +7,18 @@
 #include <filesystem>
 #include <type_traits>
 
+#include <unistd.h>
+
 #include "core/error.hpp"
+#include "core/output.hpp"
 
 namespace scurry::h5 {
+
+// HDF5's exit handler closes the files still open, and HDF5 1.10 crashes (SIGSEGV) closing one whose
+// final flush failed (a full disk: its metadata cache is left inconsistent, and no later close can
+// succeed). Every file scurry writes is closed, or abandoned by discard(), before the exit; at
+// exit there is nothing to flush. Called before the library is first used (static initialisation).
+[[maybe_unused]] const bool g_no_atexit = H5dont_atexit() >= 0;
 
 void quiet() {
   thread_local bool done = false;
@@ -32,6 +41,28 @@ void fail_h5(const std::string& file, const std::string& what, const std::string
 }
 
 namespace {
+// The errno of the system call under the last failed HDF5 call of this thread, from its error
+// stack: the file drivers record "..., errno = N, error message = '...'" (HDF5 documents the format
+// as stable); 0 when none is recorded.
+int stack_errno() {
+  int err = 0;
+  auto cb = [](unsigned, const H5E_error2_t* e, void* out) -> herr_t {
+    const char* p = e->desc ? std::strstr(e->desc, "errno = ") : nullptr;
+    if (!p) return 0;
+    *static_cast<int*>(out) = std::atoi(p + 8);
+    return 1;  // stop the walk
+  };
+  H5Ewalk2(H5E_DEFAULT, H5E_WALK_DOWNWARD, cb, &err);
+  return err;
+}
+}  // namespace
+
+void fail_h5_write(const std::string& file, const std::string& what, const std::string& object) {
+  if (const int err = stack_errno()) fail_write(file, err, object.empty() || object == "/" ? what : what + " at " + object);
+  fail_h5(file, what, object);
+}
+
+namespace {
 
 // Checks an identifier-returning call.
 hid_t chk(hid_t id, const Node& n, const std::string& what, const std::string& obj = "") {
@@ -39,7 +70,7 @@ hid_t chk(hid_t id, const Node& n, const std::string& what, const std::string& o
   return id;
 }
 void chk_status(herr_t st, const std::string& file, const std::string& what, const std::string& obj) {
-  if (st < 0) fail_h5(file, what, obj);
+  if (st < 0) fail_h5_write(file, what, obj);
 }
 
 template <class T>
@@ -343,11 +374,11 @@ void write_attr(const Node& n, const std::string& name, hid_t type, const std::v
   if (H5Aexists(n.id(), name.c_str()) > 0) H5Adelete(n.id(), name.c_str());
   Id space = simple_space(dims);
   Id a(H5Acreate2(n.id(), name.c_str(), type, space.get(), H5P_DEFAULT, H5P_DEFAULT));
-  if (!a.valid()) fail_h5(n.file(), "cannot create attribute '" + name + "'", n.path());
+  if (!a.valid()) fail_h5_write(n.file(), "cannot create attribute '" + name + "'", n.path());
   int64_t total = 1;
   for (auto d : dims) total *= d;
   if (total > 0 && H5Awrite(a.get(), type, buf) < 0)
-    fail_h5(n.file(), "cannot write attribute '" + name + "'", n.path());
+    fail_h5_write(n.file(), "cannot write attribute '" + name + "'", n.path());
 }
 }  // namespace
 
@@ -368,9 +399,9 @@ void Node::set_attr(const std::string& name, const std::vector<int64_t>& values)
   if (H5Aexists(id(), name.c_str()) > 0) H5Adelete(id(), name.c_str());
   Id space = simple_space({static_cast<int64_t>(values.size())});
   Id a(H5Acreate2(id(), name.c_str(), H5T_STD_I64LE, space.get(), H5P_DEFAULT, H5P_DEFAULT));
-  if (!a.valid()) fail_h5(file_, "cannot create attribute '" + name + "'", path_);
+  if (!a.valid()) fail_h5_write(file_, "cannot create attribute '" + name + "'", path_);
   if (!values.empty() && H5Awrite(a.get(), H5T_NATIVE_INT64, values.data()) < 0)
-    fail_h5(file_, "cannot write attribute '" + name + "'", path_);
+    fail_h5_write(file_, "cannot write attribute '" + name + "'", path_);
 }
 
 void Node::set_attr_bool(const std::string& name, bool value) const {
@@ -574,7 +605,7 @@ Dataset Group::dataset(const std::string& name) const {
 
 Group Group::create_group(const std::string& name) const {
   Id g(H5Gcreate2(id(), name.c_str(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT));
-  if (!g.valid()) fail_h5(file_, "cannot create group '" + name + "'", child_path(name));
+  if (!g.valid()) fail_h5_write(file_, "cannot create group '" + name + "'", child_path(name));
   return Group(std::move(g), file_, child_path(name));
 }
 
@@ -604,7 +635,7 @@ Dataset Group::write(const std::string& name, const T* data, const std::vector<i
   Id space = simple_space(dims);
   Id pl = dataset_create_plist(dims, H5Tget_size(ft.get()), gzip);
   Id d(H5Dcreate2(id(), name.c_str(), ft.get(), space.get(), H5P_DEFAULT, pl.get(), H5P_DEFAULT));
-  if (!d.valid()) fail_h5(file_, "cannot create dataset '" + name + "'", child_path(name));
+  if (!d.valid()) fail_h5_write(file_, "cannot create dataset '" + name + "'", child_path(name));
   int64_t total = 1;
   for (auto x : dims) total *= x;
   if (total > 0) {
@@ -658,7 +689,7 @@ Dataset Group::write_strings(const std::string& name, const std::vector<std::str
   Id space = simple_space(dims);
   Id pl = dataset_create_plist(dims, fixed ? width : 16, gzip);
   Id d(H5Dcreate2(id(), name.c_str(), t.get(), space.get(), H5P_DEFAULT, pl.get(), H5P_DEFAULT));
-  if (!d.valid()) fail_h5(file_, "cannot create dataset '" + name + "'", child_path(name));
+  if (!d.valid()) fail_h5_write(file_, "cannot create dataset '" + name + "'", child_path(name));
   if (fixed) {
     std::vector<char> buf(n * width, '\0');
     for (size_t i = 0; i < n; ++i) std::memcpy(buf.data() + i * width, values[i].data(), values[i].size());
@@ -677,7 +708,7 @@ Dataset Group::write_string(const std::string& name, const std::string& value) c
   Id t = vlen_utf8();
   Id space(H5Screate(H5S_SCALAR));
   Id d(H5Dcreate2(id(), name.c_str(), t.get(), space.get(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT));
-  if (!d.valid()) fail_h5(file_, "cannot create dataset '" + name + "'", child_path(name));
+  if (!d.valid()) fail_h5_write(file_, "cannot create dataset '" + name + "'", child_path(name));
   const char* p = value.c_str();
   chk_status(H5Dwrite(d.get(), t.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, &p), file_,
              "cannot write dataset '" + name + "'", child_path(name));
@@ -708,22 +739,43 @@ File File::create(const std::string& path) {
   Id fapl(H5Pcreate(H5P_FILE_ACCESS));
   H5Pset_fclose_degree(fapl.get(), H5F_CLOSE_STRONG);
   Id f(H5Fcreate(path.c_str(), H5F_ACC_EXCL, H5P_DEFAULT, fapl.get()));
-  if (!f.valid()) fail_h5(path, "cannot create the file (does the directory exist and is it writable?)", path);
+  if (!f.valid()) {
+    if (const int err = stack_errno()) fail_write(path, err, "cannot create the file", true);
+    fail_h5(path, "cannot create the file (does the directory exist and is it writable?)", path);
+  }
   return File(std::move(f), path);
 }
 
 void File::close() {
   if (!id_.valid()) return;
-  const hid_t f = id_.get();
-  const herr_t st = H5Fclose(f);
-  // H5Fclose consumed the identifier; forget it without another decrement.
-  Id dead = std::move(id_);
-  (void)dead;
-  if (st < 0) fail_h5(file_, "cannot finish writing the file (disk full?)", "/");
+  // Flush first: a flush that fails (a full disk) leaves the file open, and discard() then frees the
+  // space it holds (HDF5 1.10 can close such a file no more: see g_no_atexit).
+  unsigned intent = 0;
+  if (H5Fget_intent(id_.get(), &intent) >= 0 && (intent & H5F_ACC_RDWR) && H5Fflush(id_.get(), H5F_SCOPE_LOCAL) < 0)
+    fail_h5_write(file_, "cannot finish writing the file", "/");
+  const herr_t st = H5Fclose(id_.get());
+  // H5Fclose consumed the identifier, or failed (its final flush) and left the file half torn down:
+  // HDF5 1.10 crashes when such a file is closed again. Forget it either way.
+  id_.release();
+  if (st < 0) fail_h5_write(file_, "cannot finish writing the file", "/");
+}
+
+void File::discard() noexcept {
+  if (!id_.valid()) return;
+  Id fapl(H5Fget_access_plist(id_.get()));
+  void* handle = nullptr;
+  if (fapl.valid() && H5Pget_driver(fapl.get()) == H5FD_SEC2 && H5Fget_vfd_handle(id_.get(), fapl.get(), &handle) >= 0 &&
+      handle) {
+    [[maybe_unused]] const int r = ftruncate(*static_cast<int*>(handle), 0);  // the sec2 driver's descriptor
+  }
+  H5Fclose(id_.get());  // fails again after a failed flush: forgotten, never retried
+  id_.release();
 }
 
 File::~File() {
-  if (id_.valid()) H5Fclose(id_.get());
+  if (!id_.valid()) return;
+  H5Fclose(id_.get());
+  id_.release();
 }
 
 }  // namespace scurry::h5

@@ -42,6 +42,8 @@ class Id {
   hid_t get() const { return id_; }
   bool valid() const { return id_ >= 0; }
   void reset();
+  // Forgets the identifier without releasing it (it was consumed, e.g. by H5Fclose).
+  void release() { id_ = H5I_INVALID_HID; }
 
  private:
   hid_t id_ = H5I_INVALID_HID;
@@ -49,6 +51,9 @@ class Id {
 
 // Throws InputError "<file>: <what> (<object>)".
 [[noreturn]] void fail_h5(const std::string& file, const std::string& what, const std::string& object);
+// The same for a failed write: when HDF5's error stack records the errno of the system call that
+// failed (its file driver does), the error is fail_write's (core/output.hpp): "disk full" for ENOSPC.
+[[noreturn]] void fail_h5_write(const std::string& file, const std::string& what, const std::string& object);
 
 enum class Kind { missing, group, dataset, other };
 
@@ -174,8 +179,13 @@ class File : public Group {
   static File open(const std::string& path, bool write = false);
   // Creates a new file (fails if it exists).
   static File create(const std::string& path);
-  // Closes the file (and every object still open in it), reporting errors of the final flush.
+  // Closes the file (and every object still open in it), reporting errors of the final flush. A file
+  // whose close failed is forgotten, never closed again (HDF5 1.10 crashes on a second close).
   void close();
+  // Abandons a file being written whose writing failed (its caller removes it): truncates it to
+  // nothing, freeing the space it took (on a full disk the final flush can then succeed), and closes
+  // it. Never throws.
+  void discard() noexcept;
   ~File();
   File(File&&) = default;
   File& operator=(File&&) = default;

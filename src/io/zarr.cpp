@@ -15,6 +15,7 @@
 
 #include "core/error.hpp"
 #include "core/log.hpp"
+#include "core/output.hpp"
 #include "io/zarr_store.hpp"
 
 namespace scurry {
@@ -612,9 +613,10 @@ void write_zarr(const Dataset& d, const std::string& dir_in, const ZarrWriteOpti
   std::error_code ec;
   if (fs::exists(dir, ec) && !(fs::is_directory(dir, ec) && looks_like_zarr(dir)))
     fail_input(dir, "exists and is not a zarr store; refusing to replace it (remove it or choose another name)");
+  TempOutput tmp(dir, true);  // removed on failure, on SIGINT/SIGTERM/SIGHUP, or as stale by a later write
   Writer w;
   w.store = dir;
-  w.root = dir + random_suffix("tmp");
+  w.root = tmp.name();
   w.spec.format = opt.format;
   w.spec.codec = opt.codec == ZarrCodec::blosc_lz4 ? zarr::CodecChoice::blosc_lz4
                  : opt.codec == ZarrCodec::zstd    ? zarr::CodecChoice::zstd
@@ -659,11 +661,10 @@ void write_zarr(const Dataset& d, const std::string& dir_in, const ZarrWriteOpti
       if (!old.empty()) fs::rename(old, dir, ec2);
       fail_input(dir, "cannot move the finished store into place: ", ec.message());
     }
+    tmp.release();
     if (!old.empty()) fs::remove_all(old, ec);
   } catch (...) {
-    std::error_code ec2;
-    fs::remove_all(w.root, ec2);
-    throw;
+    rethrow_naming_output(tmp.name(), dir);  // messages name the store, not the temporary
   }
 }
 

@@ -35,8 +35,10 @@ struct ZarrWriteOptions {
   int threads = 0;          // compression threads; 0 = all hardware threads (output is the same for any count)
 };
 
-// Writes atomically: into "DIR.tmp-XXXX" next to DIR, then renamed to DIR. An existing zarr store at
-// DIR is replaced; any other existing DIR is refused (InputError). On failure DIR is untouched.
+// Writes atomically: into "DIR.tmp-HHHHHHHH-PID" next to DIR (core/output.hpp), then renamed to DIR.
+// An existing zarr store at DIR is replaced; any other existing DIR is refused (InputError). On
+// failure (a full disk: Error "DIR: disk full ...") or SIGINT/SIGTERM/SIGHUP the temporary is removed
+// and DIR is untouched.
 void write_zarr(const Dataset& d, const std::string& dir, const ZarrWriteOptions& opt = {});
 
 // What `scurry info` shows, from the metadata only (no chunk is read except the obs/var index sizes,

@@ -8,7 +8,11 @@
 #include <limits>
 #include <type_traits>
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include "core/error.hpp"
+#include "core/output.hpp"
 #include "exec/parallel.hpp"
 
 namespace scurry::zarr {
@@ -52,12 +56,22 @@ Bytes read_range(const fs::path& p, int64_t off, int64_t n, const std::string& w
   return b;
 }
 
+// POSIX calls, for the errno of a failure (fail_write: "disk full" for ENOSPC).
 void write_file(const fs::path& p, const void* data, size_t n) {
-  std::ofstream out(p, std::ios::binary | std::ios::trunc);
-  if (!out) fail_input(p.string(), "cannot be created for writing");
-  out.write(static_cast<const char*>(data), static_cast<std::streamsize>(n));
-  out.close();
-  if (!out) fail_input(p.string(), "write failed (disk full?)");
+  const int fd = open(p.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) fail_write(p.string(), errno, "cannot be created for writing", true);
+  const char* c = static_cast<const char*>(data);
+  while (n > 0) {
+    const ssize_t w = ::write(fd, c, n);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) {
+      const int err = w < 0 ? errno : EIO;
+      close(fd);
+      fail_write(p.string(), err, "write failed");
+    }
+    c += w, n -= static_cast<size_t>(w);
+  }
+  if (close(fd) != 0) fail_write(p.string(), errno, "write failed");
 }
 
 void write_json(const fs::path& p, const Json& j) {
@@ -802,7 +816,7 @@ void write_meta(const std::string& dir, const std::vector<int64_t>& shape, const
                 const ArrayWriteSpec& s) {
   std::error_code ec;
   fs::create_directories(dir, ec);
-  if (ec) fail_input(dir, "cannot create directory: ", ec.message());
+  if (ec) fail_write(dir, ec.value(), "cannot create directory", true);
   if (s.format == 3) {
     Json codecs = Json::array();
     if (vlen) codecs.push_back({{"name", "vlen-utf8"}, {"configuration", Json::object()}});
@@ -926,7 +940,7 @@ void put(uint8_t* dst, DType dt, T v) {
 void write_group(const std::string& dir, int format, const Json& attrs) {
   std::error_code ec;
   fs::create_directories(dir, ec);
-  if (ec) fail_input(dir, "cannot create directory: ", ec.message());
+  if (ec) fail_write(dir, ec.value(), "cannot create directory", true);
   const Json a = attrs.is_null() ? Json::object() : attrs;
   if (format == 3) {
     write_json(fs::path(dir) / "zarr.json", {{"zarr_format", 3}, {"node_type", "group"}, {"attributes", a}});

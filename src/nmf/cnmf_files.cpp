@@ -6,10 +6,10 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
-#include <random>
 #include <sstream>
 
 #include "core/error.hpp"
+#include "core/output.hpp"
 
 namespace scurry {
 
@@ -204,25 +204,6 @@ std::vector<std::pair<std::string, std::string>> read_key_values(const std::stri
   return out;
 }
 
-void write_text_file(const std::string& path, const std::string& text) {
-  std::random_device rd;
-  const std::string tmp = path + ".tmp-" + std::to_string(rd() % 1000000);
-  {
-    std::ofstream out(tmp, std::ios::binary);
-    if (!out) fail_input(path, "cannot write the file (is the directory writable?)");
-    out.write(text.data(), static_cast<std::streamsize>(text.size()));
-    if (!out) {
-      std::error_code ec;
-      fs::remove(tmp, ec);
-      fail_input(path, "writing failed (disk full?)");
-    }
-  }
-  std::error_code ec;
-  fs::rename(tmp, path, ec);
-  if (ec) {
-    fs::remove(tmp, ec);
-    fail_input(path, "cannot rename the temporary file into place");
-  }
-}
+void write_text_file(const std::string& path, const std::string& text) { write_file_atomic(path, text); }
 
 }  // namespace scurry
