@@ -1,6 +1,7 @@
 #include "graph/spectral.hpp"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <utility>
 #include <vector>
@@ -270,13 +271,16 @@ std::optional<DenseD> spectral_layout(const Context& ctx, const CsrF& graph, con
   if (dim > w) fail_input("spectral_layout", "n_components = ", dim, " is more than the spectral layout supports (",
                           spectral::kMaxWidth - 1, "); use init_pos random");
   constexpr int kSlots = 4;
+  const auto t0 = std::chrono::steady_clock::now();
   st.gpu = ctx.cuda() != nullptr;
   linalg::SingleThreadedBlas blas_guard;
   std::unique_ptr<spectral::BlockOps> ops = st.gpu ? spectral::device_block_ops(ctx, graph, dinv, w, kSlots)
                                                     : spectral::host_block_ops(ctx, graph, dinv, w, kSlots);
   out = spectral::chebyshev_subspace(*ops, dim, w, opt, st);
+  st.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   log::info(detail::concat("spectral layout", st.gpu ? " (gpu)" : "", ": ", st.products, " products in ", st.sweeps,
-                           " sweeps, residual ", st.residual, st.converged ? "" : " (not converged: the layout is still used)"));
+                           " sweeps, residual ", st.residual, st.converged ? "" : " (not converged: the layout is still used)",
+                           ", ", st.seconds, " s"));
   if (stats) *stats = st;
   return out;
 }

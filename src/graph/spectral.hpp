@@ -38,6 +38,7 @@ struct SpectralStats {
   double residual = 0;      // largest residual norm of the wanted pairs at the end
   bool converged = false;   // residual <= tol
   bool gpu = false;         // the products ran on the GPU
+  double seconds = 0;       // wall time of the iterative solver (products, Gram matrices, download)
 };
 
 // Number of connected components of the graph (edges = stored nonzeros; the matrix must be

@@ -3,6 +3,7 @@
 #include "graph/umap_gpu.hpp"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <limits>
 #include <random>
@@ -43,6 +44,10 @@ struct Rng {
 };
 
 double clip(double v) { return std::clamp(v, -kClip, kClip); }
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
 
 constexpr int64_t kRowsPerBlock = 2048;  // batched epochs: vertices per parallel block
 
@@ -168,7 +173,35 @@ std::pair<double, double> find_ab_params(double spread, double min_dist) {
   return {a, b};
 }
 
+CsrF prune_graph(const Context& ctx, const CsrF& graph, float threshold) {
+  const int64_t n = graph.n_rows;
+  const int64_t n_blocks = (n + kRowsPerBlock - 1) / kRowsPerBlock;
+  auto kept = [&](int64_t p) { return graph.data[p] >= threshold && graph.data[p] != 0.0f; };
+  CsrF g = CsrF::zeros(n, graph.n_cols);
+  parallel_for(ctx.threads(), n_blocks, [&](int64_t blk) {
+    const int64_t r1 = std::min(n, (blk + 1) * kRowsPerBlock);
+    for (int64_t i = blk * kRowsPerBlock; i < r1; ++i) {
+      int64_t c = 0;
+      for (int64_t p = graph.indptr[i]; p < graph.indptr[i + 1]; ++p) c += kept(p);
+      g.indptr[i + 1] = c;
+    }
+  });
+  for (int64_t i = 0; i < n; ++i) g.indptr[i + 1] += g.indptr[i];
+  g.indices.resize(static_cast<size_t>(g.indptr[n]));
+  g.data.resize(static_cast<size_t>(g.indptr[n]));
+  parallel_for(ctx.threads(), n_blocks, [&](int64_t blk) {
+    const int64_t r1 = std::min(n, (blk + 1) * kRowsPerBlock);
+    for (int64_t i = blk * kRowsPerBlock; i < r1; ++i) {
+      int64_t q = g.indptr[i];
+      for (int64_t p = graph.indptr[i]; p < graph.indptr[i + 1]; ++p)
+        if (kept(p)) g.indices[q] = graph.indices[p], g.data[q++] = graph.data[p];
+    }
+  });
+  return g;
+}
+
 UmapResult umap(const Context& ctx, const CsrF& graph, const UmapOptions& opt, const DenseF* init) {
+  const auto t_start = std::chrono::steady_clock::now();
   const int64_t n = graph.n_rows, dim = opt.n_components;
   if (graph.n_cols != n)
     fail_input(kWhere, "the graph is ", n, " x ", graph.n_cols, "; it must be square (cells x cells)");
@@ -200,15 +233,7 @@ UmapResult umap(const Context& ctx, const CsrF& graph, const UmapOptions& opt, c
   if (need_graph)
     for (float w : graph.data) wmax = std::max(wmax, w);
   const float threshold = wmax / static_cast<float>(n_epochs > 10 ? n_epochs : default_epochs);
-  CsrF g = CsrF::zeros(need_graph ? n : 0, need_graph ? n : 0);
-  for (int64_t i = 0; need_graph && i < n; ++i) {
-    for (int64_t p = graph.indptr[i]; p < graph.indptr[i + 1]; ++p)
-      if (graph.data[p] >= threshold && graph.data[p] != 0.0f) {
-        g.indices.push_back(graph.indices[p]);
-        g.data.push_back(graph.data[p]);
-      }
-    g.indptr[i + 1] = g.nnz();
-  }
+  const CsrF g = need_graph ? prune_graph(ctx, graph, threshold) : CsrF::zeros(0, 0);
 
   // Initial layout.
   Rng rng(opt.random_state);
@@ -251,14 +276,16 @@ UmapResult umap(const Context& ctx, const CsrF& graph, const UmapOptions& opt, c
     for (int64_t i = 0; i < n; ++i) e(i, c) = static_cast<float>(kInitScale * (emb(i, c) - lo) / span);
   }
 
+  res.init_seconds = seconds_since(t_start);
   if (n_epochs == 0) {  // the start layout only
     res.embedding = std::move(e);
     return res;
   }
-
+  const auto t_epochs = std::chrono::steady_clock::now();
   if (opt.sgd == "batched") {
     res.embedding = std::move(e);
     umap_batched_epochs(ctx, g, opt, res);
+    res.epochs_seconds = seconds_since(t_epochs);
     return res;
   }
 
@@ -326,6 +353,7 @@ UmapResult umap(const Context& ctx, const CsrF& graph, const UmapOptions& opt, c
     alpha = opt.alpha * (1.0 - epd / static_cast<double>(n_epochs));
   }
   res.embedding = std::move(e);
+  res.epochs_seconds = seconds_since(t_epochs);
   return res;
 }
 
@@ -364,7 +392,7 @@ UmapResult umap(const Context& ctx, Dataset& d, const UmapOptions& opt) {
   UmapResult res = gpu ? umap_gpu(ctx, g, opt, init_ptr) : umap(ctx, g, opt, init_ptr);
   write_umap(d, res, opt);
   log::info(detail::concat(gpu ? "umap (gpu): " : "umap: ", g.n_rows, " cells, ", res.n_epochs, " epochs, a = ", res.a, ", b = ", res.b,
-                           ", ", res.init, " initialisation"));
+                           ", ", res.init, " initialisation (", res.init_seconds, " s), epochs ", res.epochs_seconds, " s"));
   return res;
 }
 

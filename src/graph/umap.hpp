@@ -57,8 +57,11 @@ struct UmapResult {
   double a = 0, b = 0;
   int64_t n_epochs = 0;
   std::string init;  // the initialisation used: "spectral", "random" or the obsm key
+  double init_seconds = 0, epochs_seconds = 0;  // wall time of the start layout and of the epochs
 };
 
+// The graph without the entries below threshold (and explicit zeros), rows in parallel.
+CsrF prune_graph(const Context& ctx, const CsrF& graph, float threshold);
 // InputError for an unknown sgd or an n_components it does not take.
 void check_sgd(const UmapOptions& opt);
 // The epochs-per-sample of an edge of weight w: w_max / w as float, 0 below threshold (pruned).

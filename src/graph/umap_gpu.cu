@@ -11,6 +11,7 @@
 // At 10M cells (~200M edges): int64 edge counters and offsets throughout; device memory is
 // 8 B per edge (tail, eps) plus 8 B per cell of indptr and 2 x 4 B x dim per cell (two layouts).
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <limits>
 #include <vector>
@@ -91,6 +92,7 @@ UmapResult umap_gpu(const Context& ctx, const CsrF& graph, const DenseF& init, c
   CudaResources* rp = ctx.cuda();
   if (!rp) fail_input(kWhere, "needs a GPU context; use --device gpu, or the CPU umap");
   CudaResources& r = *rp;
+  const auto t0 = std::chrono::steady_clock::now();
   SCURRY_CUDA(cudaSetDevice(r.device));  // (another context's device may be the current one)
   const int64_t n = graph.n_rows, dim = opt.n_components;
   if (graph.n_cols != n)
@@ -173,6 +175,7 @@ UmapResult umap_gpu(const Context& ctx, const CsrF& graph, const DenseF& init, c
     SCURRY_CUDA(cudaMemcpyAsync(res.embedding.data.data(), cur, h_emb.size() * sizeof(float),
                                 cudaMemcpyDeviceToHost, r.stream));
   SCURRY_CUDA(cudaStreamSynchronize(r.stream));
+  res.epochs_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return res;
 }
 
@@ -187,6 +190,7 @@ UmapResult umap_gpu(const Context& ctx, const CsrF& graph, const UmapOptions& op
   o.b = start.b;
   UmapResult res = umap_gpu(ctx, graph, start.embedding, o);
   res.init = start.init;
+  res.init_seconds = start.init_seconds;
   return res;
 }
 

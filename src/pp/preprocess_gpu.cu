@@ -334,6 +334,16 @@ void preprocess_chain(Context& ctx, Dataset& d, const PreprocessOptions& o, Timi
   // scaled, one chunk of rows at a time, and the scaled X is made in place at the end. With zero_center
   // the scaled matrix is dense and made here.
   const bool scale_zc = o.scale.zero_center;
+  // The host copy of the dense scaled X is allocated and first touched (huge pages) on another thread
+  // while the device scales and runs the PCA: the download is then only the copy.
+  std::future<DenseF> host_dense;
+  if (o.scaled_x && scale_zc)
+    host_dense = std::async(std::launch::async, [n, g] {
+      DenseF x;
+      x.n_rows = n, x.n_cols = g;
+      resize_large(x.data, static_cast<size_t>(n) * static_cast<size_t>(g));
+      return x;
+    });
   DeviceArray<float> d_mean, d_sd;
   std::vector<double> scale_mean, scale_sd;
   const float maxv = o.scale.max_value ? static_cast<float>(*o.scale.max_value) : 0.f;
@@ -425,7 +435,7 @@ void preprocess_chain(Context& ctx, Dataset& d, const PreprocessOptions& o, Timi
     });
   else if (o.scaled_x)
     step("download_x", [&] {
-      DenseF x(n, g);
+      DenseF x = host_dense.get();
       copy_to_host(r, x.data.data(), dense.data(), x.data.size() * 4);
       d.X = Matrix(std::move(x), DType::f32);
     });

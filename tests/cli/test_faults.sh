@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Faults, end to end: bash test_faults.sh SCURRY_BINARY REPO_ROOT SHARED_DATA_DIR
+# Faults, end to end: bash test_faults.sh SCURRY_BINARY REPO_ROOT
 #  - a full disk (a small tmpfs; skipped where mounting is refused): exit 1, one line "disk full"
 #    naming the output, no crash, no temporary left, an existing output untouched;
 #  - SIGTERM, SIGINT, SIGHUP while the output is written: the temporary removed, exit 143/130/129,

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <random>
 
 #include "exec/context.hpp"
 #include "graph/connectivities.hpp"
@@ -38,7 +39,18 @@ double subspace_agreement(const DenseD& a, const DenseD& b) {
 TEST(SpectralGpu, EqualsTheCpuSolverAndRepeatsBitForBit) {
   if (!test::have_gpu()) GTEST_SKIP() << "no CUDA device visible";
   const uint64_t seed = test::fresh_seed();
-  const DenseF x = test::clustered_points(20000, 10, 8, seed, 0.0f);
+  // Overlapping blobs in the plane (centres sd 5, points sd 1): a connected kNN graph with clusters.
+  DenseF x(20000, 2);
+  {
+    std::mt19937_64 rng(seed);
+    std::normal_distribution<double> z(0.0, 1.0);
+    double centres[8][2];
+    for (auto& c : centres) c[0] = 2.5 * z(rng), c[1] = 2.5 * z(rng);
+    for (int64_t i = 0; i < x.n_rows; ++i) {
+      const int c = static_cast<int>(rng() % 8);
+      for (int j = 0; j < 2; ++j) x(i, j) = static_cast<float>(centres[c][j] + z(rng));
+    }
+  }
   const Knn knn = knn_exact(Context::cpu(2), x, 15, KnnMetric::euclidean);
   const CsrF g = fuzzy_simplicial_set(Context::cpu(2), knn);
   if (connected_components(g) != 1) GTEST_SKIP() << "the seeded graph is not connected (seed " << seed << ")";
