@@ -13,6 +13,7 @@
 
 #include "core/error.hpp"
 #include "exec/cuda_resources.cuh"
+#include "exec/device_csr.cuh"
 #include "graph/spectral_ops.hpp"
 #include "graph/spectral_rng.hpp"
 
@@ -26,6 +27,7 @@ constexpr int kOutPerThread = (kMaxWidth * kMaxWidth + kBlock - 1) / kBlock;
 
 int grid_for(int64_t n) { return static_cast<int>(std::max<int64_t>(1, (n + kBlock - 1) / kBlock)); }
 
+// wt = D^-1/2 A D^-1/2 entry by entry (wt may be data: in place).
 __global__ void scale_weights_kernel(const int64_t* indptr, const int32_t* indices, const float* data,
                                      const double* dinv, int64_t n, float* wt) {
   const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
@@ -132,12 +134,10 @@ class DeviceOps final : public BlockOps {
   DeviceOps(CudaResources& r, const CsrF& g, const std::vector<double>& dinv, int64_t w, int slots)
       : r_(r), n_(g.n_rows), w_(w) {
     SCURRY_CUDA(cudaSetDevice(r.device));
-    const int64_t nnz = g.nnz();
-    indptr_ = DeviceArray<int64_t>(r, static_cast<size_t>(n_ + 1), "spectral row pointers");
-    indices_ = DeviceArray<int32_t>(r, static_cast<size_t>(nnz), "spectral column indices");
-    wt_ = DeviceArray<float>(r, static_cast<size_t>(nnz), "spectral weights");
-    upload(indptr_, g.indptr.data(), g.indptr.size());
-    upload(indices_, g.indices.data(), g.indices.size());
+    DeviceCsr dg = ::scurry::upload(r, g);  // through pinned staging
+    indptr_ = std::move(dg.indptr);
+    indices_ = std::move(dg.indices);
+    wt_ = std::move(dg.data);  // scaled in place below
     std::vector<double> v0(static_cast<size_t>(n_));
     double s = 0;
     for (int64_t i = 0; i < n_; ++i) s += 1.0 / (dinv[i] * dinv[i]);
@@ -146,14 +146,12 @@ class DeviceOps final : public BlockOps {
     v0_ = DeviceArray<double>(r, v0.size(), "spectral trivial eigenvector");
     upload(v0_, v0.data(), v0.size());
     {
-      DeviceArray<float> data(r, static_cast<size_t>(nnz), "spectral graph weights");
       DeviceArray<double> dinv_d(r, dinv.size(), "spectral degrees");
-      upload(data, g.data.data(), g.data.size());
       upload(dinv_d, dinv.data(), dinv.size());
-      scale_weights_kernel<<<grid_for(n_), kBlock, 0, r.stream>>>(indptr_.data(), indices_.data(), data.data(),
+      scale_weights_kernel<<<grid_for(n_), kBlock, 0, r.stream>>>(indptr_.data(), indices_.data(), wt_.data(),
                                                                    dinv_d.data(), n_, wt_.data());
       SCURRY_CUDA_LAUNCH();
-      SCURRY_CUDA(cudaStreamSynchronize(r.stream));  // the pageable uploads' sources and `data` go now
+      SCURRY_CUDA(cudaStreamSynchronize(r.stream));  // the pageable uploads' sources go now
     }
     for (int s2 = 0; s2 < slots; ++s2) slots_.emplace_back(r, static_cast<size_t>(n_ * w_), "spectral block");
     chunk_ = std::max<int64_t>(kTileRows, (n_ + kMaxChunks - 1) / kMaxChunks);
@@ -202,9 +200,7 @@ class DeviceOps final : public BlockOps {
   }
   DenseD download(int src, int64_t cols) override {
     std::vector<double> all(static_cast<size_t>(n_ * w_));
-    SCURRY_CUDA(cudaMemcpyAsync(all.data(), slot(src), all.size() * sizeof(double), cudaMemcpyDeviceToHost,
-                                r_.stream));
-    SCURRY_CUDA(cudaStreamSynchronize(r_.stream));
+    copy_to_host(r_, all.data(), slot(src), all.size() * sizeof(double));
     DenseD out(n_, cols);
     for (int64_t i = 0; i < n_; ++i)
       for (int64_t c = 0; c < cols; ++c) out(i, c) = all[static_cast<size_t>(i * w_ + c)];

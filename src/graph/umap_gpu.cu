@@ -19,6 +19,7 @@
 #include "core/error.hpp"
 #include "core/log.hpp"
 #include "exec/cuda_resources.cuh"
+#include "exec/device_csr.cuh"
 #include "graph/umap_sgd.hpp"
 #include "graph/umap_gpu.hpp"
 
@@ -147,12 +148,10 @@ UmapResult umap_gpu(const Context& ctx, const CsrF& graph, const DenseF& init, c
   to_device(r, emb, h_emb.data(), h_emb.size());
   float* cur = emb.data();
   if (n_edges > 0 && wmax > 0 && n_epochs > 1) {
-    DeviceArray<int32_t> tail(r, static_cast<size_t>(n_edges), "umap edge tails");
-    DeviceArray<float> eps(r, static_cast<size_t>(n_edges), "umap epochs per sample");
-    DeviceArray<int64_t> indptr(r, static_cast<size_t>(n + 1), "umap row pointers");
-    to_device(r, tail, graph.indices.data(), static_cast<size_t>(n_edges));
-    to_device(r, eps, graph.data.data(), static_cast<size_t>(n_edges));
-    to_device(r, indptr, graph.indptr.data(), static_cast<size_t>(n + 1));
+    DeviceCsr dg = upload(r, graph);  // through pinned staging; the weights become eps in place
+    DeviceArray<int32_t>& tail = dg.indices;
+    DeviceArray<float>& eps = dg.data;
+    DeviceArray<int64_t>& indptr = dg.indptr;
     epochs_per_sample_kernel<<<blocks_for(n_edges), kBlock, 0, r.stream>>>(eps.data(), n_edges, threshold, wmax);
     SCURRY_CUDA_LAUNCH();
     umap_sgd::EpochParams p{};

@@ -117,28 +117,50 @@ SCURRY_UMAP_HD inline void vertex_epoch(const float* in, const int32_t* tail, co
   const float* ci = in + static_cast<int64_t>(i) * p.dim;
 SCURRY_UMAP_UNROLL
   for (int d = 0; d < D; ++d) c[d] = d < p.dim ? ci[d] : 0.0f;
+  // Every position read comes from `in`, which nothing writes during the group: the tail's and a
+  // batch of negative samples' positions are loaded into registers before the moves that use them,
+  // so the loads overlap instead of waiting one after the other (same arithmetic, same order).
+  constexpr int kBatch = D <= 3 ? 8 : 1;
   for (int64_t e = begin; e < end; ++e) {
     const int64_t n_neg = due_negatives(eps[e], p.epoch, p.neg_rate);
     if (n_neg < 0) continue;
     const int32_t j = tail[e];
-    const float* o = in + static_cast<int64_t>(j) * p.dim;
+    float o[D];
+    const float* op = in + static_cast<int64_t>(j) * p.dim;
+SCURRY_UMAP_UNROLL
+    for (int d = 0; d < D; ++d) o[d] = d < p.dim ? op[d] : 0.0f;
     attract<D>(c, o, p);  // as the head of (i, j)
-    for (int64_t s = 0; s < n_neg; ++s) {
-      const uint32_t k = random_vertex(p.seed, i, j, p.epoch, s, p.n_vertices);
-      if (static_cast<int32_t>(k) == i) continue;
-      const float* q = in + static_cast<int64_t>(k) * p.dim;
-      float diff[D];
-      float dn = 0.0f;
+    for (int64_t s0 = 0; s0 < n_neg; s0 += kBatch) {
+      float qv[kBatch][D];
+      bool use[kBatch];
 SCURRY_UMAP_UNROLL
-      for (int d = 0; d < D; ++d) {
-        diff[d] = d < p.dim ? c[d] - q[d] : 0.0f;
-        dn += diff[d] * diff[d];
+      for (int t = 0; t < kBatch; ++t) {
+        const int64_t s = s0 + t;
+        use[t] = false;
+        if (s < n_neg) {
+          const uint32_t k = random_vertex(p.seed, i, j, p.epoch, s, p.n_vertices);
+          use[t] = static_cast<int32_t>(k) != i;
+          const float* q = in + static_cast<int64_t>(k) * p.dim;
+SCURRY_UMAP_UNROLL
+          for (int d = 0; d < D; ++d) qv[t][d] = d < p.dim ? q[d] : 0.0f;
+        }
       }
-      float gr = 0.0f;
-      if (dn > 0.0f) gr = 2.0f * p.gamma * p.b / ((0.001f + dn) * (p.a * pow_pos(dn, p.b) + 1.0f));
 SCURRY_UMAP_UNROLL
-      for (int d = 0; d < D; ++d)
-        if (d < p.dim) c[d] += p.alpha * (gr > 0.0f ? clip4(gr * diff[d]) : kClip);
+      for (int t = 0; t < kBatch; ++t) {
+        if (!use[t]) continue;
+        float diff[D];
+        float dn = 0.0f;
+SCURRY_UMAP_UNROLL
+        for (int d = 0; d < D; ++d) {
+          diff[d] = d < p.dim ? c[d] - qv[t][d] : 0.0f;
+          dn += diff[d] * diff[d];
+        }
+        float gr = 0.0f;
+        if (dn > 0.0f) gr = 2.0f * p.gamma * p.b / ((0.001f + dn) * (p.a * pow_pos(dn, p.b) + 1.0f));
+SCURRY_UMAP_UNROLL
+        for (int d = 0; d < D; ++d)
+          if (d < p.dim) c[d] += p.alpha * (gr > 0.0f ? clip4(gr * diff[d]) : kClip);
+      }
     }
     attract<D>(c, o, p);  // as the tail of (j, i)
   }
