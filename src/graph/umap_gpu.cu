@@ -43,43 +43,96 @@ __global__ void epochs_per_sample_kernel(float* w, int64_t n_edges, float thresh
   }
 }
 
-// One group of a batched epoch (umap_sgd.hpp), one thread per vertex i = s + t kSubRounds: reads
-// `pos`, writes the group's new positions to `tmp`.
+// The work items of the batched epochs (umap_sgd.hpp): every vertex's row cut into chunks of at
+// most kChunk edges, the items ordered by group (vertex i in group i mod kSubRounds), then vertex,
+// then chunk. Built on the host once per layout.
+struct EpochItems {
+  std::vector<int32_t> vertex;       // the item's vertex
+  std::vector<int64_t> begin;        // its first edge (its last: min(row end, begin + kChunk) - 1)
+  std::vector<int64_t> first;        // per vertex: its first item
+  int64_t group_begin[umap_sgd::kSubRounds + 1] = {};  // items of group s: [group_begin[s], group_begin[s + 1])
+};
+
+EpochItems epoch_items(const CsrF& g) {
+  EpochItems it;
+  const int64_t n = g.n_rows;
+  it.first.resize(static_cast<size_t>(n));
+  for (int s = 0; s < umap_sgd::kSubRounds; ++s) {
+    it.group_begin[s] = static_cast<int64_t>(it.vertex.size());
+    for (int64_t i = s; i < n; i += umap_sgd::kSubRounds) {
+      it.first[i] = static_cast<int64_t>(it.vertex.size());
+      const int64_t b = g.indptr[i], e = g.indptr[i + 1];
+      for (int64_t c = b; c == b || c < e; c += umap_sgd::kChunk) {
+        it.vertex.push_back(static_cast<int32_t>(i));
+        it.begin.push_back(c);
+      }
+    }
+  }
+  it.group_begin[umap_sgd::kSubRounds] = static_cast<int64_t>(it.vertex.size());
+  return it;
+}
+
+// One thread per item of a group: the chunk's displacement (umap_sgd::chunk_moves) into delta.
 template <int D>
-__global__ void __launch_bounds__(kBlock) group_epoch_kernel(const float* __restrict__ pos, float* __restrict__ tmp,
-                                                             const int64_t* __restrict__ indptr,
-                                                             const int32_t* __restrict__ tail,
-                                                             const float* __restrict__ eps, int64_t n, int s,
-                                                             umap_sgd::EpochParams p) {
+__global__ void __launch_bounds__(kBlock) chunk_kernel(const float* __restrict__ pos, float* __restrict__ delta,
+                                                       const int64_t* __restrict__ indptr,
+                                                       const int32_t* __restrict__ tail, const float* __restrict__ eps,
+                                                       const int32_t* __restrict__ item_vertex,
+                                                       const int64_t* __restrict__ item_begin, int64_t i0, int64_t i1,
+                                                       umap_sgd::EpochParams p) {
+  const int64_t q = i0 + blockIdx.x * static_cast<int64_t>(kBlock) + threadIdx.x;
+  if (q >= i1) return;
+  const int32_t v = item_vertex[q];
+  const int64_t b = item_begin[q], row_end = indptr[v + 1];
+  const int64_t e = row_end - b < umap_sgd::kChunk ? row_end : b + umap_sgd::kChunk;
+  umap_sgd::chunk_moves<D>(pos, tail, eps, b, e, v, p, delta + q * p.dim);
+}
+
+// One thread per vertex of group s: its items' displacements added in order to its position
+// (vertex_epoch's arithmetic), written back into pos (the group's chunk kernel has finished reading).
+template <int D>
+__global__ void combine_kernel(float* __restrict__ pos, const float* __restrict__ delta,
+                               const int64_t* __restrict__ first, int64_t n, int s, int64_t items_end, int dim) {
   const int64_t t = blockIdx.x * static_cast<int64_t>(kBlock) + threadIdx.x;
   const int64_t i = s + t * umap_sgd::kSubRounds;
   if (i >= n) return;
-  umap_sgd::vertex_epoch<D>(pos, tail, eps, indptr[i], indptr[i + 1], static_cast<int32_t>(i), p, tmp + i * p.dim);
+  const int64_t q0 = first[i];
+  const int64_t q1 = i + umap_sgd::kSubRounds < n ? first[i + umap_sgd::kSubRounds] : items_end;
+  float acc[D];
+  for (int d = 0; d < D; ++d) acc[d] = 0.0f;
+  for (int64_t q = q0; q < q1; ++q)
+    for (int d = 0; d < D && d < dim; ++d) acc[d] += delta[q * dim + d];
+  for (int d = 0; d < D && d < dim; ++d) pos[i * dim + d] = pos[i * dim + d] + acc[d];
 }
 
-// The group's new positions back into `pos`.
-__global__ void group_copy_kernel(float* __restrict__ pos, const float* __restrict__ tmp, int64_t n, int s, int dim) {
-  const int64_t t = blockIdx.x * static_cast<int64_t>(kBlock) + threadIdx.x;
-  const int64_t i = s + (t / dim) * umap_sgd::kSubRounds;
-  if (i >= n) return;
-  const int64_t q = i * dim + t % dim;
-  pos[q] = tmp[q];
-}
+struct DeviceItems {
+  DeviceArray<int32_t> vertex;
+  DeviceArray<int64_t> begin, first;
+  DeviceArray<float> delta;
+  const int64_t* group_begin;
+};
 
-void launch_epoch(CudaResources& r, float* pos, float* tmp, const int64_t* indptr, const int32_t* tail,
-                  const float* eps, int64_t n, const umap_sgd::EpochParams& p) {
+template <int D>
+void launch_epoch_d(CudaResources& r, float* pos, const DeviceItems& it, const int64_t* indptr, const int32_t* tail,
+                    const float* eps, int64_t n, const umap_sgd::EpochParams& p) {
   for (int s = 0; s < umap_sgd::kSubRounds; ++s) {
+    const int64_t q0 = it.group_begin[s], q1 = it.group_begin[s + 1];
     const int64_t m = (n - s + umap_sgd::kSubRounds - 1) / umap_sgd::kSubRounds;
     if (m <= 0) continue;
-    const int grid = static_cast<int>((m + kBlock - 1) / kBlock);
-    if (p.dim == 2) group_epoch_kernel<2><<<grid, kBlock, 0, r.stream>>>(pos, tmp, indptr, tail, eps, n, s, p);
-    else if (p.dim == 3) group_epoch_kernel<3><<<grid, kBlock, 0, r.stream>>>(pos, tmp, indptr, tail, eps, n, s, p);
-    else group_epoch_kernel<kMaxGenericDim><<<grid, kBlock, 0, r.stream>>>(pos, tmp, indptr, tail, eps, n, s, p);
+    chunk_kernel<D><<<static_cast<int>((q1 - q0 + kBlock - 1) / kBlock), kBlock, 0, r.stream>>>(
+        pos, it.delta.data(), indptr, tail, eps, it.vertex.data(), it.begin.data(), q0, q1, p);
     SCURRY_CUDA_LAUNCH();
-    group_copy_kernel<<<static_cast<int>((m * p.dim + kBlock - 1) / kBlock), kBlock, 0, r.stream>>>(pos, tmp, n, s,
-                                                                                                   p.dim);
+    combine_kernel<D><<<static_cast<int>((m + kBlock - 1) / kBlock), kBlock, 0, r.stream>>>(
+        pos, it.delta.data(), it.first.data(), n, s, q1, p.dim);
     SCURRY_CUDA_LAUNCH();
   }
+}
+
+void launch_epoch(CudaResources& r, float* pos, const DeviceItems& it, const int64_t* indptr, const int32_t* tail,
+                  const float* eps, int64_t n, const umap_sgd::EpochParams& p) {
+  if (p.dim == 2) launch_epoch_d<2>(r, pos, it, indptr, tail, eps, n, p);
+  else if (p.dim == 3) launch_epoch_d<3>(r, pos, it, indptr, tail, eps, n, p);
+  else launch_epoch_d<kMaxGenericDim>(r, pos, it, indptr, tail, eps, n, p);
 }
 
 template <class T>
@@ -144,7 +197,6 @@ UmapResult umap_gpu(const Context& ctx, const CsrF& graph, const DenseF& init, c
 
   const int64_t n_edges = graph.nnz();
   DeviceArray<float> emb(r, h_emb.size(), "umap embedding");
-  DeviceArray<float> emb2(r, h_emb.size(), "umap embedding (a group's new positions)");
   to_device(r, emb, h_emb.data(), h_emb.size());
   float* cur = emb.data();
   if (n_edges > 0 && wmax > 0 && n_epochs > 1) {
@@ -163,10 +215,20 @@ UmapResult umap_gpu(const Context& ctx, const CsrF& graph, const DenseF& init, c
     p.neg_rate = opt.negative_sample_rate;
     p.seed = umap_sgd::mix(opt.random_state + 0x9E3779B97F4A7C15ULL);
     // umap: epoch 0 samples nothing; after epoch m the rate becomes alpha (1 - m / n_epochs).
+    const EpochItems items = epoch_items(graph);
+    DeviceItems dit;
+    dit.vertex = DeviceArray<int32_t>(r, items.vertex.size(), "umap items (vertices)");
+    dit.begin = DeviceArray<int64_t>(r, items.begin.size(), "umap items (first edges)");
+    dit.first = DeviceArray<int64_t>(r, items.first.size(), "umap items (per vertex)");
+    dit.delta = DeviceArray<float>(r, items.vertex.size() * static_cast<size_t>(dim), "umap item displacements");
+    dit.group_begin = items.group_begin;
+    to_device(r, dit.vertex, items.vertex.data(), items.vertex.size());
+    to_device(r, dit.begin, items.begin.data(), items.begin.size());
+    to_device(r, dit.first, items.first.data(), items.first.size());
     for (int64_t ep = 1; ep < n_epochs; ++ep) {
       p.epoch = static_cast<int>(ep);
       p.alpha = static_cast<float>(opt.alpha * (1.0 - static_cast<double>(ep - 1) / static_cast<double>(n_epochs)));
-      launch_epoch(r, cur, emb2.data(), indptr.data(), tail.data(), eps.data(), n, p);
+      launch_epoch(r, cur, dit, indptr.data(), tail.data(), eps.data(), n, p);
     }
   }
   res.embedding = DenseF(n, dim);

@@ -4,8 +4,9 @@
 //
 // The epochs are the batched form (umap_sgd.hpp, the CPU path's default sgd = "batched"): one
 // thread per vertex makes the moves of its row's due edges and their negative samples, the vertices
-// in kSubRounds interleaved groups one after the other (a kernel per group, its results into a
-// second buffer, then copied back). No races and no atomics: the same seed gives the same
+// in kSubRounds interleaved groups one after the other; per group one kernel moves each chunk of
+// at most kChunk edges of a row (a thread per chunk) into a displacement buffer, and a second adds
+// each vertex's displacements in order to its position. No races and no atomics: the same seed gives the same
 // bits run after run on the same GPU, and the same arithmetic as the CPU's batched epochs (to
 // rounding: nvcc contracts products and sums into FMAs, and exp2f/log2f differ in the last bits),
 // with the same random numbers. Float32 arithmetic. sgd = "sequential" is CPU only (InputError).

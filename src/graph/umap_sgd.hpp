@@ -41,6 +41,8 @@ constexpr int kMaxDim = 16;    // n_components the batched epoch takes
 // after the other: a group reads the positions the earlier groups reached in this epoch, so for
 // 7 edges in 8 the two ends move one after the other, as in umap, not both from stale positions.
 constexpr int kSubRounds = 8;
+// A vertex's row is moved in chunks of at most this many edges (vertex_epoch).
+constexpr int64_t kChunk = 32;
 
 struct EpochParams {
   uint32_t n_vertices;
@@ -106,13 +108,13 @@ SCURRY_UMAP_UNROLL
     if (d < p.dim) c[d] += p.alpha * clip4(gc * diff[d]);
 }
 
-// Vertex i's position after the epoch: `in` holds every vertex's position at the epoch's start
-// (n x dim, row-major), row i's edges are [begin, end) of (tail, eps); the result goes to out_i.
-// The vertex's own position moves after every sample, as in umap; the others' are read as they
-// were at the epoch's start. D: compile-time bound on p.dim.
+// The moves of vertex i for the edges [begin, end) of its row (at most kChunk of them), from its
+// position in `in`: the displacement goes to delta. `in` holds every vertex's position as the
+// group found it (n x dim, row-major); the vertex's own position moves after every sample, as in
+// umap. D: compile-time bound on p.dim.
 template <int D>
-SCURRY_UMAP_HD inline void vertex_epoch(const float* in, const int32_t* tail, const float* eps, int64_t begin,
-                                        int64_t end, int32_t i, const EpochParams& p, float* out_i) {
+SCURRY_UMAP_HD inline void chunk_moves(const float* in, const int32_t* tail, const float* eps, int64_t begin,
+                                       int64_t end, int32_t i, const EpochParams& p, float* delta) {
   float c[D];
   const float* ci = in + static_cast<int64_t>(i) * p.dim;
 SCURRY_UMAP_UNROLL
@@ -166,7 +168,30 @@ SCURRY_UMAP_UNROLL
   }
 SCURRY_UMAP_UNROLL
   for (int d = 0; d < D; ++d)
-    if (d < p.dim) out_i[d] = c[d];
+    delta[d] = d < p.dim ? c[d] - ci[d] : 0.0f;
+}
+
+// Vertex i's position after the epoch (its row's edges are [begin, end)): the row in chunks of
+// kChunk edges, each chunk's moves from the position the group found (chunk_moves), the
+// displacements added in chunk order to that position; out_i gets the result. A row of at most
+// kChunk edges is one chunk, the moves one after the other as in umap; a hub's long row is split so
+// that no vertex's chain of moves is longer than kChunk edges (on the GPU, a group waits for its
+// longest chain).
+template <int D>
+SCURRY_UMAP_HD inline void vertex_epoch(const float* in, const int32_t* tail, const float* eps, int64_t begin,
+                                        int64_t end, int32_t i, const EpochParams& p, float* out_i) {
+  float acc[D], delta[D];
+SCURRY_UMAP_UNROLL
+  for (int d = 0; d < D; ++d) acc[d] = 0.0f;
+  for (int64_t b = begin; b < end; b += kChunk) {
+    chunk_moves<D>(in, tail, eps, b, end - b < kChunk ? end : b + kChunk, i, p, delta);
+SCURRY_UMAP_UNROLL
+    for (int d = 0; d < D; ++d) acc[d] += delta[d];
+  }
+  const float* ci = in + static_cast<int64_t>(i) * p.dim;
+SCURRY_UMAP_UNROLL
+  for (int d = 0; d < D; ++d)
+    if (d < p.dim) out_i[d] = ci[d] + acc[d];
 }
 
 }  // namespace scurry::umap_sgd
