@@ -1,6 +1,8 @@
 #include "graph/spectral.hpp"
 
 #include <algorithm>
+#include <atomic>
+#include <thread>
 #include <chrono>
 #include <cmath>
 #include <utility>
@@ -213,27 +215,45 @@ DenseD chebyshev_subspace(BlockOps& ops, int64_t k, int64_t w, const SpectralOpt
 }  // namespace
 }  // namespace spectral
 
-int64_t connected_components(const CsrF& graph, std::vector<int32_t>* labels) {
+int64_t connected_components(const CsrF& graph, std::vector<int32_t>* labels, int threads) {
+  // Concurrent union-find (linking the larger root under the smaller with compare-and-swap, finds
+  // with path halving): every root ends as its component's smallest node whatever the interleaving,
+  // so the partition and the numbering below are the same for any thread count.
   const int64_t n = graph.n_rows;
-  std::vector<int32_t> lab(static_cast<size_t>(n), -1);
-  std::vector<int64_t> stack;
-  int32_t next = 0;
-  for (int64_t s = 0; s < n; ++s) {
-    if (lab[s] >= 0) continue;
-    lab[s] = next;
-    stack.push_back(s);
-    while (!stack.empty()) {
-      const int64_t v = stack.back();
-      stack.pop_back();
-      for (int64_t p = graph.indptr[v]; p < graph.indptr[v + 1]; ++p) {
-        const int32_t u = graph.indices[p];
-        if (lab[u] < 0) {
-          lab[u] = next;
-          stack.push_back(u);
+  if (threads <= 0) threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  std::vector<int32_t> parent(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) parent[i] = static_cast<int32_t>(i);
+  auto find = [&](int32_t x) {
+    for (;;) {
+      std::atomic_ref<int32_t> px(parent[x]);
+      int32_t p = px.load(std::memory_order_relaxed);
+      if (p == x) return x;
+      const int32_t g = std::atomic_ref<int32_t>(parent[p]).load(std::memory_order_relaxed);
+      if (g != p) px.compare_exchange_weak(p, g, std::memory_order_relaxed);  // path halving
+      x = g;
+    }
+  };
+  constexpr int64_t kRows = 16384;
+  parallel_for(threads, (n + kRows - 1) / kRows, [&](int64_t blk) {
+    const int64_t r1 = std::min(n, (blk + 1) * kRows);
+    for (int64_t i = blk * kRows; i < r1; ++i)
+      for (int64_t p = graph.indptr[i]; p < graph.indptr[i + 1]; ++p) {
+        int32_t a = static_cast<int32_t>(i), b = graph.indices[p];
+        if (b <= a) continue;  // the pattern is symmetric: each edge once
+        for (;;) {
+          a = find(a), b = find(b);
+          if (a == b) break;
+          if (a > b) std::swap(a, b);
+          int32_t expect = b;  // b is a root: hang it under the smaller root a
+          if (std::atomic_ref<int32_t>(parent[b]).compare_exchange_strong(expect, a, std::memory_order_relaxed)) break;
         }
       }
-    }
-    ++next;
+  });
+  std::vector<int32_t> lab(static_cast<size_t>(n));
+  int32_t next = 0;
+  for (int64_t i = 0; i < n; ++i) {  // roots are their components' first nodes: numbered in order
+    const int32_t r = find(static_cast<int32_t>(i));
+    lab[i] = r == i ? next++ : lab[r];
   }
   if (labels) *labels = std::move(lab);
   return next;
@@ -246,7 +266,7 @@ std::optional<DenseD> spectral_layout(const Context& ctx, const CsrF& graph, con
   SpectralStats st;
   if (stats) *stats = st;
   if (dim < 1 || dim + 1 >= n) return std::nullopt;
-  if (connected_components(graph) != 1) return std::nullopt;
+  if (connected_components(graph, nullptr, ctx.threads()) != 1) return std::nullopt;
   std::vector<double> dinv(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) {
     double s = 0;

@@ -42,8 +42,9 @@ struct SpectralStats {
 };
 
 // Number of connected components of the graph (edges = stored nonzeros; the matrix must be
-// symmetric in its pattern) and the component of each node (numbered by first node).
-int64_t connected_components(const CsrF& graph, std::vector<int32_t>* labels = nullptr);
+// symmetric in its pattern) and the component of each node (numbered by first node), on `threads`
+// threads (0: all); the same result for any thread count.
+int64_t connected_components(const CsrF& graph, std::vector<int32_t>* labels = nullptr, int threads = 0);
 
 // n x dim (columns in order of increasing Laplacian eigenvalue, unit norm, arbitrary sign), or
 // nullopt when the graph is not connected or a node has no edges (umap then lays out components

@@ -215,6 +215,45 @@ TEST(Spectral, SubspaceIterationSpansTheDenseEigenvectors) {
   EXPECT_EQ(c->data, b->data);
 }
 
+TEST(Spectral, ConnectedComponentsEqualBreadthFirstSearch) {
+  // Random symmetric graphs with planted components (nodes shuffled), against a BFS oracle, on 1
+  // and 4 threads.
+  const uint64_t seed = test::fresh_seed();
+  std::mt19937_64 rng(seed);
+  for (int trial = 0; trial < 4; ++trial) {
+    const int64_t n = 3000 + static_cast<int64_t>(rng() % 2000), parts = 1 + static_cast<int64_t>(rng() % 12);
+    std::vector<int32_t> perm(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) perm[i] = static_cast<int32_t>(i);
+    std::shuffle(perm.begin(), perm.end(), rng);
+    std::vector<std::vector<std::pair<int32_t, float>>> rows(static_cast<size_t>(n));
+    const int64_t size = n / parts;
+    for (int64_t e = 0; e < 3 * n; ++e) {
+      const int64_t part = static_cast<int64_t>(rng() % parts), lo = part * size, hi = part == parts - 1 ? n : lo + size;
+      const int32_t a = perm[lo + rng() % (hi - lo)], b = perm[lo + rng() % (hi - lo)];
+      if (a == b) continue;
+      rows[a].emplace_back(b, 1.0f);
+      rows[b].emplace_back(a, 1.0f);
+    }
+    const CsrF g = test::csr_from_rows(rows, n);
+    std::vector<int32_t> want(static_cast<size_t>(n), -1);
+    int32_t count = 0;
+    for (int64_t s = 0; s < n; ++s) {
+      if (want[s] >= 0) continue;
+      std::vector<int64_t> queue{s};
+      want[s] = count;
+      for (size_t q = 0; q < queue.size(); ++q)
+        for (int64_t p = g.indptr[queue[q]]; p < g.indptr[queue[q] + 1]; ++p)
+          if (want[g.indices[p]] < 0) want[g.indices[p]] = count, queue.push_back(g.indices[p]);
+      ++count;
+    }
+    for (int threads : {1, 4}) {
+      std::vector<int32_t> got;
+      EXPECT_EQ(connected_components(g, &got, threads), count) << "trial " << trial << ", threads " << threads;
+      EXPECT_EQ(got, want) << "trial " << trial << ", threads " << threads;
+    }
+  }
+}
+
 TEST(Umap, BadInput) {
   Dataset d;
   d.obs.index.assign(10, "c");

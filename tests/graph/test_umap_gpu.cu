@@ -14,6 +14,7 @@
 #include "graph/neighbors.hpp"
 #include "graph/umap.hpp"
 #include "graph/umap_gpu.hpp"
+#include "io/h5ad.hpp"
 #include "testlib.hpp"
 
 namespace scurry {
@@ -123,6 +124,34 @@ TEST(UmapGpu, GivenLayoutAndThreeDimensions) {
               p_cpu, p_gpu, a_cpu, a_gpu);
   EXPECT_GE(a_gpu, a_cpu - 0.02);
   EXPECT_NEAR(p_gpu, p_cpu, 0.03);
+}
+
+TEST(UmapGpu, PreservesNeighboursLikeScanpyOnPbmcAndRepeatsBitForBit) {
+  SCURRY_REQUIRE_GPU();
+  // scanpy 1.9.6's golden X_pca and X_umap of the bundled pbmc3k subset (tests/data): the GPU
+  // layout with the defaults (spectral init on the GPU, batched epochs) keeps as many of each
+  // cell's 15 X_pca neighbours as umap-learn's, and the same command twice gives the same bits.
+  H5adReadOptions ro;
+  ro.read_raw = false;
+  ro.read_layers = false;
+  const Dataset g = read_h5ad(test::test_data("golden/pbmc3k_first1000.scanpy.h5ad"), ro);
+  Dataset d;
+  d.obs = g.obs;
+  d.obsm["X_pca"] = g.obsm.at("X_pca");
+  const Context ctx = gpu_ctx();
+  neighbors(ctx, d, NeighborsOptions{});
+  Dataset d2 = d;
+  const UmapResult r = umap(ctx, d, UmapOptions{});
+  umap(ctx, d2, UmapOptions{});
+  EXPECT_EQ(r.init, "spectral");
+  const Context cpu = Context::cpu(0);
+  const DenseF pca = to_dense_f(g.obsm.at("X_pca"));
+  const DenseF& ours = std::get<DenseF>(d.obsm.at("X_umap").m);
+  const double p_gpu = preservation(cpu, pca, ours, 15);
+  const double p_scanpy = preservation(cpu, pca, to_dense_f(g.obsm.at("X_umap")), 15);
+  std::printf("[ info ] pbmc3k: 15-NN preservation gpu %.4f, scanpy %.4f\n", p_gpu, p_scanpy);
+  EXPECT_GE(p_gpu, p_scanpy - 0.02);
+  EXPECT_EQ(std::get<DenseF>(d2.obsm.at("X_umap").m).data, ours.data);
 }
 
 TEST(UmapGpu, NeedsGpuContextAndValidInput) {
