@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <random>
+#include <set>
 
 #include "exec/context.hpp"
 #include "sim/simulate.hpp"
@@ -165,6 +166,37 @@ std::vector<Context> three_gpu_contexts() {
     ctxs.push_back(Context::create(co));
   }
   return ctxs;
+}
+
+Context gpu_context() {
+  ContextOptions o;
+  o.device = "gpu";
+  return Context::create(o);
+}
+
+double knn_preservation(const Context& ctx, const DenseF& ref, const DenseF& emb, int64_t k) {
+  const Knn a = knn_exact(ctx, ref, k + 1, KnnMetric::euclidean);
+  const Knn b = knn_exact(ctx, emb, k + 1, KnnMetric::euclidean);
+  int64_t hit = 0;
+  for (int64_t i = 0; i < a.n; ++i) {
+    std::set<int32_t> s;
+    for (int64_t j = 1; j <= k; ++j) s.insert(a.index(i, j));
+    for (int64_t j = 1; j <= k; ++j) hit += static_cast<int64_t>(s.count(b.index(i, j)));
+  }
+  return static_cast<double>(hit) / static_cast<double>(a.n * k);
+}
+
+double knn_accuracy(const Context& ctx, const DenseF& emb, const std::vector<int32_t>& labels, int64_t k) {
+  const Knn nn = knn_exact(ctx, emb, k + 1, KnnMetric::euclidean);
+  const int32_t n_labels = *std::max_element(labels.begin(), labels.end()) + 1;
+  int64_t right = 0;
+  std::vector<int> votes(static_cast<size_t>(n_labels));
+  for (int64_t i = 0; i < nn.n; ++i) {
+    std::fill(votes.begin(), votes.end(), 0);
+    for (int64_t j = 1; j <= k; ++j) ++votes[labels[nn.index(i, j)]];
+    right += std::max_element(votes.begin(), votes.end()) - votes.begin() == labels[i];
+  }
+  return static_cast<double>(right) / static_cast<double>(nn.n);
 }
 
 }  // namespace scurry::test

@@ -75,6 +75,15 @@ CsrF planted_partition(int64_t n, int64_t blocks, int intra, int inter, uint64_t
 // (several contexts on one GPU run the same multi-GPU code).
 std::vector<Context> three_gpu_contexts();
 
+// A context on the first GPU.
+Context gpu_context();
+
+// Embedding quality, for the UMAP tests: the mean share of each row's k nearest neighbours in `ref`
+// found among its k nearest in `emb` (self excluded; exact searches on ctx), and the leave-one-out
+// k-nearest-neighbour majority-vote accuracy of `labels` in `emb`.
+double knn_preservation(const Context& ctx, const DenseF& ref, const DenseF& emb, int64_t k);
+double knn_accuracy(const Context& ctx, const DenseF& emb, const std::vector<int32_t>& labels, int64_t k);
+
 }  // namespace scurry::test
 
 #define SCURRY_REQUIRE_GPU()                                                   \

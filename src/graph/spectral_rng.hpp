@@ -5,6 +5,8 @@
 #include <cmath>
 #include <cstdint>
 
+#include "graph/mix64.cuh"
+
 #if defined(__CUDACC__)
 #define SCURRY_SPECTRAL_HD __host__ __device__
 #else
@@ -13,15 +15,7 @@
 
 namespace scurry::spectral {
 
-SCURRY_SPECTRAL_HD inline uint64_t splitmix(uint64_t x) {
-  x += 0x9E3779B97F4A7C15ULL;
-  x ^= x >> 30;
-  x *= 0xbf58476d1ce4e5b9ULL;
-  x ^= x >> 27;
-  x *= 0x94d049bb133111ebULL;
-  x ^= x >> 31;
-  return x;
-}
+SCURRY_SPECTRAL_HD inline uint64_t splitmix(uint64_t x) { return gpu::mix64(x + 0x9E3779B97F4A7C15ULL); }
 
 SCURRY_SPECTRAL_HD inline double gaussian_at(uint64_t seed, uint64_t counter) {
   const uint64_t s = splitmix(seed);

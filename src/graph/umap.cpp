@@ -86,6 +86,18 @@ float epochs_per_sample(float w, float threshold, float wmax) {
   return (w >= threshold && w != 0.0f) ? static_cast<float>(1.0 / static_cast<double>(w / wmax)) : 0.0f;
 }
 
+umap_sgd::EpochParams epoch_params(const UmapOptions& opt, const UmapResult& res, int64_t n) {
+  umap_sgd::EpochParams p{};
+  p.n_vertices = static_cast<uint32_t>(n);
+  p.dim = static_cast<int>(opt.n_components);
+  p.a = static_cast<float>(res.a);
+  p.b = static_cast<float>(res.b);
+  p.gamma = static_cast<float>(opt.gamma);
+  p.neg_rate = opt.negative_sample_rate;
+  p.seed = umap_sgd::mix64(opt.random_state + 0x9E3779B97F4A7C15ULL);
+  return p;
+}
+
 void umap_batched_epochs(const Context& ctx, const CsrF& g, const UmapOptions& opt, UmapResult& res) {
   const int64_t n = g.n_rows, dim = opt.n_components, n_edges = g.nnz();
   float wmax = 0;
@@ -93,19 +105,11 @@ void umap_batched_epochs(const Context& ctx, const CsrF& g, const UmapOptions& o
   if (n_edges == 0 || !(wmax > 0) || res.n_epochs <= 1) return;
   std::vector<float> eps(static_cast<size_t>(n_edges));
   for (int64_t p = 0; p < n_edges; ++p) eps[p] = epochs_per_sample(g.data[p], 0.0f, wmax);
-  umap_sgd::EpochParams p{};
-  p.n_vertices = static_cast<uint32_t>(n);
-  p.dim = static_cast<int>(dim);
-  p.a = static_cast<float>(res.a);
-  p.b = static_cast<float>(res.b);
-  p.gamma = static_cast<float>(opt.gamma);
-  p.neg_rate = opt.negative_sample_rate;
-  p.seed = umap_sgd::mix(opt.random_state + 0x9E3779B97F4A7C15ULL);
+  umap_sgd::EpochParams p = epoch_params(opt, res, n);
   std::vector<float> tmp(res.embedding.data.size());
   float* pos = res.embedding.data.data();
   for (int64_t ep = 1; ep < res.n_epochs; ++ep) {
-    p.epoch = static_cast<int>(ep);
-    p.alpha = static_cast<float>(opt.alpha * (1.0 - static_cast<double>(ep - 1) / static_cast<double>(res.n_epochs)));
+    umap_sgd::set_epoch(p, ep, opt.alpha, res.n_epochs);
     if (dim == 2) batched_epoch<2>(ctx, g, eps, p, pos, tmp.data());
     else if (dim == 3) batched_epoch<3>(ctx, g, eps, p, pos, tmp.data());
     else batched_epoch<umap_sgd::kMaxDim>(ctx, g, eps, p, pos, tmp.data());

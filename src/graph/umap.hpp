@@ -26,6 +26,7 @@
 #include "core/dataset.hpp"
 #include "core/matrix.hpp"
 #include "exec/context.hpp"
+#include "graph/umap_sgd.hpp"
 
 namespace scurry {
 
@@ -66,6 +67,8 @@ CsrF prune_graph(const Context& ctx, const CsrF& graph, float threshold);
 void check_sgd(const UmapOptions& opt);
 // The epochs-per-sample of an edge of weight w: w_max / w as float, 0 below threshold (pruned).
 float epochs_per_sample(float w, float threshold, float wmax);
+// The batched epochs' constants from the options and res.a, res.b (the CPU and GPU paths).
+umap_sgd::EpochParams epoch_params(const UmapOptions& opt, const UmapResult& res, int64_t n);
 // The batched epochs 1 .. n_epochs - 1 on the CPU threads, from and into res.embedding (the
 // start layout), with res.a, res.b, res.n_epochs set; g is the pruned graph.
 void umap_batched_epochs(const Context& ctx, const CsrF& g, const UmapOptions& opt, UmapResult& res);

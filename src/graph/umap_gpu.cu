@@ -206,14 +206,7 @@ UmapResult umap_gpu(const Context& ctx, const CsrF& graph, const DenseF& init, c
     DeviceArray<int64_t>& indptr = dg.indptr;
     epochs_per_sample_kernel<<<blocks_for(n_edges), kBlock, 0, r.stream>>>(eps.data(), n_edges, threshold, wmax);
     SCURRY_CUDA_LAUNCH();
-    umap_sgd::EpochParams p{};
-    p.n_vertices = static_cast<uint32_t>(n);
-    p.dim = static_cast<int>(dim);
-    p.a = static_cast<float>(res.a);
-    p.b = static_cast<float>(res.b);
-    p.gamma = static_cast<float>(opt.gamma);
-    p.neg_rate = opt.negative_sample_rate;
-    p.seed = umap_sgd::mix(opt.random_state + 0x9E3779B97F4A7C15ULL);
+    umap_sgd::EpochParams p = epoch_params(opt, res, n);
     // umap: epoch 0 samples nothing; after epoch m the rate becomes alpha (1 - m / n_epochs).
     const EpochItems items = epoch_items(graph);
     DeviceItems dit;
@@ -226,8 +219,7 @@ UmapResult umap_gpu(const Context& ctx, const CsrF& graph, const DenseF& init, c
     to_device(r, dit.begin, items.begin.data(), items.begin.size());
     to_device(r, dit.first, items.first.data(), items.first.size());
     for (int64_t ep = 1; ep < n_epochs; ++ep) {
-      p.epoch = static_cast<int>(ep);
-      p.alpha = static_cast<float>(opt.alpha * (1.0 - static_cast<double>(ep - 1) / static_cast<double>(n_epochs)));
+      umap_sgd::set_epoch(p, ep, opt.alpha, n_epochs);
       launch_epoch(r, cur, dit, indptr.data(), tail.data(), eps.data(), n, p);
     }
   }

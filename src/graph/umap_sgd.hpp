@@ -22,6 +22,8 @@
 #include <cmath>
 #include <cstdint>
 
+#include "graph/mix64.cuh"
+
 #if defined(__CUDACC__)
 #define SCURRY_UMAP_HD __host__ __device__
 #else
@@ -53,20 +55,13 @@ struct EpochParams {
   uint64_t seed;
 };
 
-SCURRY_UMAP_HD inline uint64_t mix(uint64_t x) {
-  x ^= x >> 30;
-  x *= 0xbf58476d1ce4e5b9ULL;
-  x ^= x >> 27;
-  x *= 0x94d049bb133111ebULL;
-  x ^= x >> 31;
-  return x;
-}
+using gpu::mix64;
 
 // Vertex for negative sample s of edge (i, j) in epoch `epoch`, uniform in [0, n). Keyed by the
 // edge's ends, not its position, so that pruning the graph or not draws the same samples.
 SCURRY_UMAP_HD inline uint32_t random_vertex(uint64_t seed, int32_t i, int32_t j, int epoch, int64_t s, uint32_t n) {
   const uint64_t edge = (static_cast<uint64_t>(static_cast<uint32_t>(i)) << 32) | static_cast<uint32_t>(j);
-  const uint64_t h = mix(mix(seed ^ edge) ^ ((static_cast<uint64_t>(epoch) << 32) + static_cast<uint64_t>(s)));
+  const uint64_t h = mix64(mix64(seed ^ edge) ^ ((static_cast<uint64_t>(epoch) << 32) + static_cast<uint64_t>(s)));
   return static_cast<uint32_t>(((h >> 32) * static_cast<uint64_t>(n)) >> 32);
 }
 
@@ -74,6 +69,12 @@ SCURRY_UMAP_HD inline float clip4(float v) { return fminf(fmaxf(v, -kClip), kCli
 
 // x^b for x > 0 without a pow call: 2^(b log2 x).
 SCURRY_UMAP_HD inline float pow_pos(float x, float b) { return exp2f(b * log2f(x)); }
+
+// The rate of epoch ep (>= 1): alpha (1 - (ep - 1) / n_epochs), as umap updates it after each epoch.
+inline void set_epoch(EpochParams& p, int64_t ep, double alpha, int64_t n_epochs) {
+  p.epoch = static_cast<int>(ep);
+  p.alpha = static_cast<float>(alpha * (1.0 - static_cast<double>(ep - 1) / static_cast<double>(n_epochs)));
+}
 
 // Negative samples edge eps draws in epoch n (>= 1), or -1 when the edge is not due (or pruned).
 SCURRY_UMAP_HD inline int64_t due_negatives(float eps_f, int n_epoch, double neg_rate) {

@@ -15,11 +15,6 @@
 namespace scurry {
 namespace {
 
-Context gpu_ctx() {
-  ContextOptions o;
-  o.device = "gpu";
-  return Context::create(o);
-}
 
 // Smallest cosine of the principal angles' projections: each column of a is projected on span(b).
 double subspace_agreement(const DenseD& a, const DenseD& b) {
@@ -61,7 +56,7 @@ TEST(SpectralGpu, EqualsTheCpuSolverAndRepeatsBitForBit) {
   o.random_state = seed;
   SpectralStats sc, sg, sg2;
   const auto cpu = spectral_layout(Context::cpu(2), g, o, &sc);
-  const Context ctx = gpu_ctx();
+  const Context ctx = test::gpu_context();
   const auto gpu = spectral_layout(ctx, g, o, &sg);
   const auto gpu2 = spectral_layout(ctx, g, o, &sg2);
   ASSERT_TRUE(cpu && gpu && gpu2);

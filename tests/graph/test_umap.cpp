@@ -34,20 +34,6 @@ double uns_param(const Dataset& d, const char* step, const char* key) {
   return std::get<double>(v.v);
 }
 
-// Mean share of each cell's k nearest neighbours in `ref` found among its k nearest in `emb`
-// (self excluded), float64 brute force.
-double preservation(const DenseF& ref, const DenseF& emb, int64_t k) {
-  const Knn a = knn_brute_force(ref, k + 1, KnnMetric::euclidean);
-  const Knn b = knn_brute_force(emb, k + 1, KnnMetric::euclidean);
-  int64_t hit = 0;
-  for (int64_t i = 0; i < a.n; ++i) {
-    std::set<int32_t> s;
-    for (int64_t j = 1; j <= k; ++j) s.insert(a.index(i, j));
-    for (int64_t j = 1; j <= k; ++j) hit += s.count(b.index(i, j));
-  }
-  return static_cast<double>(hit) / static_cast<double>(a.n * k);
-}
-
 TEST(Umap, FindAbParamsMatchesScanpy) {
   const auto [a, b] = find_ab_params(1.0, 0.5);
   const double ga = uns_param(golden(), "umap", "a"), gb = uns_param(golden(), "umap", "b");
@@ -75,8 +61,8 @@ TEST(Umap, PreservesNeighboursLikeScanpyAndIsReproducible) {
   ASSERT_EQ(ours.n_rows, 1000);
   ASSERT_EQ(ours.n_cols, 2);
   for (float v : ours.data) ASSERT_TRUE(std::isfinite(v));
-  const double p_ours = preservation(pca, ours, 15);
-  const double p_scanpy = preservation(pca, to_dense_f(g.obsm.at("X_umap")), 15);
+  const double p_ours = test::knn_preservation(ctx2, pca, ours, 15);
+  const double p_scanpy = test::knn_preservation(ctx2, pca, to_dense_f(g.obsm.at("X_umap")), 15);
   std::printf("share of 15 X_pca neighbours kept in the embedding: scurry %.4f, scanpy %.4f\n", p_ours, p_scanpy);
   EXPECT_NEAR(p_ours, p_scanpy, 0.02);
   EXPECT_NEAR(uns_param(d, "umap", "a"), uns_param(g, "umap", "a"), 1e-4);
@@ -88,20 +74,6 @@ TEST(Umap, PreservesNeighboursLikeScanpyAndIsReproducible) {
   o2.random_state = 7;
   umap(ctx2, d1, o2);
   EXPECT_NE(std::get<DenseF>(d1.obsm.at("X_umap").m).data, ours.data);
-}
-
-// Leave-one-out 15-NN majority-vote accuracy of the blob labels in the embedding.
-double knn_accuracy(const DenseF& emb, const std::vector<int32_t>& labels, int64_t k) {
-  const Knn nn = knn_brute_force(emb, k + 1, KnnMetric::euclidean);
-  const int32_t n_labels = *std::max_element(labels.begin(), labels.end()) + 1;
-  int64_t right = 0;
-  std::vector<int> votes(static_cast<size_t>(n_labels));
-  for (int64_t i = 0; i < nn.n; ++i) {
-    std::fill(votes.begin(), votes.end(), 0);
-    for (int64_t j = 1; j <= k; ++j) ++votes[labels[nn.index(i, j)]];
-    right += std::max_element(votes.begin(), votes.end()) - votes.begin() == labels[i];
-  }
-  return static_cast<double>(right) / static_cast<double>(nn.n);
 }
 
 TEST(Umap, BatchedEpochsAsGoodAsSequentialAndThreadIndependent) {
@@ -130,8 +102,10 @@ TEST(Umap, BatchedEpochsAsGoodAsSequentialAndThreadIndependent) {
   const UmapResult b = umap(ctx2, nb.connectivities, o);
   o.sgd = "sequential";
   const UmapResult q = umap(ctx2, nb.connectivities, o);
-  const double pb = preservation(x, b.embedding, 15), pq = preservation(x, q.embedding, 15);
-  const double ab = knn_accuracy(b.embedding, labels, 15), aq = knn_accuracy(q.embedding, labels, 15);
+  const double pb = test::knn_preservation(ctx2, x, b.embedding, 15);
+  const double pq = test::knn_preservation(ctx2, x, q.embedding, 15);
+  const double ab = test::knn_accuracy(ctx2, b.embedding, labels, 15);
+  const double aq = test::knn_accuracy(ctx2, q.embedding, labels, 15);
   std::printf("umap %lld cells: 15-NN preservation batched %.4f sequential %.4f; accuracy batched %.4f sequential %.4f\n",
               static_cast<long long>(n), pb, pq, ab, aq);
   // Measured (seeds 11-13 and fresh ones, random init: these blobs give a disconnected graph):

@@ -20,11 +20,6 @@
 namespace scurry {
 namespace {
 
-Context gpu_ctx() {
-  ContextOptions o;
-  o.device = "gpu";
-  return Context::create(o);
-}
 
 // n points in d dims around `k` Gaussian centres (centres N(0, 3^2) per coordinate, points N(centre, 1)).
 DenseF clustered(int64_t n, int64_t d, int k, uint64_t seed, std::vector<int32_t>& labels) {
@@ -42,34 +37,6 @@ DenseF clustered(int64_t n, int64_t d, int k, uint64_t seed, std::vector<int32_t
   return x;
 }
 
-// Mean share of each cell's k nearest neighbours in `ref` found among its k nearest in `emb`.
-double preservation(const Context& ctx, const DenseF& ref, const DenseF& emb, int64_t k) {
-  const Knn a = knn_exact(ctx, ref, k + 1, KnnMetric::euclidean);
-  const Knn b = knn_exact(ctx, emb, k + 1, KnnMetric::euclidean);
-  int64_t hit = 0;
-  for (int64_t i = 0; i < a.n; ++i) {
-    std::set<int32_t> s;
-    for (int64_t j = 1; j <= k; ++j) s.insert(a.index(i, j));
-    for (int64_t j = 1; j <= k; ++j) hit += static_cast<int64_t>(s.count(b.index(i, j)));
-  }
-  return static_cast<double>(hit) / static_cast<double>(a.n * k);
-}
-
-// Leave-one-out k-nearest-neighbour classification accuracy of `labels` in `emb` (majority vote).
-double knn_accuracy(const Context& ctx, const DenseF& emb, const std::vector<int32_t>& labels, int64_t k) {
-  const Knn nn = knn_exact(ctx, emb, k + 1, KnnMetric::euclidean);
-  const int32_t n_labels = *std::max_element(labels.begin(), labels.end()) + 1;
-  int64_t right = 0;
-  std::vector<int> votes(static_cast<size_t>(n_labels));
-  for (int64_t i = 0; i < nn.n; ++i) {
-    std::fill(votes.begin(), votes.end(), 0);
-    for (int64_t j = 1; j <= k; ++j) ++votes[labels[nn.index(i, j)]];
-    const int32_t best = static_cast<int32_t>(std::max_element(votes.begin(), votes.end()) - votes.begin());
-    right += best == labels[i];
-  }
-  return static_cast<double>(right) / static_cast<double>(nn.n);
-}
-
 TEST(UmapGpu, LayoutQualityMatchesCpuOnClusteredData) {
   SCURRY_REQUIRE_GPU();
   const uint64_t seed = test::fresh_seed();
@@ -80,7 +47,7 @@ TEST(UmapGpu, LayoutQualityMatchesCpuOnClusteredData) {
   UmapOptions o;
   o.random_state = seed;
   const UmapResult c = umap(cpu, nb.connectivities, o);
-  const UmapResult g = umap_gpu(gpu_ctx(), nb.connectivities, o);
+  const UmapResult g = umap_gpu(test::gpu_context(), nb.connectivities, o);
   ASSERT_EQ(g.embedding.n_rows, 20000);
   ASSERT_EQ(g.embedding.n_cols, 2);
   for (float v : g.embedding.data) ASSERT_TRUE(std::isfinite(v));
@@ -88,8 +55,8 @@ TEST(UmapGpu, LayoutQualityMatchesCpuOnClusteredData) {
   EXPECT_EQ(g.init, c.init);
   EXPECT_DOUBLE_EQ(g.a, c.a);
   EXPECT_DOUBLE_EQ(g.b, c.b);
-  const double p_cpu = preservation(cpu, x, c.embedding, 15), p_gpu = preservation(cpu, x, g.embedding, 15);
-  const double a_cpu = knn_accuracy(cpu, c.embedding, labels, 15), a_gpu = knn_accuracy(cpu, g.embedding, labels, 15);
+  const double p_cpu = test::knn_preservation(cpu, x, c.embedding, 15), p_gpu = test::knn_preservation(cpu, x, g.embedding, 15);
+  const double a_cpu = test::knn_accuracy(cpu, c.embedding, labels, 15), a_gpu = test::knn_accuracy(cpu, g.embedding, labels, 15);
   std::printf("umap 20000 cells: 15-NN preservation cpu %.4f gpu %.4f; 15-NN cluster accuracy cpu %.4f gpu %.4f\n",
               p_cpu, p_gpu, a_cpu, a_gpu);
   EXPECT_NEAR(p_gpu, p_cpu, 0.02);
@@ -111,15 +78,15 @@ TEST(UmapGpu, GivenLayoutAndThreeDimensions) {
   const DenseF start = umap(cpu, nb.connectivities, o).embedding;  // the CPU initial layout
   o.maxiter = 100;
   o.random_state = seed;
-  const UmapResult g = umap_gpu(gpu_ctx(), nb.connectivities, start, o);
+  const UmapResult g = umap_gpu(test::gpu_context(), nb.connectivities, start, o);
   UmapOptions oc = o;
   oc.init_pos = "given";
   const UmapResult c = umap(cpu, nb.connectivities, oc, &start);
   ASSERT_EQ(g.embedding.n_cols, 3);
   for (float v : g.embedding.data) ASSERT_TRUE(std::isfinite(v));
   EXPECT_EQ(g.n_epochs, 100);
-  const double a_cpu = knn_accuracy(cpu, c.embedding, labels, 15), a_gpu = knn_accuracy(cpu, g.embedding, labels, 15);
-  const double p_cpu = preservation(cpu, x, c.embedding, 15), p_gpu = preservation(cpu, x, g.embedding, 15);
+  const double a_cpu = test::knn_accuracy(cpu, c.embedding, labels, 15), a_gpu = test::knn_accuracy(cpu, g.embedding, labels, 15);
+  const double p_cpu = test::knn_preservation(cpu, x, c.embedding, 15), p_gpu = test::knn_preservation(cpu, x, g.embedding, 15);
   std::printf("umap 20000 cells, 3 dims, 100 epochs: preservation cpu %.4f gpu %.4f; accuracy cpu %.4f gpu %.4f\n",
               p_cpu, p_gpu, a_cpu, a_gpu);
   EXPECT_GE(a_gpu, a_cpu - 0.02);
@@ -138,7 +105,7 @@ TEST(UmapGpu, PreservesNeighboursLikeScanpyOnPbmcAndRepeatsBitForBit) {
   Dataset d;
   d.obs = g.obs;
   d.obsm["X_pca"] = g.obsm.at("X_pca");
-  const Context ctx = gpu_ctx();
+  const Context ctx = test::gpu_context();
   neighbors(ctx, d, NeighborsOptions{});
   Dataset d2 = d;
   const UmapResult r = umap(ctx, d, UmapOptions{});
@@ -147,8 +114,8 @@ TEST(UmapGpu, PreservesNeighboursLikeScanpyOnPbmcAndRepeatsBitForBit) {
   const Context cpu = Context::cpu(0);
   const DenseF pca = to_dense_f(g.obsm.at("X_pca"));
   const DenseF& ours = std::get<DenseF>(d.obsm.at("X_umap").m);
-  const double p_gpu = preservation(cpu, pca, ours, 15);
-  const double p_scanpy = preservation(cpu, pca, to_dense_f(g.obsm.at("X_umap")), 15);
+  const double p_gpu = test::knn_preservation(cpu, pca, ours, 15);
+  const double p_scanpy = test::knn_preservation(cpu, pca, to_dense_f(g.obsm.at("X_umap")), 15);
   std::printf("[ info ] pbmc3k: 15-NN preservation gpu %.4f, scanpy %.4f\n", p_gpu, p_scanpy);
   EXPECT_GE(p_gpu, p_scanpy - 0.02);
   EXPECT_EQ(std::get<DenseF>(d2.obsm.at("X_umap").m).data, ours.data);
@@ -160,7 +127,7 @@ TEST(UmapGpu, NeedsGpuContextAndValidInput) {
   EXPECT_THROW(umap_gpu(Context::cpu(1), g, init, UmapOptions{}), InputError);
   EXPECT_THROW(umap_gpu(Context::cpu(1), g, UmapOptions{}), InputError);
   if (!test::have_gpu()) return;
-  const Context ctx = gpu_ctx();
+  const Context ctx = test::gpu_context();
   EXPECT_THROW(umap_gpu(ctx, g, DenseF(3, 2), UmapOptions{}), InputError);  // wrong init shape
   CsrF bad = CsrF::zeros(3, 4);
   EXPECT_THROW(umap_gpu(ctx, bad, DenseF(3, 2), UmapOptions{}), InputError);  // not square
