@@ -149,8 +149,17 @@ interrupt() {
   [[ "$tmp" =~ \.tmp-[0-9a-f]{8}-$pid$ ]] || die "SIG$sig: the temporary $tmp does not carry the pid $pid"
   kill "-$sig" "$pid"
   kill -CONT "$pid"
+  # Under job control `wait` also returns when the job *stops* (128 + SIGSTOP = 147): the STOP of
+  # catch_write may be reported after the CONT. Wait again until the process has really ended.
+  local tries=0
   wait "$pid"
   rc=$?
+  while [ "$rc" -eq 147 ] && [ "$tries" -lt 100 ]; do
+    sleep 0.1  # (until bash has seen the CONT and the exit)
+    wait "$pid"
+    rc=$?
+    tries=$((tries + 1))
+  done
   [ "$rc" -eq "$code" ] || die "SIG$sig: exit code $rc, expected $code"
   [ "$(cat "$WORK/stderr")" = "scurry: interrupted (SIG$sig); removed $tmp" ] ||
     die "SIG$sig: stderr is not the one line 'scurry: interrupted (SIG$sig); removed $tmp'"
