@@ -4,6 +4,8 @@
 #include <filesystem>
 #include <fstream>
 
+#include <sys/stat.h>
+
 #include "core/error.hpp"
 
 namespace scurry {
@@ -23,7 +25,20 @@ const char* format_name(Format f) {
 
 bool hdf5_looks_like_10x(const std::string& path);  // io/tenx.cpp
 
+void refuse_special_file(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) return;  // missing: the caller says so
+  const char* what = S_ISFIFO(st.st_mode)  ? "a FIFO (named pipe)"
+                     : S_ISCHR(st.st_mode) ? "a character device"
+                     : S_ISBLK(st.st_mode) ? "a block device"
+                     : S_ISSOCK(st.st_mode) ? "a socket"
+                                            : nullptr;
+  if (what)
+    fail_input(path, "is ", what, ", not a file or directory (give a regular file, or a directory for 10x mtx or zarr)");
+}
+
 Format detect_format(const std::string& path) {
+  refuse_special_file(path);
   std::error_code ec;
   if (!fs::exists(path, ec)) fail_input(path, "no such file or directory");
   if (fs::is_directory(path, ec)) {

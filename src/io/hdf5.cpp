@@ -3,6 +3,9 @@
 #include "core/memory.hpp"
 
 #include <algorithm>
+#include <cmath>
+#include <limits>
+#include <sstream>
 #include <cstring>
 #include <filesystem>
 #include <type_traits>
@@ -11,6 +14,7 @@
 
 #include "core/error.hpp"
 #include "core/output.hpp"
+#include "io/format.hpp"
 
 namespace scurry::h5 {
 
@@ -152,6 +156,30 @@ std::vector<T> read_via_base(hid_t ftype, size_t n, ReadFn&& rd, const std::stri
   }
   return out;
 }
+
+// Integers from float storage: HDF5's float->integer conversion truncates 2.5 to 2 (and saturates
+// out-of-range values) without a word. Integer reads of a float dataset or attribute go through
+// double instead; a fractional or non-finite value is an InputError "FILE: X/indptr holds 2.5, not
+// an integer". Out-of-range whole values saturate as HDF5 does (callers report them as out of range).
+template <class T>
+std::vector<T> integers_from(const std::vector<double>& v, const std::string& file, const std::string& element) {
+  std::vector<T> out;
+  resize_large(out, v.size());
+  for (size_t i = 0; i < v.size(); ++i) {
+    const double x = v[i];
+    if (!std::isfinite(x) || x != std::floor(x)) {
+      std::ostringstream os;
+      os.precision(17);
+      os << x;
+      fail_input(file, element, " holds ", os.str(), ", not an integer");
+    }
+    if (x <= static_cast<double>(std::numeric_limits<T>::min())) out[i] = std::numeric_limits<T>::min();
+    else if (x >= static_cast<double>(std::numeric_limits<T>::max())) out[i] = std::numeric_limits<T>::max();
+    else out[i] = static_cast<T>(x);
+  }
+  return out;
+}
+std::string element_name(const std::string& path) { return path.size() > 1 && path[0] == '/' ? path.substr(1) : path; }
 
 std::vector<int64_t> space_dims(hid_t space, const std::string& file, const std::string& obj) {
   const int nd = H5Sget_simple_extent_ndims(space);
@@ -304,6 +332,14 @@ std::vector<T> read_attr_numeric(const Node& n, const std::string& name) {
   if (ti.cls == H5T_ENUM) return read_via_base<T>(h.type.get(), h.n, rd, n.file(), n.path());
   if (ti.cls != H5T_INTEGER && ti.cls != H5T_FLOAT)
     fail_h5(n.file(), "attribute '" + name + "' is not numeric", n.path());
+  if constexpr (std::is_integral_v<T>) {
+    if (ti.cls == H5T_FLOAT) {
+      std::vector<double> d(h.n);
+      rd(H5T_NATIVE_DOUBLE, d.data());
+      const std::string owner = n.path() == "/" ? "" : element_name(n.path()) + " ";
+      return integers_from<T>(d, n.file(), owner + "attribute '" + name + "'");
+    }
+  }
   std::vector<T> out(h.n);
   rd(native_type<T>(), out.data());
   return out;
@@ -453,6 +489,14 @@ std::vector<T> read_selection(const Dataset& d, hid_t mspace, hid_t fspace, size
   if (ti.cls != H5T_INTEGER && ti.cls != H5T_FLOAT)
     fail_h5(d.file(), ti.is_string ? "holds strings where numbers were expected" : "holds a non-numeric element type",
             d.path());
+  if constexpr (std::is_integral_v<T>) {
+    if (ti.cls == H5T_FLOAT) {
+      std::vector<double> v;
+      resize_large(v, n);
+      rd(H5T_NATIVE_DOUBLE, v.data());
+      return integers_from<T>(v, d.file(), element_name(d.path()));
+    }
+  }
   resize_large(out, n);
   rd(native_type<T>(), out.data());
   return out;
@@ -722,6 +766,7 @@ File File::open(const std::string& path, bool write) {
   std::error_code ec;
   if (!std::filesystem::exists(path, ec)) fail_h5(path, "no such file", path);
   if (std::filesystem::is_directory(path, ec)) fail_h5(path, "is a directory, not an HDF5 file", path);
+  refuse_special_file(path);  // H5Fis_hdf5 would block forever on a FIFO
   const htri_t is = H5Fis_hdf5(path.c_str());
   if (is == 0) fail_h5(path, "not an HDF5 file (no HDF5 signature)", path);
   Id fapl(H5Pcreate(H5P_FILE_ACCESS));

@@ -23,6 +23,7 @@
 
 #include "core/error.hpp"
 #include "core/progress.hpp"
+#include "io/format.hpp"
 #include "io/tenx.hpp"
 
 namespace scurry {
@@ -39,6 +40,7 @@ class LineReader {
  public:
   // With `progress`, a progress bar over the file's bytes (shown only on a terminal).
   explicit LineReader(std::string path, bool progress = false) : path_(std::move(path)) {
+    refuse_special_file(path_);  // a FIFO would block gzopen forever
     errno = 0;
     f_ = gzopen(path_.c_str(), "rb");
     if (!f_) fail_input(path_, "cannot be opened for reading (", errno ? std::strerror(errno) : "out of memory", ")");
@@ -348,7 +350,8 @@ std::vector<std::vector<std::string>> read_tsv(const std::string& path, size_t m
 std::string first_existing(const fs::path& dir, std::initializer_list<const char*> names) {
   std::error_code ec;
   for (const char* n : names)
-    if (fs::is_regular_file(dir / n, ec)) return (dir / n).string();
+    // Any file but a directory: a FIFO or device is then refused by name (LineReader), not skipped.
+    if (fs::exists(dir / n, ec) && !fs::is_directory(dir / n, ec)) return (dir / n).string();
   return {};
 }
 

@@ -66,10 +66,20 @@ std::vector<int64_t> sparse_shape(const Reader& r, const std::string& p, const J
   const char* key = a.contains("shape") ? "shape" : a.contains("h5sparse_shape") ? "h5sparse_shape" : nullptr;
   if (!key) fail_input(r.where(p), ": sparse matrix without a 'shape' attribute");
   std::vector<int64_t> shape;
-  try {
-    shape = a[key].get<std::vector<int64_t>>();
-  } catch (const Json::exception&) {
-    fail_input(r.where(p), ": sparse matrix 'shape' attribute must hold two non-negative sizes");
+  const Json& js = a[key];
+  if (!js.is_array()) fail_input(r.where(p), ": sparse matrix 'shape' attribute must hold two non-negative sizes");
+  for (const Json& x : js) {
+    // nlohmann's get<int64_t> truncates 2.5 to 2: a fractional (or non-numeric) size is an error.
+    if (x.is_number_integer()) {
+      shape.push_back(x.get<int64_t>());
+    } else if (x.is_number_float() && std::isfinite(x.get<double>()) && x.get<double>() == std::floor(x.get<double>()) &&
+               std::abs(x.get<double>()) < 9.0e15) {
+      shape.push_back(static_cast<int64_t>(x.get<double>()));
+    } else if (x.is_number()) {
+      fail_input(r.where(p), ": sparse matrix '", key, "' attribute holds ", x.dump(), ", not an integer");
+    } else {
+      fail_input(r.where(p), ": sparse matrix 'shape' attribute must hold two non-negative sizes");
+    }
   }
   if (shape.size() != 2 || shape[0] < 0 || shape[1] < 0)
     fail_input(r.where(p), ": sparse matrix 'shape' attribute must hold two non-negative sizes");
@@ -89,6 +99,9 @@ Csr<T> read_compressed(const Reader& r, const std::string& p, int64_t major, int
         indptr = open_array(r, join(p, "indptr"));
   if (data.rank() != 1 || indices.rank() != 1 || indptr.rank() != 1)
     fail_input(r.where(p), ": data, indices and indptr must be 1-D arrays");
+  data.require_chunks();  // a lost chunk is an error, not fill_value (zarr_store.hpp)
+  indices.require_chunks();
+  indptr.require_chunks();
   Csr<T> m;
   m.n_rows = major;
   m.n_cols = minor;
@@ -758,8 +771,11 @@ ZarrRowReader::ZarrRowReader(const std::string& dir, const std::string& slot, in
   if (m.cols > kInt32Max) fail_input(m.where(), ": too many columns for 32-bit indices");
   m.data.emplace(open_array(r, join(slot, "data")));
   m.indices.emplace(open_array(r, join(slot, "indices")));
+  m.data->require_chunks();  // a lost chunk is an error, not fill_value (zarr_store.hpp)
+  m.indices->require_chunks();
   (void)m.data->dtype();
   Array ip = open_array(r, join(slot, "indptr"));
+  ip.require_chunks();
   m.indptr = ip.read_all<int64_t>(m.threads);
   if (static_cast<int64_t>(m.indptr.size()) != m.rows + 1)
     fail_input(m.where(), ": indptr has length ", m.indptr.size(), " but the shape needs ", m.rows + 1,

@@ -338,8 +338,8 @@ S load(const uint8_t* p, bool swap) {
 template <class T, class S>
 T cast_checked(S v, const std::string& where) {
   if constexpr (std::is_integral_v<T> && std::is_floating_point_v<S>) {
-    if (!(v >= static_cast<S>(std::numeric_limits<T>::min()) && v <= static_cast<S>(std::numeric_limits<T>::max())) ||
-        v != std::floor(v))
+    if (!std::isfinite(v) || v != std::floor(v)) fail_input(where, ": holds ", v, ", not an integer");
+    if (!(v >= static_cast<S>(std::numeric_limits<T>::min()) && v <= static_cast<S>(std::numeric_limits<T>::max())))
       fail_input(where, ": value ", v, " does not fit the expected integer type");
     return static_cast<T>(v);
   } else if constexpr (std::is_integral_v<T> && std::is_integral_v<S>) {
@@ -530,6 +530,7 @@ ArrayMeta Store::array_meta(const std::string& path) const {
       if (m.elem == Elem::vlen_string && !(j.contains("filters") && j["filters"].is_array() && !j["filters"].empty()))
         fail_input(w, ": object array without the vlen-utf8 filter (only UTF-8 string object arrays are supported)");
       const Json fv = j.value("fill_value", Json());
+      m.fill_null = fv.is_null();
       if (m.elem == Elem::numeric) m.fill = parse_fill(fv, m, w);
       else m.fill_str = fv.is_string() ? fv.get<std::string>() : "";
       m.attrs = attrs(path);
@@ -555,7 +556,7 @@ DType Array::dtype() const {
   return m_.dtype;
 }
 
-std::string Array::chunk_file(const std::vector<int64_t>& idx) const {
+std::string Array::chunk_key(const std::vector<int64_t>& idx) const {
   std::string key;
   if (m_.v3_default_keys) {
     key = "c";
@@ -565,7 +566,27 @@ std::string Array::chunk_file(const std::vector<int64_t>& idx) const {
   } else {
     for (size_t d = 0; d < idx.size(); ++d) key += (d ? std::string(1, m_.sep) : "") + std::to_string(idx[d]);
   }
-  return (fs::path(store_->root()) / path_ / key).string();
+  return key;
+}
+
+std::string Array::chunk_file(const std::vector<int64_t>& idx) const {
+  return (fs::path(store_->root()) / path_ / chunk_key(idx)).string();
+}
+
+void Array::fail_missing_chunk(const std::vector<int64_t>& idx) const {
+  std::string key;
+  if (m_.sharded) {
+    std::vector<int64_t> shard_idx(idx.size());
+    for (size_t d = 0; d < idx.size(); ++d) shard_idx[d] = idx[d] / (m_.shard[d] / m_.chunks[d]);
+    key = chunk_key(shard_idx) + " (inner chunk ";
+    for (size_t d = 0; d < idx.size(); ++d) key += (d ? "," : "") + std::to_string(idx[d]);
+    key += ")";
+  } else {
+    key = chunk_key(idx);
+  }
+  fail_input(store_->where(path_), ": chunk ", key, " is missing",
+             require_chunks_ ? " (every chunk of a sparse matrix's data, indices and indptr must be stored)"
+                             : " and the array has no fill_value (null), so its contents are undefined");
 }
 
 std::optional<Bytes> Array::raw_chunk(const std::vector<int64_t>& idx) const {
@@ -614,6 +635,7 @@ std::vector<E> Array::gather(int64_t begin, int64_t end, int threads, const E& f
   const int r = rank();
   if (r == 0) {
     auto raw = raw_chunk({});
+    if (!raw && (require_chunks_ || m_.fill_null)) fail_missing_chunk({});
     if (!raw) return {fill};
     return decode(std::vector<int64_t>{}, *raw, int64_t{1});
   }
@@ -639,6 +661,7 @@ std::vector<E> Array::gather(int64_t begin, int64_t end, int threads, const E& f
     }
     idx[0] = c0 + rest;
     auto raw = raw_chunk(idx);
+    if (!raw && (require_chunks_ || m_.fill_null)) fail_missing_chunk(idx);
     if (!raw) return;  // fill value already in place
     const std::vector<E> vals = decode(idx, *raw, chunk_elems);
     // Copy the intersection, one contiguous run along the last axis at a time.

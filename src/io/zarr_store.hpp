@@ -28,6 +28,7 @@ struct ArrayMeta {
   int itemsize = 8;          // bytes per element (fixed-size kinds)
   bool big_endian = false;
   double fill = 0;           // numeric fill value
+  bool fill_null = false;    // fill_value is null (v2): a missing chunk's contents are undefined
   std::string fill_str;      // string fill value
   std::vector<Codec> codecs;  // bytes->bytes codecs in encoding order (v2: the compressor)
   bool v3_default_keys = false;  // "c/0/1" (v3 default encoding) rather than "0.1"
@@ -80,8 +81,18 @@ class Array {
   std::vector<T> read_all(int threads) const;
   std::vector<std::string> read_strings(int threads) const;
 
+  // Missing chunks. zarr lets a chunk (or a sharded inner chunk) be absent: it then holds the
+  // fill_value, and zarr-python 3 omits chunks equal to it. That is kept for ordinary arrays, but a
+  // missing chunk is an InputError naming the array and the chunk key (a) where the fill_value is
+  // null (zarr v2: the contents are undefined; zarr-python would hand out uninitialised memory) and
+  // (b) for arrays marked require_chunks(): the data, indices and indptr of a sparse matrix, where a
+  // lost chunk read as fill would silently drop counts (or, for indices/indptr, move them).
+  void require_chunks() { require_chunks_ = true; }
+
  private:
+  std::string chunk_key(const std::vector<int64_t>& idx) const;
   std::string chunk_file(const std::vector<int64_t>& idx) const;
+  [[noreturn]] void fail_missing_chunk(const std::vector<int64_t>& idx) const;
   std::optional<Bytes> raw_chunk(const std::vector<int64_t>& idx) const;  // nullopt: missing
   template <class E, class Decode>
   std::vector<E> gather(int64_t begin, int64_t end, int threads, const E& fill, Decode decode) const;
@@ -89,6 +100,7 @@ class Array {
   const Store* store_;
   std::string path_;
   ArrayMeta m_;
+  bool require_chunks_ = false;
 };
 
 // ---- writing --------------------------------------------------------------------------------------

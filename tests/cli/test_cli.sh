@@ -117,6 +117,24 @@ expect_fail "--device tpu" "--device" "$WORK/o8" --device tpu convert "$MTX" "$W
 expect_fail "output not .h5ad" "$WORK/o9/x.csv" "$WORK/o9" convert "$MTX" "$WORK/o9/x.csv"
 expect_fail "unknown subcommand option" "--no-such-option" "$WORK/o10" run "$MTX" -o "$WORK/o10/x.h5ad" --no-such-option
 expect_fail "--percent-top with a non-integer" "--percent-top" "$WORK/o10b" run "$MTX" -o "$WORK/o10b/x.h5ad" --percent-top 50,x
+# A FIFO as input is refused at once (stat before any open), never read: `timeout 10` turns a
+# blocked open into exit 124, which fails the check below (exit 2 is wanted).
+mkfifo "$WORK/pipe.h5ad"
+for sub in info convert run; do
+  case $sub in
+    info) args=(info "$WORK/pipe.h5ad") ;;
+    convert) args=(convert "$WORK/pipe.h5ad" "$WORK/ofifo/x.h5ad") ;;
+    run) args=(run "$WORK/pipe.h5ad" -o "$WORK/ofifo/x.h5ad") ;;
+  esac
+  mkdir -p "$WORK/ofifo"
+  timeout 10 "$SCURRY" "${args[@]}" >"$WORK/stdout" 2>"$WORK/stderr"; rc=$?
+  [ "$rc" -eq 2 ] || die "$sub on a FIFO: exit code $rc, expected 2 (124: it blocked)"
+  [ "$(grep -c '^scurry: error: ' "$WORK/stderr")" -eq 1 ] || die "$sub on a FIFO: not exactly one 'scurry: error:' line"
+  grep -qv '^scurry: ' "$WORK/stderr" && die "$sub on a FIFO: stderr has lines other than 'scurry: ...' messages"
+  grep -q "^scurry: error: .*pipe.h5ad.*FIFO" "$WORK/stderr" || die "$sub on a FIFO: the error does not name the path and FIFO"
+  [ -z "$(ls -A "$WORK/ofifo")" ] || die "$sub on a FIFO: output left behind"
+  pass "$sub on a FIFO: exit 2 at once, one-line error"
+done
 # --percent-top none (scanpy's percent_top=None): no pct_counts_in_top_n_genes columns, the rest as usual.
 mkdir -p "$WORK/pt"
 expect_ok "run --percent-top none" run "$MTX" -o "$WORK/pt/x.h5ad" --percent-top none --no-graph
