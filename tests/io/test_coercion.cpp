@@ -22,6 +22,7 @@
 #include "io/read.hpp"
 #include "io/tenx.hpp"
 #include "io/zarr.hpp"
+#include "io/store_edit.hpp"
 #include "testlib.hpp"
 
 namespace scurry {
@@ -169,23 +170,10 @@ std::string make_tenx(const test::TempDir& tmp, const std::string& name, const C
 
 // ---- zarr helpers ------------------------------------------------------------------------------
 
-json load_json(const fs::path& p) {
-  std::ifstream in(p);
-  EXPECT_TRUE(in.good()) << p;
-  return json::parse(in);
-}
-void save_json(const fs::path& p, const json& j) {
-  std::ofstream out(p);
-  out << j.dump(2);
-}
-std::string slurp(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
-void spit(const fs::path& p, const std::string& s) {
-  std::ofstream out(p, std::ios::binary | std::ios::trunc);
-  out.write(s.data(), static_cast<std::streamsize>(s.size()));
-}
+using test::load_json;
+using test::save_json;
+using test::slurp;
+using test::spit;
 
 // Rewrites the uncompressed one-chunk v2 integer array `arr` as float64 with `frac` added to
 // element `at`.

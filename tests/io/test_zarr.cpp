@@ -19,6 +19,7 @@
 #include "io/zarr.hpp"
 #include "io/zarr_codecs.hpp"
 #include "io/sample_datasets.hpp"
+#include "io/store_edit.hpp"
 #include "testlib.hpp"
 
 namespace scurry {
@@ -29,23 +30,10 @@ using nlohmann::json;
 
 // ---- zarr helpers ------------------------------------------------------------------------------
 
-json load_json(const fs::path& p) {
-  std::ifstream in(p);
-  EXPECT_TRUE(in.good()) << p;
-  return json::parse(in);
-}
-void save_json(const fs::path& p, const json& j) {
-  std::ofstream out(p);
-  out << j.dump(2);
-}
-std::string slurp(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
-void spit(const fs::path& p, const std::string& s) {
-  std::ofstream out(p, std::ios::binary | std::ios::trunc);
-  out.write(s.data(), static_cast<std::streamsize>(s.size()));
-}
+using test::load_json;
+using test::save_json;
+using test::slurp;
+using test::spit;
 
 // Expects an InputError whose message holds every one of `parts`.
 template <class F>
