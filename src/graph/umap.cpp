@@ -82,10 +82,6 @@ void check_sgd(const UmapOptions& opt) {
                umap_sgd::kMaxDim, "); use sgd sequential");
 }
 
-float epochs_per_sample(float w, float threshold, float wmax) {
-  return (w >= threshold && w != 0.0f) ? static_cast<float>(1.0 / static_cast<double>(w / wmax)) : 0.0f;
-}
-
 umap_sgd::EpochParams epoch_params(const UmapOptions& opt, const UmapResult& res, int64_t n) {
   umap_sgd::EpochParams p{};
   p.n_vertices = static_cast<uint32_t>(n);
@@ -104,7 +100,7 @@ void umap_batched_epochs(const Context& ctx, const CsrF& g, const UmapOptions& o
   for (float w : g.data) wmax = std::max(wmax, w);
   if (n_edges == 0 || !(wmax > 0) || res.n_epochs <= 1) return;
   std::vector<float> eps(static_cast<size_t>(n_edges));
-  for (int64_t p = 0; p < n_edges; ++p) eps[p] = epochs_per_sample(g.data[p], 0.0f, wmax);
+  for (int64_t p = 0; p < n_edges; ++p) eps[p] = umap_sgd::epochs_per_sample(g.data[p], 0.0f, wmax);
   umap_sgd::EpochParams p = epoch_params(opt, res, n);
   std::vector<float> tmp(res.embedding.data.size());
   float* pos = res.embedding.data.data();

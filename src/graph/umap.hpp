@@ -65,8 +65,6 @@ struct UmapResult {
 CsrF prune_graph(const Context& ctx, const CsrF& graph, float threshold);
 // InputError for an unknown sgd or an n_components it does not take.
 void check_sgd(const UmapOptions& opt);
-// The epochs-per-sample of an edge of weight w: w_max / w as float, 0 below threshold (pruned).
-float epochs_per_sample(float w, float threshold, float wmax);
 // The batched epochs' constants from the options and res.a, res.b (the CPU and GPU paths).
 umap_sgd::EpochParams epoch_params(const UmapOptions& opt, const UmapResult& res, int64_t n);
 // The batched epochs 1 .. n_epochs - 1 on the CPU threads, from and into res.embedding (the

@@ -3,13 +3,14 @@
 // Floor on one H200 (1.3M cells, k = 15: about 25M directed edges after the fuzzy union, 200
 // epochs, 2 dims): per epoch every edge reads its eps (4 B), and the sampled ones (mean w / w_max
 // about 0.4, so ~2G samples over the run) read their tail (4 B) and touch 1 + 5 rows of the
-// embedding (one thread per vertex walks its row, so the heads are implicit). DRAM: 200 x 25M x 4 B + 2G x 8 B ~ 36 GB -> 8 ms at 4.3 TB/s; the embedding itself
+// embedding (a thread walks a chunk of one vertex's row, so the heads are implicit). DRAM: 200 x 25M x 4 B + 2G x 8 B ~ 36 GB -> 8 ms at 4.3 TB/s; the embedding itself
 // (1.3M x 8 B = 10 MB) stays in the 50 MB L2, whose random 32-B sector traffic (~12G accesses,
 // ~400 GB) is the real bound, ~40-80 ms. FLOPs: ~12G point updates x ~30 = 0.4 TFLOP -> 8 ms fp32.
 // So ~0.1 s is the floor; target 0.7 s.
 //
 // At 10M cells (~200M edges): int64 edge counters and offsets throughout; device memory is
-// 8 B per edge (tail, eps) plus 8 B per cell of indptr and 2 x 4 B x dim per cell (two layouts).
+// 8 B per edge (tail, eps), 8 B per cell of indptr, 4 B x dim per cell for the layout, and per
+// work item (about one per cell, more for rows over kChunk edges) 12 B plus 4 B x dim of displacement.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -33,14 +34,11 @@ constexpr int kMaxGenericDim = umap_sgd::kMaxDim;  // n_components handled by th
 
 int blocks_for(int64_t n) { return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>((n + kBlock - 1) / kBlock, kMaxBlocks))); }
 
-// In place: weight -> epochs per sample (w_max / w), 0 for pruned edges (never sampled); the CPU
-// path's epochs_per_sample (umap.cpp), expression for expression.
+// In place: weight -> epochs per sample (umap_sgd::epochs_per_sample; 0 for pruned edges).
 __global__ void epochs_per_sample_kernel(float* w, int64_t n_edges, float threshold, float wmax) {
   for (int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; e < n_edges;
-       e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const float x = w[e];
-    w[e] = (x >= threshold && x != 0.0f) ? static_cast<float>(1.0 / static_cast<double>(x / wmax)) : 0.0f;
-  }
+       e += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    w[e] = umap_sgd::epochs_per_sample(w[e], threshold, wmax);
 }
 
 // The work items of the batched epochs (umap_sgd.hpp): every vertex's row cut into chunks of at

@@ -70,6 +70,13 @@ SCURRY_UMAP_HD inline float clip4(float v) { return fminf(fmaxf(v, -kClip), kCli
 // x^b for x > 0 without a pow call: 2^(b log2 x).
 SCURRY_UMAP_HD inline float pow_pos(float x, float b) { return exp2f(b * log2f(x)); }
 
+// The epochs-per-sample of an edge of weight w: w_max / w as float, 0 below threshold or for an
+// explicit zero (never sampled). The CPU path (on the pruned graph, threshold 0) and the GPU kernel
+// (on the whole graph) compute it with this one expression.
+SCURRY_UMAP_HD inline float epochs_per_sample(float w, float threshold, float wmax) {
+  return (w >= threshold && w != 0.0f) ? static_cast<float>(1.0 / static_cast<double>(w / wmax)) : 0.0f;
+}
+
 // The rate of epoch ep (>= 1): alpha (1 - (ep - 1) / n_epochs), as umap updates it after each epoch.
 inline void set_epoch(EpochParams& p, int64_t ep, double alpha, int64_t n_epochs) {
   p.epoch = static_cast<int>(ep);
