@@ -20,7 +20,11 @@ std::string source_dir() {
 }
 std::string test_data(const std::string& rel) { return source_dir() + "/tests/data/" + rel; }
 std::string repo_data(const std::string& rel) { return source_dir() + "/data/" + rel; }
-std::string scurry_binary() { return SCURRY_BINARY; }
+// SCURRY_BINARY in the environment overrides the build's executable (test binaries run elsewhere).
+std::string scurry_binary() {
+  const char* env = std::getenv("SCURRY_BINARY");
+  return env && *env ? env : SCURRY_BINARY;
+}
 
 TempDir::TempDir() {
   static std::atomic<int> counter{0};

@@ -23,7 +23,7 @@ std::string source_dir();
 std::string test_data(const std::string& rel);
 // data/<rel> inside the repository.
 std::string repo_data(const std::string& rel);
-// The built `scurry` executable.
+// The built `scurry` executable (SCURRY_BINARY in the environment overrides it).
 std::string scurry_binary();
 
 // A fresh empty directory, removed when the object dies.

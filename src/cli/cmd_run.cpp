@@ -294,7 +294,9 @@ std::vector<Step> build_pipeline(const RunOptions& o) {
                    return;
                  }
                  if (o.gpus.size() > 1) return preprocess_gpu_sharded(o.gpus, d, o.preprocess, &t);
-                 preprocess(ctx, d, o.preprocess, &t);
+                 PreprocessOptions po = o.preprocess;
+                 po.background_x = true;  // the GPU's scaled X comes back while the graph steps run
+                 preprocess(ctx, d, po, &t);
                },
                true});
   if (o.graph) {
@@ -317,6 +319,8 @@ std::vector<Step> build_pipeline(const RunOptions& o) {
                    if (ctx.comm().rank() == 0) leiden(ctx, d, o.leiden);
                  }});
   }
+  // The rest of the scaled X's copy back from the GPU (what the graph steps did not hide).
+  p.push_back({"wait_x", [](Context&, Dataset& d, Timings&) { d.settle(); }});
   p.push_back({"write", [&o, st](Context& ctx, Dataset& d, Timings&) {
                  if (!o.graph) gather_rows(ctx, d, 0);  // with the graph: gathered by neighbors
                  if (ctx.comm().rank() != 0) return;

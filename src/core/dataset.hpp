@@ -3,6 +3,7 @@
 // names scanpy uses.
 #pragma once
 #include <cstdint>
+#include <future>
 #include <map>
 #include <memory>
 #include <string>
@@ -21,6 +22,16 @@ struct Dataset {
   std::map<std::string, Matrix> obsm, varm, obsp, varp;
   Dict uns;
   std::shared_ptr<Dataset> raw;  // only X, var and varm are meaningful
+  // Work still filling X in the background (a GPU run copies its scaled X back to the host while the
+  // graph steps run: PreprocessOptions::background_x). Until settle() has returned, X's shape is
+  // known but its values may not be; the writers, the row gathering of MPI runs and a kNN search of
+  // X call settle() first.
+  std::shared_future<void> pending;
+
+  // Waits for `pending` (rethrowing its error); a no-op when there is none.
+  void settle() const {
+    if (pending.valid()) pending.get();
+  }
 
   int64_t n_obs() const { return obs.n_rows(); }
   int64_t n_vars() const { return var.n_rows(); }

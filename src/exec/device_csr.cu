@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cstring>
+#include <future>
+#include <utility>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -39,11 +41,14 @@ struct Staging {
   std::mutex busy;
 };
 
-Staging& staging_for(int device) {
+// set 0: the synchronous copies; set 1: copy_to_host_background's (so that a background copy never
+// holds up the synchronous ones of the steps running meanwhile).
+Staging& staging_for(int device, int set = 0) {
   static std::mutex m;
-  static std::map<int, std::unique_ptr<Staging>>* all = new std::map<int, std::unique_ptr<Staging>>();  // never freed
+  static std::map<std::pair<int, int>, std::unique_ptr<Staging>>* all =
+      new std::map<std::pair<int, int>, std::unique_ptr<Staging>>();  // never freed
   std::lock_guard<std::mutex> lock(m);
-  auto& s = (*all)[device];
+  auto& s = (*all)[{device, set}];
   if (!s) s = std::make_unique<Staging>();
   return *s;
 }
@@ -113,6 +118,53 @@ void copy_to_host(CudaResources& r, void* dst, const void* src, size_t bytes) {
     const char* buf = stage[i % 2];
     parallel_memcpy(out + off, buf, len);
   }
+}
+
+std::shared_future<void> copy_to_host_background(CudaResources& r, void* dst, const void* src, size_t bytes,
+                                                 std::shared_ptr<void> keep) {
+  cudaEvent_t ready = nullptr;  // src is complete once r.stream's work so far has run
+  SCURRY_CUDA(cudaEventCreateWithFlags(&ready, cudaEventDisableTiming));
+  SCURRY_CUDA(cudaEventRecord(ready, r.stream));
+  const int device = r.device;
+  return std::async(std::launch::async, [=, keep = std::move(keep)]() mutable {
+           struct Cleanup {
+             cudaEvent_t ev;
+             cudaStream_t s = nullptr;
+             ~Cleanup() {
+               if (s) cudaStreamDestroy(s);
+               cudaEventDestroy(ev);
+             }
+           } c{ready};
+           SCURRY_CUDA(cudaSetDevice(device));
+           SCURRY_CUDA(cudaStreamCreateWithFlags(&c.s, cudaStreamNonBlocking));
+           SCURRY_CUDA(cudaStreamWaitEvent(c.s, ready, 0));
+           Staging& st = staging_for(device, 1);
+           std::lock_guard<std::mutex> lock(st.busy);
+           const char* in = static_cast<const char*>(src);
+           char* out = static_cast<char*>(dst);
+           const size_t n_chunks = (bytes + kStageBytes - 1) / kStageBytes;
+           auto issue = [&](size_t i) {
+             const size_t off = i * kStageBytes, len = std::min(kStageBytes, bytes - off);
+             SCURRY_CUDA(cudaMemcpyAsync(st.buf[i % 2], in + off, len, cudaMemcpyDeviceToHost, c.s));
+             SCURRY_CUDA(cudaEventRecord(st.done[i % 2], c.s));
+           };
+           if (n_chunks) issue(0);
+           for (size_t i = 0; i < n_chunks; ++i) {
+             SCURRY_CUDA(cudaEventSynchronize(st.done[i % 2]));
+             if (i + 1 < n_chunks) issue(i + 1);
+             const size_t off = i * kStageBytes, len = std::min(kStageBytes, bytes - off);
+             // a few threads only: the steps running meanwhile have the others
+             constexpr int64_t kPieces = 16;
+#pragma omp parallel for schedule(static) num_threads(4)
+             for (int64_t p = 0; p < kPieces; ++p) {
+               const size_t a = len * p / kPieces, b = len * (p + 1) / kPieces;
+               std::memcpy(out + off + a, st.buf[i % 2] + a, b - a);
+             }
+           }
+           SCURRY_CUDA(cudaStreamSynchronize(c.s));
+           keep.reset();  // the source's device memory, freed once the copy has read it
+         })
+      .share();
 }
 
 DeviceCsr copy_on_device(CudaResources& r, const DeviceCsr& src) {

@@ -2,6 +2,8 @@
 // moved to and from the host, and filtered in place (rows and columns dropped, columns renumbered).
 #pragma once
 #include <cstdint>
+#include <future>
+#include <memory>
 
 #include "core/matrix.hpp"
 #include "exec/cuda_resources.cuh"
@@ -22,6 +24,12 @@ DeviceCsr copy_on_device(CudaResources& r, const DeviceCsr& m);
 // Device to pageable host memory through pinned staging buffers (large copies ~7x faster than a
 // plain cudaMemcpy from pageable memory); synchronous.
 void copy_to_host(CudaResources& r, void* dst, const void* src, size_t bytes);
+// The same on a host thread and a stream of its own (and staging buffers of its own), started once
+// the work queued so far on r.stream has run: later steps go on while the copy runs (the copy engine
+// and the kernels overlap). `keep` holds what src lives in and is released after the copy; dst must
+// stay valid until the future is ready. The future rethrows a CUDA error of the copy.
+std::shared_future<void> copy_to_host_background(CudaResources& r, void* dst, const void* src, size_t bytes,
+                                                 std::shared_ptr<void> keep);
 
 // Keeps the rows with keep_rows[r] != 0 (device array of n_rows bytes; null keeps all) and the
 // columns with col_map[c] >= 0, renumbered to col_map[c] (device array of n_cols; null keeps all),

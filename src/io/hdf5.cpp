@@ -5,12 +5,20 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <optional>
 #include <sstream>
 #include <cstring>
 #include <filesystem>
 #include <type_traits>
 
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstdlib>
+#include <thread>
 
 #include "core/error.hpp"
 #include "core/output.hpp"
@@ -503,9 +511,94 @@ std::vector<T> read_selection(const Dataset& d, hid_t mspace, hid_t fspace, size
 }
 }  // namespace
 
+namespace {
+// Whole reads of large contiguous datasets stored in exactly the memory type bypass H5Dread: their
+// bytes are read with pread from several threads. HDF5 reads on one thread with one request in
+// flight; the disk of the GPU machine gives more with several (bench/RESULTS.md section 0). Only the
+// sec2 driver's single files, no external storage, the whole extent allocated and inside the file;
+// anything else (chunked, compressed, converted types, file images) goes through H5Dread.
+// SCURRY_H5_PREAD=0 turns it off; =force takes it for any size (the tests).
+constexpr size_t kPreadMinBytes = size_t(64) << 20;
+constexpr size_t kPreadPiece = size_t(16) << 20;
+constexpr int kPreadThreads = 8;
+
+struct ContiguousBytes {
+  std::string file;  // the path HDF5 opened
+  uint64_t offset = 0;
+};
+// Where the n elements of d lie in its file when the fast path applies.
+template <class T>
+std::optional<ContiguousBytes> contiguous_bytes(const Dataset& d, size_t n) {
+  const size_t bytes = n * sizeof(T);
+  const char* e = std::getenv("SCURRY_H5_PREAD");
+  if (e && std::strcmp(e, "0") == 0) return std::nullopt;
+  if (bytes == 0 || (bytes < kPreadMinBytes && !(e && std::strcmp(e, "force") == 0))) return std::nullopt;
+  Id ft(H5Dget_type(d.id()));
+  if (!ft.valid() || H5Tequal(ft.get(), native_type<T>()) <= 0) return std::nullopt;
+  Id pl(H5Dget_create_plist(d.id()));
+  if (!pl.valid() || H5Pget_layout(pl.get()) != H5D_CONTIGUOUS || H5Pget_external_count(pl.get()) != 0)
+    return std::nullopt;
+  const haddr_t off = H5Dget_offset(d.id());
+  if (off == HADDR_UNDEF || H5Dget_storage_size(d.id()) != bytes) return std::nullopt;
+  Id file(H5Iget_file_id(d.id()));
+  if (!file.valid()) return std::nullopt;
+  Id fapl(H5Fget_access_plist(file.get()));
+  if (!fapl.valid() || H5Pget_driver(fapl.get()) != H5FD_SEC2) return std::nullopt;
+  const ssize_t len = H5Fget_name(file.get(), nullptr, 0);
+  if (len <= 0) return std::nullopt;
+  std::string name(static_cast<size_t>(len), '\0');
+  if (H5Fget_name(file.get(), name.data(), name.size() + 1) != len) return std::nullopt;
+  struct stat st {};
+  if (::stat(name.c_str(), &st) != 0 || static_cast<uint64_t>(st.st_size) < static_cast<uint64_t>(off) + bytes)
+    return std::nullopt;  // H5Dread reports the truncation
+  return ContiguousBytes{std::move(name), static_cast<uint64_t>(off)};
+}
+
+// Reads `bytes` at `where` into out on kPreadThreads threads; false if the file cannot be opened.
+bool read_contiguous_parallel(const Dataset& d, const ContiguousBytes& where, size_t bytes, void* out) {
+  const int fd = ::open(where.file.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  const uint64_t off = where.offset;
+  std::atomic<bool> failed{false};
+  std::atomic<size_t> next{0};
+  char* dst = reinterpret_cast<char*>(out);
+  auto work = [&] {
+    for (size_t a; !failed && (a = next.fetch_add(kPreadPiece)) < bytes;) {
+      const size_t b = std::min(bytes, a + kPreadPiece);
+      for (size_t p = a; p < b;) {
+        const ssize_t got = ::pread(fd, dst + p, b - p, static_cast<off_t>(off + p));
+        if (got <= 0) {
+          if (got < 0 && errno == EINTR) continue;
+          failed = true;
+          break;
+        }
+        p += static_cast<size_t>(got);
+      }
+    }
+  };
+  {
+    std::vector<std::thread> pool;
+    for (int t = 1; t < kPreadThreads; ++t) pool.emplace_back(work);
+    work();
+    for (auto& t : pool) t.join();
+  }
+  ::close(fd);
+  if (failed) fail_h5(d.file(), "cannot read the data (file corrupt or truncated?)", d.path());
+  return true;
+}
+}  // namespace
+
 template <class T>
 std::vector<T> Dataset::read() const {
-  return read_selection<T>(*this, H5S_ALL, H5S_ALL, static_cast<size_t>(size()));
+  const size_t n = static_cast<size_t>(size());
+  if constexpr (std::is_arithmetic_v<T> && !std::is_same_v<T, bool>) {
+    if (auto where = contiguous_bytes<T>(*this, n)) {
+      std::vector<T> out;
+      resize_large(out, n);
+      if (read_contiguous_parallel(*this, *where, n * sizeof(T), out.data())) return out;
+    }
+  }
+  return read_selection<T>(*this, H5S_ALL, H5S_ALL, n);
 }
 
 template <class T>

@@ -1,21 +1,33 @@
-// Per-gene sums on the GPU, two strategies:
-//  smem (default): a grid of a few blocks per SM, each block takes a strided share of the entries and
-//    accumulates float32 partial sums of all the genes of a tile (2 x 4 bytes a gene: up to 28,672 genes
-//    in the 227 KB of shared memory, more in tiles) with shared-memory atomics, then writes them as
-//    float64 to its own slice of a [block][gene] buffer; a second kernel adds the blocks in a fixed
-//    order in float64. A block sees ~1/500 of the entries, so each float32 partial adds a few hundred
-//    values (relative error ~1e-7; counts stay exact below 2^24).
-//  atomic (SCURRY_GENE_SUMS=atomic): one streaming pass over the column indices and values (8 bytes an entry; the
-//    row pointers are not needed), float64 atomics into the per-gene sums (RED.F64 in L2; the genes'
-//    addresses spread over the L2 slices). Floor at 2.6e9 entries: 21 GB / 4.3 TB/s = 4.9 ms.
-//    The order of the atomic additions varies, so the sums can differ in the last bits run to run.
+// Per-gene sums on the GPU, the same bits on every run (issue 15, point 4).
+//
+// Floating-point atomics add in an order that changes from run to run, and so do the last bits of
+// their sums; every statistic downstream (HVG, the scale's mean and std, hence X_pca, the kNN and the
+// graph) inherited that. Here every value is first rounded onto a per-gene fixed-point grid and the
+// grid points are added as 64-bit integers, whose sum does not depend on the order (pre-rounding
+// summation: Demmel & Nguyen, "Fast reproducible floating-point summation", ARITH 2013; ReproBLAS).
+//  pass A (gene_bounds_smem): per gene, the largest binary exponent of f(x) (|f(x)| < 2^e) and the
+//    number of nonzero f(x), as 32-bit shared-memory atomics (max and add: exact), block partials
+//    added in a fixed order (bounds_finish), which also picks the grid of each gene:
+//    k = 62 - e - ceil(log2(count)) for the sum, 62 - 2e - ceil(log2(count)) for the squares, so that
+//    count terms of magnitude below 2^(e+k) cannot pass 2^62.
+//  pass B (gene_fixed_smem, once for the sums, once for the squares): q = rint(f(x) * 2^k) as int64,
+//    added with 64-bit shared-memory atomics (28,672 genes a tile in 224 KB), the block partials
+//    added in int64 (exact, wrap-around arithmetic), then q_total * 2^-k in float64.
+// Precision: each term is rounded to 2^-(k+1), so the error of a gene's sum is at most
+// count * 2^-(k+1) <= count^2 * 2^e / 2^63, i.e. below count^2 / 2^63 = 1.8e-7 of its largest term at
+// 1.3M cells (and far less for typical genes: the error is relative to the largest term, the sum is
+// count times the mean); integer-valued counts are summed exactly. Non-finite values: a gene with a
+// NaN, or with both +inf and -inf, sums to NaN; one with +inf (-inf) only to +inf (-inf), as in any order
+// of float additions (flags set with global atomicOr, rare by nature).
+// SCURRY_GENE_SUMS=atomic: pass B with 64-bit global atomics (RED in L2) instead of shared memory
+// (same bits; kept to compare the two).
 // Templated on the value type V and the column-index type I (kernels.cuh; instantiations at the end).
-// The shared-memory partials are of type V: float32 for float values (as above), float64 for double
-// values (whose sums would otherwise lose the precision the caller chose), with half the genes a tile.
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <type_traits>
+
+#include <math_constants.h>
 
 #include "pp/kernels.cuh"
 
@@ -36,39 +48,40 @@ __device__ __forceinline__ V transform(V v, int64_t g, const V* clip) {
   }
 }
 
-constexpr int kAtomicThreads = 256;
-
-template <GeneTransform F, bool kSquares, class V, class I>
-__global__ void __launch_bounds__(kAtomicThreads) gene_sums_atomic(const I* idx, const V* val, int64_t nnz,
-                                                                   const V* clip, double* sum, double* sumsq,
-                                                                   unsigned long long* count) {
-  const int64_t stride = static_cast<int64_t>(gridDim.x) * kAtomicThreads;
-  for (int64_t p = blockIdx.x * static_cast<int64_t>(kAtomicThreads) + threadIdx.x; p < nnz; p += stride) {
-    const I g = idx[p];
-    const V x = transform<F>(val[p], g, clip);
-    if (x != V(0)) {
-      atomicAdd(&sum[g], static_cast<double>(x));
-      if (kSquares) atomicAdd(&sumsq[g], static_cast<double>(x) * x);
-      atomicAdd(&count[g], 1ull);
-    }
+// The biased exponent field of |x| (float: 0..255, double: 0..2047); |x| < 2^(field - bias + 1) for
+// finite x (subnormals included, field 0); the all-ones field is inf or NaN.
+template <class V>
+struct Bits;
+template <>
+struct Bits<float> {
+  static constexpr int kBias = 127, kInfField = 255;
+  __device__ static unsigned field(float x) { return (__float_as_uint(x) >> 23) & 0xffu; }
+};
+template <>
+struct Bits<double> {
+  static constexpr int kBias = 1023, kInfField = 2047;
+  __device__ static unsigned field(double x) {
+    return static_cast<unsigned>((static_cast<unsigned long long>(__double_as_longlong(x)) >> 52) & 0x7ffu);
   }
-}
+};
+
+constexpr unsigned kFlagNan = 1u, kFlagPosInf = 2u, kFlagNegInf = 4u;
 
 constexpr int kSmemThreads = 1024;
 constexpr int kSmemBlocksPerSm = 4;
-constexpr size_t kSmemBytes = 229376;  // 224 KB of shared memory: 2 x 4 bytes x 28,672 genes (float)
-template <class V>
-constexpr int kSmemMaxTile = static_cast<int>(kSmemBytes / (2 * sizeof(V)));
+constexpr size_t kSmemBytes = 229376;  // 224 KB of shared memory
+constexpr int kTile = static_cast<int>(kSmemBytes / 8);  // 28,672 genes: 2 x 4 bytes (pass A), 8 bytes (pass B)
 
-// acc[0, tile): sum of f(x); acc[tile, 2 tile): sum of f(x)^2 (kSquares) or the count of nonzeros.
-// The tile's genes are [g0, g0 + tile): the test is one unsigned comparison of idx - g0.
-template <GeneTransform F, bool kSquares, class V, class I>
-__global__ void __launch_bounds__(kSmemThreads) gene_sums_smem(const I* idx, const V* val, int64_t nnz, int64_t g0,
-                                                               int tile, const V* clip, double* partial) {
+// Pass A over the genes [g0, g0 + tile): acc[0, tile) the largest exponent field, acc[tile, 2 tile) the
+// count of nonzero f(x); flags[g] for non-finite values.
+template <GeneTransform F, class V, class I>
+__global__ void __launch_bounds__(kSmemThreads) gene_bounds_smem(const I* idx, const V* val, int64_t nnz, int64_t g0,
+                                                                 int tile, const V* clip, unsigned* partial,
+                                                                 unsigned* flags) {
   using U = std::make_unsigned_t<I>;
   extern __shared__ __align__(8) unsigned char smem_raw[];
-  V* facc = reinterpret_cast<V*>(smem_raw);
-  for (int i = threadIdx.x; i < 2 * tile; i += kSmemThreads) facc[i] = V(0);
+  unsigned* acc = reinterpret_cast<unsigned*>(smem_raw);
+  for (int i = threadIdx.x; i < 2 * tile; i += kSmemThreads) acc[i] = 0u;
   __syncthreads();
   const int64_t stride = static_cast<int64_t>(gridDim.x) * kSmemThreads;
   const I base = static_cast<I>(g0);
@@ -77,106 +90,210 @@ __global__ void __launch_bounds__(kSmemThreads) gene_sums_smem(const I* idx, con
     if (static_cast<U>(g) < static_cast<U>(tile)) {
       const V x = transform<F>(val[p], static_cast<int64_t>(g) + g0, clip);
       if (x != V(0)) {
-        atomicAdd(&facc[g], x);
-        atomicAdd(&facc[tile + g], kSquares ? x * x : V(1));
+        const unsigned e = Bits<V>::field(x);
+        atomicMax(&acc[g], e);
+        atomicAdd(&acc[tile + g], 1u);
+        if (e == static_cast<unsigned>(Bits<V>::kInfField))
+          atomicOr(&flags[static_cast<int64_t>(g) + g0], x != x ? kFlagNan : (x > V(0) ? kFlagPosInf : kFlagNegInf));
       }
     }
   }
   __syncthreads();
-  double* out = partial + static_cast<int64_t>(blockIdx.x) * 2 * tile;
-  for (int i = threadIdx.x; i < 2 * tile; i += kSmemThreads) out[i] = facc[i];
+  unsigned* out = partial + static_cast<int64_t>(blockIdx.x) * 2 * tile;
+  for (int i = threadIdx.x; i < 2 * tile; i += kSmemThreads) out[i] = acc[i];
 }
 
-// out[j] = sum over blocks b (in order) of partial[b * width + j]. (No value type: float64 in and out.)
-__global__ void sum_blocks(const double* partial, int n_blocks, int64_t width, double* out) {
-  const int64_t j = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-  if (j >= width) return;
-  double s = 0;
-  for (int b = 0; b < n_blocks; ++b) s += partial[b * width + j];
-  out[j] = s;
+// ceil(log2(c)) for c >= 1.
+__device__ __forceinline__ int ceil_log2(unsigned long long c) { return c <= 1 ? 0 : 64 - __clzll(c - 1); }
+
+// The blocks' bounds combined (max, sum: order-free) and the grids chosen: shift[j] for the sum,
+// shift[tile + j] for the squares; count[j] as float64.
+template <class V>
+__global__ void bounds_finish(const unsigned* partial, int n_blocks, int tile, int* shift, double* count) {
+  const int j = blockIdx.x * blockDim.x + threadIdx.x;
+  if (j >= tile) return;
+  unsigned e = 0;
+  unsigned long long c = 0;
+  for (int b = 0; b < n_blocks; ++b) {
+    const unsigned* p = partial + static_cast<int64_t>(b) * 2 * tile;
+    e = max(e, p[j]);
+    c += p[tile + j];
+  }
+  const int ex = static_cast<int>(e) - Bits<V>::kBias + 1;  // |f(x)| < 2^ex
+  const int lc = ceil_log2(c);
+  shift[j] = 62 - ex - lc;
+  shift[tile + j] = 62 - 2 * ex - lc;
+  count[j] = static_cast<double>(c);
 }
 
-// Two passes' worth of statistics per call: (sum, sumsq) or (sum, count).
-template <class V, class I>
-void gene_sums_smem_impl(CudaResources& r, const CsrView<V, I>& m, GeneTransform f, const V* clip, bool squares,
-                         std::vector<double>& sum, std::vector<double>& second) {
-  const int64_t g = m.n_cols;
-  sum.assign(g, 0.0), second.assign(g, 0.0);
-  if (g == 0 || m.nnz == 0) return;
-  int sms = 0;
-  SCURRY_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, r.device));
-  const int blocks = sms * kSmemBlocksPerSm;
-  const int tile_max = static_cast<int>(std::min<int64_t>(g, kSmemMaxTile<V>));
-  DeviceArray<double> partial(r, static_cast<size_t>(blocks) * 2 * tile_max, "gene sums partials");
-  DeviceArray<double> total(r, 2 * static_cast<size_t>(tile_max), "gene sums");
-  std::vector<double> h(2 * static_cast<size_t>(tile_max));
-  for (int64_t g0 = 0; g0 < g; g0 += tile_max) {
-    const int tile = static_cast<int>(std::min<int64_t>(tile_max, g - g0));
-    const size_t smem = 2 * static_cast<size_t>(tile) * sizeof(V);
-    auto launch = [&](auto kernel) {
-      SCURRY_CUDA(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
-      kernel<<<blocks, kSmemThreads, smem, r.stream>>>(m.indices, m.data, m.nnz, g0, tile, clip, partial.data());
-      SCURRY_CUDA_LAUNCH();
-    };
-    using T = GeneTransform;
-    switch (f) {
-      case T::identity:
-        squares ? launch(gene_sums_smem<T::identity, true, V, I>) : launch(gene_sums_smem<T::identity, false, V, I>);
-        break;
-      case T::expm1:
-        squares ? launch(gene_sums_smem<T::expm1, true, V, I>) : launch(gene_sums_smem<T::expm1, false, V, I>);
-        break;
-      case T::clip:
-        squares ? launch(gene_sums_smem<T::clip, true, V, I>) : launch(gene_sums_smem<T::clip, false, V, I>);
-        break;
-    }
-    sum_blocks<<<static_cast<unsigned>((2 * tile + 255) / 256), 256, 0, r.stream>>>(partial.data(), blocks, 2 * tile,
-                                                                                   total.data());
-    SCURRY_CUDA_LAUNCH();
-    SCURRY_CUDA(cudaMemcpyAsync(h.data(), total.data(), 2 * tile * 8, cudaMemcpyDeviceToHost, r.stream));
-    SCURRY_CUDA(cudaStreamSynchronize(r.stream));
-    std::copy(h.begin(), h.begin() + tile, sum.begin() + g0);
-    std::copy(h.begin() + tile, h.begin() + 2 * tile, second.begin() + g0);
+// q = rint(f(x) * 2^k) (or f(x)^2 * 2^k), exact for every term the grid holds.
+template <bool kSquares, class V>
+__device__ __forceinline__ long long fixed_term(V x, int k) {
+  if (!isfinite(x)) return 0;  // flagged in pass A
+  const double d = static_cast<double>(x);
+  if constexpr (kSquares) {
+    const int k1 = k / 2;  // two half scalings: d*d may overflow or underflow where the scaled product does not
+    return __double2ll_rn(ldexp(d, k1) * ldexp(d, k - k1));
+  } else {
+    return __double2ll_rn(ldexp(d, k));
   }
 }
 
-__global__ void counts_to_double(const unsigned long long* c, int64_t n, double* out) {
-  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-  if (i < n) out[i] = static_cast<double>(c[i]);
+// Pass B over the genes [g0, g0 + tile): acc[j] = sum of q (int64, wrap-around).
+template <GeneTransform F, bool kSquares, class V, class I>
+__global__ void __launch_bounds__(kSmemThreads) gene_fixed_smem(const I* idx, const V* val, int64_t nnz, int64_t g0,
+                                                                int tile, const V* clip, const int* shift,
+                                                                unsigned long long* partial) {
+  using U = std::make_unsigned_t<I>;
+  extern __shared__ __align__(8) unsigned char smem_raw[];
+  unsigned long long* acc = reinterpret_cast<unsigned long long*>(smem_raw);
+  for (int i = threadIdx.x; i < tile; i += kSmemThreads) acc[i] = 0ull;
+  __syncthreads();
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * kSmemThreads;
+  const I base = static_cast<I>(g0);
+  for (int64_t p = blockIdx.x * static_cast<int64_t>(kSmemThreads) + threadIdx.x; p < nnz; p += stride) {
+    const I g = idx[p] - base;
+    if (static_cast<U>(g) < static_cast<U>(tile)) {
+      const V x = transform<F>(val[p], static_cast<int64_t>(g) + g0, clip);
+      if (x != V(0)) atomicAdd(&acc[g], static_cast<unsigned long long>(fixed_term<kSquares>(x, shift[g])));
+    }
+  }
+  __syncthreads();
+  unsigned long long* out = partial + static_cast<int64_t>(blockIdx.x) * tile;
+  for (int i = threadIdx.x; i < tile; i += kSmemThreads) out[i] = acc[i];
+}
+
+// Pass B with 64-bit global atomics into acc[0, g) (SCURRY_GENE_SUMS=atomic).
+template <GeneTransform F, bool kSquares, class V, class I>
+__global__ void __launch_bounds__(256) gene_fixed_global(const I* idx, const V* val, int64_t nnz, const V* clip,
+                                                         const int* shift, unsigned long long* acc) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * 256;
+  for (int64_t p = blockIdx.x * 256ll + threadIdx.x; p < nnz; p += stride) {
+    const I g = idx[p];
+    const V x = transform<F>(val[p], g, clip);
+    if (x != V(0)) atomicAdd(&acc[g], static_cast<unsigned long long>(fixed_term<kSquares>(x, shift[g])));
+  }
+}
+
+// out[j] = (sum over blocks of partial[b * tile + j]) * 2^-shift[j], non-finite flags applied.
+__global__ void fixed_finish(const unsigned long long* partial, int n_blocks, int tile, const int* shift,
+                             const unsigned* flags, bool squares, double* out) {
+  const int j = blockIdx.x * blockDim.x + threadIdx.x;
+  if (j >= tile) return;
+  unsigned long long s = 0;
+  for (int b = 0; b < n_blocks; ++b) s += partial[static_cast<int64_t>(b) * tile + j];
+  double v = ldexp(static_cast<double>(static_cast<long long>(s)), -shift[j]);
+  const unsigned f = flags[j];
+  if (f) {
+    const bool pos = f & kFlagPosInf, neg = f & kFlagNegInf;
+    if ((f & kFlagNan) || (pos && neg && !squares)) v = CUDART_NAN;
+    else v = (neg && !squares) ? -CUDART_INF : CUDART_INF;
+  }
+  out[j] = v;
 }
 
 template <class V, class I>
-GeneSums gene_sums_atomic_impl(CudaResources& r, const CsrView<V, I>& m, GeneTransform f, const V* clip) {
+GeneSums gene_sums_fixed(CudaResources& r, const CsrView<V, I>& m, GeneTransform f, const V* clip, bool sums,
+                         bool squares) {
   const int64_t g = m.n_cols;
   GeneSums out;
   out.sum.assign(g, 0.0), out.sumsq.assign(g, 0.0), out.nnz.assign(g, 0.0);
-  if (g == 0) return out;
-  DeviceArray<double> acc(r, 3 * static_cast<size_t>(g), "gene sums");
-  DeviceArray<unsigned long long> cnt(r, g, "gene counts");
-  SCURRY_CUDA(cudaMemsetAsync(acc.data(), 0, 3 * g * sizeof(double), r.stream));
-  SCURRY_CUDA(cudaMemsetAsync(cnt.data(), 0, g * sizeof(unsigned long long), r.stream));
+  if (g == 0 || m.nnz == 0) return out;
+  const char* strategy = std::getenv("SCURRY_GENE_SUMS");
+  // (the global variant indexes the grids by gene: it runs when the genes fit one tile)
+  const bool global = strategy && std::strcmp(strategy, "atomic") == 0 && g <= kTile;
   int sms = 0;
   SCURRY_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, r.device));
-  const int64_t want = (m.nnz + kAtomicThreads - 1) / kAtomicThreads;
-  const unsigned blocks = static_cast<unsigned>(std::max<int64_t>(1, std::min<int64_t>(want, int64_t(sms) * 16)));
-  auto launch = [&](auto kernel) {
-    kernel<<<blocks, kAtomicThreads, 0, r.stream>>>(m.indices, m.data, m.nnz, clip, acc.data(), acc.data() + g,
-                                                    cnt.data());
-    SCURRY_CUDA_LAUNCH();
-  };
-  switch (f) {
-    case GeneTransform::identity: launch(gene_sums_atomic<GeneTransform::identity, true, V, I>); break;
-    case GeneTransform::expm1: launch(gene_sums_atomic<GeneTransform::expm1, true, V, I>); break;
-    case GeneTransform::clip: launch(gene_sums_atomic<GeneTransform::clip, true, V, I>); break;
+  const int blocks = sms * kSmemBlocksPerSm;
+  const int tile_max = static_cast<int>(std::min<int64_t>(g, kTile));
+  const size_t partial_bytes = static_cast<size_t>(blocks) * tile_max * 8;  // pass A: 2 x 4 bytes; pass B: 8
+  DeviceArray<unsigned long long> partial(r, partial_bytes / 8, "gene sums partials");
+  DeviceArray<unsigned> flags(r, g, "gene sums flags");
+  DeviceArray<int> shift(r, 2 * static_cast<size_t>(tile_max), "gene sums grids");
+  DeviceArray<double> res(r, 3 * static_cast<size_t>(tile_max), "gene sums");
+  DeviceArray<unsigned long long> gacc(r, global ? tile_max : 1, "gene sums (global)");
+  SCURRY_CUDA(cudaMemsetAsync(flags.data(), 0, g * sizeof(unsigned), r.stream));
+  std::vector<double> h(3 * static_cast<size_t>(tile_max));
+  using T = GeneTransform;
+  for (int64_t g0 = 0; g0 < g; g0 += tile_max) {
+    const int tile = static_cast<int>(std::min<int64_t>(tile_max, g - g0));
+    const unsigned fin_blocks = static_cast<unsigned>((tile + 255) / 256);
+    // pass A
+    {
+      const size_t smem = 2 * static_cast<size_t>(tile) * 4;
+      auto launch = [&](auto kernel) {
+        SCURRY_CUDA(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+        kernel<<<blocks, kSmemThreads, smem, r.stream>>>(m.indices, m.data, m.nnz, g0, tile, clip,
+                                                         reinterpret_cast<unsigned*>(partial.data()), flags.data());
+        SCURRY_CUDA_LAUNCH();
+      };
+      switch (f) {
+        case T::identity: launch(gene_bounds_smem<T::identity, V, I>); break;
+        case T::expm1: launch(gene_bounds_smem<T::expm1, V, I>); break;
+        case T::clip: launch(gene_bounds_smem<T::clip, V, I>); break;
+      }
+      bounds_finish<V><<<fin_blocks, 256, 0, r.stream>>>(reinterpret_cast<const unsigned*>(partial.data()), blocks,
+                                                         tile, shift.data(), res.data() + 2 * tile);
+      SCURRY_CUDA_LAUNCH();
+    }
+    // pass B: the sums, then the squares
+    for (int pass = 0; pass < 2; ++pass) {
+      const bool sq = pass == 1;
+      if (sq ? !squares : !sums) continue;
+      const int* sh = shift.data() + (sq ? tile : 0);
+      double* dst = res.data() + (sq ? tile : 0);
+      if (global) {
+        SCURRY_CUDA(cudaMemsetAsync(gacc.data(), 0, tile * sizeof(unsigned long long), r.stream));
+        auto launch = [&](auto kernel) {
+          const int64_t want = (m.nnz + 255) / 256;
+          const unsigned gb = static_cast<unsigned>(std::max<int64_t>(1, std::min<int64_t>(want, int64_t(sms) * 16)));
+          kernel<<<gb, 256, 0, r.stream>>>(m.indices, m.data, m.nnz, clip, sh, gacc.data());
+          SCURRY_CUDA_LAUNCH();
+        };
+        if (sq) {
+          switch (f) {
+            case T::identity: launch(gene_fixed_global<T::identity, true, V, I>); break;
+            case T::expm1: launch(gene_fixed_global<T::expm1, true, V, I>); break;
+            case T::clip: launch(gene_fixed_global<T::clip, true, V, I>); break;
+          }
+        } else {
+          switch (f) {
+            case T::identity: launch(gene_fixed_global<T::identity, false, V, I>); break;
+            case T::expm1: launch(gene_fixed_global<T::expm1, false, V, I>); break;
+            case T::clip: launch(gene_fixed_global<T::clip, false, V, I>); break;
+          }
+        }
+        fixed_finish<<<fin_blocks, 256, 0, r.stream>>>(gacc.data(), 1, tile, sh, flags.data() + g0, sq, dst);
+      } else {
+        const size_t smem = static_cast<size_t>(tile) * 8;
+        auto launch = [&](auto kernel) {
+          SCURRY_CUDA(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+          kernel<<<blocks, kSmemThreads, smem, r.stream>>>(m.indices, m.data, m.nnz, g0, tile, clip, sh, partial.data());
+          SCURRY_CUDA_LAUNCH();
+        };
+        if (sq) {
+          switch (f) {
+            case T::identity: launch(gene_fixed_smem<T::identity, true, V, I>); break;
+            case T::expm1: launch(gene_fixed_smem<T::expm1, true, V, I>); break;
+            case T::clip: launch(gene_fixed_smem<T::clip, true, V, I>); break;
+          }
+        } else {
+          switch (f) {
+            case T::identity: launch(gene_fixed_smem<T::identity, false, V, I>); break;
+            case T::expm1: launch(gene_fixed_smem<T::expm1, false, V, I>); break;
+            case T::clip: launch(gene_fixed_smem<T::clip, false, V, I>); break;
+          }
+        }
+        fixed_finish<<<fin_blocks, 256, 0, r.stream>>>(partial.data(), blocks, tile, sh, flags.data() + g0, sq, dst);
+      }
+      SCURRY_CUDA_LAUNCH();
+    }
+    SCURRY_CUDA(cudaMemcpyAsync(h.data(), res.data(), 3 * tile * 8, cudaMemcpyDeviceToHost, r.stream));
+    SCURRY_CUDA(cudaStreamSynchronize(r.stream));
+    if (sums) std::copy(h.begin(), h.begin() + tile, out.sum.begin() + g0);
+    if (squares) std::copy(h.begin() + tile, h.begin() + 2 * tile, out.sumsq.begin() + g0);
+    std::copy(h.begin() + 2 * tile, h.begin() + 3 * tile, out.nnz.begin() + g0);
   }
-  counts_to_double<<<static_cast<unsigned>((g + 255) / 256), 256, 0, r.stream>>>(cnt.data(), g, acc.data() + 2 * g);
-  SCURRY_CUDA_LAUNCH();
-  std::vector<double> h(3 * static_cast<size_t>(g));
-  SCURRY_CUDA(cudaMemcpyAsync(h.data(), acc.data(), h.size() * 8, cudaMemcpyDeviceToHost, r.stream));
-  SCURRY_CUDA(cudaStreamSynchronize(r.stream));
-  std::copy(h.begin(), h.begin() + g, out.sum.begin());
-  std::copy(h.begin() + g, h.begin() + 2 * g, out.sumsq.begin());
-  std::copy(h.begin() + 2 * g, h.end(), out.nnz.begin());
   return out;
 }
 
@@ -207,18 +324,8 @@ void rows_gene_nnz(CudaResources& r, const CsrView<V, I>& m, const int64_t* d_ro
 template <class V, class I>
 GeneSums gene_sums(CudaResources& r, const CsrView<V, I>& m, GeneTransform f, const NonDeduced<V>* clip,
                    SecondStat second) {
-  const char* strategy = std::getenv("SCURRY_GENE_SUMS");
-  if (strategy && std::strcmp(strategy, "atomic") == 0) return gene_sums_atomic_impl(r, m, f, clip);
-  GeneSums out;
-  if (second != SecondStat::squares) gene_sums_smem_impl(r, m, f, clip, false, out.sum, out.nnz);
-  if (second != SecondStat::count) {
-    std::vector<double> sum2;
-    gene_sums_smem_impl(r, m, f, clip, true, sum2, out.sumsq);
-    if (out.sum.empty()) out.sum = std::move(sum2);
-  }
-  if (out.nnz.empty()) out.nnz.assign(m.n_cols, 0.0);
-  if (out.sumsq.empty()) out.sumsq.assign(m.n_cols, 0.0);
-  return out;
+  // The count comes with pass A in every case; SecondStat only says whether the squares are needed.
+  return gene_sums_fixed(r, m, f, clip, true, second != SecondStat::count);
 }
 
 #define SCURRY_GENE_SUMS(V, I)                                                                                 \

@@ -22,8 +22,8 @@ namespace scurry::gpu {
 // to the nnz indices and values, so 32-bit row pointers would save no bandwidth), and one type keeps the
 // instantiations at four. Kernels that never read the column indices (row totals, normalize) are
 // templated on V only; their launchers take the same CsrView<V, I> for a uniform interface.
-// Accumulations are float64 whatever V is, except the documented float32 shared-memory partials of
-// gene_sums for V = float (float64 for V = double).
+// Accumulations are float64 whatever V is; gene_sums adds 64-bit fixed-point integers (the same bits on
+// every run; gene_sums.cu says how).
 
 // T in a parameter that must not take part in template argument deduction (std::type_identity_t; the
 // CUDA sources are C++17): a literal or nullptr passed for it converts to the V of the matrix.
@@ -65,8 +65,9 @@ enum class GeneTransform { identity, expm1, clip };  // clip: min(v, clip[g])
 struct GeneSums {
   std::vector<double> sum, sumsq, nnz;
 };
-// `second`: which statistic besides the sum is needed (one pass each; `both` makes two passes on the
-// default shared-memory path). The one not asked for is left at 0.
+// `second`: which statistic besides the sum is needed: the count comes with every call (pass A of
+// gene_sums.cu); `squares` and `both` add one pass for the sums of squares (left at 0 for `count`).
+// The results are the same bits on every run, whatever the order the GPU adds in.
 enum class SecondStat { count, squares, both };
 template <class V, class I>
 GeneSums gene_sums(CudaResources& r, const CsrView<V, I>& m, GeneTransform f,

@@ -433,6 +433,15 @@ void preprocess_chain(Context& ctx, Dataset& d, const PreprocessOptions& o, Timi
       d.X = Matrix(download(r, m), DType::f32);
       m = DeviceCsr();
     });
+  else if (o.scaled_x && o.background_x && comm.size() == 1)
+    step("download_x", [&] {  // started here, waited for by Dataset::settle (the writer)
+      d.X = Matrix(host_dense.get(), DType::f32);
+      float* dst = d.X.dense_f().data.data();  // the vector's buffer: stays put when the Dataset moves
+      const size_t bytes = static_cast<size_t>(n) * static_cast<size_t>(g) * 4;
+      auto src = std::make_shared<DeviceArray<float>>(std::move(dense));
+      const float* sp = src->data();
+      d.pending = copy_to_host_background(r, dst, sp, bytes, std::move(src));
+    });
   else if (o.scaled_x)
     step("download_x", [&] {
       DenseF x = host_dense.get();

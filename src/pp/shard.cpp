@@ -150,6 +150,7 @@ RowRange shard_rows(const Context& ctx, Dataset& d) {
 }
 
 void gather_rows(const Context& ctx, Dataset& d, int root) {
+  d.settle();
   Comm& c = ctx.comm();
   if (c.size() == 1) return;
   if (!d.obsp.empty()) fail("internal: gather_rows: obsp (cells x cells) cannot be gathered by rows");

@@ -112,6 +112,50 @@ TEST(H5ad, RoundTripEverySlot) {
   }
 }
 
+// The parallel pread path for contiguous datasets (hdf5.cpp; forced for every size here) reads what
+// H5Dread reads: random datasets of every X kind, with and without gzip (chunked: H5Dread), and a
+// file truncated inside X/data (an error naming the file, as H5Dread's).
+TEST(H5ad, ParallelContiguousReadEqualsHdf5Read) {
+  const uint64_t seed = test::fresh_seed();
+  test::TempDir tmp;
+  struct Env {
+    explicit Env(const char* v) { setenv("SCURRY_H5_PREAD", v, 1); }
+    ~Env() { unsetenv("SCURRY_H5_PREAD"); }
+  };
+  for (int kind = 0; kind < 5; ++kind) {
+    SCOPED_TRACE("X kind " + std::to_string(kind));
+    Dataset d = random_dataset(seed + kind, kind);
+    const std::string p = tmp.path("pr" + std::to_string(kind) + ".h5ad");
+    write_h5ad(d, p, {kind % 2 ? 4 : 0});
+    Dataset a, b;
+    {
+      Env e("force");
+      a = read_h5ad(p);
+    }
+    {
+      Env e("0");
+      b = read_h5ad(p);
+    }
+    expect_dataset_eq(d, a);
+    expect_dataset_eq(b, a);
+  }
+  const Dataset pb = read_h5ad(test::test_data("pbmc3k_first1000.h5ad"));
+  const std::string p = tmp.path("pbmc.h5ad");
+  write_h5ad(pb, p);
+  {
+    Env e("force");
+    expect_dataset_eq(pb, read_h5ad(p));
+  }
+  fs::resize_file(p, fs::file_size(p) / 2);  // X/data is the file's largest piece
+  Env e("force");
+  try {
+    read_h5ad(p);
+    ADD_FAILURE() << "a truncated file was read";
+  } catch (const InputError& err) {
+    EXPECT_NE(std::string(err.what()).find(p), std::string::npos) << err.what();
+  }
+}
+
 TEST(H5ad, ReadOptionsSkipRawAndLayers) {
   test::TempDir tmp;
   Dataset d = random_dataset(test::fresh_seed(), 0);

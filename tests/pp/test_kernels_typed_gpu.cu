@@ -6,6 +6,7 @@
 // additions differs); counts are exact.
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <cstdint>
 #include <cstdlib>
 #include <functional>
@@ -184,8 +185,9 @@ TYPED_TEST(KernelsTypedGpu, RowQcMatchesCpu) {
   check_row_qc(r, m, "non-integer values");
 }
 
-// Every transform, every choice of second statistic and both strategies (shared-memory tiles: several
-// of them at 30,000 genes; float64 atomics), with explicit zeros stored.
+// Every transform, every choice of second statistic and both strategies (shared-memory tiles: two of
+// them at 30,000 genes; 64-bit global atomics at 12,000), with explicit zeros stored. The sums are
+// fixed-point (gene_sums.cu): the same bits on a second call and from either strategy.
 TYPED_TEST(KernelsTypedGpu, GeneSumsMatchCpu) {
   SCURRY_REQUIRE_GPU();
   using V = typename TypeParam::V;
@@ -197,43 +199,103 @@ TYPED_TEST(KernelsTypedGpu, GeneSumsMatchCpu) {
     std::uniform_real_distribution<double> u(0.5, 1.5);
     return g() % 13 == 0 ? 0.0 : std::log1p(static_cast<double>(1 + g() % 20)) * u(g);
   };
-  const HostCsr<V, I> m = random_csr<V, I>(1500, 30000, 0.01, seed, logs);
-  const DevCsr<V, I> d = upload(r, m);
-  std::vector<V> clip(m.n_cols);
-  std::mt19937_64 rng(seed + 1);
-  for (auto& c : clip) c = static_cast<V>(0.5 + 2.5 * std::uniform_real_distribution<double>(0, 1)(rng));
-  DeviceArray<V> dclip = to_dev(r, clip, "clip");
-  using T = gpu::GeneTransform;
-  for (T f : {T::identity, T::expm1, T::clip}) {
-    std::vector<double> sum(m.n_cols, 0), sq(m.n_cols, 0), nz(m.n_cols, 0);
-    for (int64_t p = 0; p < m.nnz(); ++p) {
-      const int64_t g = static_cast<int64_t>(m.indices[p]);
-      double x = m.data[p];
-      if (f == T::expm1) x = std::expm1(x);
-      if (f == T::clip) x = std::min<double>(x, clip[g]);
-      sum[g] += x, sq[g] += x * x, nz[g] += x != 0;
-    }
-    for (const bool atomic : {false, true}) {
-      if (atomic) setenv("SCURRY_GENE_SUMS", "atomic", 1);
-      else unsetenv("SCURRY_GENE_SUMS");
-      // (float values: the shared-memory path sums float32 partials, the atomic one float64; both within
-      // kTol<float>, the transform itself being computed in float32)
-      const double tol = kTol<V>;
+  for (const int64_t cols : {int64_t(30000), int64_t(12000)}) {
+    const HostCsr<V, I> m = random_csr<V, I>(1500, cols, 0.01, seed + cols, logs);
+    const DevCsr<V, I> d = upload(r, m);
+    std::vector<V> clip(m.n_cols);
+    std::mt19937_64 rng(seed + 1);
+    for (auto& c : clip) c = static_cast<V>(0.5 + 2.5 * std::uniform_real_distribution<double>(0, 1)(rng));
+    DeviceArray<V> dclip = to_dev(r, clip, "clip");
+    using T = gpu::GeneTransform;
+    for (T f : {T::identity, T::expm1, T::clip}) {
+      std::vector<double> sum(m.n_cols, 0), sq(m.n_cols, 0), nz(m.n_cols, 0);
+      for (int64_t p = 0; p < m.nnz(); ++p) {
+        const int64_t g = static_cast<int64_t>(m.indices[p]);
+        double x = m.data[p];
+        if (f == T::expm1) x = std::expm1(x);
+        if (f == T::clip) x = std::min<double>(x, clip[g]);
+        sum[g] += x, sq[g] += x * x, nz[g] += x != 0;
+      }
       for (auto second : {gpu::SecondStat::count, gpu::SecondStat::squares, gpu::SecondStat::both}) {
-        const gpu::GeneSums s = gpu::gene_sums(r, d.view(), f, dclip.data(), second);
-        const bool want_sq = atomic || second != gpu::SecondStat::count;
-        const bool want_nz = atomic || second != gpu::SecondStat::squares;
+        std::vector<gpu::GeneSums> got;
+        for (const char* strategy : {"", "", "atomic"}) {
+          if (*strategy) setenv("SCURRY_GENE_SUMS", strategy, 1);
+          else unsetenv("SCURRY_GENE_SUMS");
+          got.push_back(gpu::gene_sums(r, d.view(), f, dclip.data(), second));
+        }
+        unsetenv("SCURRY_GENE_SUMS");
+        const gpu::GeneSums& s = got[0];
+        const bool want_sq = second != gpu::SecondStat::count;
         ASSERT_EQ(s.sum.size(), static_cast<size_t>(m.n_cols));
         for (int64_t g = 0; g < m.n_cols; ++g) {
-          ASSERT_LE(scaled_err(s.sum[g], sum[g]), tol) << "transform " << int(f) << " atomic " << atomic << " gene " << g;
-          if (want_sq)
-            ASSERT_LE(scaled_err(s.sumsq[g], sq[g]), tol) << "transform " << int(f) << " atomic " << atomic << " gene " << g;
-          if (want_nz) ASSERT_EQ(s.nnz[g], nz[g]) << "transform " << int(f) << " atomic " << atomic << " gene " << g;
+          ASSERT_LE(scaled_err(s.sum[g], sum[g]), kTol<V>) << "transform " << int(f) << " gene " << g;
+          if (want_sq) ASSERT_LE(scaled_err(s.sumsq[g], sq[g]), kTol<V>) << "transform " << int(f) << " gene " << g;
+          ASSERT_EQ(s.nnz[g], nz[g]) << "transform " << int(f) << " gene " << g;
+        }
+        for (size_t k = 1; k < got.size(); ++k) {
+          ASSERT_EQ(std::memcmp(got[k].sum.data(), s.sum.data(), s.sum.size() * 8), 0) << "call " << k;
+          ASSERT_EQ(std::memcmp(got[k].sumsq.data(), s.sumsq.data(), s.sumsq.size() * 8), 0) << "call " << k;
+          ASSERT_EQ(std::memcmp(got[k].nnz.data(), s.nnz.data(), s.nnz.size() * 8), 0) << "call " << k;
         }
       }
     }
-    unsetenv("SCURRY_GENE_SUMS");
   }
+}
+
+// The fixed-point sums where float additions in any order would differ: a gene whose values span
+// 2^-20 .. 2^20 (the grid follows its largest term), a gene of integer counts above 2^24 in total
+// (exact), 3,000 equal values of 0.1 (the float64 sum of the rounded values), and the non-finite
+// cases: NaN, +inf only, -inf only, both infinities (NaN for the sum, +inf for the squares).
+TYPED_TEST(KernelsTypedGpu, GeneSumsFixedPointEdgeCases) {
+  SCURRY_REQUIRE_GPU();
+  using V = typename TypeParam::V;
+  using I = typename TypeParam::I;
+  Context ctx = gpu_ctx();
+  CudaResources& r = *ctx.cuda();
+  const int64_t rows = 3000, cols = 8;
+  std::mt19937_64 rng(test::fresh_seed());
+  std::vector<std::vector<double>> col(cols, std::vector<double>(rows, 0.0));
+  for (int64_t i = 0; i < rows; ++i) {
+    col[0][i] = std::ldexp(1.0 + static_cast<double>(rng() % 1000) / 1000.0, static_cast<int>(rng() % 41) - 20);
+    col[1][i] = static_cast<double>(5000 + rng() % 20000);  // 3000 x ~15000 = 4.5e7 > 2^24
+    col[2][i] = static_cast<double>(static_cast<V>(0.1));
+    col[3][i] = i % 2 ? -static_cast<double>(rng() % 100) : static_cast<double>(rng() % 100);
+  }
+  col[4][7] = std::nan(""), col[4][8] = 1.0;
+  col[5][9] = HUGE_VAL, col[5][10] = 2.0;
+  col[6][11] = -HUGE_VAL, col[6][12] = 3.0;
+  col[7][13] = HUGE_VAL, col[7][14] = -HUGE_VAL;
+  HostCsr<V, I> m;
+  m.n_rows = rows, m.n_cols = cols;
+  m.indptr.assign(1, 0);
+  for (int64_t i = 0; i < rows; ++i) {
+    for (int64_t c = 0; c < cols; ++c)
+      if (col[c][i] != 0) m.indices.push_back(static_cast<I>(c)), m.data.push_back(static_cast<V>(col[c][i]));
+    m.indptr.push_back(static_cast<int64_t>(m.indices.size()));
+  }
+  const DevCsr<V, I> d = upload(r, m);
+  const gpu::GeneSums s = gpu::gene_sums(r, d.view(), gpu::GeneTransform::identity, nullptr, gpu::SecondStat::both);
+  for (int64_t c = 0; c < 4; ++c) {
+    long double sum = 0, sq = 0, mx = 0;
+    for (double x : col[c]) {
+      const long double v = static_cast<long double>(static_cast<V>(x));
+      sum += v, sq += v * v, mx = std::max(mx, std::abs(v));
+    }
+    // error bound of the grid: count^2 / 2^63 of the largest term (gene_sums.cu)
+    const double bound = static_cast<double>(rows) * rows / std::ldexp(1.0, 63);
+    EXPECT_LE(std::abs(s.sum[c] - static_cast<double>(sum)), 2 * bound * static_cast<double>(mx) + 1e-300) << c;
+    EXPECT_LE(std::abs(s.sumsq[c] - static_cast<double>(sq)), 2 * bound * static_cast<double>(mx * mx) + 1e-300) << c;
+  }
+  EXPECT_EQ(s.sum[1], static_cast<double>([&] { long long t = 0; for (double x : col[1]) t += static_cast<long long>(x); return t; }()));
+  EXPECT_TRUE(std::isnan(s.sum[4])) << s.sum[4];
+  EXPECT_TRUE(std::isnan(s.sumsq[4]));
+  EXPECT_EQ(s.sum[5], HUGE_VAL);
+  EXPECT_EQ(s.sumsq[5], HUGE_VAL);
+  EXPECT_EQ(s.sum[6], -HUGE_VAL);
+  EXPECT_EQ(s.sumsq[6], HUGE_VAL);
+  EXPECT_TRUE(std::isnan(s.sum[7]));
+  EXPECT_EQ(s.sumsq[7], HUGE_VAL);
+  for (int64_t c = 4; c < 8; ++c) EXPECT_EQ(s.nnz[c], 2.0) << c;
 }
 
 TYPED_TEST(KernelsTypedGpu, RowsGeneNnzAddsTheSelectedRowsCounts) {
