@@ -22,15 +22,17 @@ struct Dataset {
   std::map<std::string, Matrix> obsm, varm, obsp, varp;
   Dict uns;
   std::shared_ptr<Dataset> raw;  // only X, var and varm are meaningful
-  // Work still filling X in the background (a GPU run copies its scaled X back to the host while the
-  // graph steps run: PreprocessOptions::background_x). Until settle() has returned, X's shape is
-  // known but its values may not be; the writers, the row gathering of MPI runs and a kNN search of
-  // X call settle() first.
-  std::shared_future<void> pending;
+  // X still being made in the background (a GPU run copies its scaled X back to the host while the
+  // graph steps run: PreprocessOptions::background_x); X is empty until settle() moves it in. The
+  // writers and the steps that read X refuse a dataset with pending work (an internal error: the
+  // caller settles first). Copies of the dataset share it; the first to settle takes X.
+  std::shared_ptr<std::future<Matrix>> pending_x;
 
-  // Waits for `pending` (rethrowing its error); a no-op when there is none.
-  void settle() const {
-    if (pending.valid()) pending.get();
+  // Waits for pending_x and moves it into X (rethrowing its error); a no-op when there is none.
+  void settle() {
+    if (!pending_x) return;
+    auto p = std::move(pending_x);
+    if (p->valid()) X = p->get();
   }
 
   int64_t n_obs() const { return obs.n_rows(); }

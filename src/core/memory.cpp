@@ -3,6 +3,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -19,6 +20,16 @@ void advise_huge_pages(void* p, size_t bytes) {
   const uintptr_t a = (reinterpret_cast<uintptr_t>(p) + page - 1) / page * page;
   const uintptr_t b = (reinterpret_cast<uintptr_t>(p) + bytes) / page * page;
   if (b > a) madvise(reinterpret_cast<void*>(a), b - a, MADV_HUGEPAGE);
+}
+
+void touch_pages(void* p, size_t bytes) {
+  constexpr size_t kMin = size_t(64) << 20;
+  if (!p || bytes < kMin) return;
+  char* c = static_cast<char*>(p);
+  const int64_t pages = static_cast<int64_t>((bytes + 4095) / 4096);
+  const int threads = std::min(8, omp_get_max_threads());
+#pragma omp parallel for schedule(static) num_threads(threads)
+  for (int64_t i = 0; i < pages; ++i) c[std::min(bytes - 1, static_cast<size_t>(i) * 4096)] = 0;
 }
 
 void prefault_heap(size_t bytes, int threads) {

@@ -2,7 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
-#include <future>
+#include <functional>
 #include <utility>
 #include <map>
 #include <memory>
@@ -120,51 +120,45 @@ void copy_to_host(CudaResources& r, void* dst, const void* src, size_t bytes) {
   }
 }
 
-std::shared_future<void> copy_to_host_background(CudaResources& r, void* dst, const void* src, size_t bytes,
+std::function<void(void*)> deferred_copy_to_host(CudaResources& r, const void* src, size_t bytes,
                                                  std::shared_ptr<void> keep) {
-  cudaEvent_t ready = nullptr;  // src is complete once r.stream's work so far has run
-  SCURRY_CUDA(cudaEventCreateWithFlags(&ready, cudaEventDisableTiming));
-  SCURRY_CUDA(cudaEventRecord(ready, r.stream));
+  cudaEvent_t ev = nullptr;  // src is complete once r.stream's work so far has run
+  SCURRY_CUDA(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
+  std::shared_ptr<CUevent_st> ready(ev, [](cudaEvent_t e) { cudaEventDestroy(e); });
+  SCURRY_CUDA(cudaEventRecord(ev, r.stream));
   const int device = r.device;
-  return std::async(std::launch::async, [=, keep = std::move(keep)]() mutable {
-           struct Cleanup {
-             cudaEvent_t ev;
-             cudaStream_t s = nullptr;
-             ~Cleanup() {
-               if (s) cudaStreamDestroy(s);
-               cudaEventDestroy(ev);
-             }
-           } c{ready};
-           SCURRY_CUDA(cudaSetDevice(device));
-           SCURRY_CUDA(cudaStreamCreateWithFlags(&c.s, cudaStreamNonBlocking));
-           SCURRY_CUDA(cudaStreamWaitEvent(c.s, ready, 0));
-           Staging& st = staging_for(device, 1);
-           std::lock_guard<std::mutex> lock(st.busy);
-           const char* in = static_cast<const char*>(src);
-           char* out = static_cast<char*>(dst);
-           const size_t n_chunks = (bytes + kStageBytes - 1) / kStageBytes;
-           auto issue = [&](size_t i) {
-             const size_t off = i * kStageBytes, len = std::min(kStageBytes, bytes - off);
-             SCURRY_CUDA(cudaMemcpyAsync(st.buf[i % 2], in + off, len, cudaMemcpyDeviceToHost, c.s));
-             SCURRY_CUDA(cudaEventRecord(st.done[i % 2], c.s));
-           };
-           if (n_chunks) issue(0);
-           for (size_t i = 0; i < n_chunks; ++i) {
-             SCURRY_CUDA(cudaEventSynchronize(st.done[i % 2]));
-             if (i + 1 < n_chunks) issue(i + 1);
-             const size_t off = i * kStageBytes, len = std::min(kStageBytes, bytes - off);
-             // a few threads only: the steps running meanwhile have the others
-             constexpr int64_t kPieces = 16;
+  return [=](void* dst) mutable {
+    SCURRY_CUDA(cudaSetDevice(device));
+    cudaStream_t raw = nullptr;
+    SCURRY_CUDA(cudaStreamCreateWithFlags(&raw, cudaStreamNonBlocking));
+    std::unique_ptr<CUstream_st, void (*)(cudaStream_t)> stream(raw, [](cudaStream_t s) { cudaStreamDestroy(s); });
+    SCURRY_CUDA(cudaStreamWaitEvent(raw, ready.get(), 0));
+    Staging& st = staging_for(device, 1);
+    std::lock_guard<std::mutex> lock(st.busy);
+    const char* in = static_cast<const char*>(src);
+    char* out = static_cast<char*>(dst);
+    const size_t n_chunks = (bytes + kStageBytes - 1) / kStageBytes;
+    auto issue = [&](size_t i) {
+      const size_t off = i * kStageBytes, len = std::min(kStageBytes, bytes - off);
+      SCURRY_CUDA(cudaMemcpyAsync(st.buf[i % 2], in + off, len, cudaMemcpyDeviceToHost, raw));
+      SCURRY_CUDA(cudaEventRecord(st.done[i % 2], raw));
+    };
+    if (n_chunks) issue(0);
+    for (size_t i = 0; i < n_chunks; ++i) {
+      SCURRY_CUDA(cudaEventSynchronize(st.done[i % 2]));
+      if (i + 1 < n_chunks) issue(i + 1);
+      const size_t off = i * kStageBytes, len = std::min(kStageBytes, bytes - off);
+      // a few threads only: the steps running meanwhile have the others
+      constexpr int64_t kPieces = 16;
 #pragma omp parallel for schedule(static) num_threads(4)
-             for (int64_t p = 0; p < kPieces; ++p) {
-               const size_t a = len * p / kPieces, b = len * (p + 1) / kPieces;
-               std::memcpy(out + off + a, st.buf[i % 2] + a, b - a);
-             }
-           }
-           SCURRY_CUDA(cudaStreamSynchronize(c.s));
-           keep.reset();  // the source's device memory, freed once the copy has read it
-         })
-      .share();
+      for (int64_t p = 0; p < kPieces; ++p) {
+        const size_t a = len * p / kPieces, b = len * (p + 1) / kPieces;
+        std::memcpy(out + off + a, st.buf[i % 2] + a, b - a);
+      }
+    }
+    SCURRY_CUDA(cudaStreamSynchronize(raw));
+    keep.reset();  // the source's device memory, freed once the copy has read it
+  };
 }
 
 DeviceCsr copy_on_device(CudaResources& r, const DeviceCsr& src) {

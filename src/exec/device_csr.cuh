@@ -2,7 +2,7 @@
 // moved to and from the host, and filtered in place (rows and columns dropped, columns renumbered).
 #pragma once
 #include <cstdint>
-#include <future>
+#include <functional>
 #include <memory>
 
 #include "core/matrix.hpp"
@@ -24,11 +24,11 @@ DeviceCsr copy_on_device(CudaResources& r, const DeviceCsr& m);
 // Device to pageable host memory through pinned staging buffers (large copies ~7x faster than a
 // plain cudaMemcpy from pageable memory); synchronous.
 void copy_to_host(CudaResources& r, void* dst, const void* src, size_t bytes);
-// The same on a host thread and a stream of its own (and staging buffers of its own), started once
-// the work queued so far on r.stream has run: later steps go on while the copy runs (the copy engine
-// and the kernels overlap). `keep` holds what src lives in and is released after the copy; dst must
-// stay valid until the future is ready. The future rethrows a CUDA error of the copy.
-std::shared_future<void> copy_to_host_background(CudaResources& r, void* dst, const void* src, size_t bytes,
+// A copy like copy_to_host, to run later on any host thread: the returned function copies src to
+// the dst it is given, on a stream and pinned staging buffers of its own, once the work queued on
+// r.stream before this call has run (the copy engine then overlaps the kernels of later steps).
+// `keep` holds what src lives in and is released after the copy. Throws a CUDA error of the copy.
+std::function<void(void*)> deferred_copy_to_host(CudaResources& r, const void* src, size_t bytes,
                                                  std::shared_ptr<void> keep);
 
 // Keeps the rows with keep_rows[r] != 0 (device array of n_rows bytes; null keeps all) and the

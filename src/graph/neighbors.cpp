@@ -126,8 +126,8 @@ DenseF choose_representation(const Dataset& d, const std::string& use_rep, std::
   if (rep.empty()) rep = d.obsm.count("X_pca") ? "X_pca" : "X";
   if (used) *used = rep;
   if (rep == "X") {
+    if (d.pending_x) fail("internal: neighbors of X while X is still being copied; settle() the dataset first");
     if (d.X.empty()) fail_input(kWhere, "the dataset has no X and no obsm['X_pca']; run pca or load a matrix first");
-    d.settle();
     if (d.X.n_cols() > 50 && use_rep.empty())
       log::info(detail::concat("neighbors: no obsm['X_pca']; searching X directly (", d.X.n_cols(), " columns)"));
     return to_dense_f(d.X);

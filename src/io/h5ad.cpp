@@ -672,7 +672,7 @@ scurry::Dataset read_h5ad_rows(const std::string& path, int64_t begin, int64_t e
 // ---- public: write --------------------------------------------------------------------------------
 
 void write_h5ad(const scurry::Dataset& d, const std::string& path, const H5adWriteOptions& opt) {
-  d.settle();  // X still being filled in the background
+  if (d.pending_x) fail("internal: writing a dataset whose X is still being copied; settle() it first");
   d.check_shapes(path);
   if (d.X.empty() && !opt.allow_no_x) fail_input(path, "cannot write: X is empty");
   const int gz = std::clamp(opt.gzip_level, 0, 9);

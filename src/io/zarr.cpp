@@ -619,7 +619,7 @@ Dataset read_zarr(const std::string& dir_in, const H5adReadOptions& opt) {
 }
 
 void write_zarr(const Dataset& d, const std::string& dir_in, const ZarrWriteOptions& opt) {
-  d.settle();  // X still being filled in the background
+  if (d.pending_x) fail("internal: writing a dataset whose X is still being copied; settle() it first");
   const std::string dir = strip_slashes(dir_in);
   d.check_shapes(dir);
   if (d.X.empty()) fail_input(dir, "cannot write: X is empty");

@@ -1,5 +1,7 @@
 #include "io/zarr_store.hpp"
 
+#include "core/memory.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -714,6 +716,34 @@ std::vector<T> Array::read_rows(int64_t begin, int64_t end, int threads) const {
   const DType dt = dtype();
   T fill{};
   if (std::isfinite(m_.fill) || std::is_floating_point_v<T>) fill = static_cast<T>(m_.fill);
+  if (rank() == 1 && begin >= 0 && begin <= end && end <= m_.shape[0] && m_.chunks[0] > 0) {
+    // 1-D (the CSR arrays, the columns): each chunk decoded on a thread and converted straight into
+    // its place in the output, which is faulted in on several threads (resize_large) rather than
+    // filled with the fill value on one (a missing chunk's range is filled by its thread).
+    std::vector<T> out;
+    resize_large(out, static_cast<size_t>(end - begin));
+    if (end == begin) return out;
+    const int64_t ch = m_.chunks[0];
+    const int64_t c0 = begin / ch, c1 = (end - 1) / ch + 1;
+    parallel_for(threads, c1 - c0, [&](int64_t t) {
+      const std::vector<int64_t> idx{c0 + t};
+      const int64_t lo = std::max(begin, idx[0] * ch), hi = std::min(end, (idx[0] + 1) * ch);
+      auto raw = raw_chunk(idx);
+      if (!raw && (require_chunks_ || m_.fill_null)) fail_missing_chunk(idx);
+      if (!raw) {
+        std::fill(out.begin() + (lo - begin), out.begin() + (hi - begin), fill);
+        return;
+      }
+      const std::string cw = chunk_where(w, idx);
+      const size_t want = static_cast<size_t>(ch) * static_cast<size_t>(m_.itemsize);
+      const Bytes b = decode_chain(m_, *raw, want, cw);
+      if (b.size() != want)
+        fail_input(cw, ": decoded to ", b.size(), " bytes but the chunk shape needs ", want, " (wrong chunk size)");
+      convert(b.data() + static_cast<size_t>(lo - idx[0] * ch) * static_cast<size_t>(m_.itemsize), dt, m_.big_endian,
+              out.data() + (lo - begin), hi - lo, cw);
+    });
+    return out;
+  }
   return gather<T>(begin, end, threads, fill, [&](const std::vector<int64_t>& idx, const Bytes& raw, int64_t n) {
     const std::string cw = chunk_where(w, idx);
     const size_t want = static_cast<size_t>(n) * static_cast<size_t>(m_.itemsize);

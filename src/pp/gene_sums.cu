@@ -5,20 +5,24 @@
 // graph) inherited that. Here every value is first rounded onto a per-gene fixed-point grid and the
 // grid points are added as 64-bit integers, whose sum does not depend on the order (pre-rounding
 // summation: Demmel & Nguyen, "Fast reproducible floating-point summation", ARITH 2013; ReproBLAS).
-//  pass A (gene_bounds_smem): per gene, the largest binary exponent of f(x) (|f(x)| < 2^e) and the
-//    number of nonzero f(x), as 32-bit shared-memory atomics (max and add: exact), block partials
-//    added in a fixed order (bounds_finish), which also picks the grid of each gene:
-//    k = 62 - e - ceil(log2(count)) for the sum, 62 - 2e - ceil(log2(count)) for the squares, so that
-//    count terms of magnitude below 2^(e+k) cannot pass 2^62.
-//  pass B (gene_fixed_smem, once for the sums, once for the squares): q = rint(f(x) * 2^k) as int64,
-//    added with 64-bit shared-memory atomics (28,672 genes a tile in 224 KB), the block partials
-//    added in int64 (exact, wrap-around arithmetic), then q_total * 2^-k in float64.
-// Precision: each term is rounded to 2^-(k+1), so the error of a gene's sum is at most
-// count * 2^-(k+1) <= count^2 * 2^e / 2^63, i.e. below count^2 / 2^63 = 1.8e-7 of its largest term at
-// 1.3M cells (and far less for typical genes: the error is relative to the largest term, the sum is
-// count times the mean); integer-valued counts are summed exactly. Non-finite values: a gene with a
-// NaN, or with both +inf and -inf, sums to NaN; one with +inf (-inf) only to +inf (-inf), as in any order
-// of float additions (flags set with global atomicOr, rare by nature).
+//  pass A (gene_bounds_smem): per gene, the largest binary exponent e of f(x) (|f(x)| < 2^e; a
+//    shared-memory atomicMax, taken only when it raises the maximum) and, when asked, the number of
+//    nonzero f(x) (atomicAdd); the blocks' bounds combined in bounds_finish, which picks each gene's
+//    grid 2^-k: float values k = 32 - e (each term carries 32 bits below the gene's largest power of
+//    two; n < 2^31 terms below 2^32 cannot pass 2^63), double values k = 62 - e - ceil(log2(count))
+//    (the full 64-bit range for the precision the caller chose).
+//  pass B (gene_fixed_smem, once for the sums, once for the squares): q = rint(f(x) 2^k) added into a
+//    64-bit shared-memory accumulator kept as two 32-bit words (add64: an atomicAdd on the low word,
+//    whose old value tells the carry, and one on the high word only when q's high word or the carry is
+//    nonzero: the native 32-bit atomics, where a 64-bit shared atomicAdd costs three times as much;
+//    counts and other values below 2^32 on the grid take one atomic), the block partials added in
+//    uint64 (exact, wrap-around), then q_total 2^-k in float64.
+// Precision (float values): each term is rounded to 2^(e-33), so a gene's sum is within
+// count * 2^(e-33) of the exact sum of its float values, i.e. 2^-32 of its largest term per term (the
+// float32 shared-memory partials this replaces: 2^-24 of the partial sum per addition); integer
+// counts below 2^31 are summed exactly. Non-finite values: a gene with a NaN, or with both +inf and
+// -inf, sums to NaN; one with +inf (-inf) only to +inf (-inf), as in any order of float additions
+// (flags set with global atomicOr, rare by nature).
 // SCURRY_GENE_SUMS=atomic: pass B with 64-bit global atomics (RED in L2) instead of shared memory
 // (same bits; kept to compare the two).
 // Templated on the value type V and the column-index type I (kernels.cuh; instantiations at the end).
@@ -73,8 +77,8 @@ constexpr size_t kSmemBytes = 229376;  // 224 KB of shared memory
 constexpr int kTile = static_cast<int>(kSmemBytes / 8);  // 28,672 genes: 2 x 4 bytes (pass A), 8 bytes (pass B)
 
 // Pass A over the genes [g0, g0 + tile): acc[0, tile) the largest exponent field, acc[tile, 2 tile) the
-// count of nonzero f(x); flags[g] for non-finite values.
-template <GeneTransform F, class V, class I>
+// count of nonzero f(x) (kCount); flags[g] for non-finite values.
+template <GeneTransform F, bool kCount, class V, class I>
 __global__ void __launch_bounds__(kSmemThreads) gene_bounds_smem(const I* idx, const V* val, int64_t nnz, int64_t g0,
                                                                  int tile, const V* clip, unsigned* partial,
                                                                  unsigned* flags) {
@@ -85,14 +89,15 @@ __global__ void __launch_bounds__(kSmemThreads) gene_bounds_smem(const I* idx, c
   __syncthreads();
   const int64_t stride = static_cast<int64_t>(gridDim.x) * kSmemThreads;
   const I base = static_cast<I>(g0);
+  volatile unsigned* seen = acc;
   for (int64_t p = blockIdx.x * static_cast<int64_t>(kSmemThreads) + threadIdx.x; p < nnz; p += stride) {
     const I g = idx[p] - base;
     if (static_cast<U>(g) < static_cast<U>(tile)) {
       const V x = transform<F>(val[p], static_cast<int64_t>(g) + g0, clip);
       if (x != V(0)) {
         const unsigned e = Bits<V>::field(x);
-        atomicMax(&acc[g], e);
-        atomicAdd(&acc[tile + g], 1u);
+        if (e > seen[g]) atomicMax(&acc[g], e);  // the maximum rises a few times per gene only
+        if (kCount) atomicAdd(&acc[tile + g], 1u);
         if (e == static_cast<unsigned>(Bits<V>::kInfField))
           atomicOr(&flags[static_cast<int64_t>(g) + g0], x != x ? kFlagNan : (x > V(0) ? kFlagPosInf : kFlagNegInf));
       }
@@ -106,9 +111,9 @@ __global__ void __launch_bounds__(kSmemThreads) gene_bounds_smem(const I* idx, c
 // ceil(log2(c)) for c >= 1.
 __device__ __forceinline__ int ceil_log2(unsigned long long c) { return c <= 1 ? 0 : 64 - __clzll(c - 1); }
 
-// The blocks' bounds combined (max, sum: order-free) and the grids chosen: shift[j] for the sum,
-// shift[tile + j] for the squares; count[j] as float64.
-template <class V>
+// The blocks' bounds combined (max, sum: order-free) and the grids chosen (see the top of the file):
+// shift[j] for the sum, shift[tile + j] for the squares; count[j] as float64 (kCount).
+template <bool kCount, class V>
 __global__ void bounds_finish(const unsigned* partial, int n_blocks, int tile, int* shift, double* count) {
   const int j = blockIdx.x * blockDim.x + threadIdx.x;
   if (j >= tile) return;
@@ -117,13 +122,28 @@ __global__ void bounds_finish(const unsigned* partial, int n_blocks, int tile, i
   for (int b = 0; b < n_blocks; ++b) {
     const unsigned* p = partial + static_cast<int64_t>(b) * 2 * tile;
     e = max(e, p[j]);
-    c += p[tile + j];
+    if (kCount) c += p[tile + j];
   }
   const int ex = static_cast<int>(e) - Bits<V>::kBias + 1;  // |f(x)| < 2^ex
-  const int lc = ceil_log2(c);
-  shift[j] = 62 - ex - lc;
-  shift[tile + j] = 62 - 2 * ex - lc;
-  count[j] = static_cast<double>(c);
+  if constexpr (sizeof(V) == 4) {
+    shift[j] = 32 - ex;
+    shift[tile + j] = 32 - 2 * ex;
+  } else {
+    const int lc = ceil_log2(c);
+    shift[j] = 62 - ex - lc;
+    shift[tile + j] = 62 - 2 * ex - lc;
+  }
+  if (kCount) count[j] = static_cast<double>(c);
+}
+
+// acc += q modulo 2^64, the accumulator as two 32-bit words (lo, hi): exact in any order, since each
+// wrap of the low word is seen, as a carry, by exactly the one addition that made it.
+__device__ __forceinline__ void add64(unsigned* lo, unsigned* hi, long long q) {
+  const unsigned ql = static_cast<unsigned>(q);
+  unsigned qh = static_cast<unsigned>(static_cast<unsigned long long>(q) >> 32);
+  const unsigned old = atomicAdd(lo, ql);
+  qh += (old + ql < old) ? 1u : 0u;
+  if (qh) atomicAdd(hi, qh);
 }
 
 // q = rint(f(x) * 2^k) (or f(x)^2 * 2^k), exact for every term the grid holds.
@@ -139,15 +159,16 @@ __device__ __forceinline__ long long fixed_term(V x, int k) {
   }
 }
 
-// Pass B over the genes [g0, g0 + tile): acc[j] = sum of q (int64, wrap-around).
+// Pass B over the genes [g0, g0 + tile): the sum of q per gene (uint64, wrap-around), as the words
+// lo[0, tile) and hi[tile, 2 tile) of shared memory.
 template <GeneTransform F, bool kSquares, class V, class I>
 __global__ void __launch_bounds__(kSmemThreads) gene_fixed_smem(const I* idx, const V* val, int64_t nnz, int64_t g0,
                                                                 int tile, const V* clip, const int* shift,
                                                                 unsigned long long* partial) {
   using U = std::make_unsigned_t<I>;
   extern __shared__ __align__(8) unsigned char smem_raw[];
-  unsigned long long* acc = reinterpret_cast<unsigned long long*>(smem_raw);
-  for (int i = threadIdx.x; i < tile; i += kSmemThreads) acc[i] = 0ull;
+  unsigned* acc = reinterpret_cast<unsigned*>(smem_raw);
+  for (int i = threadIdx.x; i < 2 * tile; i += kSmemThreads) acc[i] = 0u;
   __syncthreads();
   const int64_t stride = static_cast<int64_t>(gridDim.x) * kSmemThreads;
   const I base = static_cast<I>(g0);
@@ -155,12 +176,13 @@ __global__ void __launch_bounds__(kSmemThreads) gene_fixed_smem(const I* idx, co
     const I g = idx[p] - base;
     if (static_cast<U>(g) < static_cast<U>(tile)) {
       const V x = transform<F>(val[p], static_cast<int64_t>(g) + g0, clip);
-      if (x != V(0)) atomicAdd(&acc[g], static_cast<unsigned long long>(fixed_term<kSquares>(x, shift[g])));
+      if (x != V(0)) add64(&acc[g], &acc[tile + g], fixed_term<kSquares>(x, shift[g]));
     }
   }
   __syncthreads();
   unsigned long long* out = partial + static_cast<int64_t>(blockIdx.x) * tile;
-  for (int i = threadIdx.x; i < tile; i += kSmemThreads) out[i] = acc[i];
+  for (int i = threadIdx.x; i < tile; i += kSmemThreads)
+    out[i] = (static_cast<unsigned long long>(acc[tile + i]) << 32) | acc[i];
 }
 
 // Pass B with 64-bit global atomics into acc[0, g) (SCURRY_GENE_SUMS=atomic).
@@ -193,8 +215,12 @@ __global__ void fixed_finish(const unsigned long long* partial, int n_blocks, in
 }
 
 template <class V, class I>
-GeneSums gene_sums_fixed(CudaResources& r, const CsrView<V, I>& m, GeneTransform f, const V* clip, bool sums,
+GeneSums gene_sums_fixed(CudaResources& r, const CsrView<V, I>& m, GeneTransform f, const V* clip, bool want_count,
                          bool squares) {
+  constexpr bool sums = true;
+  // (double values: the grid needs the count; float values: n < 2^31 terms below 2^32 fit 63 bits)
+  const bool count = want_count || sizeof(V) == 8;
+  if (m.n_rows >= (int64_t{1} << 31)) fail("gene_sums: more than 2^31 rows in one device matrix; split in row blocks");
   const int64_t g = m.n_cols;
   GeneSums out;
   out.sum.assign(g, 0.0), out.sumsq.assign(g, 0.0), out.nnz.assign(g, 0.0);
@@ -227,13 +253,22 @@ GeneSums gene_sums_fixed(CudaResources& r, const CsrView<V, I>& m, GeneTransform
                                                          reinterpret_cast<unsigned*>(partial.data()), flags.data());
         SCURRY_CUDA_LAUNCH();
       };
-      switch (f) {
-        case T::identity: launch(gene_bounds_smem<T::identity, V, I>); break;
-        case T::expm1: launch(gene_bounds_smem<T::expm1, V, I>); break;
-        case T::clip: launch(gene_bounds_smem<T::clip, V, I>); break;
+      const unsigned* pa = reinterpret_cast<const unsigned*>(partial.data());
+      if (count) {
+        switch (f) {
+          case T::identity: launch(gene_bounds_smem<T::identity, true, V, I>); break;
+          case T::expm1: launch(gene_bounds_smem<T::expm1, true, V, I>); break;
+          case T::clip: launch(gene_bounds_smem<T::clip, true, V, I>); break;
+        }
+        bounds_finish<true, V><<<fin_blocks, 256, 0, r.stream>>>(pa, blocks, tile, shift.data(), res.data() + 2 * tile);
+      } else {
+        switch (f) {
+          case T::identity: launch(gene_bounds_smem<T::identity, false, V, I>); break;
+          case T::expm1: launch(gene_bounds_smem<T::expm1, false, V, I>); break;
+          case T::clip: launch(gene_bounds_smem<T::clip, false, V, I>); break;
+        }
+        bounds_finish<false, V><<<fin_blocks, 256, 0, r.stream>>>(pa, blocks, tile, shift.data(), res.data() + 2 * tile);
       }
-      bounds_finish<V><<<fin_blocks, 256, 0, r.stream>>>(reinterpret_cast<const unsigned*>(partial.data()), blocks,
-                                                         tile, shift.data(), res.data() + 2 * tile);
       SCURRY_CUDA_LAUNCH();
     }
     // pass B: the sums, then the squares
@@ -265,7 +300,7 @@ GeneSums gene_sums_fixed(CudaResources& r, const CsrView<V, I>& m, GeneTransform
         }
         fixed_finish<<<fin_blocks, 256, 0, r.stream>>>(gacc.data(), 1, tile, sh, flags.data() + g0, sq, dst);
       } else {
-        const size_t smem = static_cast<size_t>(tile) * 8;
+        const size_t smem = 2 * static_cast<size_t>(tile) * 4;
         auto launch = [&](auto kernel) {
           SCURRY_CUDA(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
           kernel<<<blocks, kSmemThreads, smem, r.stream>>>(m.indices, m.data, m.nnz, g0, tile, clip, sh, partial.data());
@@ -292,7 +327,7 @@ GeneSums gene_sums_fixed(CudaResources& r, const CsrView<V, I>& m, GeneTransform
     SCURRY_CUDA(cudaStreamSynchronize(r.stream));
     if (sums) std::copy(h.begin(), h.begin() + tile, out.sum.begin() + g0);
     if (squares) std::copy(h.begin() + tile, h.begin() + 2 * tile, out.sumsq.begin() + g0);
-    std::copy(h.begin() + 2 * tile, h.begin() + 3 * tile, out.nnz.begin() + g0);
+    if (want_count) std::copy(h.begin() + 2 * tile, h.begin() + 3 * tile, out.nnz.begin() + g0);
   }
   return out;
 }
@@ -324,8 +359,7 @@ void rows_gene_nnz(CudaResources& r, const CsrView<V, I>& m, const int64_t* d_ro
 template <class V, class I>
 GeneSums gene_sums(CudaResources& r, const CsrView<V, I>& m, GeneTransform f, const NonDeduced<V>* clip,
                    SecondStat second) {
-  // The count comes with pass A in every case; SecondStat only says whether the squares are needed.
-  return gene_sums_fixed(r, m, f, clip, true, second != SecondStat::count);
+  return gene_sums_fixed(r, m, f, clip, second != SecondStat::squares, second != SecondStat::count);
 }
 
 #define SCURRY_GENE_SUMS(V, I)                                                                                 \

@@ -65,8 +65,8 @@ enum class GeneTransform { identity, expm1, clip };  // clip: min(v, clip[g])
 struct GeneSums {
   std::vector<double> sum, sumsq, nnz;
 };
-// `second`: which statistic besides the sum is needed: the count comes with every call (pass A of
-// gene_sums.cu); `squares` and `both` add one pass for the sums of squares (left at 0 for `count`).
+// `second`: which statistic besides the sum is needed (the one not asked for is left at 0): the count
+// comes with the bounds pass of gene_sums.cu, the squares take one more pass.
 // The results are the same bits on every run, whatever the order the GPU adds in.
 enum class SecondStat { count, squares, both };
 template <class V, class I>

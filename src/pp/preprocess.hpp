@@ -35,8 +35,9 @@ struct PreprocessOptions {
   bool counts_layer = true;  // layers['counts'] = the filtered counts
   bool raw = true;           // raw = the log-normalised matrix of all genes (before the HVG subset)
   bool scaled_x = true;      // GPU: bring the scaled X back to the host (the benchmark skips it)
-  // GPU, one device, dense scaled X: the copy back runs in the background (Dataset::pending) and the
-  // chain returns at once; `scurry run` sets it, so that the copy overlaps the graph steps.
+  // GPU, one device, dense scaled X: the copy back runs in the background; the chain returns with X
+  // empty and Dataset::pending_x set (settle() moves X in). `scurry run` sets it, so that the copy
+  // overlaps the graph steps.
   bool background_x = false;
   // Steps to leave out (by name: qc, filter_cells, filter_genes, normalize_total, log1p,
   // highly_variable_genes, scale, pca).

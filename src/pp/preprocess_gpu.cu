@@ -434,13 +434,18 @@ void preprocess_chain(Context& ctx, Dataset& d, const PreprocessOptions& o, Timi
       m = DeviceCsr();
     });
   else if (o.scaled_x && o.background_x && comm.size() == 1)
-    step("download_x", [&] {  // started here, waited for by Dataset::settle (the writer)
-      d.X = Matrix(host_dense.get(), DType::f32);
-      float* dst = d.X.dense_f().data.data();  // the vector's buffer: stays put when the Dataset moves
+    step("download_x", [&] {  // started here (the host buffer's allocation included), settled by the caller
       const size_t bytes = static_cast<size_t>(n) * static_cast<size_t>(g) * 4;
       auto src = std::make_shared<DeviceArray<float>>(std::move(dense));
       const float* sp = src->data();
-      d.pending = copy_to_host_background(r, dst, sp, bytes, std::move(src));
+      auto copy = deferred_copy_to_host(r, sp, bytes, std::move(src));
+      d.X = Matrix();
+      d.pending_x = std::make_shared<std::future<Matrix>>(
+          std::async(std::launch::async, [copy = std::move(copy), host = std::move(host_dense)]() mutable {
+            DenseF x = host.get();
+            copy(x.data.data());
+            return Matrix(std::move(x), DType::f32);
+          }));
     });
   else if (o.scaled_x)
     step("download_x", [&] {
