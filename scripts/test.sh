@@ -6,7 +6,7 @@
 #
 # Then a second, sanitized build, build-asan/: clang, CPU only, AddressSanitizer + UndefinedBehavior-
 # Sanitizer (-DSCURRY_SANITIZE=address,undefined, every UBSan report fatal), with the fuzz targets'
-# smoke runs (-DSCURRY_FUZZ=ON), and ctest there: every CPU test except those in SAN_EXCLUDE below. A
+# smoke runs (-DSCURRY_FUZZ=ON), and ctest there: every CPU test (test_mpi_run without its leak check, see below). A
 # sanitizer report fails its test. SCURRY_TEST_SANITIZE=0 skips this second build (a quick local run).
 #
 # Exits non-zero when the tests of either build fail (or the sanitized build does not build).
@@ -34,11 +34,13 @@ if [ "${SCURRY_TEST_SANITIZE:-1}" != "0" ]; then
     # reports leaks at exit. No suppressions: the tests below run without a report.
     export ASAN_OPTIONS="halt_on_error=1:detect_leaks=1:check_initialization_order=1"
     export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1"
-    # SAN_EXCLUDE: ctest names not run under the sanitizers, each with its reason:
-    #   test_mpi_run: mpirun starts orted and two ranks; OpenMPI's own start-up under ASan is not ours
-    #   to test (and its leaks are many): the MPI code path runs in the normal build's test.
-    SAN_EXCLUDE='^test_mpi_run$'
-    ctest --test-dir build-asan --output-on-failure -j2 -E "$SAN_EXCLUDE" || san_status=$?
+    # test_mpi_run runs apart, without LeakSanitizer: each rank of its `mpirun -np 2 scurry run` ends
+    # with leak reports of some 3,300 allocations (116 KB) made inside OpenMPI 4.1's start-up, whose
+    # stacks end in modules already unloaded at exit ("<unknown module>"), so no suppression could
+    # name them without also hiding leaks of ours. ASan's and UBSan's other checks stay on there.
+    ctest --test-dir build-asan --output-on-failure -j2 -E '^test_mpi_run$' || san_status=$?
+    ASAN_OPTIONS="$ASAN_OPTIONS:detect_leaks=0" ctest --test-dir build-asan --output-on-failure -R '^test_mpi_run$' ||
+      san_status=$?
   fi
   if [ "$san_status" -ne 0 ]; then
     echo "test.sh: the sanitized build or its tests failed (status $san_status)"
