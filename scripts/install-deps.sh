@@ -10,6 +10,9 @@ pkgs=(
   libgtest-dev libgmock-dev libbenchmark-dev
   libopenmpi-dev openmpi-bin
   python3-anndata python3-h5py python3-numpy python3-scipy python3-pandas python3-zarr
+  # the sanitized build of scripts/test.sh: clang, its sanitizer runtimes and OpenMP (libomp; with
+  # libarcher, the OpenMP annotations for ThreadSanitizer)
+  clang libclang-rt-dev libomp-dev
 )
 missing=()
 for p in "${pkgs[@]}"; do

@@ -7,6 +7,21 @@
 #include <limits>
 #include <utility>
 
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
+// hnswlib 0.6.2 (Debian's libhnswlib-dev), built with USE_SSE (on whenever __SSE__ is defined, so on
+// every x86-64 build), prefetches the *next* entry of a link list while it walks one:
+// `_mm_prefetch(visited_array + *(datal + j + 1))` in searchBaseLayer (hnswalg.h:214) and the same in
+// searchBaseLayerST and in addPoint's greedy descent. After the last entry of a full list that reads
+// one tableint past it; for a node's top layer, whose list ends its malloc'd block
+// (`malloc(size_links_per_element_ * curlevel + 1)`), it is a heap-buffer-overflow read (AddressSanitizer
+// in Knn.HnswRecallAtLeast95Percent; upstream hnswlib issue #107 and pull request #459, not merged).
+// NO_MANUAL_VECTORIZATION compiles hnswlib without USE_SSE: none of those prefetches, and scalar
+// distance functions, which the spaces below (HnswL2Space, HnswIpSpace) replace by SSE2 ones of our
+// own that read only the d floats of each vector.
+#define NO_MANUAL_VECTORIZATION
 #include <hnswlib/hnswlib.h>
 
 #include "core/error.hpp"
@@ -23,6 +38,79 @@ constexpr int64_t kRefTile = 2048;     // reference rows per GEMM tile
 constexpr int64_t kMinMargin = 8;      // extra float32 candidates re-ranked in float64 (at least)
 
 using Cand = std::pair<double, int32_t>;  // (distance, index): lexicographic order breaks ties
+
+// hnswlib's distance functions: fn(a, b, &d) for two vectors of d floats. The sums are float32 (the
+// order of the search); finish_row recomputes every returned neighbour's distance in float64.
+// Four 4-lane accumulators over blocks of 16, then blocks of 4, then a scalar tail: no load past d.
+float hnsw_sum_sq_diff(const void* av, const void* bv, const void* dv) {
+  const float* a = static_cast<const float*>(av);
+  const float* b = static_cast<const float*>(bv);
+  const size_t d = *static_cast<const size_t*>(dv);
+  size_t i = 0;
+  float s = 0.0f;
+#if defined(__SSE2__)
+  __m128 s0 = _mm_setzero_ps(), s1 = _mm_setzero_ps(), s2 = _mm_setzero_ps(), s3 = _mm_setzero_ps();
+  for (; i + 16 <= d; i += 16) {
+    const __m128 t0 = _mm_sub_ps(_mm_loadu_ps(a + i), _mm_loadu_ps(b + i));
+    const __m128 t1 = _mm_sub_ps(_mm_loadu_ps(a + i + 4), _mm_loadu_ps(b + i + 4));
+    const __m128 t2 = _mm_sub_ps(_mm_loadu_ps(a + i + 8), _mm_loadu_ps(b + i + 8));
+    const __m128 t3 = _mm_sub_ps(_mm_loadu_ps(a + i + 12), _mm_loadu_ps(b + i + 12));
+    s0 = _mm_add_ps(s0, _mm_mul_ps(t0, t0));
+    s1 = _mm_add_ps(s1, _mm_mul_ps(t1, t1));
+    s2 = _mm_add_ps(s2, _mm_mul_ps(t2, t2));
+    s3 = _mm_add_ps(s3, _mm_mul_ps(t3, t3));
+  }
+  for (; i + 4 <= d; i += 4) {
+    const __m128 t = _mm_sub_ps(_mm_loadu_ps(a + i), _mm_loadu_ps(b + i));
+    s0 = _mm_add_ps(s0, _mm_mul_ps(t, t));
+  }
+  float lanes[4];
+  _mm_storeu_ps(lanes, _mm_add_ps(_mm_add_ps(s0, s1), _mm_add_ps(s2, s3)));
+  s = (lanes[0] + lanes[1]) + (lanes[2] + lanes[3]);
+#endif
+  for (; i < d; ++i) {
+    const float t = a[i] - b[i];
+    s += t * t;
+  }
+  return s;
+}
+
+// 1 - <a, b> (hnswlib's inner-product distance; the rows are unit vectors for the cosine metric).
+float hnsw_one_minus_dot(const void* av, const void* bv, const void* dv) {
+  const float* a = static_cast<const float*>(av);
+  const float* b = static_cast<const float*>(bv);
+  const size_t d = *static_cast<const size_t*>(dv);
+  size_t i = 0;
+  float s = 0.0f;
+#if defined(__SSE2__)
+  __m128 s0 = _mm_setzero_ps(), s1 = _mm_setzero_ps(), s2 = _mm_setzero_ps(), s3 = _mm_setzero_ps();
+  for (; i + 16 <= d; i += 16) {
+    s0 = _mm_add_ps(s0, _mm_mul_ps(_mm_loadu_ps(a + i), _mm_loadu_ps(b + i)));
+    s1 = _mm_add_ps(s1, _mm_mul_ps(_mm_loadu_ps(a + i + 4), _mm_loadu_ps(b + i + 4)));
+    s2 = _mm_add_ps(s2, _mm_mul_ps(_mm_loadu_ps(a + i + 8), _mm_loadu_ps(b + i + 8)));
+    s3 = _mm_add_ps(s3, _mm_mul_ps(_mm_loadu_ps(a + i + 12), _mm_loadu_ps(b + i + 12)));
+  }
+  for (; i + 4 <= d; i += 4) s0 = _mm_add_ps(s0, _mm_mul_ps(_mm_loadu_ps(a + i), _mm_loadu_ps(b + i)));
+  float lanes[4];
+  _mm_storeu_ps(lanes, _mm_add_ps(_mm_add_ps(s0, s1), _mm_add_ps(s2, s3)));
+  s = (lanes[0] + lanes[1]) + (lanes[2] + lanes[3]);
+#endif
+  for (; i < d; ++i) s += a[i] * b[i];
+  return 1.0f - s;
+}
+
+// An hnswlib space over d floats with one of the functions above.
+class HnswSpace final : public hnswlib::SpaceInterface<float> {
+ public:
+  HnswSpace(size_t d, hnswlib::DISTFUNC<float> fn) : d_(d), fn_(fn) {}
+  size_t get_data_size() override { return d_ * sizeof(float); }
+  hnswlib::DISTFUNC<float> get_dist_func() override { return fn_; }
+  void* get_dist_func_param() override { return &d_; }
+
+ private:
+  size_t d_;
+  hnswlib::DISTFUNC<float> fn_;
+};
 
 void check_input(const DenseF& X, int64_t k, const char* where) {
   if (X.n_rows < 1) fail_input(where, "the embedding has no rows; nothing to search");
@@ -307,11 +395,8 @@ Knn knn_hnsw(const Context& ctx, const DenseF& X, int64_t k, KnnMetric metric, c
   const DenseF& Y = metric == KnnMetric::cosine ? unit : X;
   if (k == 1) return out;
 
-  hnswlib::L2Space l2(static_cast<size_t>(d));
-  hnswlib::InnerProductSpace ip(static_cast<size_t>(d));
-  hnswlib::SpaceInterface<float>* space = metric == KnnMetric::cosine ? static_cast<hnswlib::SpaceInterface<float>*>(&ip)
-                                                                      : static_cast<hnswlib::SpaceInterface<float>*>(&l2);
-  hnswlib::HierarchicalNSW<float> index(space, static_cast<size_t>(n), static_cast<size_t>(opt.M),
+  HnswSpace space(static_cast<size_t>(d), metric == KnnMetric::cosine ? hnsw_one_minus_dot : hnsw_sum_sq_diff);
+  hnswlib::HierarchicalNSW<float> index(&space, static_cast<size_t>(n), static_cast<size_t>(opt.M),
                                         static_cast<size_t>(opt.ef_construction), static_cast<size_t>(opt.random_state));
   // Sequential insertion in cell order: the graph does not depend on the thread count.
   for (int64_t i = 0; i < n; ++i) index.addPoint(Y.row(i), static_cast<hnswlib::labeltype>(i));
