@@ -18,7 +18,7 @@ die() { echo "FAIL - $1"; [ -s "$WORK/stderr" ] && sed 's/^/  stderr: /' "$WORK/
 # nothing named out.h5ad* left in the work directory.
 expect_rejected() {
   local what=$1 pattern=$2; shift 2
-  (cd "$WORK" && "$SCURRY" "$@" >"$WORK/stdout" 2>"$WORK/stderr"); rc=$?
+  (cd "$WORK" && timeout 120 "$SCURRY" "$@" >"$WORK/stdout" 2>"$WORK/stderr"); rc=$?
   [ "$rc" -eq 2 ] || die "$what: exit code $rc, expected 2"
   [ "$(wc -l <"$WORK/stderr")" -eq 1 ] || die "$what: stderr is not one line"
   grep -Eq "$pattern" "$WORK/stderr" || die "$what: stderr does not match '$pattern'"
@@ -28,7 +28,7 @@ expect_rejected() {
 
 F="$REG/10x_vlen_heap_contiguous.h5"
 for cmd in info convert; do
-  args=("$cmd" "$F"); [ "$cmd" = convert ] && args+=(-o out.h5ad)
+  args=("$cmd" "$F"); [ "$cmd" = convert ] && args+=(out.h5ad)
   expect_rejected "$cmd: a damaged vlen-string heap (contiguous) is an input error, not a crash" \
     "^scurry: error: $F: corrupt variable-length string storage \(a global heap object runs past its collection; file corrupt\?\) \(/matrix/barcodes\)" \
     "${args[@]}"
@@ -36,11 +36,27 @@ done
 
 F="$REG/10x_indptr_lies.h5"
 expect_rejected "convert: a lying indptr dataspace is refused before any allocation" \
-  "^scurry: error: $F: matrix: indptr has length 4294967296 but there are 6 cells" convert "$F" -o out.h5ad
+  "^scurry: error: $F: matrix: indptr has length 4294967296 but there are 6 cells" convert "$F" out.h5ad
 
 F="$REG/h5ad_indptr_lies.h5ad"
 expect_rejected "convert: an h5ad X/indptr dataspace larger than the file is refused" \
-  "^scurry: error: $F: .*(claims 4294967296 elements|indptr)" convert "$F" -o out.h5ad
+  "^scurry: error: $F: .*(claims 4294967296 elements|indptr)" convert "$F" out.h5ad
+
+F="$REG/10x_heap_freespace_hang.h5"
+expect_rejected "convert: a heap collection that hangs libhdf5 (fuzz_tenx_h5's find) is refused first" \
+  "^scurry: error: $F: corrupt variable-length string storage \(a global heap collection's free space is damaged; file corrupt\?\) \(/matrix/barcodes\)" \
+  convert "$F" out.h5ad
+
+# libhdf5 loops forever reading a vlen-string attribute of this file: the watchdog ends it (here
+# after 2 s instead of 60).
+F="$REG/h5ad_attr_heap_hang.h5ad"
+export SCURRY_HDF5_HANG_SECONDS=2
+for cmd in info convert; do
+  args=("$cmd" "$F"); [ "$cmd" = convert ] && args+=(out.h5ad)
+  expect_rejected "$cmd: a hang inside libhdf5 (metadata) is one line, exit 2" \
+    "^scurry: corrupt HDF5 file: the HDF5 library hangs reading $F \(/\) \[no progress in 2 s\]$" "${args[@]}"
+done
+unset SCURRY_HDF5_HANG_SECONDS
 
 # The chunked reproducer crashes inside libhdf5 (SIGSEGV in H5Dread's vlen conversion): the crash
 # guard reports it. Under AddressSanitizer the interceptor of memcpy sees libhdf5's overread first
@@ -51,7 +67,7 @@ if grep -q __asan_init "$SCURRY" 2>/dev/null; then
 else
   F="$REG/10x_vlen_heap_chunked.h5"
   for cmd in info convert; do
-    args=("$cmd" "$F"); [ "$cmd" = convert ] && args+=(-o out.h5ad)
+    args=("$cmd" "$F"); [ "$cmd" = convert ] && args+=(out.h5ad)
     expect_rejected "$cmd: a crash inside libhdf5 is one line, exit 2" \
       "^scurry: corrupt HDF5 file: the HDF5 library failed reading $F \(/matrix/barcodes\) \[SIG(SEGV|BUS|FPE)\]$" \
       "${args[@]}"

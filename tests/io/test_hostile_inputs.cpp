@@ -120,7 +120,7 @@ TEST(HostileZarr, AShapeLyingAboutTheArrayIsRefusedBeforeAllocating) {
   test::save_json(p / "obs" / "_index" / ".zarray", meta);
   const std::string m = input_error([&] { read_zarr(p.string()); });
   EXPECT_HAS(m, "obs/_index");
-  EXPECT_HAS(m, "claims 100000000000 elements but only 1 of its 1000000 chunks exist");
+  EXPECT_HAS(m, "claims 100000000000 elements for rows [0, 100000000000) but its 1 stored chunks (");
   // A shape whose product passes int64.
   meta["shape"] = {int64_t{1} << 40};
   meta["chunks"] = {int64_t{1} << 40};
@@ -158,7 +158,9 @@ TEST(HostileZarr, ACompressedChunkClaimingAHugeSizeIsRefusedBeforeDecoding) {
     const std::string m = input_error([&] { read_zarr(p.string()); });
     EXPECT_HAS(m, "X/data");
     EXPECT_HAS(m, codec == ZarrCodec::blosc_lz4 ? "corrupt blosc data" : "corrupt zstd data");
-    if (codec == ZarrCodec::blosc_lz4) EXPECT_HAS(m, "the chunk holds " + std::to_string(nnz * 4));
+    if (codec == ZarrCodec::blosc_lz4) {
+      EXPECT_HAS(m, "the chunk holds " + std::to_string(nnz * 4));
+    }
   }
 }
 
@@ -211,9 +213,9 @@ TEST(Hdf5CrashGuard, ACrashInsideLibhdf5IsOneLineExit2AndTheTemporaryRemoved) {
   ASSERT_TRUE(WIFEXITED(st)) << "status " << st;
   EXPECT_EQ(WEXITSTATUS(st), 2);
   const std::string msg = test::slurp(err);
-  EXPECT_EQ(msg.rfind("scurry: corrupt HDF5 file: the HDF5 library failed reading /data/in.h5 (/matrix/barcodes) "
-                      "[SIGSEGV]; removed " + t.path("out.h5ad.tmp-"), 0)
-      << msg;
+  const std::string want = "scurry: corrupt HDF5 file: the HDF5 library failed reading /data/in.h5 (/matrix/barcodes) "
+                           "[SIGSEGV]; removed " + t.path("out.h5ad.tmp-");
+  EXPECT_EQ(msg.rfind(want, 0), 0u) << msg;
   EXPECT_EQ(std::count(msg.begin(), msg.end(), '\n'), 1) << msg;
   for (const auto& e : fs::directory_iterator(t.path("")))
     EXPECT_EQ(e.path().filename().string().find("out.h5ad"), std::string::npos) << e.path();
