@@ -26,26 +26,27 @@ constexpr size_t kSlackBytes = size_t(1) << 16;
 size_t decoded_limit(size_t in_size, size_t expected, size_t ratio) {
   return expected ? expected : in_size * ratio + kSlackBytes;
 }
+// claim: the size a header states, or (streams without one) the bytes decoded so far + 1, "at least".
 [[noreturn]] void fail_claim(const std::string& where, const char* codec, unsigned long long claim, size_t in_size,
-                             size_t expected) {
+                             size_t expected, bool at_least = false) {
   if (expected)
-    fail_input(where, ": corrupt ", codec, " data (it decodes to ", claim, " bytes, the chunk holds ", expected,
-               "); the store is damaged, rewrite it");
-  fail_input(where, ": corrupt ", codec, " data (", in_size, " compressed bytes claim to decode to ", claim,
+    fail_input(where, "corrupt ", codec, " data (it decodes to ", at_least ? "at least " : "", claim,
+               " bytes, the chunk holds ", expected, ": wrong chunk size); the store is damaged, rewrite it");
+  fail_input(where, "corrupt ", codec, " data (", in_size, " compressed bytes ", at_least ? "decode to at least " : "claim to decode to ", claim,
              "); the store is damaged, rewrite it");
 }
 
 Bytes blosc_decode(const Bytes& in, size_t expected, const std::string& where) {
   size_t nbytes = 0;
   if (in.size() < BLOSC_MIN_HEADER_LENGTH || blosc_cbuffer_validate(in.data(), in.size(), &nbytes) != 0)
-    fail_input(where, ": corrupt blosc data (invalid header); the store is damaged, rewrite it");
+    fail_input(where, "corrupt blosc data (invalid header); the store is damaged, rewrite it");
   if (expected ? nbytes != expected : nbytes > decoded_limit(in.size(), 0, kMaxRatio))
     fail_claim(where, "blosc", nbytes, in.size(), expected);
   Bytes out(nbytes);
   if (nbytes == 0) return out;
   const int r = blosc_decompress_ctx(in.data(), out.data(), out.size(), 1);
   if (r <= 0 || static_cast<size_t>(r) != nbytes)
-    fail_input(where, ": corrupt blosc data (decompression failed); the store is damaged, rewrite it");
+    fail_input(where, "corrupt blosc data (decompression failed); the store is damaged, rewrite it");
   return out;
 }
 
@@ -62,14 +63,14 @@ Bytes blosc_encode(const Codec& c, const Bytes& in) {
 
 Bytes zstd_decode(const Bytes& in, size_t expected, const std::string& where) {
   const unsigned long long known = ZSTD_getFrameContentSize(in.data(), in.size());
-  if (known == ZSTD_CONTENTSIZE_ERROR) fail_input(where, ": corrupt zstd data (not a zstd frame); rewrite the store");
+  if (known == ZSTD_CONTENTSIZE_ERROR) fail_input(where, "corrupt zstd data (not a zstd frame); rewrite the store");
   if (known != ZSTD_CONTENTSIZE_UNKNOWN) {
     if (expected ? known != expected : known > decoded_limit(in.size(), 0, kMaxRatio))
       fail_claim(where, "zstd", known, in.size(), expected);
     Bytes out(static_cast<size_t>(known));
     const size_t r = ZSTD_decompress(out.data(), out.size(), in.data(), in.size());
     if (ZSTD_isError(r) || r != out.size())
-      fail_input(where, ": corrupt zstd data (", ZSTD_isError(r) ? ZSTD_getErrorName(r) : "short frame",
+      fail_input(where, "corrupt zstd data (", ZSTD_isError(r) ? ZSTD_getErrorName(r) : "short frame",
                  "); rewrite the store");
     return out;
   }
@@ -89,7 +90,7 @@ Bytes zstd_decode(const Bytes& in, size_t expected, const std::string& where) {
     if (r == 0 && ib.pos == ib.size) break;
     if (ob.pos == ob.size) {
       const size_t limit = decoded_limit(in.size(), expected, kMaxRatio);
-      if (out.size() >= limit) fail_claim(where, "zstd", out.size() + 1, in.size(), expected);
+      if (out.size() >= limit) fail_claim(where, "zstd", out.size() + 1, in.size(), expected, true);
       out.resize(std::min(out.size() * 2, limit));
       ob.dst = out.data();
       ob.size = out.size();
@@ -99,7 +100,7 @@ Bytes zstd_decode(const Bytes& in, size_t expected, const std::string& where) {
     }
   }
   if (ZSTD_isError(r) || r != 0)
-    fail_input(where, ": corrupt zstd data (", ZSTD_isError(r) ? ZSTD_getErrorName(r) : "truncated frame",
+    fail_input(where, "corrupt zstd data (", ZSTD_isError(r) ? ZSTD_getErrorName(r) : "truncated frame",
                "); rewrite the store");
   out.resize(ob.pos);
   return out;
@@ -133,7 +134,7 @@ Bytes inflate_any(const Bytes& in, size_t expected, const std::string& where) {
   while (true) {
     if (have == out.size()) {
       const size_t limit = decoded_limit(in.size(), expected, kMaxRatioDeflate);
-      if (out.size() >= limit) fail_claim(where, "gzip/zlib", out.size() + 1, in.size(), expected);
+      if (out.size() >= limit) fail_claim(where, "gzip/zlib", out.size() + 1, in.size(), expected, true);
       out.resize(std::min(out.size() * 2, limit));
     }
     s.next_out = out.data() + have;
@@ -146,7 +147,7 @@ Bytes inflate_any(const Bytes& in, size_t expected, const std::string& where) {
     if (r == Z_BUF_ERROR && s.avail_in == 0) break;  // truncated
   }
   if (r != Z_STREAM_END)
-    fail_input(where, ": corrupt gzip/zlib data (", s.msg ? s.msg : "truncated stream", "); rewrite the store");
+    fail_input(where, "corrupt gzip/zlib data (", s.msg ? s.msg : "truncated stream", "); rewrite the store");
   out.resize(have);
   return out;
 }
@@ -202,10 +203,10 @@ Bytes decode(const Codec& c, const Bytes& in, size_t expected, const std::string
     case Codec::Kind::gzip:
     case Codec::Kind::zlib: return inflate_any(in, expected, where);
     case Codec::Kind::crc32c: {
-      if (in.size() < 4) fail_input(where, ": chunk too short for its crc32c checksum; rewrite the store");
+      if (in.size() < 4) fail_input(where, "chunk too short for its crc32c checksum; rewrite the store");
       const size_t n = in.size() - 4;
       if (crc32c(in.data(), n) != le32(in.data() + n))
-        fail_input(where, ": crc32c checksum mismatch (corrupt chunk); rewrite the store");
+        fail_input(where, "crc32c checksum mismatch (corrupt chunk); rewrite the store");
       return Bytes(in.begin(), in.begin() + static_cast<std::ptrdiff_t>(n));
     }
   }
@@ -228,18 +229,18 @@ Bytes encode(const Codec& c, const Bytes& in) {
 }
 
 std::vector<std::string> decode_vlen_utf8(const Bytes& in, int64_t count, const std::string& where) {
-  if (in.size() < 4) fail_input(where, ": vlen-utf8 chunk shorter than its 4-byte header");
+  if (in.size() < 4) fail_input(where, "vlen-utf8 chunk shorter than its 4-byte header");
   const int64_t n = le32(in.data());
   if (n != count)
-    fail_input(where, ": vlen-utf8 chunk holds ", n, " strings but the chunk shape needs ", count,
+    fail_input(where, "vlen-utf8 chunk holds ", n, " strings but the chunk shape needs ", count,
                " (wrong chunk size)");
   std::vector<std::string> out(static_cast<size_t>(n));
   size_t pos = 4;
   for (int64_t i = 0; i < n; ++i) {
-    if (pos + 4 > in.size()) fail_input(where, ": vlen-utf8 chunk is truncated at item ", i);
+    if (pos + 4 > in.size()) fail_input(where, "vlen-utf8 chunk is truncated at item ", i);
     const size_t len = le32(in.data() + pos);
     pos += 4;
-    if (len > in.size() - pos) fail_input(where, ": vlen-utf8 chunk is truncated at item ", i);
+    if (len > in.size() - pos) fail_input(where, "vlen-utf8 chunk is truncated at item ", i);
     out[i].assign(reinterpret_cast<const char*>(in.data() + pos), len);
     pos += len;
   }

@@ -47,6 +47,13 @@ expect_rejected "convert: a heap collection that hangs libhdf5 (fuzz_tenx_h5's f
   "^scurry: error: $F: corrupt variable-length string storage \(a global heap collection's free space is damaged; file corrupt\?\) \(/matrix/barcodes\)" \
   convert "$F" out.h5ad
 
+# Found by fuzz_tenx_h5: a damaged object header makes libhdf5's metadata cache (H5C_protect) ask
+# malloc for 4e18 bytes; it fails, libhdf5 reports an error and scurry one line.
+# (Under AddressSanitizer malloc's failure is a report unless allocator_may_return_null is set.)
+F="$REG/10x_metadata_huge_alloc.h5"
+ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}allocator_may_return_null=1" expect_rejected "info: a metadata size libhdf5 cannot allocate is an input error" \
+  "^scurry: error: $F: cannot look up 'hg09/barcodes' \(file corrupt\?\) \(/\)$" info "$F"
+
 # libhdf5 loops forever reading a vlen-string attribute of this file: the watchdog ends it (here
 # after 2 s instead of 60).
 F="$REG/h5ad_attr_heap_hang.h5ad"

@@ -25,6 +25,7 @@
 #include "io/store_edit.hpp"
 #include "io/tenx.hpp"
 #include "io/zarr.hpp"
+#include "io/zarr_codecs.hpp"
 #include "testlib.hpp"
 
 namespace scurry {
@@ -162,6 +163,26 @@ TEST(HostileZarr, ACompressedChunkClaimingAHugeSizeIsRefusedBeforeDecoding) {
       EXPECT_HAS(m, "the chunk holds " + std::to_string(nnz * 4));
     }
   }
+}
+
+TEST(HostileZarr, AGzipChunkInflatingPastItsSizeIsRefusedAsItInflates) {
+  // A gzip stream carries no size: the inflater stops at the chunk's size, and (the regression of a
+  // leak found by fuzz_zarr_gzip) frees its state on that error path.
+  test::TempDir t;
+  const fs::path p = t.path("s.zarr");
+  const Dataset d = random_dataset(test::fresh_seed(), 25, 9);
+  write_zarr(d, p.string(), {2, ZarrCodec::gzip});
+  const int64_t nnz = std::get<CsrF>(d.X.m).nnz();
+  zarr::Codec gz;
+  gz.kind = zarr::Codec::Kind::gzip;
+  gz.level = 1;
+  const zarr::Bytes big(static_cast<size_t>(nnz) * 4 * 1000 + 17, 0x3f);
+  const zarr::Bytes c = zarr::encode(gz, big);
+  test::spit(p / "X" / "data" / "0", std::string(c.begin(), c.end()));
+  const std::string m = input_error([&] { read_zarr(p.string()); });
+  EXPECT_HAS(m, "X/data");
+  EXPECT_HAS(m, "corrupt gzip/zlib data (it decodes to at least " + std::to_string(nnz * 4 + 1) + " bytes, ");
+  EXPECT_HAS(m, "the chunk holds " + std::to_string(nnz * 4));
 }
 
 // ---- 10x mtx: sizes ----------------------------------------------------------------------------

@@ -19,6 +19,10 @@ tests/cli/test_hostile.sh (issue 16, points 3 and 4). Each is a small valid file
                                free-space object's size set to 0: libhdf5 1.10.8 loops forever
                                reading any such attribute (H5HG__cache_heap_deserialize). The CLI's
                                watchdog ends it (exit 2, one line).
+  10x_metadata_huge_alloc.h5   found by fuzz_tenx_h5 (libFuzzer, from the seed v2.h5): a damaged
+                               object header under which libhdf5's metadata cache asks malloc for
+                               ~4e18 bytes (an AddressSanitizer report inside libhdf5 under the fuzzer;
+                               elsewhere malloc fails and libhdf5 returns an error). Kept as found.
   10x_heap_freespace_hang.h5   found by fuzz_tenx_h5 (libFuzzer, from the seed v3_vlen.h5): the same
                                damage under matrix/barcodes, a dataset: scurry's heap check refuses it.
 
