@@ -205,6 +205,25 @@ void check_claim(hid_t obj, bool filtered, size_t n, size_t elem_bytes, const st
                 " bytes) but the file is only " + std::to_string(fsize) + " bytes (file corrupt?)",
             path);
 }
+// An integer or float type whose bit fields do not fit its size (precision + offset past the
+// element's bits; a float's sign, exponent or mantissa outside them) makes libhdf5 1.10.8's
+// conversions write past their stack buffers (H5T__bit_get_d from H5T__conv_i_f: "stack smashing
+// detected", found by fuzz_tenx_h5). Checked before any numeric read converts.
+void check_number_type(hid_t t, const std::string& file, const std::string& path) {
+  const H5T_class_t cls = H5Tget_class(t);
+  if (cls != H5T_INTEGER && cls != H5T_FLOAT) return;
+  const size_t bits = 8 * H5Tget_size(t);
+  const size_t prec = H5Tget_precision(t);
+  const int off = H5Tget_offset(t);
+  bool ok = bits > 0 && bits <= 128 && prec > 0 && off >= 0 && prec + static_cast<size_t>(off) <= bits;
+  if (ok && cls == H5T_FLOAT) {
+    size_t spos = 0, epos = 0, esize = 0, mpos = 0, msize = 0;
+    ok = H5Tget_fields(t, &spos, &epos, &esize, &mpos, &msize) >= 0 && spos < bits && esize > 0 && msize > 0 &&
+         epos + esize <= bits && mpos + msize <= bits && esize < 64 && msize <= 112;
+  }
+  if (!ok) fail_h5(file, "holds a malformed number type (bit fields outside its " + std::to_string(bits) + " bits; file corrupt?)", path);
+}
+
 bool dataset_filtered(hid_t d) {
   Id pl(H5Dget_create_plist(d));
   return !pl.valid() || H5Pget_nfilters(pl.get()) != 0;
@@ -460,6 +479,7 @@ std::vector<T> read_attr_numeric(const Node& n, const std::string& name) {
     if (H5Aread(h.a.get(), mem, buf) < 0) fail_h5(n.file(), what, n.path());
   };
   if (h.n == 0) return {};
+  check_number_type(h.type.get(), n.file(), n.path() + " attribute '" + name + "'");
   if (ti.cls == H5T_ENUM) return read_via_base<T>(h.type.get(), h.n, rd, n.file(), n.path());
   if (ti.cls != H5T_INTEGER && ti.cls != H5T_FLOAT)
     fail_h5(n.file(), "attribute '" + name + "' is not numeric", n.path());
@@ -630,6 +650,7 @@ std::vector<T> read_selection(const Dataset& d, hid_t mspace, hid_t fspace, size
   Id ft(chk(H5Dget_type(d.id()), d, "cannot read the element type"));
   const TypeInfo ti = describe_type(ft.get());
   check_claim(d.id(), dataset_filtered(d.id()), n, ti.size, d.file(), d.path());
+  check_number_type(ft.get(), d.file(), d.path());
   const std::string what = "cannot read the data (file corrupt or truncated?)";
   auto rd = [&](hid_t mem, void* buf) {
     if (H5Dread(d.id(), mem, mspace, fspace, H5P_DEFAULT, buf) < 0) fail_h5(d.file(), what, d.path());

@@ -23,8 +23,9 @@ namespace {
 thread_local const char* t_file = nullptr;
 thread_local const char* t_element = nullptr;
 
-constexpr int kSignals[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL};
-struct sigaction g_previous[4];
+constexpr int kSignals[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT};  // SIGABRT: glibc's stack-smashing abort
+constexpr int kNumSignals = 5;
+struct sigaction g_previous[kNumSignals];
 std::atomic<bool> g_installed{false};
 constexpr size_t kAltStackBytes = 64 * 1024;
 
@@ -73,6 +74,7 @@ const char* signal_name(int sig) {
     case SIGSEGV: return "SIGSEGV";
     case SIGBUS: return "SIGBUS";
     case SIGFPE: return "SIGFPE";
+    case SIGABRT: return "SIGABRT";
     default: return "SIGILL";
   }
 }
@@ -93,8 +95,8 @@ extern "C" void on_hdf5_crash(int sig, siginfo_t* info, void* uctx) {
   // Not ours: what was there before (a sanitizer's report, or the default action: the fault
   // happens again on return with the default disposition, and the process dies of it as before).
   int i = 0;
-  while (i < 4 && kSignals[i] != sig) ++i;
-  const struct sigaction& old = g_previous[i < 4 ? i : 0];
+  while (i < kNumSignals && kSignals[i] != sig) ++i;
+  const struct sigaction& old = g_previous[i < kNumSignals ? i : 0];
   if ((old.sa_flags & SA_SIGINFO) && old.sa_sigaction) {
     old.sa_sigaction(sig, info, uctx);
     return;
@@ -150,7 +152,7 @@ void install_hdf5_crash_guard() {
   sa.sa_sigaction = on_hdf5_crash;
   sa.sa_flags = SA_SIGINFO | SA_ONSTACK | SA_NODEFER;
   sigemptyset(&sa.sa_mask);
-  for (int i = 0; i < 4; ++i) sigaction(kSignals[i], &sa, &g_previous[i]);
+  for (int i = 0; i < kNumSignals; ++i) sigaction(kSignals[i], &sa, &g_previous[i]);
   if (const char* e = std::getenv("SCURRY_HDF5_HANG_SECONDS")) {
     const int v = std::atoi(e);
     if (v > 0) g_hang_seconds = v;

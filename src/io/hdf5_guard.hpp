@@ -1,5 +1,5 @@
 // scurry: what stands between a corrupt HDF5 file and a bare SIGSEGV. Debian's libhdf5 1.10.8
-// crashes (SIGSEGV, SIGBUS, SIGFPE) on some corrupt files -- variable-length strings through the
+// crashes (SIGSEGV, SIGBUS, SIGFPE; SIGABRT from glibc's stack protector) on some corrupt files -- variable-length strings through the
 // global heap, chunk layouts in H5Dopen2, H5Dread's scatter -- inside calls that cannot be made
 // safe from outside. The CLI arms a handler of those signals (install_hdf5_crash_guard, on an
 // alternate stack, so that a stack overflow in the library is caught too). While a thread is inside

@@ -54,6 +54,13 @@ F="$REG/10x_metadata_huge_alloc.h5"
 ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}allocator_may_return_null=1" expect_rejected "info: a metadata size libhdf5 cannot allocate is an input error" \
   "^scurry: error: $F: cannot look up 'hg09/barcodes' \(file corrupt\?\) \(/\)$" info "$F"
 
+# Found by fuzz_tenx_h5: matrix/data's integer type has bit fields outside its 4 bytes; libhdf5's
+# integer->float conversion smashes its stack on it (glibc aborts). Refused before the read.
+F="$REG/10x_bad_number_type.h5"
+expect_rejected "convert: a malformed number type is refused before libhdf5 converts it" \
+  "^scurry: error: $F: holds a malformed number type \(bit fields outside its 32 bits; file corrupt\?\) \(/matrix/data\)$" \
+  convert "$F" out.h5ad
+
 # libhdf5 loops forever reading a vlen-string attribute of this file: the watchdog ends it (here
 # after 2 s instead of 60).
 F="$REG/h5ad_attr_heap_hang.h5ad"

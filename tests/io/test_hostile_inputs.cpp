@@ -108,6 +108,12 @@ TEST(HostileHdf5, VlenStringsOfAnUndamagedFileStillRead) {
   EXPECT_EQ(f.dataset("s").type().is_vlen_string, true);
 }
 
+TEST(HostileHdf5, AMalformedNumberTypeIsRefusedBeforeConversion) {
+  const std::string p = regression("10x_bad_number_type.h5");
+  const std::string m = input_error([&] { read_10x_h5(p); });
+  EXPECT_HAS(m, p + ": holds a malformed number type (bit fields outside its 32 bits; file corrupt?) (/matrix/data)");
+}
+
 // ---- zarr: sizes -------------------------------------------------------------------------------
 
 TEST(HostileZarr, AShapeLyingAboutTheArrayIsRefusedBeforeAllocating) {

@@ -23,6 +23,9 @@ tests/cli/test_hostile.sh (issue 16, points 3 and 4). Each is a small valid file
                                object header under which libhdf5's metadata cache asks malloc for
                                ~4e18 bytes (an AddressSanitizer report inside libhdf5 under the fuzzer;
                                elsewhere malloc fails and libhdf5 returns an error). Kept as found.
+  10x_bad_number_type.h5       found by fuzz_tenx_h5 (from v3.h5): matrix/data's integer type has
+                               bit fields outside its 32 bits; libhdf5's H5T__conv_i_f smashes its
+                               stack (glibc aborts). Kept as found.
   10x_heap_freespace_hang.h5   found by fuzz_tenx_h5 (libFuzzer, from the seed v3_vlen.h5): the same
                                damage under matrix/barcodes, a dataset: scurry's heap check refuses it.
 
