@@ -3,7 +3,7 @@
 # Idempotent: packages already present are left as they are; apt-get runs only when one is missing.
 set -euo pipefail
 pkgs=(
-  build-essential cmake ninja-build ccache pkg-config
+  build-essential cmake ninja-build ccache pkg-config clang
   libhdf5-dev hdf5-tools zlib1g-dev libzstd-dev libblosc-dev
   libopenblas-dev liblapack-dev liblapacke-dev
   libigraph-dev libhnswlib-dev libcli11-dev nlohmann-json3-dev

@@ -16,6 +16,7 @@
 #include "core/error.hpp"
 #include "core/output.hpp"
 #include "exec/context.hpp"
+#include "io/hdf5_guard.hpp"
 
 namespace {
 
@@ -54,6 +55,8 @@ int main(int argc, char** argv) {
   mallopt(M_TRIM_THRESHOLD, 1 << 30);
   // SIGINT, SIGTERM, SIGHUP: remove the temporary of an output being written, say so, exit 128 + signal.
   install_signal_cleanup();
+  // A crash inside libhdf5 on a corrupt input: one line naming the file, exit 2, temporaries removed.
+  h5::install_hdf5_crash_guard();
   CLI::App app{"scurry: single-cell RNA-seq analysis (scanpy's pipeline, faster)", "scurry"};
   cli::GlobalOptions g;
   g.argv.assign(argv, argv + argc);

@@ -169,6 +169,16 @@ bool remove_at(int parent, const char* name, int depth) {
   return unlinkat(parent, name, AT_REMOVEDIR) == 0;
 }
 
+void remove_registered() {
+  bool first = true;
+  for (Slot& s : g_slots)
+    if (s.used && remove_at(AT_FDCWD, s.path, 0)) {
+      put(first ? "; removed " : ", ");
+      put(s.path);
+      first = false;
+    }
+}
+
 extern "C" void on_cleanup_signal(int sig) {
   g_signal.store(sig);
   // A writer changing the registry in another thread holds the lock for a moment; this handler keeps
@@ -178,13 +188,7 @@ extern "C" void on_cleanup_signal(int sig) {
   if (g_stderr_tty) put("\r\x1b[K");  // over a progress bar
   put(sig == SIGINT ? "scurry: interrupted (SIGINT)" : sig == SIGTERM ? "scurry: interrupted (SIGTERM)"
                                                                      : "scurry: interrupted (SIGHUP)");
-  bool first = true;
-  for (Slot& s : g_slots)
-    if (s.used && remove_at(AT_FDCWD, s.path, 0)) {
-      put(first ? "; removed " : ", ");
-      put(s.path);
-      first = false;
-    }
+  remove_registered();
   put("\n");
   _exit(128 + sig);
 }
@@ -309,6 +313,14 @@ void install_signal_cleanup() {
     if (sigaction(sig, nullptr, &old) == 0 && old.sa_handler == SIG_IGN) continue;  // nohup, background jobs
     sigaction(sig, &sa, nullptr);
   }
+}
+
+void remove_temps_from_signal() {
+  // A writer in another thread may hold the registry lock for a moment: wait a bounded while, then
+  // go on (a crashed thread never releases it; a half-changed slot is at worst not removed).
+  for (int i = 0; i < 1000000 && g_lock.test_and_set(std::memory_order_acquire); ++i) {
+  }
+  remove_registered();
 }
 
 bool interrupted() { return g_signal.load() != 0; }

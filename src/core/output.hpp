@@ -68,6 +68,9 @@ void install_signal_cleanup();
 // Whether that handler is running (a signal arrived); an error path that sees it should wait for
 // the handler to end the process (wait_if_interrupted) rather than report the error it caused.
 bool interrupted();
+// For a fatal-signal handler (io/hdf5_guard.cpp): removes every registered temporary, writing
+// "; removed T, ..." to stderr (async-signal-safe: unlink, getdents64, write; no allocation).
+void remove_temps_from_signal();
 void wait_if_interrupted();
 
 }  // namespace scurry

@@ -19,10 +19,12 @@
 #include <cerrno>
 #include <cstdlib>
 #include <thread>
+#include <unordered_map>
 
 #include "core/error.hpp"
 #include "core/output.hpp"
 #include "io/format.hpp"
+#include "io/hdf5_guard.hpp"
 
 namespace scurry::h5 {
 
@@ -189,6 +191,50 @@ std::vector<T> integers_from(const std::vector<double>& v, const std::string& fi
 }
 std::string element_name(const std::string& path) { return path.size() > 1 && path[0] == '/' ? path.substr(1) : path; }
 
+// Every size read from a file is checked against what the file can hold before memory is allocated
+// for it: a dataset or attribute whose dataspace claims n elements of b bytes each (the on-disk
+// element: a variable-length string's is its heap reference) must fit in the file's bytes -- times
+// deflate's maximum ratio, 1032:1, when the dataset is filtered (compressed), plus 64 MiB for
+// fill values of unwritten chunks (h5py and anndata write every chunk). A 12 KB file whose
+// matrix/indptr dataspace says 4e9 elements is refused here, not after a 34 GB allocation.
+constexpr double kMaxFilterRatio = 1032;
+constexpr double kFillSlackBytes = 64.0 * (1 << 20);
+void check_claim(hid_t obj, bool filtered, size_t n, size_t elem_bytes, const std::string& file, const std::string& path) {
+  Id fid(H5Iget_file_id(obj));
+  hsize_t fsize = 0;
+  if (!fid.valid() || H5Fget_filesize(fid.get(), &fsize) < 0) fail_h5(file, "cannot read the file size", path);
+  const double claim = static_cast<double>(n) * static_cast<double>(std::max<size_t>(elem_bytes, 1));
+  const double room = static_cast<double>(fsize) * (filtered ? kMaxFilterRatio : 1.0) + kFillSlackBytes;
+  if (claim > room)
+    fail_h5(file,
+            "its dataspace claims " + std::to_string(n) + " elements (" + std::to_string(static_cast<int64_t>(claim)) +
+                " bytes) but the file is only " + std::to_string(fsize) + " bytes (file corrupt?)",
+            path);
+}
+// An integer or float type whose bit fields do not fit its size (precision + offset past the
+// element's bits; a float's sign, exponent or mantissa outside them) makes libhdf5 1.10.8's
+// conversions write past their stack buffers (H5T__bit_get_d from H5T__conv_i_f: "stack smashing
+// detected", found by fuzz_tenx_h5). Checked before any numeric read converts.
+void check_number_type(hid_t t, const std::string& file, const std::string& path) {
+  const H5T_class_t cls = H5Tget_class(t);
+  if (cls != H5T_INTEGER && cls != H5T_FLOAT) return;
+  const size_t bits = 8 * H5Tget_size(t);
+  const size_t prec = H5Tget_precision(t);
+  const int off = H5Tget_offset(t);
+  bool ok = bits > 0 && bits <= 128 && prec > 0 && off >= 0 && prec + static_cast<size_t>(off) <= bits;
+  if (ok && cls == H5T_FLOAT) {
+    size_t spos = 0, epos = 0, esize = 0, mpos = 0, msize = 0;
+    ok = H5Tget_fields(t, &spos, &epos, &esize, &mpos, &msize) >= 0 && spos < bits && esize > 0 && msize > 0 &&
+         epos + esize <= bits && mpos + msize <= bits && esize < 64 && msize <= 112;
+  }
+  if (!ok) fail_h5(file, "holds a malformed number type (bit fields outside its " + std::to_string(bits) + " bits; file corrupt?)", path);
+}
+
+bool dataset_filtered(hid_t d) {
+  Id pl(H5Dget_create_plist(d));
+  return !pl.valid() || H5Pget_nfilters(pl.get()) != 0;
+}
+
 std::vector<int64_t> space_dims(hid_t space, const std::string& file, const std::string& obj) {
   const int nd = H5Sget_simple_extent_ndims(space);
   if (nd < 0) fail_h5(file, "cannot read the dataspace", obj);
@@ -196,6 +242,105 @@ std::vector<int64_t> space_dims(hid_t space, const std::string& file, const std:
   if (nd > 0 && H5Sget_simple_extent_dims(space, d.data(), nullptr) < 0)
     fail_h5(file, "cannot read the dataspace", obj);
   return std::vector<int64_t>(d.begin(), d.end());
+}
+
+// Variable-length strings are stored as heap references -- per element a u32 length, the address of
+// a global heap collection and a u32 object index (HDF5 File Format Specification 3.0, sections
+// III.E "Global Heap" and VI "Disk Format: Level 2 -- Data Objects", variable-length datatype) --
+// and libhdf5 1.10 follows them without checking: a collection whose object sizes run past its end
+// crashes H5Dread's conversion (SIGSEGV). For a contiguous dataset (h5py's layout for string arrays
+// that are not compressed) the references and the collections they name are checked here first,
+// from the file's bytes: each collection must be inside the file, start with "GCOL" version 1, and
+// hold the referenced object, whose size must cover the string's length and lie inside the
+// collection. Chunked or compact datasets and attributes keep libhdf5's own path (under the CLI's
+// crash guard, io/hdf5_guard.hpp).
+uint64_t le_uint(const unsigned char* p, size_t n) {
+  uint64_t v = 0;
+  for (size_t i = n; i-- > 0;) v = (v << 8) | p[i];
+  return v;
+}
+
+bool pread_all(int fd, void* buf, size_t n, uint64_t off) {
+  auto* p = static_cast<unsigned char*>(buf);
+  while (n > 0) {
+    const ssize_t r = pread(fd, p, n, static_cast<off_t>(off));
+    if (r <= 0) return false;
+    p += r, n -= static_cast<size_t>(r), off += static_cast<uint64_t>(r);
+  }
+  return true;
+}
+
+void validate_vlen_heap(hid_t dset, size_t n, const std::string& file, const std::string& obj) {
+  const haddr_t off = H5Dget_offset(dset);
+  if (off == HADDR_UNDEF) return;  // chunked, compact, or not allocated
+  Id fid(H5Iget_file_id(dset));
+  if (!fid.valid()) return;
+  Id fcpl(H5Fget_create_plist(fid.get()));
+  size_t sa = 0, ss = 0;
+  hsize_t userblock = 0, fsize = 0;
+  if (!fcpl.valid() || H5Pget_sizes(fcpl.get(), &sa, &ss) < 0 || H5Pget_userblock(fcpl.get(), &userblock) < 0 ||
+      H5Fget_filesize(fid.get(), &fsize) < 0)
+    return;
+  if ((sa != 2 && sa != 4 && sa != 8) || (ss != 2 && ss != 4 && ss != 8)) return;
+  auto bad = [&](const std::string& why) {
+    fail_h5(file, "corrupt variable-length string storage (" + why + "; file corrupt?)", obj);
+  };
+  const size_t elem = 4 + sa + 4;
+  if (static_cast<double>(off) + static_cast<double>(n) * elem > static_cast<double>(fsize))
+    bad("its references run past the end of the file");
+  const int fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return;
+  struct Fd {
+    int fd;
+    ~Fd() { ::close(fd); }
+  } guard{fd};
+  std::vector<unsigned char> refs(n * elem);
+  if (!pread_all(fd, refs.data(), refs.size(), off)) bad("its references cannot be read");
+  // Each collection once: object index -> size.
+  std::unordered_map<uint64_t, std::unordered_map<uint64_t, uint64_t>> heaps;
+  auto load = [&](uint64_t addr) -> const std::unordered_map<uint64_t, uint64_t>& {
+    auto it = heaps.find(addr);
+    if (it != heaps.end()) return it->second;
+    auto& objs = heaps[addr];
+    const uint64_t at = addr + userblock;
+    const size_t head = 8 + ss;
+    if (at + head > fsize) bad("a global heap collection lies outside the file");
+    std::vector<unsigned char> h(head);
+    if (!pread_all(fd, h.data(), head, at)) bad("a global heap collection cannot be read");
+    if (std::memcmp(h.data(), "GCOL", 4) != 0 || h[4] != 1) bad("a global heap collection has no GCOL signature");
+    const uint64_t csize = le_uint(h.data() + 8, ss);
+    if (csize < head || at + csize > fsize) bad("a global heap collection's size runs past the end of the file");
+    std::vector<unsigned char> c(static_cast<size_t>(csize));
+    if (!pread_all(fd, c.data(), c.size(), at)) bad("a global heap collection cannot be read");
+    // The walk libhdf5's H5HG__cache_heap_deserialize makes over the collection, refusing what
+    // would make it loop forever (a free-space object, index 0, of size 0 moves it nowhere) or
+    // read past the collection (an object's size running past its end).
+    const size_t ohead = 8 + ss;  // index u16, refcount u16, reserved u32, size
+    for (size_t p = head; p + ohead <= c.size();) {
+      const uint64_t idx = le_uint(c.data() + p, 2);
+      const uint64_t osize = le_uint(c.data() + p + 8, ss);
+      const size_t left = c.size() - p;
+      if (idx == 0) {  // free space: its size counts its header
+        if (osize < ohead || osize > left) bad("a global heap collection's free space is damaged");
+        p += static_cast<size_t>(osize);
+        continue;
+      }
+      if (osize > left - ohead || ohead + ((osize + 7) / 8) * 8 > left) bad("a global heap object runs past its collection");
+      objs[idx] = osize;
+      p += ohead + static_cast<size_t>((osize + 7) / 8) * 8;
+    }
+    return objs;
+  };
+  for (size_t i = 0; i < n; ++i) {
+    const unsigned char* r = refs.data() + i * elem;
+    const uint64_t len = le_uint(r, 4), addr = le_uint(r + 4, sa), idx = le_uint(r + 4 + sa, 4);
+    if (addr == 0 && len == 0) continue;  // an empty (or NULL) string
+    if (addr == 0) bad("a string has no heap object");
+    const auto& objs = load(addr);
+    const auto it = objs.find(idx);
+    if (it == objs.end()) bad("a string refers to a missing global heap object");
+    if (it->second < len) bad("a string is longer than its global heap object");
+  }
 }
 
 // Reads strings through `rd(mem_type, buffer)` from an object of type `ftype` with `n` elements.
@@ -293,12 +438,14 @@ Kind Node::kind() const {
 }
 
 bool Node::has_attr(const std::string& name) const {
+  InHdf5 in_hdf5(file_.c_str(), path_.c_str());
   const htri_t r = H5Aexists(id(), name.c_str());
   if (r < 0) fail_h5(file_, "cannot read attribute '" + name + "' (file corrupt?)", path_);
   return r > 0;
 }
 
 std::vector<std::string> Node::attr_names() const {
+  InHdf5 in_hdf5(file_.c_str(), path_.c_str());
   std::vector<std::string> out;
   auto cb = [](hid_t, const char* name, const H5A_info_t*, void* op) -> herr_t {
     static_cast<std::vector<std::string>*>(op)->push_back(name);
@@ -326,6 +473,7 @@ AttrHandle open_attr(const Node& n, const std::string& name) {
   if (np < 0) fail_h5(n.file(), "cannot inspect attribute '" + name + "'", n.path());
   // A null dataspace (h5py's Empty) holds nothing.
   h.n = H5Sget_simple_extent_type(h.space.get()) == H5S_NULL ? 0 : static_cast<size_t>(np);
+  check_claim(h.a.get(), false, h.n, H5Tget_size(h.type.get()), n.file(), n.path() + " attribute '" + name + "'");
   return h;
 }
 template <class T>
@@ -337,6 +485,7 @@ std::vector<T> read_attr_numeric(const Node& n, const std::string& name) {
     if (H5Aread(h.a.get(), mem, buf) < 0) fail_h5(n.file(), what, n.path());
   };
   if (h.n == 0) return {};
+  check_number_type(h.type.get(), n.file(), n.path() + " attribute '" + name + "'");
   if (ti.cls == H5T_ENUM) return read_via_base<T>(h.type.get(), h.n, rd, n.file(), n.path());
   if (ti.cls != H5T_INTEGER && ti.cls != H5T_FLOAT)
     fail_h5(n.file(), "attribute '" + name + "' is not numeric", n.path());
@@ -354,14 +503,19 @@ std::vector<T> read_attr_numeric(const Node& n, const std::string& name) {
 }
 }  // namespace
 
-TypeInfo Node::attr_type(const std::string& name) const { return describe_type(open_attr(*this, name).type.get()); }
+TypeInfo Node::attr_type(const std::string& name) const {
+  InHdf5 in_hdf5(file_.c_str(), path_.c_str());
+  return describe_type(open_attr(*this, name).type.get());
+}
 
 std::vector<int64_t> Node::attr_shape(const std::string& name) const {
+  InHdf5 in_hdf5(file_.c_str(), path_.c_str());
   AttrHandle h = open_attr(*this, name);
   return space_dims(h.space.get(), file_, path_);
 }
 
 std::vector<std::string> Node::attr_strings(const std::string& name) const {
+  InHdf5 in_hdf5(file_.c_str(), path_.c_str());
   AttrHandle h = open_attr(*this, name);
   const TypeInfo ti = describe_type(h.type.get());
   if (h.n == 0) return {};
@@ -385,16 +539,24 @@ std::string Node::attr_string_or(const std::string& name, const std::string& fal
   return v.size() == 1 ? v[0] : fallback;
 }
 
-std::vector<int64_t> Node::attr_ints(const std::string& name) const { return read_attr_numeric<int64_t>(*this, name); }
-std::vector<double> Node::attr_doubles(const std::string& name) const { return read_attr_numeric<double>(*this, name); }
+std::vector<int64_t> Node::attr_ints(const std::string& name) const {
+  InHdf5 in_hdf5(file_.c_str(), path_.c_str());
+  return read_attr_numeric<int64_t>(*this, name);
+}
+std::vector<double> Node::attr_doubles(const std::string& name) const {
+  InHdf5 in_hdf5(file_.c_str(), path_.c_str());
+  return read_attr_numeric<double>(*this, name);
+}
 
 bool Node::attr_bool(const std::string& name) const {
+  InHdf5 in_hdf5(file_.c_str(), path_.c_str());
   auto v = read_attr_numeric<int64_t>(*this, name);
   if (v.size() != 1) fail_h5(file_, "attribute '" + name + "' should be a single boolean", path_);
   return v[0] != 0;
 }
 
 Node Node::attr_deref(const std::string& name) const {
+  InHdf5 in_hdf5(file_.c_str(), path_.c_str());
   AttrHandle h = open_attr(*this, name);
   if (!describe_type(h.type.get()).is_reference || h.n != 1)
     fail_h5(file_, "attribute '" + name + "' is not an object reference", path_);
@@ -460,16 +622,19 @@ Dataset Node::as_dataset() && { return Dataset(std::move(id_), std::move(file_),
 // ---- Dataset --------------------------------------------------------------------------------------
 
 TypeInfo Dataset::type() const {
+  InHdf5 in_hdf5(file_.c_str(), path_.c_str());
   Id t(chk(H5Dget_type(id()), *this, "cannot read the element type"));
   return describe_type(t.get());
 }
 
 std::vector<int64_t> Dataset::shape() const {
+  InHdf5 in_hdf5(file_.c_str(), path_.c_str());
   Id s(chk(H5Dget_space(id()), *this, "cannot read the dataspace"));
   return space_dims(s.get(), file_, path_);
 }
 
 int64_t Dataset::size() const {
+  InHdf5 in_hdf5(file_.c_str(), path_.c_str());
   Id s(chk(H5Dget_space(id()), *this, "cannot read the dataspace"));
   if (H5Sget_simple_extent_type(s.get()) == H5S_NULL) return 0;
   const hssize_t n = H5Sget_simple_extent_npoints(s.get());
@@ -478,6 +643,7 @@ int64_t Dataset::size() const {
 }
 
 DType Dataset::dtype() const {
+  InHdf5 in_hdf5(file_.c_str(), path_.c_str());
   Id t(chk(H5Dget_type(id()), *this, "cannot read the element type"));
   return dtype_of(t.get(), file_, path_);
 }
@@ -489,6 +655,8 @@ std::vector<T> read_selection(const Dataset& d, hid_t mspace, hid_t fspace, size
   if (n == 0) return out;
   Id ft(chk(H5Dget_type(d.id()), d, "cannot read the element type"));
   const TypeInfo ti = describe_type(ft.get());
+  check_claim(d.id(), dataset_filtered(d.id()), n, ti.size, d.file(), d.path());
+  check_number_type(ft.get(), d.file(), d.path());
   const std::string what = "cannot read the data (file corrupt or truncated?)";
   auto rd = [&](hid_t mem, void* buf) {
     if (H5Dread(d.id(), mem, mspace, fspace, H5P_DEFAULT, buf) < 0) fail_h5(d.file(), what, d.path());
@@ -590,6 +758,7 @@ bool read_contiguous_parallel(const Dataset& d, const ContiguousBytes& where, si
 
 template <class T>
 std::vector<T> Dataset::read() const {
+  InHdf5 in_hdf5(file_.c_str(), path_.c_str(), /*metadata=*/false);
   const size_t n = static_cast<size_t>(size());
   if constexpr (std::is_arithmetic_v<T> && !std::is_same_v<T, bool>) {
     if (auto where = contiguous_bytes<T>(*this, n)) {
@@ -603,6 +772,7 @@ std::vector<T> Dataset::read() const {
 
 template <class T>
 std::vector<T> Dataset::read_range(int64_t begin, int64_t count) const {
+  InHdf5 in_hdf5(file_.c_str(), path_.c_str(), /*metadata=*/false);
   auto sh = shape();
   if (sh.size() != 1) fail_h5(file_, "expected a 1-D dataset", path_);
   if (begin < 0 || count < 0 || begin + count > sh[0])
@@ -620,6 +790,7 @@ std::vector<T> Dataset::read_range(int64_t begin, int64_t count) const {
 
 template <class T>
 std::vector<T> Dataset::read_rows(int64_t begin, int64_t count) const {
+  InHdf5 in_hdf5(file_.c_str(), path_.c_str(), /*metadata=*/false);
   auto sh = shape();
   if (sh.size() != 2) fail_h5(file_, "expected a 2-D dataset", path_);
   if (begin < 0 || count < 0 || begin + count > sh[0])
@@ -636,10 +807,13 @@ std::vector<T> Dataset::read_rows(int64_t begin, int64_t count) const {
 }
 
 std::vector<std::string> Dataset::read_strings() const {
+  InHdf5 in_hdf5(file_.c_str(), path_.c_str(), /*metadata=*/false);
   Id ft(chk(H5Dget_type(id()), *this, "cannot read the element type"));
   if (H5Tget_class(ft.get()) != H5T_STRING) fail_h5(file_, "holds numbers where strings were expected", path_);
   Id space(chk(H5Dget_space(id()), *this, "cannot read the dataspace"));
   const size_t n = static_cast<size_t>(size());
+  check_claim(id(), dataset_filtered(id()), n, H5Tget_size(ft.get()), file_, path_);
+  if (H5Tis_variable_str(ft.get()) > 0 && n > 0) validate_vlen_heap(id(), n, file_, path_);
   auto rd = [&](hid_t mem, void* buf) {
     if (H5Dread(id(), mem, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf) < 0)
       fail_h5(file_, "cannot read strings (file corrupt or truncated?)", path_);
@@ -682,6 +856,7 @@ SCURRY_H5_READ(uint64_t)
 // ---- Group ----------------------------------------------------------------------------------------
 
 Kind Group::child_kind(const std::string& name) const {
+  InHdf5 in_hdf5(file_.c_str(), path_.c_str());
   // Follow the path component by component (H5Lexists fails on a missing intermediate).
   std::string sofar;
   size_t pos = 0;
@@ -705,6 +880,7 @@ Kind Group::child_kind(const std::string& name) const {
 }
 
 std::vector<std::string> Group::children() const {
+  InHdf5 in_hdf5(file_.c_str(), path_.c_str());
   std::vector<std::string> out;
   auto cb = [](hid_t, const char* name, const H5L_info_t*, void* op) -> herr_t {
     static_cast<std::vector<std::string>*>(op)->push_back(name);
@@ -717,12 +893,14 @@ std::vector<std::string> Group::children() const {
 }
 
 Node Group::open_child(const std::string& name) const {
+  InHdf5 in_hdf5(file_.c_str(), path_.c_str());
   Id o(H5Oopen(id(), name.c_str(), H5P_DEFAULT));
   if (!o.valid()) fail_h5(file_, "cannot open '" + name + "' (missing, or file corrupt)", child_path(name));
   return Node(std::move(o), file_, child_path(name));
 }
 
 Group Group::group(const std::string& name) const {
+  InHdf5 in_hdf5(file_.c_str(), path_.c_str());
   const Kind k = child_kind(name);
   if (k == Kind::missing) fail_h5(file_, "missing group '" + name + "'", child_path(name));
   if (k != Kind::group) fail_h5(file_, "'" + name + "' should be a group", child_path(name));
@@ -732,6 +910,7 @@ Group Group::group(const std::string& name) const {
 }
 
 Dataset Group::dataset(const std::string& name) const {
+  InHdf5 in_hdf5(file_.c_str(), path_.c_str());
   const Kind k = child_kind(name);
   if (k == Kind::missing) fail_h5(file_, "missing dataset '" + name + "'", child_path(name));
   if (k != Kind::dataset) fail_h5(file_, "'" + name + "' should be a dataset", child_path(name));
@@ -856,6 +1035,7 @@ Dataset Group::write_string(const std::string& name, const std::string& value) c
 
 File File::open(const std::string& path, bool write) {
   quiet();
+  InHdf5 in_hdf5(path.c_str(), "/");
   std::error_code ec;
   if (!std::filesystem::exists(path, ec)) fail_h5(path, "no such file", path);
   if (std::filesystem::is_directory(path, ec)) fail_h5(path, "is a directory, not an HDF5 file", path);
@@ -912,6 +1092,7 @@ void File::discard() noexcept {
 
 File::~File() {
   if (!id_.valid()) return;
+  InHdf5 in_hdf5(file_.c_str(), "/");
   H5Fclose(id_.get());
   id_.release();
 }

@@ -26,12 +26,19 @@ Matrix read_tenx_matrix(const h5::Group& g) {
   CsrF m;
   m.n_rows = shape[1];  // cells
   m.n_cols = shape[0];  // genes
-  m.indptr = indptr.read<int64_t>();
-  if (static_cast<int64_t>(m.indptr.size()) != m.n_rows + 1)
-    fail_input(path, g.path().substr(1), ": indptr has length ", m.indptr.size(), " but there are ", m.n_rows,
+  // Sizes are checked against each other from the dataspaces, before anything is read.
+  if (indptr.size() != m.n_rows + 1)
+    fail_input(path, g.path().substr(1), ": indptr has length ", indptr.size(), " but there are ", m.n_rows,
                " cells (wrong indptr length)");
   if (data.size() != indices.size())
     fail_input(path, g.path().substr(1), ": data and indices differ in length");
+  if (m.n_cols > 0 && m.n_rows > 0 && data.size() / m.n_cols > m.n_rows)
+    fail_input(path, g.path().substr(1), ": data holds ", data.size(), " entries, more than the ", m.n_cols, " x ",
+               m.n_rows, " matrix has");
+  m.indptr = indptr.read<int64_t>();
+  if (m.indptr.back() != data.size())
+    fail_input(path, g.path().substr(1), ": indptr ends at ", m.indptr.back(), " but data holds ", data.size(),
+               " entries (wrong nnz)");
   m.indices = indices.read<int32_t>();
   m.data = data.read<float>();
   validate_csr(m, where);

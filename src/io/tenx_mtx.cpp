@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <cstdio>
 #include <filesystem>
 #include <limits>
 #include <memory>
@@ -215,6 +216,23 @@ Mtx read_mtx(const std::string& path) {
     fail_input(path, "line ", size_line, ": ", nnz, " entries do not fit a ", rows, " x ", cols,
                " matrix; the size line is corrupt");
 
+  // The declared entry count is checked against what the file can hold before memory is reserved
+  // for it: an entry line "G C V\n" takes at least 6 bytes; a gzipped file inflates at most 1032-fold
+  // (deflate's maximum ratio), so there the reservation is capped and the count checked at the end.
+  const int64_t max_entries = [&] {
+    std::error_code ec;
+    const auto bytes = static_cast<double>(fs::file_size(path, ec));
+    unsigned char magic[2] = {0, 0};
+    if (FILE* f = std::fopen(path.c_str(), "rb")) {
+      if (std::fread(magic, 1, 2, f) != 2) magic[0] = 0;
+      std::fclose(f);
+    }
+    const bool gz = magic[0] == 0x1f && magic[1] == 0x8b;
+    return static_cast<int64_t>(std::min(9e18, (ec ? 0.0 : bytes) * (gz ? 1032.0 : 1.0) / 6.0)) + 1;
+  }();
+  if (nnz > max_entries)
+    fail_input(path, "line ", size_line, ": declares ", nnz, " entries, more than the file's ", fs::file_size(path),
+               " bytes can hold (the size line is corrupt or the file truncated)");
   std::vector<int32_t> cell, gene;
   std::vector<float> val;
   cell.reserve(static_cast<size_t>(nnz));

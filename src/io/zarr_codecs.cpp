@@ -14,15 +14,39 @@ namespace scurry::zarr {
 
 namespace {
 
-Bytes blosc_decode(const Bytes& in, const std::string& where) {
+// Bounds on what a compressed chunk may claim to decode to, checked before the output is allocated
+// (a 30-byte chunk must not make the reader allocate gigabytes): exactly the chunk's bytes when the
+// caller knows them (`expected`), else at most kMaxRatio x the compressed size. deflate's ratio
+// cannot pass 1032:1 (zlib's technical notes: a 258-byte match costs at least 2 bits); zstd's and
+// blosc's (whose inner codecs include zstd) cannot pass ~32768:1 (a 3-byte RLE block header stands
+// for at most 128 KiB); 65536 leaves room for the frame overheads of tiny inputs.
+constexpr size_t kMaxRatioDeflate = 1032;
+constexpr size_t kMaxRatio = 65536;
+constexpr size_t kSlackBytes = size_t(1) << 16;
+size_t decoded_limit(size_t in_size, size_t expected, size_t ratio) {
+  return expected ? expected : in_size * ratio + kSlackBytes;
+}
+// claim: the size a header states, or (streams without one) the bytes decoded so far + 1, "at least".
+[[noreturn]] void fail_claim(const std::string& where, const char* codec, unsigned long long claim, size_t in_size,
+                             size_t expected, bool at_least = false) {
+  if (expected)
+    fail_input(where, "corrupt ", codec, " data (it decodes to ", at_least ? "at least " : "", claim,
+               " bytes, the chunk holds ", expected, ": wrong chunk size); the store is damaged, rewrite it");
+  fail_input(where, "corrupt ", codec, " data (", in_size, " compressed bytes ", at_least ? "decode to at least " : "claim to decode to ", claim,
+             "); the store is damaged, rewrite it");
+}
+
+Bytes blosc_decode(const Bytes& in, size_t expected, const std::string& where) {
   size_t nbytes = 0;
   if (in.size() < BLOSC_MIN_HEADER_LENGTH || blosc_cbuffer_validate(in.data(), in.size(), &nbytes) != 0)
-    fail_input(where, ": corrupt blosc data (invalid header); the store is damaged, rewrite it");
+    fail_input(where, "corrupt blosc data (invalid header); the store is damaged, rewrite it");
+  if (expected ? nbytes != expected : nbytes > decoded_limit(in.size(), 0, kMaxRatio))
+    fail_claim(where, "blosc", nbytes, in.size(), expected);
   Bytes out(nbytes);
   if (nbytes == 0) return out;
   const int r = blosc_decompress_ctx(in.data(), out.data(), out.size(), 1);
   if (r <= 0 || static_cast<size_t>(r) != nbytes)
-    fail_input(where, ": corrupt blosc data (decompression failed); the store is damaged, rewrite it");
+    fail_input(where, "corrupt blosc data (decompression failed); the store is damaged, rewrite it");
   return out;
 }
 
@@ -39,17 +63,23 @@ Bytes blosc_encode(const Codec& c, const Bytes& in) {
 
 Bytes zstd_decode(const Bytes& in, size_t expected, const std::string& where) {
   const unsigned long long known = ZSTD_getFrameContentSize(in.data(), in.size());
-  if (known == ZSTD_CONTENTSIZE_ERROR) fail_input(where, ": corrupt zstd data (not a zstd frame); rewrite the store");
+  if (known == ZSTD_CONTENTSIZE_ERROR) fail_input(where, "corrupt zstd data (not a zstd frame); rewrite the store");
   if (known != ZSTD_CONTENTSIZE_UNKNOWN) {
+    if (expected ? known != expected : known > decoded_limit(in.size(), 0, kMaxRatio))
+      fail_claim(where, "zstd", known, in.size(), expected);
     Bytes out(static_cast<size_t>(known));
     const size_t r = ZSTD_decompress(out.data(), out.size(), in.data(), in.size());
     if (ZSTD_isError(r) || r != out.size())
-      fail_input(where, ": corrupt zstd data (", ZSTD_isError(r) ? ZSTD_getErrorName(r) : "short frame",
+      fail_input(where, "corrupt zstd data (", ZSTD_isError(r) ? ZSTD_getErrorName(r) : "short frame",
                  "); rewrite the store");
     return out;
   }
   // Streaming: the content size is not in the frame header.
   ZSTD_DStream* ds = ZSTD_createDStream();
+  struct FreeDs {
+    ZSTD_DStream* d;
+    ~FreeDs() { ZSTD_freeDStream(d); }
+  } free_ds{ds};
   Bytes out(expected ? expected : std::max<size_t>(in.size() * 4, 1024));
   ZSTD_inBuffer ib{in.data(), in.size(), 0};
   ZSTD_outBuffer ob{out.data(), out.size(), 0};
@@ -59,7 +89,9 @@ Bytes zstd_decode(const Bytes& in, size_t expected, const std::string& where) {
     if (ZSTD_isError(r)) break;
     if (r == 0 && ib.pos == ib.size) break;
     if (ob.pos == ob.size) {
-      out.resize(out.size() * 2);
+      const size_t limit = decoded_limit(in.size(), expected, kMaxRatio);
+      if (out.size() >= limit) fail_claim(where, "zstd", out.size() + 1, in.size(), expected, true);
+      out.resize(std::min(out.size() * 2, limit));
       ob.dst = out.data();
       ob.size = out.size();
     } else if (ib.pos == ib.size) {
@@ -67,9 +99,8 @@ Bytes zstd_decode(const Bytes& in, size_t expected, const std::string& where) {
       break;
     }
   }
-  ZSTD_freeDStream(ds);
   if (ZSTD_isError(r) || r != 0)
-    fail_input(where, ": corrupt zstd data (", ZSTD_isError(r) ? ZSTD_getErrorName(r) : "truncated frame",
+    fail_input(where, "corrupt zstd data (", ZSTD_isError(r) ? ZSTD_getErrorName(r) : "truncated frame",
                "); rewrite the store");
   out.resize(ob.pos);
   return out;
@@ -91,13 +122,21 @@ Bytes zstd_encode(const Codec& c, const Bytes& in) {
 Bytes inflate_any(const Bytes& in, size_t expected, const std::string& where) {
   z_stream s{};
   if (inflateInit2(&s, 15 + 32) != Z_OK) fail("zlib: inflateInit2 failed");
+  struct End {
+    z_stream* z;
+    ~End() { inflateEnd(z); }
+  } end{&s};
   Bytes out(expected ? expected : std::max<size_t>(in.size() * 4, 1024));
   s.next_in = const_cast<Bytef*>(in.data());
   s.avail_in = static_cast<uInt>(in.size());
   size_t have = 0;
   int r = Z_OK;
   while (true) {
-    if (have == out.size()) out.resize(out.size() * 2);
+    if (have == out.size()) {
+      const size_t limit = decoded_limit(in.size(), expected, kMaxRatioDeflate);
+      if (out.size() >= limit) fail_claim(where, "gzip/zlib", out.size() + 1, in.size(), expected, true);
+      out.resize(std::min(out.size() * 2, limit));
+    }
     s.next_out = out.data() + have;
     s.avail_out = static_cast<uInt>(std::min<size_t>(out.size() - have, std::numeric_limits<uInt>::max()));
     const uInt before = s.avail_out;
@@ -107,9 +146,8 @@ Bytes inflate_any(const Bytes& in, size_t expected, const std::string& where) {
     if (r != Z_OK && r != Z_BUF_ERROR) break;
     if (r == Z_BUF_ERROR && s.avail_in == 0) break;  // truncated
   }
-  inflateEnd(&s);
   if (r != Z_STREAM_END)
-    fail_input(where, ": corrupt gzip/zlib data (", s.msg ? s.msg : "truncated stream", "); rewrite the store");
+    fail_input(where, "corrupt gzip/zlib data (", s.msg ? s.msg : "truncated stream", "); rewrite the store");
   out.resize(have);
   return out;
 }
@@ -160,15 +198,15 @@ uint32_t crc32c(const uint8_t* p, size_t n) {
 
 Bytes decode(const Codec& c, const Bytes& in, size_t expected, const std::string& where) {
   switch (c.kind) {
-    case Codec::Kind::blosc: return blosc_decode(in, where);
+    case Codec::Kind::blosc: return blosc_decode(in, expected, where);
     case Codec::Kind::zstd: return zstd_decode(in, expected, where);
     case Codec::Kind::gzip:
     case Codec::Kind::zlib: return inflate_any(in, expected, where);
     case Codec::Kind::crc32c: {
-      if (in.size() < 4) fail_input(where, ": chunk too short for its crc32c checksum; rewrite the store");
+      if (in.size() < 4) fail_input(where, "chunk too short for its crc32c checksum; rewrite the store");
       const size_t n = in.size() - 4;
       if (crc32c(in.data(), n) != le32(in.data() + n))
-        fail_input(where, ": crc32c checksum mismatch (corrupt chunk); rewrite the store");
+        fail_input(where, "crc32c checksum mismatch (corrupt chunk); rewrite the store");
       return Bytes(in.begin(), in.begin() + static_cast<std::ptrdiff_t>(n));
     }
   }
@@ -191,18 +229,18 @@ Bytes encode(const Codec& c, const Bytes& in) {
 }
 
 std::vector<std::string> decode_vlen_utf8(const Bytes& in, int64_t count, const std::string& where) {
-  if (in.size() < 4) fail_input(where, ": vlen-utf8 chunk shorter than its 4-byte header");
+  if (in.size() < 4) fail_input(where, "vlen-utf8 chunk shorter than its 4-byte header");
   const int64_t n = le32(in.data());
   if (n != count)
-    fail_input(where, ": vlen-utf8 chunk holds ", n, " strings but the chunk shape needs ", count,
+    fail_input(where, "vlen-utf8 chunk holds ", n, " strings but the chunk shape needs ", count,
                " (wrong chunk size)");
   std::vector<std::string> out(static_cast<size_t>(n));
   size_t pos = 4;
   for (int64_t i = 0; i < n; ++i) {
-    if (pos + 4 > in.size()) fail_input(where, ": vlen-utf8 chunk is truncated at item ", i);
+    if (pos + 4 > in.size()) fail_input(where, "vlen-utf8 chunk is truncated at item ", i);
     const size_t len = le32(in.data() + pos);
     pos += 4;
-    if (len > in.size() - pos) fail_input(where, ": vlen-utf8 chunk is truncated at item ", i);
+    if (len > in.size() - pos) fail_input(where, "vlen-utf8 chunk is truncated at item ", i);
     out[i].assign(reinterpret_cast<const char*>(in.data() + pos), len);
     pos += len;
   }

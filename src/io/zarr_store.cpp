@@ -546,6 +546,20 @@ ArrayMeta Store::array_meta(const std::string& path) const {
     if (m.shape[i] < 0) fail_input(w, ": negative shape");
     if (m.chunks[i] <= 0) fail_input(w, ": chunk sizes must be positive");
   }
+  // Products of the shape and of the chunk shape (element counts, chunk bytes) are used as sizes:
+  // each must stay far from int64's range (2^62 elements; a chunk of at most 2^31 bytes, blosc's limit
+  // and far above any writer's).
+  auto bounded_product = [&](const std::vector<int64_t>& v, int64_t limit, const char* what) {
+    int64_t p = 1;
+    for (int64_t x : v) {
+      if (x != 0 && p > limit / x) fail_input(w, ": its ", what, " is too large (file corrupt?)");
+      p *= x;
+    }
+    return p;
+  };
+  bounded_product(m.shape, int64_t(1) << 62, "shape");
+  bounded_product(m.chunks, (int64_t(1) << 31) / std::max(m.itemsize, 1), "chunk shape");
+  if (m.sharded) bounded_product(m.shard, int64_t(1) << 62, "shard shape");
   return m;
 }
 
@@ -644,8 +658,7 @@ std::vector<E> Array::gather(int64_t begin, int64_t end, int threads, const E& f
   if (begin < 0 || end < begin || end > m_.shape[0])
     fail("zarr: rows [", begin, ", ", end, ") out of range for ", w);
   const int64_t row_elems = product(std::vector<int64_t>(m_.shape.begin() + 1, m_.shape.end()));
-  std::vector<E> out(static_cast<size_t>((end - begin) * row_elems), fill);
-  if (end == begin || row_elems == 0) return out;
+  if (end == begin || row_elems == 0) return std::vector<E>(static_cast<size_t>((end - begin) * row_elems), fill);
   // The chunks covering the rows: all chunks along the other axes.
   std::vector<int64_t> grid(r);
   for (int d = 0; d < r; ++d) grid[d] = (m_.shape[d] + m_.chunks[d] - 1) / m_.chunks[d];
@@ -654,6 +667,35 @@ std::vector<E> Array::gather(int64_t begin, int64_t end, int threads, const E& f
   for (int d = 1; d < r; ++d) per_row *= grid[d];
   const int64_t n_chunks = (c1 - c0) * per_row;
   const int64_t chunk_elems = product(m_.chunks);
+  const int64_t n_out = (end - begin) * row_elems;
+  // Sizes claimed by the metadata are checked against what the store holds before the output is
+  // allocated: a 200-byte .zarray saying shape [10^12] must not make the reader allocate terabytes.
+  // A read of more than kCheckedReadBytes must be backed by the array's stored objects (chunk or
+  // shard files, counted in one walk of its directory): at least half of it by their number times
+  // the elements each stands for, and all of it by their bytes times kMaxDecodeRatio (no codec
+  // scurry reads inflates more: zarr_codecs.cpp). An array that large and mostly fill_value is
+  // refused (zarr allows it; no AnnData writer makes one).
+  constexpr int64_t kCheckedReadBytes = int64_t(256) << 20;
+  constexpr double kMaxDecodeRatio = 65536;
+  if (n_out > kCheckedReadBytes / static_cast<int64_t>(sizeof(E))) {
+    double files = 0, bytes = 0;
+    std::error_code ec;
+    for (fs::recursive_directory_iterator it(fs::path(store_->root()) / path_, ec), e; !ec && it != e; it.increment(ec)) {
+      const std::string name = it->path().filename().string();
+      if (!it->is_regular_file(ec) || name == "zarr.json" || name[0] == '.') continue;
+      files += 1;
+      bytes += static_cast<double>(it->file_size(ec));
+    }
+    double per_object = 1;
+    if (m_.sharded)
+      for (int d = 0; d < r; ++d) per_object *= static_cast<double>(m_.shard[d] / m_.chunks[d]);
+    const double backed = files * per_object * static_cast<double>(chunk_elems);
+    const double item = std::max(1.0, static_cast<double>(m_.itemsize));
+    if (2 * backed < static_cast<double>(n_out) || bytes * kMaxDecodeRatio < static_cast<double>(n_out) * item)
+      fail_input(w, ": its metadata claims ", n_out, " elements for rows [", begin, ", ", end, ") but its ", files,
+                 " stored chunks (", bytes, " bytes) cannot hold them (the store is damaged or truncated)");
+  }
+  std::vector<E> out(static_cast<size_t>(n_out), fill);
   parallel_for(threads, n_chunks, [&](int64_t t) {
     std::vector<int64_t> idx(r);
     int64_t rest = t;

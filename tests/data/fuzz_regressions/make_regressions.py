@@ -1,0 +1,123 @@
+#!/usr/bin/python3
+"""Writes the hostile-input regression files of tests/io/test_hostile_inputs.cpp and
+tests/cli/test_hostile.sh (issue 16, points 3 and 4). Each is a small valid file made with h5py
+(Debian's, on libhdf5 1.10.8) and then damaged at one documented place:
+
+  10x_vlen_heap_contiguous.h5  a Cell Ranger v3 .h5 whose matrix/barcodes (variable-length strings,
+                               contiguous) name a global heap object whose size field is 2^29 + 7:
+                               libhdf5 1.10.8's H5Dread crashes on it (SIGSEGV); scurry checks the
+                               heap references first (InputError, exit 2).
+  10x_vlen_heap_chunked.h5     the same damage with barcodes chunked and gzip-compressed: the
+                               references are inside compressed chunks, not checked by scurry, and
+                               libhdf5 crashes: the CLI's crash guard reports it (exit 2, one line).
+  10x_indptr_lies.h5           matrix/indptr's dataspace claims 4,294,967,296 int64 elements (a
+                               chunked dataset never written: 12 KB of file); the reader used to
+                               allocate 34 GB before any check.
+  h5ad_indptr_lies.h5ad        the same for an h5ad's X/indptr.
+  h5ad_attr_heap_hang.h5ad     a valid small h5ad whose global heap collections (holding the
+                               variable-length string attributes, e.g. encoding-type) have their
+                               free-space object's size set to 0: libhdf5 1.10.8 loops forever
+                               reading any such attribute (H5HG__cache_heap_deserialize). The CLI's
+                               watchdog ends it (exit 2, one line).
+  10x_metadata_huge_alloc.h5   found by fuzz_tenx_h5 (libFuzzer, from the seed v2.h5): a damaged
+                               object header under which libhdf5's metadata cache asks malloc for
+                               ~4e18 bytes (an AddressSanitizer report inside libhdf5 under the fuzzer;
+                               elsewhere malloc fails and libhdf5 returns an error). Kept as found.
+  10x_bad_number_type.h5       found by fuzz_tenx_h5 (from v3.h5): matrix/data's integer type has
+                               bit fields outside its 32 bits; libhdf5's H5T__conv_i_f smashes its
+                               stack (glibc aborts). Kept as found.
+  10x_heap_freespace_hang.h5   found by fuzz_tenx_h5 (libFuzzer, from the seed v3_vlen.h5): the same
+                               damage under matrix/barcodes, a dataset: scurry's heap check refuses it.
+
+  /usr/bin/python3 tests/data/fuzz_regressions/make_regressions.py
+"""
+import os
+import h5py, numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+S = h5py.string_dtype()
+
+
+def tenx(path, barcodes_kw=None, indptr_lies=False):
+    n_cells, n_genes = 6, 4
+    with h5py.File(path, "w") as f:
+        m = f.create_group("matrix")
+        m["data"] = np.array([1, 2, 3, 4, 5, 6], dtype=np.int32)
+        m["indices"] = np.array([0, 1, 2, 3, 0, 1], dtype=np.int64)
+        if indptr_lies:
+            m.create_dataset("indptr", shape=(1 << 32,), dtype=np.int64, chunks=(1 << 16,))
+        else:
+            m["indptr"] = np.array([0, 1, 2, 3, 4, 5, 6], dtype=np.int64)
+        m["shape"] = np.array([n_genes, n_cells], dtype=np.int32)
+        m.create_dataset("barcodes", data=["AAAC-%d" % i for i in range(n_cells)], dtype=S, **(barcodes_kw or {}))
+        ft = m.create_group("features")
+        ft.create_dataset("id", data=np.array(["ENSG%d" % i for i in range(n_genes)], dtype="S"))
+        ft.create_dataset("name", data=np.array(["G%d" % i for i in range(n_genes)], dtype="S"))
+        ft.create_dataset("feature_type", data=np.array(["Gene Expression"] * n_genes, dtype="S"))
+
+
+def zero_free_space(path):
+    """In every global heap collection, sets the free-space object's (index 0) size to 0."""
+    b = bytearray(open(path, "rb").read())
+    g = b.find(b"GCOL")
+    n = 0
+    while g >= 0:
+        size = int.from_bytes(b[g + 8:g + 16], "little")
+        p = g + 16
+        while p + 16 <= g + size:
+            idx = int.from_bytes(b[p:p + 2], "little")
+            osize = int.from_bytes(b[p + 8:p + 16], "little")
+            if idx == 0:
+                b[p + 8:p + 16] = bytes(8)
+                n += 1
+                break
+            p += 16 + (osize + 7) // 8 * 8
+        g = b.find(b"GCOL", g + 4)
+    assert n > 0
+    open(path, "wb").write(bytes(b))
+
+
+def damage_heap(path):
+    """Sets byte 3 of the size field of the global heap's 3rd object (a barcode) to 0x20."""
+    b = bytearray(open(path, "rb").read())
+    g = b.find(b"GCOL")
+    assert g >= 0
+    obj = g + 16 + 2 * 24  # collection header 16 bytes; objects of 16 + 8 bytes ("AAAC-n" padded)
+    assert b[obj] == 3, b[obj]  # the object's index
+    b[obj + 8 + 3] = 0x20
+    open(path, "wb").write(bytes(b))
+
+
+p = os.path.join(HERE, "10x_vlen_heap_contiguous.h5")
+tenx(p); damage_heap(p)
+p = os.path.join(HERE, "10x_vlen_heap_chunked.h5")
+tenx(p, {"chunks": (6,), "compression": "gzip"}); damage_heap(p)
+tenx(os.path.join(HERE, "10x_indptr_lies.h5"), indptr_lies=True)
+
+
+def small_h5ad(path, indptr_lies):
+  with h5py.File(path, "w") as f:
+      f.attrs["encoding-type"] = "anndata"
+      f.attrs["encoding-version"] = "0.1.0"
+      x = f.create_group("X")
+      x.attrs["encoding-type"] = "csr_matrix"
+      x.attrs["encoding-version"] = "0.1.0"
+      x.attrs["shape"] = np.array([3, 2], dtype=np.int64)
+      x["data"] = np.array([1, 2], dtype=np.float32)
+      x["indices"] = np.array([0, 1], dtype=np.int32)
+      if indptr_lies:
+          x.create_dataset("indptr", shape=(1 << 32,), dtype=np.int64, chunks=(1 << 16,))
+      else:
+          x["indptr"] = np.array([0, 1, 2, 2], dtype=np.int64)
+      for g in ("obs", "var"):
+          grp = f.create_group(g)
+          grp.attrs["encoding-type"] = "dataframe"
+          grp.attrs["encoding-version"] = "0.2.0"
+          grp.attrs["_index"] = "_index"
+          grp.attrs["column-order"] = np.array([], dtype=S)
+          grp.create_dataset("_index", data=["a%d" % i for i in range(3 if g == "obs" else 2)], dtype=S)
+
+
+small_h5ad(os.path.join(HERE, "h5ad_indptr_lies.h5ad"), True)
+p = os.path.join(HERE, "h5ad_attr_heap_hang.h5ad")
+small_h5ad(p, False); zero_free_space(p)
