@@ -329,6 +329,7 @@ std::optional<Value> read_value(const Reader& r, const std::string& p) {
   const std::string enc = encoding_of(r.s, p);
   if (k == NodeKind::group) {
     if (enc.empty() || enc == "dict") return Value(read_dict(r, p));
+    if (enc == "dataframe") return Value(read_dataframe(r, p));
     log::warn(r.where(p) + ": skipped (encoding '" + enc + "' is not supported in uns)");
     return std::nullopt;
   }
@@ -485,6 +486,11 @@ void write_value(const Writer& w, const std::string& parent, const std::string& 
         } else if constexpr (std::is_same_v<X, bool>) {
           const uint8_t b = x ? 1 : 0;
           zarr::write_numeric(w.dir(p), {}, &b, DType::boolean, enc("numeric-scalar", "0.2.0"), scalar);
+        } else if constexpr (std::is_same_v<X, Table>) {
+          write_dataframe(w, p, x);
+        } else if constexpr (std::is_same_v<X, RecArray>) {
+          fail_input(w.store, p, ": record arrays (rank_genes_groups' names, scores, ...) are not yet written to ",
+                     "zarr stores; write an .h5ad instead");
         } else {
           int64_t n = 1;
           for (auto s : x.shape) n *= s;
