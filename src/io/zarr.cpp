@@ -336,6 +336,7 @@ std::optional<Value> read_value(const Reader& r, const std::string& p) {
   if (k != NodeKind::array) return std::nullopt;
   if (enc == "null") return std::nullopt;
   Array a(r.s, p);
+  if (a.meta().record.is_array()) return Value(a.read_records(r.threads));
   if (a.is_string()) {
     auto v = a.read_strings(r.threads);
     if (a.rank() == 0) return Value(v.at(0));
@@ -489,8 +490,7 @@ void write_value(const Writer& w, const std::string& parent, const std::string& 
         } else if constexpr (std::is_same_v<X, Table>) {
           write_dataframe(w, p, x);
         } else if constexpr (std::is_same_v<X, RecArray>) {
-          fail_input(w.store, p, ": record arrays (rank_genes_groups' names, scores, ...) are not yet written to ",
-                     "zarr stores; write an .h5ad instead");
+          zarr::write_records(w.dir(p), x, enc("rec-array", "0.2.0"), w.spec);
         } else {
           int64_t n = 1;
           for (auto s : x.shape) n *= s;

@@ -39,6 +39,10 @@ test ! -e "$tmp/bad.h5ad"
   --markers-tsv "$tmp/r.tsv"
 "$scurry" -q run "$repo/data/pbmc3k_first1000_10x_mtx" -o "$tmp/n.h5ad" --no-markers
 
+# the C++ writers (h5ad and zarr) of a seeded result, read by anndata
+SCURRY_WRITE_RGG="$tmp/api" "$(dirname "$scurry")/tests/test_rank_genes_groups" --gtest_filter='*WriteForPython' >/dev/null
+test -s "$tmp/api.h5ad" && test -d "$tmp/api.zarr"
+
 "$py" -W error - "$tmp" <<'PY'
 import sys
 import numpy as np
@@ -86,5 +90,16 @@ t = pd.read_csv(f"{tmp}/r.tsv", sep="\t")
 assert len(t) == r.raw.n_vars * len(ur["names"].dtype.names)
 n = ad.read_h5ad(f"{tmp}/n.h5ad")
 assert "rank_genes_groups" not in n.uns and "leiden" in n.obs
+h, z = ad.read_h5ad(f"{tmp}/api.h5ad"), ad.read_zarr(f"{tmp}/api.zarr")
+for k in ["names", "scores", "pvals", "pvals_adj", "logfoldchanges"]:
+    a, b = h.uns["rank_genes_groups"][k], z.uns["rank_genes_groups"][k]
+    assert a.dtype.names == b.dtype.names == ("a", "b", "c", "d"), (k, a.dtype, b.dtype)
+    for g in a.dtype.names:
+        assert a.dtype[g].kind == b.dtype[g].kind, (k, g, a.dtype[g], b.dtype[g])
+        if k == "names":
+            assert list(a[g]) == list(b[g]), (k, g)
+        else:
+            np.testing.assert_array_equal(a[g], b[g], err_msg=k)
+pd.testing.assert_frame_equal(h.uns["rank_genes_groups"]["pts"], z.uns["rank_genes_groups"]["pts"])
 print("rank-genes-groups CLI: ok")
 PY

@@ -6,11 +6,13 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <numeric>
 #include <random>
 
 #include "core/error.hpp"
 #include "io/h5ad.hpp"
+#include "io/zarr.hpp"
 #include "testlib.hpp"
 #include "tl/rank_genes_groups.hpp"
 #include "tl/stats.hpp"
@@ -328,7 +330,8 @@ TEST(RankGenesGroups, UnsLayoutAndH5adRoundTrip) {
   rank_genes_groups_inplace(d, o, Context::cpu(2));
   test::TempDir tmp;
   write_h5ad(d, tmp.path("o.h5ad"));
-  const Dataset back = read_h5ad(tmp.path("o.h5ad"));
+  write_zarr(d, tmp.path("o.zarr"));
+  for (const Dataset& back : {read_h5ad(tmp.path("o.h5ad")), read_zarr(tmp.path("o.zarr"))}) {
   const Dict& u = back.uns.at("markers").dict();
   const Dict& u0 = d.uns.at("markers").dict();
   for (const char* k : {"names", "scores", "pvals", "pvals_adj", "logfoldchanges"}) {
@@ -359,6 +362,26 @@ TEST(RankGenesGroups, UnsLayoutAndH5adRoundTrip) {
   EXPECT_EQ(df.n_rows(), 20);
   EXPECT_EQ(df.names(), (std::vector<std::string>{"group", "names", "scores", "logfoldchanges", "pvals", "pvals_adj",
                                                   "pct_nz_group", "pct_nz_reference"}));
+  }
+  ZarrWriteOptions v3;
+  v3.format = 3;
+  EXPECT_THROW(write_zarr(d, tmp.path("o3.zarr"), v3), InputError);  // no structured dtypes in zarr v3
+}
+
+// Not a test of its own: with SCURRY_WRITE_RGG=PREFIX set, writes PREFIX.h5ad and PREFIX.zarr (a
+// wilcoxon result with pts) for tests/cli/test_rank_genes_groups_cli.sh to read with anndata.
+TEST(RankGenesGroups, WriteForPython) {
+  const char* prefix = std::getenv("SCURRY_WRITE_RGG");
+  if (!prefix) GTEST_SKIP() << "SCURRY_WRITE_RGG not set";
+  Dataset d = rgg_data(test::fresh_seed(), 150, 20);
+  RankGenesGroupsOptions o;
+  o.groupby = "grp";
+  o.method = "wilcoxon";
+  o.pts = true;
+  o.n_genes = 6;
+  rank_genes_groups_inplace(d, o, Context::cpu(2));
+  write_h5ad(d, std::string(prefix) + ".h5ad");
+  write_zarr(d, std::string(prefix) + ".zarr");
 }
 
 TEST(RankGenesGroups, FilterAgainstDirectFractions) {
