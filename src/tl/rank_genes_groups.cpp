@@ -2,8 +2,12 @@
 #include "tl/rank_genes_groups.hpp"
 
 #include <algorithm>
+#include <chrono>
+#include <ctime>
+#include <cstdlib>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <limits>
 #include <numeric>
 #include <set>
@@ -56,11 +60,65 @@ Grouping grouping_of(const Table& obs, const std::string& key) {
   return g;
 }
 
+// Gene-major copy of a CSR float matrix, in parallel: the cells in kTransposeBlocks fixed blocks;
+// per block and gene the count of kept entries, prefix sums over (gene, block), then every block
+// scatters its entries into its own ranges: the cells stay in order within a gene, and the result
+// does not depend on the thread count.
+constexpr int64_t kTransposeBlocks = 64;
+CsrF gene_major_csr(const CsrF& x, const std::vector<int64_t>& slot, int64_t n_genes, const Context& ctx) {
+  const int64_t nb = std::min<int64_t>(kTransposeBlocks, std::max<int64_t>(1, x.n_rows));
+  auto rows_of = [&](int64_t b, int64_t& r0, int64_t& r1) {
+    r0 = x.n_rows * b / nb;
+    r1 = x.n_rows * (b + 1) / nb;
+  };
+  std::vector<int64_t> cnt(static_cast<size_t>(nb * n_genes), 0);  // [block * n_genes + gene]
+  parallel_for(ctx.threads(), nb, [&](int64_t b) {
+    int64_t r0, r1;
+    rows_of(b, r0, r1);
+    for (int64_t p = x.indptr[r0]; p < x.indptr[r1]; ++p) {
+      const int64_t s = slot[x.indices[p]];
+      const float v = x.data[p];
+      if (s >= 0 && v != 0 && !std::isnan(v)) ++cnt[b * n_genes + s];
+    }
+  });
+  CsrF t;
+  t.n_rows = n_genes;
+  t.n_cols = x.n_rows;
+  t.indptr.assign(static_cast<size_t>(n_genes) + 1, 0);
+  int64_t run = 0;
+  for (int64_t g = 0; g < n_genes; ++g) {
+    for (int64_t b = 0; b < nb; ++b) {
+      const int64_t c = cnt[b * n_genes + g];
+      cnt[b * n_genes + g] = run;  // start of (gene, block)
+      run += c;
+    }
+    t.indptr[g + 1] = run;
+  }
+  t.indices.resize(static_cast<size_t>(run));
+  t.data.resize(static_cast<size_t>(run));
+  parallel_for(ctx.threads(), nb, [&](int64_t b) {
+    int64_t r0, r1;
+    rows_of(b, r0, r1);
+    for (int64_t r = r0; r < r1; ++r)
+      for (int64_t p = x.indptr[r]; p < x.indptr[r + 1]; ++p) {
+        const int64_t s = slot[x.indices[p]];
+        const float v = x.data[p];
+        if (s >= 0 && v != 0 && !std::isnan(v)) {
+          const int64_t q = cnt[b * n_genes + s]++;
+          t.indices[q] = static_cast<int32_t>(r);
+          t.data[q] = v;
+        }
+      }
+  });
+  return t;
+}
+
 // Gene-major copy (genes x cells CSR) of columns `genes` of a cells x genes matrix; zeros and NaN
 // dropped (scanpy calls eliminate_zeros).
-CsrF gene_major(const Matrix& m, const std::vector<int64_t>& genes) {
+CsrF gene_major(const Matrix& m, const std::vector<int64_t>& genes, const Context& ctx) {
   std::vector<int64_t> slot(static_cast<size_t>(m.n_cols()), -1);
   for (size_t k = 0; k < genes.size(); ++k) slot[static_cast<size_t>(genes[k])] = static_cast<int64_t>(k);
+  if (const auto* x = std::get_if<CsrF>(&m.m)) return gene_major_csr(*x, slot, static_cast<int64_t>(genes.size()), ctx);
   CsrF t;
   t.n_rows = static_cast<int64_t>(genes.size());
   t.n_cols = m.n_rows();
@@ -120,13 +178,76 @@ std::vector<int64_t> top_n(const std::vector<double>& key, int64_t n_top) {
 // (value, bucket) are sorted by value. n: the number of selected cells; n_in[b]: selected cells per
 // bucket; nnz_in[b]: their nonzeros. Adds R[b] for every selected bucket and returns the tie term
 // sum(t^3 - t) over all tie groups (the zeros included).
-double rank_sums(const std::vector<std::pair<float, int32_t>>& sorted, const std::vector<uint8_t>& sel, int64_t n,
+// A nonzero as one sortable 64-bit key: the float's bits mapped to an unsigned order-preserving
+// code (negatives flipped, positives with the sign bit set) in the high half, the bucket in the low
+// half. Sorting the keys sorts by value; equal values have equal high halves.
+inline uint64_t rank_key(float v, int32_t bucket) {
+  uint32_t u;
+  std::memcpy(&u, &v, 4);
+  u = (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+  return (static_cast<uint64_t>(u) << 32) | static_cast<uint32_t>(bucket);
+}
+inline uint32_t key_value(uint64_t k) { return static_cast<uint32_t>(k >> 32); }
+inline int32_t key_bucket(uint64_t k) { return static_cast<int32_t>(k & 0xffffffffu); }
+inline bool key_positive(uint64_t k) { return (key_value(k) & 0x80000000u) != 0; }
+
+constexpr int64_t kRankChunk = 256;  // genes per wilcoxon work item
+
+bool rows_sorted(const CsrF& x, const Context& ctx) {
+  const int64_t nb = std::min<int64_t>(kTransposeBlocks, std::max<int64_t>(1, x.n_rows));
+  std::vector<uint8_t> ok(static_cast<size_t>(nb), 1);
+  parallel_for(ctx.threads(), nb, [&](int64_t b) {
+    const int64_t r0 = x.n_rows * b / nb, r1 = x.n_rows * (b + 1) / nb;
+    for (int64_t r = r0; r < r1 && ok[b]; ++r)
+      for (int64_t q = x.indptr[r] + 1; q < x.indptr[r + 1]; ++q)
+        if (x.indices[q] <= x.indices[q - 1]) {
+          ok[b] = 0;
+          break;
+        }
+  });
+  return std::all_of(ok.begin(), ok.end(), [](uint8_t v) { return v != 0; });
+}
+
+// Sorts every row's entries by column (a duplicate column's entries stay, in their order).
+void sort_rows(CsrF& x, const Context& ctx) {
+  parallel_for(ctx.threads(), x.n_rows, [&](int64_t r) {
+    const int64_t p0 = x.indptr[r], n = x.indptr[r + 1] - p0;
+    std::vector<std::pair<int32_t, float>> e(static_cast<size_t>(n));
+    for (int64_t k = 0; k < n; ++k) e[k] = {x.indices[p0 + k], x.data[p0 + k]};
+    std::stable_sort(e.begin(), e.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+    for (int64_t k = 0; k < n; ++k) x.indices[p0 + k] = e[k].first, x.data[p0 + k] = e[k].second;
+  });
+}
+
+// Sorts keys by their high 32 bits (the value; rank_key) with an LSD radix sort of 8-bit digits,
+// skipping digits every key shares. The order within equal values is irrelevant to the ranks.
+void radix_sort_by_value(std::vector<uint64_t>& a, std::vector<uint64_t>& tmp) {
+  const size_t n = a.size();
+  if (n < 64) {
+    std::sort(a.begin(), a.end());
+    return;
+  }
+  tmp.resize(n);
+  for (int shift = 32; shift < 64; shift += 8) {
+    size_t cnt[257] = {0};
+    for (uint64_t k : a) ++cnt[((k >> shift) & 0xff) + 1];
+    bool trivial = false;
+    for (int d = 1; d <= 256; ++d)
+      if (cnt[d] == n) trivial = true;
+    if (trivial) continue;
+    for (int d = 1; d <= 256; ++d) cnt[d] += cnt[d - 1];
+    for (uint64_t k : a) tmp[cnt[(k >> shift) & 0xff]++] = k;
+    a.swap(tmp);
+  }
+}
+
+double rank_sums(const std::vector<uint64_t>& sorted, const std::vector<uint8_t>& sel, int64_t n,
                  const std::vector<int64_t>& n_in, const std::vector<int64_t>& nnz_in, std::vector<double>& R) {
   int64_t nnz = 0, n_neg = 0;
-  for (const auto& [v, b] : sorted)
-    if (sel[b]) {
+  for (uint64_t k : sorted)
+    if (sel[key_bucket(k)]) {
       ++nnz;
-      n_neg += v < 0;
+      n_neg += !key_positive(k);
     }
   const int64_t z = n - nnz;
   double ties = 0;
@@ -135,16 +256,17 @@ double rank_sums(const std::vector<std::pair<float, int32_t>>& sorted, const std
   for (size_t s = 0; s < m;) {
     size_t e = s;
     int64_t t = 0;
-    while (e < m && sorted[e].first == sorted[s].first) {
-      t += sel[sorted[e].second];
+    const uint32_t v = key_value(sorted[s]);
+    while (e < m && key_value(sorted[e]) == v) {
+      t += sel[key_bucket(sorted[e])];
       ++e;
     }
     if (t > 0) {
       // ranks (1-based) of this tie group: pos+1 .. pos+t, shifted past the zeros for positives
-      const double base = static_cast<double>(pos) + (sorted[s].first > 0 ? static_cast<double>(z) : 0.0);
+      const double base = static_cast<double>(pos) + (key_positive(sorted[s]) ? static_cast<double>(z) : 0.0);
       const double avg = base + (static_cast<double>(t) + 1.0) / 2.0;
       for (size_t k = s; k < e; ++k)
-        if (sel[sorted[k].second]) R[sorted[k].second] += avg;
+        if (sel[key_bucket(sorted[k])]) R[key_bucket(sorted[k])] += avg;
       const double td = static_cast<double>(t);
       ties += td * td * td - td;
       pos += t;
@@ -289,31 +411,42 @@ DenseD logistic_regression(const CsrF& X, const std::vector<int32_t>& y, int K, 
 
 // ---- statistics -----------------------------------------------------------------------------------
 
-GeneGroupStats gene_group_stats(const CsrF& gm, const std::vector<int32_t>& codes, int64_t n_categories,
+GeneGroupStats gene_group_stats(const CsrF& x, const std::vector<int32_t>& codes, int64_t n_categories,
                                 const Context& ctx) {
   GeneGroupStats s;
-  s.n_genes = gm.n_rows;
+  s.n_genes = x.n_cols;
   s.n_categories = n_categories;
-  const int64_t B = n_categories + 1;
+  const int64_t B = n_categories + 1, G = s.n_genes;
+  if (static_cast<int64_t>(codes.size()) != x.n_rows)
+    fail("gene_group_stats: ", codes.size(), " cell codes for ", x.n_rows, " rows");
   s.n_cells.assign(static_cast<size_t>(B), 0);
   for (int32_t c : codes) ++s.n_cells[c < 0 ? n_categories : c];
-  const size_t sz = static_cast<size_t>(B * s.n_genes);
-  s.sum.assign(sz, 0.0);
-  s.sum_sq.assign(sz, 0.0);
-  s.nnz.assign(sz, 0);
-  const int64_t nb = (s.n_genes + kGeneBlock - 1) / kGeneBlock;
-  parallel_for(ctx.threads(), nb, [&](int64_t blk) {
-    const int64_t j1 = std::min(s.n_genes, (blk + 1) * kGeneBlock);
-    for (int64_t j = blk * kGeneBlock; j < j1; ++j)
-      for (int64_t q = gm.indptr[j]; q < gm.indptr[j + 1]; ++q) {
-        const int32_t c = codes[gm.indices[q]];
-        const size_t at = static_cast<size_t>((c < 0 ? n_categories : c) * s.n_genes + j);
-        const double v = gm.data[q];
-        s.sum[at] += v;
-        s.sum_sq[at] += v * v;
-        ++s.nnz[at];
+  // Per fixed block of cells, float64 partials [sum | sum_sq | nnz][bucket][gene], added in block
+  // order (reduce_blocks): the same bits for any thread count.
+  const int64_t nb = std::min<int64_t>(kTransposeBlocks, std::max<int64_t>(1, x.n_rows));
+  const size_t plane = static_cast<size_t>(B * G);
+  std::vector<double> acc;
+  reduce_blocks(ctx.threads(), nb, 3 * plane, acc, [&](int64_t b, double* part) {
+    const int64_t r0 = x.n_rows * b / nb, r1 = x.n_rows * (b + 1) / nb;
+    for (int64_t r = r0; r < r1; ++r) {
+      const int32_t c = codes[r];
+      double* ps = part + static_cast<size_t>((c < 0 ? n_categories : c) * G);
+      double* pq = ps + plane;
+      double* pn = pq + plane;
+      for (int64_t q = x.indptr[r]; q < x.indptr[r + 1]; ++q) {
+        const double v = x.data[q];
+        if (v == 0 || std::isnan(v)) continue;
+        const int32_t j = x.indices[q];
+        ps[j] += v;
+        pq[j] += v * v;
+        pn[j] += 1;
       }
+    }
   });
+  s.sum.assign(acc.begin(), acc.begin() + plane);
+  s.sum_sq.assign(acc.begin() + plane, acc.begin() + 2 * plane);
+  s.nnz.resize(plane);
+  for (size_t i = 0; i < plane; ++i) s.nnz[i] = static_cast<int64_t>(acc[2 * plane + i]);
   return s;
 }
 
@@ -406,15 +539,39 @@ RankGenesGroupsResult rank_genes_groups(const Dataset& d, const RankGenesGroupsO
   if (o.n_genes && *o.n_genes <= 0) throw InputError("rank_genes_groups: n_genes must be positive");
   res.n_top = n_top;
 
-  const CsrF gm = gene_major(*X, genes);
+  auto T0 = std::chrono::steady_clock::now();
+  std::clock_t C0 = std::clock();
+  auto lap = [&](const char* what) {
+    if (!std::getenv("SCURRY_RGG_TIMES")) return;
+    auto t = std::chrono::steady_clock::now();
+    std::clock_t c = std::clock();
+    std::fprintf(stderr, "[rgg] %s %.3f s wall %.3f s cpu\n", what, std::chrono::duration<double>(t - T0).count(),
+                 static_cast<double>(c - C0) / CLOCKS_PER_SEC);
+    T0 = t;
+    C0 = c;
+  };
+  // The tested cells x genes matrix as CSR float: X itself when it already is one and every gene
+  // is tested, else a copy of the tested genes.
+  CsrF copy;
+  const CsrF* xp = std::get_if<CsrF>(&X->m);
+  if (!xp || !o.mask_var.empty()) {
+    const CsrF full = xp ? CsrF() : to_csr_f(*X);
+    const CsrF& src = xp ? *xp : full;
+    copy = o.mask_var.empty() ? src : take_cols(src, genes);
+    xp = &copy;
+  }
+  const CsrF& xc = *xp;
+  lap("matrix");
   if (method != "logreg") {
     // scanpy warns when the data look like counts
     bool ints = true;
-    for (size_t q = 0; q < gm.data.size() && ints; ++q) ints = gm.data[q] >= 0 && gm.data[q] == std::floor(gm.data[q]);
-    if (ints && !gm.data.empty())
+    for (size_t q = 0; q < xc.data.size() && ints; ++q) ints = xc.data[q] >= 0 && xc.data[q] == std::floor(xc.data[q]);
+    if (ints && !xc.data.empty())
       log::warn("rank_genes_groups: the data look like raw counts (non-negative integers); logarithmize them first");
   }
-  const GeneGroupStats st = gene_group_stats(gm, gr.codes, n_cat, ctx);
+  lap("count check");
+  const GeneGroupStats st = gene_group_stats(xc, gr.codes, n_cat, ctx);
+  lap("stats");
   const int64_t B = n_cat + 1;
   std::vector<double> tot_sum(static_cast<size_t>(G), 0), tot_sq(static_cast<size_t>(G), 0);
   std::vector<int64_t> tot_nnz(static_cast<size_t>(G), 0);
@@ -482,8 +639,7 @@ RankGenesGroupsResult rank_genes_groups(const Dataset& d, const RankGenesGroupsO
         y.push_back(static_cast<int32_t>(std::lower_bound(classes.begin(), classes.end(), c) - classes.begin()));
       }
     }
-    CsrF Xs = transpose(gm);  // cells x genes
-    Xs = take_rows(Xs, rows);
+    const CsrF Xs = take_rows(xc, rows);
     const DenseD coef = logistic_regression(Xs, y, static_cast<int>(classes.size()), o.logreg_C, o.logreg_max_iter,
                                             o.logreg_tol, ctx);
     // scanpy: binary -> one field (the first group) holding coef_[0]; else the row of each group's code
@@ -532,22 +688,46 @@ RankGenesGroupsResult rank_genes_groups(const Dataset& d, const RankGenesGroupsO
         res.pvals[f][j] = std::isnan(tt.p) ? 1.0 : tt.p;
       }
   } else {
-    // wilcoxon: rank sums per gene
+    // wilcoxon: per chunk of kRankChunk genes, every cell's entries of those genes (found by binary
+    // search in its sorted row) become sortable keys, one list per gene; each list is sorted by
+    // value (radix) and ranked. Rows with unsorted columns are sorted first (a copy).
+    const CsrF* xs = &xc;
+    CsrF sorted_copy;
+    if (!rows_sorted(xc, ctx)) {
+      sorted_copy = xc;
+      sort_rows(sorted_copy, ctx);
+      xs = &sorted_copy;
+    }
+    lap("row order");
     std::vector<double> Rsum(F * static_cast<size_t>(G), 0.0), T(F * static_cast<size_t>(G), 1.0);
-    const int64_t nb = (G + kGeneBlock - 1) / kGeneBlock;
+    const int64_t nb = (G + kRankChunk - 1) / kRankChunk;
     parallel_for(ctx.threads(), nb, [&](int64_t blk) {
-      std::vector<std::pair<float, int32_t>> sorted;
+      const int64_t g0 = blk * kRankChunk, g1 = std::min(G, g0 + kRankChunk);
+      std::vector<std::vector<uint64_t>> keys(static_cast<size_t>(g1 - g0));
+      for (int64_t j = g0; j < g1; ++j) {
+        int64_t n = 0;
+        for (int64_t b = 0; b < B; ++b) n += st.nnz[b * G + j];
+        keys[j - g0].reserve(static_cast<size_t>(n));
+      }
+      for (int64_t r = 0; r < N; ++r) {
+        const int32_t* i0 = xs->indices.data() + xs->indptr[r];
+        const int32_t* i1 = xs->indices.data() + xs->indptr[r + 1];
+        const int32_t* it = std::lower_bound(i0, i1, static_cast<int32_t>(g0));
+        if (it == i1 || *it >= g1) continue;
+        const int32_t c = gr.codes[r];
+        const int32_t bucket = c < 0 ? static_cast<int32_t>(n_cat) : c;
+        for (; it != i1 && *it < g1; ++it) {
+          const float v = xs->data[it - xs->indices.data()];
+          if (v != 0 && !std::isnan(v)) keys[*it - g0].push_back(rank_key(v, bucket));
+        }
+      }
+      std::vector<uint64_t> tmp;
       std::vector<double> R(static_cast<size_t>(B));
       std::vector<int64_t> nnz_b(static_cast<size_t>(B));
       std::vector<uint8_t> all(static_cast<size_t>(B), 1), pair(static_cast<size_t>(B), 0);
-      const int64_t j1 = std::min(G, (blk + 1) * kGeneBlock);
-      for (int64_t j = blk * kGeneBlock; j < j1; ++j) {
-        sorted.clear();
-        for (int64_t q = gm.indptr[j]; q < gm.indptr[j + 1]; ++q) {
-          const int32_t c = gr.codes[gm.indices[q]];
-          sorted.emplace_back(gm.data[q], c < 0 ? static_cast<int32_t>(n_cat) : c);
-        }
-        std::sort(sorted.begin(), sorted.end());
+      for (int64_t j = g0; j < g1; ++j) {
+        std::vector<uint64_t>& sorted = keys[j - g0];
+        radix_sort_by_value(sorted, tmp);
         for (int64_t b = 0; b < B; ++b) nnz_b[b] = st.nnz[b * G + j];
         if (ref < 0) {
           std::fill(R.begin(), R.end(), 0.0);
@@ -570,6 +750,7 @@ RankGenesGroupsResult rank_genes_groups(const Dataset& d, const RankGenesGroupsO
             T[f * G + j] = o.tie_correct ? 1.0 - ties / (Md * Md * Md - Md) : 1.0;
           }
         }
+        std::vector<uint64_t>().swap(sorted);
       }
     });
     for (size_t f = 0; f < F; ++f) {
@@ -585,6 +766,7 @@ RankGenesGroupsResult rank_genes_groups(const Dataset& d, const RankGenesGroupsO
       }
     }
   }
+  lap("test");
   for (size_t f = 0; f < F; ++f) {
     res.pvals_adj.push_back(o.corr_method == "benjamini-hochberg" ? stats::benjamini_hochberg(res.pvals[f])
                                                                    : stats::bonferroni(res.pvals[f]));
@@ -593,6 +775,7 @@ RankGenesGroupsResult rank_genes_groups(const Dataset& d, const RankGenesGroupsO
       for (double& v : key) v = std::fabs(v);
     res.order.push_back(top_n(key, n_top));
   }
+  lap("adjust+order");
   return res;
 }
 
@@ -803,7 +986,7 @@ void filter_rank_genes_groups(Dataset& d, const FilterRankGenesGroupsOptions& o,
       std::vector<int64_t> uniq = cols;
       std::sort(uniq.begin(), uniq.end());
       uniq.erase(std::unique(uniq.begin(), uniq.end()), uniq.end());
-      const CsrF gm = gene_major(*X, uniq);
+      const CsrF gm = gene_major(*X, uniq, ctx);
       for (size_t k = 0; k < cols.size(); ++k) {
         const int64_t j = std::lower_bound(uniq.begin(), uniq.end(), cols[k]) - uniq.begin();
         double s_in = 0, s_out = 0;

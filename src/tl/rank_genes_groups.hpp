@@ -3,12 +3,13 @@
 // exactly as scanpy does (record arrays names/scores/pvals/pvals_adj/logfoldchanges, params,
 // pts/pts_rest dataframes).
 //
-// How it is computed (the shape a GPU backend reproduces): the tested matrix is taken gene-major
-// (CSC); per gene, in one pass over its nonzeros, per-category float64 sums, sums of squares and
-// nonzero counts (GeneGroupStats), and for wilcoxon the rank sums per category: only the nonzeros
-// are sorted, all zeros share one average rank (Mann & Whitney 1947; tie correction as
-// scipy.stats.tiecorrect). Genes are independent, so results do not depend on the thread count.
-// "rest" statistics are the totals minus the group's.
+// How it is computed (the shape a GPU backend reproduces): one pass over the cells x genes CSR gives
+// per-category float64 sums, sums of squares and nonzero counts per gene (GeneGroupStats; fixed row
+// blocks combined in block order). wilcoxon then takes the matrix gene-major (a parallel counting
+// transpose) and, per gene, sorts only its nonzeros: all zeros share one average rank (Mann &
+// Whitney 1947; tie correction as scipy.stats.tiecorrect), rank sums per category in one pass.
+// Genes are independent, so results do not depend on the thread count. "rest" statistics are the
+// totals minus the group's.
 //
 // Known differences from scanpy:
 // - scanpy orders equal scores with np.argsort (not stable); here equal scores keep gene order.
@@ -18,6 +19,8 @@
 //   coefficients agree with sklearn's where both converge; scanpy's top genes are matched at >= 80%.
 // - mask_var (scanpy 1.10) is accepted: only genes with var[mask_var] true are tested.
 // - pts with method logreg are computed too.
+//
+// SCURRY_RGG_TIMES=1 in the environment prints each phase's wall and CPU seconds to stderr.
 #pragma once
 #include <cstdint>
 #include <optional>
@@ -80,9 +83,10 @@ struct RankGenesGroupsResult {
 // fewer than 2 cells, use_raw without raw, ...).
 RankGenesGroupsResult rank_genes_groups(const Dataset& d, const RankGenesGroupsOptions& opt, const Context& ctx);
 
-// Low level: the statistics of a gene-major matrix (genes x cells CSR, i.e. the cells x genes
-// matrix's CSC) for cell categories `codes` (-1 = none) in [0, n_categories).
-GeneGroupStats gene_group_stats(const CsrF& genes_by_cells, const std::vector<int32_t>& codes, int64_t n_categories,
+// Low level: the statistics of a cells x genes CSR matrix for cell categories `codes` (-1 = none)
+// in [0, n_categories): one pass over the rows in fixed blocks, float64 partials combined in block
+// order (zeros and NaN skipped).
+GeneGroupStats gene_group_stats(const CsrF& cells_by_genes, const std::vector<int32_t>& codes, int64_t n_categories,
                                 const Context& ctx);
 
 // Writes the result into d.uns[key] as scanpy 1.9.6 does.

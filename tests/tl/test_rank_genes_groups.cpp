@@ -420,3 +420,54 @@ TEST(RankGenesGroups, FilterAgainstDirectFractions) {
   EXPECT_GT(kept, 0);
   EXPECT_GT(dropped, 0);
 }
+
+TEST(RankGenesGroups, UnsortedRowsExplicitZerosAndMaskVar) {
+  const Dataset d = rgg_data(test::fresh_seed(), 200, 25);
+  // the same matrix with every row's entries reversed and an explicit zero where a gene is absent
+  Dataset e = d;
+  {
+    const CsrF& x = d.X.csr_f();
+    CsrF y = CsrF::zeros(x.n_rows, x.n_cols);
+    for (int64_t r = 0; r < x.n_rows; ++r) {
+      std::vector<uint8_t> present(static_cast<size_t>(x.n_cols), 0);
+      for (int64_t q = x.indptr[r + 1]; q-- > x.indptr[r];) {
+        y.indices.push_back(x.indices[q]);
+        y.data.push_back(x.data[q]);
+        present[x.indices[q]] = 1;
+      }
+      for (int32_t j = 0; j < x.n_cols; ++j)
+        if (!present[j] && (r + j) % 7 == 0) {
+          y.indices.push_back(j);
+          y.data.push_back(0.0f);
+          break;
+        }
+      y.indptr[r + 1] = static_cast<int64_t>(y.data.size());
+    }
+    e.X = Matrix(std::move(y));
+  }
+  for (const char* m : {"t-test", "wilcoxon"}) {
+    RankGenesGroupsOptions o;
+    o.groupby = "grp";
+    o.method = m;
+    o.pts = true;
+    const auto a = rank_genes_groups(d, o, Context::cpu(2));
+    const auto b = rank_genes_groups(e, o, Context::cpu(2));
+    for (int g = 0; g < 4; ++g) {
+      EXPECT_EQ(a.scores[g], b.scores[g]) << m;
+      EXPECT_EQ(a.pts[g], b.pts[g]) << m;  // explicit zeros are not expressed
+    }
+    // mask_var: only the even genes, each with its score from the full run
+    Dataset dm = d;
+    std::vector<uint8_t> even(25);
+    for (int j = 0; j < 25; ++j) even[j] = j % 2 == 0;
+    dm.var.set("even", Column::boolean(even));
+    o.mask_var = "even";
+    const auto c = rank_genes_groups(dm, o, Context::cpu(2));
+    ASSERT_EQ(c.gene_names.size(), 13u);
+    for (int g = 0; g < 4; ++g)
+      for (size_t k = 0; k < 13; ++k) {
+        EXPECT_EQ(c.gene_names[k], "g" + std::to_string(2 * k));
+        EXPECT_EQ(c.scores[g][k], a.scores[g][2 * k]) << m;
+      }
+  }
+}
