@@ -65,6 +65,8 @@ Grouping grouping_of(const Table& obs, const std::string& key) {
 // scatters its entries into its own ranges: the cells stay in order within a gene, and the result
 // does not depend on the thread count.
 constexpr int64_t kTransposeBlocks = 64;
+// Row blocks of the group statistics: each holds 3 x (groups + 1) x genes float64 partials, so few.
+constexpr int64_t kStatsBlocks = 16;
 CsrF gene_major_csr(const CsrF& x, const std::vector<int64_t>& slot, int64_t n_genes, const Context& ctx) {
   const int64_t nb = std::min<int64_t>(kTransposeBlocks, std::max<int64_t>(1, x.n_rows));
   auto rows_of = [&](int64_t b, int64_t& r0, int64_t& r1) {
@@ -423,7 +425,7 @@ GeneGroupStats gene_group_stats(const CsrF& x, const std::vector<int32_t>& codes
   for (int32_t c : codes) ++s.n_cells[c < 0 ? n_categories : c];
   // Per fixed block of cells, float64 partials [sum | sum_sq | nnz][bucket][gene], added in block
   // order (reduce_blocks): the same bits for any thread count.
-  const int64_t nb = std::min<int64_t>(kTransposeBlocks, std::max<int64_t>(1, x.n_rows));
+  const int64_t nb = std::min<int64_t>(kStatsBlocks, std::max<int64_t>(1, x.n_rows));
   const size_t plane = static_cast<size_t>(B * G);
   std::vector<double> acc;
   reduce_blocks(ctx.threads(), nb, 3 * plane, acc, [&](int64_t b, double* part) {
