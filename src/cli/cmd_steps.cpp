@@ -101,6 +101,33 @@ void add_rank_genes_groups_command(CLI::App& app, GlobalOptions& g) {
   });
 }
 
+void add_aggregate_command(CLI::App& app, GlobalOptions& g) {
+  struct Cmd {
+    std::string input, output;
+    ReadOptions read;
+    AggregateOptions opt;
+  };
+  auto o = std::make_shared<Cmd>();
+  CLI::App* cmd = app.add_subcommand("aggregate",
+                                     "aggregate: pseudobulk of the cells by obs columns (sc.get.aggregate's AnnData)");
+  cmd->add_option("IN", o->input, "Input: an h5ad file, a 10x .h5 file or a 10x mtx directory")->required();
+  cmd->add_option("-o,--output", o->output, "Output .h5ad file: one row per group, a layer per function, no X")
+      ->required();
+  add_aggregate_options(*cmd, o->opt);
+  cmd->callback([&g, o] {
+    log::set_quiet(g.quiet);
+    check_output_path(o->output, ".h5ad", "-o/--output");
+    Context ctx = Context::cpu(g.context.threads);
+    const Dataset d = read_any(o->input, o->read);
+    const Dataset out = aggregate(d, o->opt, ctx);
+    make_parent_dirs(o->output);
+    H5adWriteOptions w;
+    w.allow_no_x = true;  // as sc.get.aggregate: X is None
+    write_h5ad(out, o->output, w);
+    log::info("wrote " + o->output + " (" + std::to_string(out.n_obs()) + " groups)");
+  });
+}
+
 }  // namespace
 
 void add_step_commands(CLI::App& app, GlobalOptions& g) {
@@ -159,6 +186,7 @@ void add_step_commands(CLI::App& app, GlobalOptions& g) {
                                 [](CLI::App& c, LeidenOptions& o) { add_leiden_options(c, o, false); },
                                 [](Context& ctx, Dataset& d, const LeidenOptions& o) { leiden(ctx, d, o); });
   add_rank_genes_groups_command(app, g);
+  add_aggregate_command(app, g);
 }
 
 }  // namespace scurry::cli

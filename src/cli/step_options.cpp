@@ -230,6 +230,19 @@ void add_rank_genes_groups_options(CLI::App& cmd, RankGenesGroupsOptions& o, std
                  "pvals_adj[, pct_nz_group, pct_nz_reference]) to this file");
 }
 
+void add_aggregate_options(CLI::App& cmd, AggregateOptions& o) {
+  cmd.add_option("--by", o.by, "aggregate: obs columns to group the cells by (comma-separated)")
+      ->delimiter(',')
+      ->required();
+  cmd.add_option("--func", o.func, "aggregate: sum, mean, count_nonzero and/or var (comma-separated), one layer each")
+      ->delimiter(',')
+      ->check(CLI::IsMember({"sum", "mean", "count_nonzero", "var"}))
+      ->required();
+  cmd.add_option("--mask", o.mask, "aggregate: only the cells where this boolean obs column is true");
+  cmd.add_option("--dof", o.dof, "aggregate: var's delta degrees of freedom")->capture_default_str();
+  cmd.add_option("--layer", o.layer, "aggregate: this layer instead of X");
+}
+
 void add_preprocess_options(CLI::App& cmd, PreprocessOptions& o) {
   add_qc_options(cmd, o);
   add_filter_cells_options(cmd, o.filter_cells);

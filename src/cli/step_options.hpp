@@ -9,6 +9,7 @@
 #include "graph/neighbors.hpp"
 #include "graph/umap.hpp"
 #include "pp/preprocess.hpp"
+#include "get/aggregate.hpp"
 #include "tl/rank_genes_groups.hpp"
 
 namespace scurry::cli {
@@ -39,6 +40,9 @@ void add_leiden_options(CLI::App& cmd, LeidenOptions& o, bool prefixed);
 // the sc.get.rank_genes_groups_df table.
 void add_rank_genes_groups_options(CLI::App& cmd, RankGenesGroupsOptions& o, std::string& tsv, bool in_run,
                                    bool* enabled = nullptr);
+
+// sc.get.aggregate: --by, --func, --mask, --dof, --layer.
+void add_aggregate_options(CLI::App& cmd, AggregateOptions& o);
 
 // --knn-shard queries|index (parse_knn_shard), for `run --gpus` and `bench --graph --gpus`; `when`
 // starts the help ("With --gpus").

@@ -1,5 +1,5 @@
 // rank_genes_groups against scanpy 1.9.6's own output on pbmc3k (tests/data/golden/
-// pbmc3k_first1000.scanpy_rgg.h5: sc.tl.rank_genes_groups(adata, 'leiden', method=M, use_raw=True),
+// pbmc3k_first1000.scanpy_tl.h5: sc.tl.rank_genes_groups(adata, 'leiden', method=M, use_raw=True),
 // the top 300 genes of each of the 7 groups, stored as float32).
 #include <gtest/gtest.h>
 
@@ -26,7 +26,7 @@ struct Golden {
 };
 
 Golden load(const std::string& method_key) {
-  h5::File f = h5::File::open(test::test_data("golden/pbmc3k_first1000.scanpy_rgg.h5"));
+  h5::File f = h5::File::open(test::test_data("golden/pbmc3k_first1000.scanpy_tl.h5"));
   h5::Group g = f.group(method_key);
   Golden out;
   out.groups = g.dataset("groups").read_strings();
