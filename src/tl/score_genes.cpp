@@ -104,7 +104,7 @@ ScoreGenesResult score_genes(const Dataset& d, const ScoreGenesOptions& o, const
   }
   const int64_t P = static_cast<int64_t>(genes.size());
   const int64_t n_items = static_cast<int64_t>(std::nearbyint(static_cast<double>(P) / (o.n_bins - 1)));
-  if (n_items < 1) throw InputError("score_genes: too few genes (", P, ") for ", o.n_bins, " bins");
+  if (n_items < 1) throw InputError(detail::concat("score_genes: too few genes (", P, ") for ", o.n_bins, " bins"));
   std::vector<int64_t> order(static_cast<size_t>(P));
   std::iota(order.begin(), order.end(), int64_t{0});
   std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return avg[a] < avg[b]; });

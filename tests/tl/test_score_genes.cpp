@@ -103,7 +103,7 @@ TEST(ScoreGenes, ScoreIsSetMeanMinusControlMean) {
   EXPECT_GE(ctrl.size(), 14u);  // 3 bins x 7, less set genes drawn
   EXPECT_LE(ctrl.size(), 21u);
   for (int64_t i = 0; i < n; ++i) {
-    const double a = (x(i, 5) + x(i, 100) + static_cast<double>(x(i, 150))) / 3;
+    const double a = (static_cast<double>(x(i, 5)) + x(i, 100) + x(i, 150)) / 3;
     double b = 0;
     for (const auto& c : ctrl) b += x(i, std::stoi(c.substr(1)));
     b /= static_cast<double>(ctrl.size());
