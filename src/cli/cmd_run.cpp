@@ -46,6 +46,7 @@ void run_ranks(const GlobalOptions& g, const RunOptions& o) {
   log::set_quiet(g.quiet);
   check_output_path(o.output, ".h5ad", "-o/--output");
   if (!o.timings.empty()) check_output_path(o.timings, ".json", "--timings");
+  if (!o.markers_tsv.empty()) check_output_path(o.markers_tsv, "", "--markers-tsv");
   // --gpus: the first listed GPU is the main context's; the others' contexts are made first (making
   // one selects its device on this thread; the main context's must be selected last).
   const std::vector<int> devices = selected_gpus(g);
@@ -150,6 +151,7 @@ void add_run_options(CLI::App& cmd, RunOptions& o) {
   add_umap_options(cmd, o.umap, true);
   add_leiden_options(cmd, o.leiden, true);
   cmd.add_flag("!--no-graph", o.graph, "Stop after PCA (no neighbors, UMAP, Leiden)");
+  add_rank_genes_groups_options(cmd, o.rank_genes_groups, o.markers_tsv, true, &o.markers);
   cmd.add_flag("--stream,!--no-stream", o.stream,
                "With --device gpu: stream the preprocessing over row blocks read lazily from an h5ad/zarr input "
                "(out of core: the matrix is never held whole on the GPU; the output has no X, counts layer or "
@@ -318,6 +320,21 @@ std::vector<Step> build_pipeline(const RunOptions& o) {
     p.push_back({"leiden", [&o](Context& ctx, Dataset& d, Timings&) {
                    if (ctx.comm().rank() == 0) leiden(ctx, d, o.leiden);
                  }});
+    if (o.markers)
+      p.push_back({"rank_genes_groups", [&o](Context& ctx, Dataset& d, Timings&) {
+                     if (ctx.comm().rank() != 0) return;
+                     if (d.X.empty() && !d.raw) {  // a streamed run keeps no matrix to test
+                       log::info("rank_genes_groups skipped: a streamed run keeps no X or raw");
+                       return;
+                     }
+                     // marker statistics are CPU work (the GPU backend comes with issue 18.5)
+                     if (ctx.backend() == Backend::cpu) {
+                       rank_genes_groups_inplace(d, o.rank_genes_groups, ctx);
+                     } else {
+                       const Context cpu = Context::cpu(ctx.threads());
+                       rank_genes_groups_inplace(d, o.rank_genes_groups, cpu);
+                     }
+                   }});
   }
   // The rest of the scaled X's copy back from the GPU (what the graph steps did not hide).
   p.push_back({"wait_x", [](Context&, Dataset& d, Timings&) { d.settle(); }});
@@ -328,6 +345,9 @@ std::vector<Step> build_pipeline(const RunOptions& o) {
                  H5adWriteOptions w = o.write;
                  w.allow_no_x = w.allow_no_x || st->on;  // streamed: no X (preprocess_stream.hpp)
                  write_h5ad(d, o.output, w);
+                 if (!o.markers_tsv.empty() && d.uns.count(o.rank_genes_groups.key_added))
+                   write_text_atomic(o.markers_tsv,
+                                     rank_genes_groups_tsv(rank_genes_groups_df(d, o.rank_genes_groups.key_added)));
                }});
   return p;
 }

@@ -73,6 +73,61 @@ void add_graph_step(CLI::App& app, GlobalOptions& g, const std::string& name, co
   });
 }
 
+void add_rank_genes_groups_command(CLI::App& app, GlobalOptions& g) {
+  struct Cmd {
+    std::string input, output, tsv;
+    ReadOptions read;
+    RankGenesGroupsOptions opt;
+  };
+  auto o = std::make_shared<Cmd>();
+  o->opt.groupby = "leiden";
+  CLI::App* cmd = app.add_subcommand("rank-genes-groups",
+                                     "rank_genes_groups: marker genes of each group (uns rank_genes_groups)");
+  cmd->add_option("IN", o->input, "Input: an h5ad file with the groups in obs (after leiden)")->required();
+  cmd->add_option("-o,--output", o->output, "Output .h5ad file (written atomically)")->required();
+  add_rank_genes_groups_options(*cmd, o->opt, o->tsv, false);
+  cmd->callback([&g, o] {
+    log::set_quiet(g.quiet);
+    check_output_path(o->output, ".h5ad", "-o/--output");
+    if (!o->tsv.empty()) check_output_path(o->tsv, "", "--tsv");
+    check_free_space(o->output, input_bytes(o->input), true);
+    Context ctx = Context::cpu(g.context.threads);
+    Dataset d = read_any(o->input, o->read);
+    rank_genes_groups_inplace(d, o->opt, ctx);
+    make_parent_dirs(o->output);
+    write_h5ad(d, o->output);
+    if (!o->tsv.empty()) write_text_atomic(o->tsv, rank_genes_groups_tsv(rank_genes_groups_df(d, o->opt.key_added)));
+    log::info("wrote " + o->output);
+  });
+}
+
+void add_aggregate_command(CLI::App& app, GlobalOptions& g) {
+  struct Cmd {
+    std::string input, output;
+    ReadOptions read;
+    AggregateOptions opt;
+  };
+  auto o = std::make_shared<Cmd>();
+  CLI::App* cmd = app.add_subcommand("aggregate",
+                                     "aggregate: pseudobulk of the cells by obs columns (sc.get.aggregate's AnnData)");
+  cmd->add_option("IN", o->input, "Input: an h5ad file, a 10x .h5 file or a 10x mtx directory")->required();
+  cmd->add_option("-o,--output", o->output, "Output .h5ad file: one row per group, a layer per function, no X")
+      ->required();
+  add_aggregate_options(*cmd, o->opt);
+  cmd->callback([&g, o] {
+    log::set_quiet(g.quiet);
+    check_output_path(o->output, ".h5ad", "-o/--output");
+    Context ctx = Context::cpu(g.context.threads);
+    const Dataset d = read_any(o->input, o->read);
+    const Dataset out = aggregate(d, o->opt, ctx);
+    make_parent_dirs(o->output);
+    H5adWriteOptions w;
+    w.allow_no_x = true;  // as sc.get.aggregate: X is None
+    write_h5ad(out, o->output, w);
+    log::info("wrote " + o->output + " (" + std::to_string(out.n_obs()) + " groups)");
+  });
+}
+
 }  // namespace
 
 void add_step_commands(CLI::App& app, GlobalOptions& g) {
@@ -130,6 +185,8 @@ void add_step_commands(CLI::App& app, GlobalOptions& g) {
   add_graph_step<LeidenOptions>(app, g, "leiden", "leiden: clusters of the neighbours graph (obs leiden)",
                                 [](CLI::App& c, LeidenOptions& o) { add_leiden_options(c, o, false); },
                                 [](Context& ctx, Dataset& d, const LeidenOptions& o) { leiden(ctx, d, o); });
+  add_rank_genes_groups_command(app, g);
+  add_aggregate_command(app, g);
 }
 
 }  // namespace scurry::cli

@@ -23,6 +23,7 @@
 #include "graph/umap.hpp"
 #include "pp/preprocess.hpp"
 #include "pp/preprocess_stream.hpp"
+#include "tl/rank_genes_groups.hpp"
 
 namespace scurry::cli {
 
@@ -36,6 +37,15 @@ struct RunOptions {
   UmapOptions umap;
   LeidenOptions leiden;
   bool graph = true;  // --no-graph: stop after PCA
+  // --markers METHOD / --no-markers: end with rank_genes_groups by leiden (scanpy's default method,
+  // t-test); --markers-tsv: also its rank_genes_groups_df table.
+  bool markers = true;
+  RankGenesGroupsOptions rank_genes_groups = [] {
+    RankGenesGroupsOptions r;
+    r.groupby = "leiden";
+    return r;
+  }();
+  std::string markers_tsv;
   // --stream (--device gpu): the preprocessing streamed over row blocks read lazily from the input
   // (preprocess_stream.hpp); also chosen by itself when the input's matrix would not fit the device.
   // --no-stream: never.

@@ -192,6 +192,57 @@ void add_leiden_options(CLI::App& cmd, LeidenOptions& o, bool prefixed) {
       ->capture_default_str();
 }
 
+void add_rank_genes_groups_options(CLI::App& cmd, RankGenesGroupsOptions& o, std::string& tsv, bool in_run,
+                                   bool* enabled) {
+  const std::string pre = in_run ? "--markers-" : "--";
+  const auto methods = CLI::IsMember({"t-test", "t-test_overestim_var", "wilcoxon", "logreg"});
+  if (in_run) {
+    cmd.add_option("--markers", o.method,
+                   "End with rank_genes_groups (uns['rank_genes_groups']) by this method: t-test, "
+                   "t-test_overestim_var, wilcoxon or logreg")
+        ->check(methods)
+        ->capture_default_str();
+    if (enabled) cmd.add_flag("!--no-markers", *enabled, "Do not end with rank_genes_groups");
+  } else {
+    cmd.add_option("--method", o.method, "rank_genes_groups: t-test, t-test_overestim_var, wilcoxon or logreg")
+        ->check(methods)
+        ->capture_default_str();
+  }
+  cmd.add_option(pre + "groupby", o.groupby, "rank_genes_groups: the obs column of groups")->capture_default_str();
+  cmd.add_option(pre + "groups", o.groups, "rank_genes_groups: test only these groups (default: all)")->delimiter(',');
+  cmd.add_option(pre + "reference", o.reference, "rank_genes_groups: 'rest' or the group to compare with")
+      ->capture_default_str();
+  opt_value(cmd, pre + "n-genes", o.n_genes, "rank_genes_groups: genes per group in the tables (default: all)");
+  cmd.add_flag(pre + "rankby-abs", o.rankby_abs, "rank_genes_groups: rank genes by |score|");
+  cmd.add_flag(pre + "pts", o.pts, "rank_genes_groups: also the fraction of cells expressing each gene (pts, pts_rest)");
+  cmd.add_flag(pre + "tie-correct", o.tie_correct, "rank_genes_groups: wilcoxon's tie-corrected variance");
+  cmd.add_option(pre + "corr-method", o.corr_method, "rank_genes_groups: benjamini-hochberg or bonferroni")
+      ->check(CLI::IsMember({"benjamini-hochberg", "bonferroni"}))
+      ->capture_default_str();
+  cmd.add_flag_function(
+      pre + "use-raw,!" + pre + "no-use-raw", [&o](int64_t n) { o.use_raw = n > 0; },
+      "rank_genes_groups: test raw (default: when the input has raw, as scanpy)");
+  cmd.add_option(pre + "layer", o.layer, "rank_genes_groups: test this layer instead of X");
+  cmd.add_option(pre + "mask-var", o.mask_var, "rank_genes_groups: test only the genes of this boolean var column");
+  cmd.add_option(pre + "key-added", o.key_added, "rank_genes_groups: the uns key written")->capture_default_str();
+  cmd.add_option(in_run ? "--markers-tsv" : "--tsv", tsv,
+                 "Also write the table of sc.get.rank_genes_groups_df (group, names, scores, logfoldchanges, pvals, "
+                 "pvals_adj[, pct_nz_group, pct_nz_reference]) to this file");
+}
+
+void add_aggregate_options(CLI::App& cmd, AggregateOptions& o) {
+  cmd.add_option("--by", o.by, "aggregate: obs columns to group the cells by (comma-separated)")
+      ->delimiter(',')
+      ->required();
+  cmd.add_option("--func", o.func, "aggregate: sum, mean, count_nonzero and/or var (comma-separated), one layer each")
+      ->delimiter(',')
+      ->check(CLI::IsMember({"sum", "mean", "count_nonzero", "var"}))
+      ->required();
+  cmd.add_option("--mask", o.mask, "aggregate: only the cells where this boolean obs column is true");
+  cmd.add_option("--dof", o.dof, "aggregate: var's delta degrees of freedom")->capture_default_str();
+  cmd.add_option("--layer", o.layer, "aggregate: this layer instead of X");
+}
+
 void add_preprocess_options(CLI::App& cmd, PreprocessOptions& o) {
   add_qc_options(cmd, o);
   add_filter_cells_options(cmd, o.filter_cells);

@@ -9,6 +9,8 @@
 #include "graph/neighbors.hpp"
 #include "graph/umap.hpp"
 #include "pp/preprocess.hpp"
+#include "get/aggregate.hpp"
+#include "tl/rank_genes_groups.hpp"
 
 namespace scurry::cli {
 
@@ -31,6 +33,17 @@ void add_preprocess_options(CLI::App& cmd, PreprocessOptions& o);
 void add_neighbors_options(CLI::App& cmd, NeighborsOptions& o);
 void add_umap_options(CLI::App& cmd, UmapOptions& o, bool prefixed);
 void add_leiden_options(CLI::App& cmd, LeidenOptions& o, bool prefixed);
+// rank_genes_groups. `in_run`: inside `run` the method is --markers METHOD (and --no-markers turns the
+// step off through `enabled`), the other options carry the prefix --markers- where their plain name
+// could be mistaken for another step's (--markers-groupby, --markers-n-genes, ...); the
+// rank-genes-groups subcommand uses scanpy's plain names. `tsv`: --tsv FILE (--markers-tsv in run),
+// the sc.get.rank_genes_groups_df table.
+void add_rank_genes_groups_options(CLI::App& cmd, RankGenesGroupsOptions& o, std::string& tsv, bool in_run,
+                                   bool* enabled = nullptr);
+
+// sc.get.aggregate: --by, --func, --mask, --dof, --layer.
+void add_aggregate_options(CLI::App& cmd, AggregateOptions& o);
+
 // --knn-shard queries|index (parse_knn_shard), for `run --gpus` and `bench --graph --gpus`; `when`
 // starts the help ("With --gpus").
 void add_knn_shard_option(CLI::App& cmd, KnnShard& target, const std::string& when);

@@ -326,6 +326,7 @@ std::optional<Value> read_value(const Group& parent, const std::string& name) {
     Group g = std::move(n).as_group();
     const std::string enc = encoding_of(g);
     if (enc.empty() || enc == "dict") return Value(read_dict(g));
+    if (enc == "dataframe") return Value(read_dataframe(parent, name));
     log::warn(g.file() + ": skipping " + slot_of(g) + " (encoding '" + enc + "' is not supported in uns)");
     return std::nullopt;
   }
@@ -337,8 +338,9 @@ std::optional<Value> read_value(const Group& parent, const std::string& name) {
     if (shape.empty()) return Value(d.read_string());
     return Value(d.read_strings());
   }
+  if (ti.cls == H5T_COMPOUND) return Value(d.read_compound());
   if (!ti.is_numeric()) {
-    log::warn(d.file() + ": skipping " + slot_of(d) + " (unsupported element type, e.g. a record array)");
+    log::warn(d.file() + ": skipping " + slot_of(d) + " (unsupported element type)");
     return std::nullopt;
   }
   const DType dt = d.dtype();
@@ -489,6 +491,10 @@ void write_value(const Group& g, const std::string& name, const Value& v, int gz
         } else if constexpr (std::is_same_v<X, bool>) {
           const int8_t b = x ? 1 : 0;
           set_encoding(g.write(name, &b, {}, DType::boolean), "numeric-scalar", "0.2.0");
+        } else if constexpr (std::is_same_v<X, RecArray>) {
+          set_encoding(g.write_compound(name, x, gzip), "rec-array", "0.2.0");
+        } else if constexpr (std::is_same_v<X, Table>) {
+          write_dataframe(g, name, x);
         } else {
           int64_t n = 1;
           for (auto s : x.shape) n *= s;

@@ -1020,6 +1020,120 @@ Dataset Group::write_strings(const std::string& name, const std::vector<std::str
   return Dataset(std::move(d), file_, child_path(name));
 }
 
+Dataset Group::write_compound(const std::string& name, const RecArray& a, int gzip) const {
+  const size_t n = static_cast<size_t>(a.n);
+  // Packed record layout: a char* per string field, the dtype's width per numeric field.
+  std::vector<size_t> offset(a.fields.size());
+  size_t rec = 0;
+  for (size_t f = 0; f < a.fields.size(); ++f) {
+    const RecField& fl = a.fields[f];
+    if ((fl.is_string ? fl.str.size() : fl.num.size()) != n)
+      fail_input(file_, element_name(child_path(name)), ": record field '", fl.name, "' has ",
+                 fl.is_string ? fl.str.size() : fl.num.size(), " values, expected ", n);
+    offset[f] = rec;
+    rec += fl.is_string ? sizeof(char*) : static_cast<size_t>(dtype_size(fl.dtype));
+  }
+  if (a.fields.empty()) fail_input(file_, element_name(child_path(name)), ": a record array needs at least one field");
+  Id mt(H5Tcreate(H5T_COMPOUND, rec));
+  std::vector<Id> members;
+  for (size_t f = 0; f < a.fields.size(); ++f) {
+    const RecField& fl = a.fields[f];
+    members.push_back(fl.is_string ? vlen_utf8() : file_type(fl.dtype));
+    if (H5Tinsert(mt.get(), fl.name.c_str(), offset[f], members.back().get()) < 0)
+      fail_h5(file_, "cannot build the record type (field '" + fl.name + "')", child_path(name));
+  }
+  std::vector<unsigned char> buf(n * rec);
+  for (size_t f = 0; f < a.fields.size(); ++f) {
+    const RecField& fl = a.fields[f];
+    for (size_t i = 0; i < n; ++i) {
+      unsigned char* dst = buf.data() + i * rec + offset[f];
+      if (fl.is_string) {
+        const char* p = fl.str[i].c_str();
+        std::memcpy(dst, &p, sizeof p);
+        continue;
+      }
+      const double v = fl.num[i];
+      switch (fl.dtype) {
+        case DType::f32: { const float x = static_cast<float>(v); std::memcpy(dst, &x, 4); break; }
+        case DType::f64: std::memcpy(dst, &v, 8); break;
+        case DType::i8: case DType::boolean: { const int8_t x = static_cast<int8_t>(v); std::memcpy(dst, &x, 1); break; }
+        case DType::u8: { const uint8_t x = static_cast<uint8_t>(v); std::memcpy(dst, &x, 1); break; }
+        case DType::i16: { const int16_t x = static_cast<int16_t>(v); std::memcpy(dst, &x, 2); break; }
+        case DType::u16: { const uint16_t x = static_cast<uint16_t>(v); std::memcpy(dst, &x, 2); break; }
+        case DType::i32: { const int32_t x = static_cast<int32_t>(v); std::memcpy(dst, &x, 4); break; }
+        case DType::u32: { const uint32_t x = static_cast<uint32_t>(v); std::memcpy(dst, &x, 4); break; }
+        case DType::i64: { const int64_t x = static_cast<int64_t>(v); std::memcpy(dst, &x, 8); break; }
+        case DType::u64: { const uint64_t x = static_cast<uint64_t>(v); std::memcpy(dst, &x, 8); break; }
+      }
+    }
+  }
+  const std::vector<int64_t> dims{static_cast<int64_t>(n)};
+  Id space = simple_space(dims);
+  Id pl = dataset_create_plist(dims, rec, gzip);
+  Id d(H5Dcreate2(id(), name.c_str(), mt.get(), space.get(), H5P_DEFAULT, pl.get(), H5P_DEFAULT));
+  if (!d.valid()) fail_h5_write(file_, "cannot create dataset '" + name + "'", child_path(name));
+  if (n > 0)
+    chk_status(H5Dwrite(d.get(), mt.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, buf.data()), file_,
+               "cannot write dataset '" + name + "'", child_path(name));
+  return Dataset(std::move(d), file_, child_path(name));
+}
+
+RecArray Dataset::read_compound() const {
+  Id ft(H5Dget_type(id()));
+  if (!ft.valid() || H5Tget_class(ft.get()) != H5T_COMPOUND) fail_h5(file_, "is not a compound (record) dataset", path_);
+  const auto sh = shape();
+  if (sh.size() != 1) fail_input(file_, element_name(path_), ": record arrays must be 1-D, found ", sh.size(), " dimensions");
+  RecArray a;
+  a.n = sh[0];
+  const int nm = H5Tget_nmembers(ft.get());
+  for (int m = 0; m < nm; ++m) {
+    char* cname = H5Tget_member_name(ft.get(), static_cast<unsigned>(m));
+    RecField fl;
+    fl.name = cname ? cname : "";
+    H5free_memory(cname);
+    Id mt_file(H5Tget_member_type(ft.get(), static_cast<unsigned>(m)));
+    const TypeInfo ti = describe_type(mt_file.get());
+    if (ti.is_string) {
+      // One-member memory compound: HDF5 converts that member only (fixed or vlen to vlen UTF-8).
+      Id st = vlen_utf8();
+      Id mt(H5Tcreate(H5T_COMPOUND, sizeof(char*)));
+      H5Tinsert(mt.get(), fl.name.c_str(), 0, st.get());
+      std::vector<char*> p(static_cast<size_t>(a.n), nullptr);
+      if (a.n > 0 && H5Dread(id(), mt.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, p.data()) < 0)
+        fail_h5(file_, "cannot read record field '" + fl.name + "'", path_);
+      fl.is_string = true;
+      fl.str.resize(p.size());
+      for (size_t i = 0; i < p.size(); ++i) fl.str[i] = p[i] ? p[i] : "";
+      if (a.n > 0) {
+        Id space(H5Dget_space(id()));
+        H5Dvlen_reclaim(mt.get(), space.get(), H5P_DEFAULT, p.data());
+      }
+    } else if (ti.cls == H5T_INTEGER || ti.cls == H5T_FLOAT || ti.is_bool) {
+      fl.dtype = dtype_of(mt_file.get(), file_, path_ + "." + fl.name);
+      Id mt(H5Tcreate(H5T_COMPOUND, sizeof(double)));
+      Id base(H5Tcopy(ti.is_bool ? H5T_NATIVE_INT8 : H5T_NATIVE_DOUBLE));
+      if (ti.is_bool) {
+        // h5py's bool enum member: read its int8 values.
+        Id mt8(H5Tcreate(H5T_COMPOUND, 1));
+        H5Tinsert(mt8.get(), fl.name.c_str(), 0, mt_file.get());
+        std::vector<int8_t> b(static_cast<size_t>(a.n));
+        if (a.n > 0 && H5Dread(id(), mt8.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, b.data()) < 0)
+          fail_h5(file_, "cannot read record field '" + fl.name + "'", path_);
+        fl.num.assign(b.begin(), b.end());
+      } else {
+        H5Tinsert(mt.get(), fl.name.c_str(), 0, base.get());
+        fl.num.resize(static_cast<size_t>(a.n));
+        if (a.n > 0 && H5Dread(id(), mt.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, fl.num.data()) < 0)
+          fail_h5(file_, "cannot read record field '" + fl.name + "'", path_);
+      }
+    } else {
+      fail_input(file_, element_name(path_), ": record field '", fl.name, "' has an unsupported type (nested or opaque)");
+    }
+    a.fields.push_back(std::move(fl));
+  }
+  return a;
+}
+
 Dataset Group::write_string(const std::string& name, const std::string& value) const {
   Id t = vlen_utf8();
   Id space(H5Screate(H5S_SCALAR));

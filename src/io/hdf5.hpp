@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "core/dtype.hpp"
+#include "core/value.hpp"
 
 namespace scurry::h5 {
 
@@ -142,6 +143,10 @@ class Dataset : public Node {
   std::string read_string() const;  // scalar (or one-element) string
   double read_scalar_double() const;
   int64_t read_scalar_int() const;
+  // A 1-D compound dataset (a numpy structured array, anndata's rec-array): every member read by
+  // name (strings of any kind as strings, numbers as double with their dtype kept). Throws
+  // InputError naming the member for nested or unsupported member types.
+  RecArray read_compound() const;
 };
 
 class Group : public Node {
@@ -169,6 +174,9 @@ class Group : public Node {
   }
   Dataset write_strings(const std::string& name, const std::vector<std::string>& values, int gzip = 0) const;
   Dataset write_string(const std::string& name, const std::string& value) const;  // scalar
+  // A 1-D compound dataset, one member a field, as h5py writes anndata's rec-arrays: string fields
+  // variable-length UTF-8, numeric fields in their dtype, packed in field order.
+  Dataset write_compound(const std::string& name, const RecArray& a, int gzip = 0) const;
 };
 
 class File : public Group {

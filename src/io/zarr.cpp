@@ -329,12 +329,14 @@ std::optional<Value> read_value(const Reader& r, const std::string& p) {
   const std::string enc = encoding_of(r.s, p);
   if (k == NodeKind::group) {
     if (enc.empty() || enc == "dict") return Value(read_dict(r, p));
+    if (enc == "dataframe") return Value(read_dataframe(r, p));
     log::warn(r.where(p) + ": skipped (encoding '" + enc + "' is not supported in uns)");
     return std::nullopt;
   }
   if (k != NodeKind::array) return std::nullopt;
   if (enc == "null") return std::nullopt;
   Array a(r.s, p);
+  if (a.meta().record.is_array()) return Value(a.read_records(r.threads));
   if (a.is_string()) {
     auto v = a.read_strings(r.threads);
     if (a.rank() == 0) return Value(v.at(0));
@@ -485,6 +487,10 @@ void write_value(const Writer& w, const std::string& parent, const std::string& 
         } else if constexpr (std::is_same_v<X, bool>) {
           const uint8_t b = x ? 1 : 0;
           zarr::write_numeric(w.dir(p), {}, &b, DType::boolean, enc("numeric-scalar", "0.2.0"), scalar);
+        } else if constexpr (std::is_same_v<X, Table>) {
+          write_dataframe(w, p, x);
+        } else if constexpr (std::is_same_v<X, RecArray>) {
+          zarr::write_records(w.dir(p), x, enc("rec-array", "0.2.0"), w.spec);
         } else {
           int64_t n = 1;
           for (auto s : x.shape) n *= s;

@@ -119,8 +119,28 @@ DType dtype_of(char kind, int size, const std::string& where, const std::string&
 }
 
 // v2 dtype strings: "<f4", "|b1", "|O", "<U12", "|S5", ...
+void parse_v2_dtype(ArrayMeta& m, const Json& j, const std::string& where);
+
+// A structured dtype: every field [name, "<f4" | "<U12" | "|S5" | ...]; sub-array fields refused.
+void parse_v2_record(ArrayMeta& m, const Json& j, const std::string& where) {
+  int total = 0;
+  for (const auto& f : j) {
+    if (!f.is_array() || f.size() != 2 || !f[0].is_string() || !f[1].is_string())
+      fail_input(where, ": unsupported structured dtype field ", f.dump(), " (expected [name, type])");
+    ArrayMeta fm;
+    parse_v2_dtype(fm, f[1], where);
+    if (fm.elem == Elem::vlen_string) fail_input(where, ": structured dtype field ", f.dump(), " is an object");
+    total += fm.itemsize;
+  }
+  if (j.empty()) fail_input(where, ": structured dtype without fields");
+  m.record = j;
+  m.elem = Elem::fixed_bytes;
+  m.itemsize = total;
+}
+
 void parse_v2_dtype(ArrayMeta& m, const Json& j, const std::string& where) {
-  if (!j.is_string()) fail_input(where, ": structured dtypes are not supported (", j.dump(), ")");
+  if (j.is_array()) return parse_v2_record(m, j, where);
+  if (!j.is_string()) fail_input(where, ": unsupported dtype (", j.dump(), ")");
   const std::string s = j.get<std::string>();
   if (s.size() < 2) fail_input(where, ": bad dtype '", s, "'");
   const char endian = s[0];
@@ -831,6 +851,69 @@ std::vector<std::string> Array::read_strings(int threads) const {
                              });
 }
 
+RecArray Array::read_records(int threads) const {
+  const std::string w = store_->where(path_);
+  if (!m_.record.is_array()) fail_input(w, ": not a structured (record) array");
+  if (rank() != 1) fail_input(w, ": record arrays must be 1-D");
+  const std::vector<std::string> recs =
+      gather<std::string>(0, m_.shape[0], threads, std::string(),
+                          [&](const std::vector<int64_t>& idx, const Bytes& raw, int64_t n) {
+                            const std::string cw = chunk_where(w, idx);
+                            const size_t want = static_cast<size_t>(n) * static_cast<size_t>(m_.itemsize);
+                            Bytes b = decode_chain(m_, raw, want, cw);
+                            if (b.size() != want)
+                              fail_input(cw, ": decoded to ", b.size(), " bytes but the chunk shape needs ", want,
+                                         " (wrong chunk size)");
+                            std::vector<std::string> v(static_cast<size_t>(n));
+                            for (int64_t i = 0; i < n; ++i)
+                              v[i].assign(reinterpret_cast<const char*>(b.data() + i * m_.itemsize), m_.itemsize);
+                            return v;
+                          });
+  RecArray a;
+  a.n = m_.shape[0];
+  int off = 0;
+  for (const auto& f : m_.record) {
+    ArrayMeta fm;
+    parse_v2_dtype(fm, f[1], w);
+    RecField fl;
+    fl.name = f[0].get<std::string>();
+    for (const std::string& r : recs) {
+      if (r.empty()) fail_input(w, ": a chunk of the record array is missing");
+      const uint8_t* p = reinterpret_cast<const uint8_t*>(r.data()) + off;
+      if (fm.elem == Elem::fixed_unicode) {
+        fl.str.push_back(utf32_to_utf8(p, fm.itemsize / 4, fm.big_endian));
+      } else if (fm.elem == Elem::fixed_bytes) {
+        size_t len = 0;
+        while (len < static_cast<size_t>(fm.itemsize) && p[len] != 0) ++len;
+        fl.str.emplace_back(reinterpret_cast<const char*>(p), len);
+      } else {
+        uint8_t buf[8];
+        std::memcpy(buf, p, static_cast<size_t>(fm.itemsize));
+        if (fm.big_endian) std::reverse(buf, buf + fm.itemsize);
+        double v = 0;
+        switch (fm.dtype) {
+          case DType::f32: { float x; std::memcpy(&x, buf, 4); v = x; break; }
+          case DType::f64: std::memcpy(&v, buf, 8); break;
+          case DType::i8: v = static_cast<int8_t>(buf[0]); break;
+          case DType::u8: case DType::boolean: v = buf[0]; break;
+          case DType::i16: { int16_t x; std::memcpy(&x, buf, 2); v = x; break; }
+          case DType::u16: { uint16_t x; std::memcpy(&x, buf, 2); v = x; break; }
+          case DType::i32: { int32_t x; std::memcpy(&x, buf, 4); v = x; break; }
+          case DType::u32: { uint32_t x; std::memcpy(&x, buf, 4); v = x; break; }
+          case DType::i64: { int64_t x; std::memcpy(&x, buf, 8); v = static_cast<double>(x); break; }
+          case DType::u64: { uint64_t x; std::memcpy(&x, buf, 8); v = static_cast<double>(x); break; }
+        }
+        fl.num.push_back(v);
+      }
+    }
+    fl.is_string = fm.elem != Elem::numeric;
+    fl.dtype = fl.is_string ? DType::f64 : fm.dtype;
+    off += fm.itemsize;
+    a.fields.push_back(std::move(fl));
+  }
+  return a;
+}
+
 template std::vector<float> Array::read_rows<float>(int64_t, int64_t, int) const;
 template std::vector<double> Array::read_rows<double>(int64_t, int64_t, int) const;
 template std::vector<int32_t> Array::read_rows<int32_t>(int64_t, int64_t, int) const;
@@ -1086,6 +1169,54 @@ void write_strings(const std::string& dir, const std::vector<int64_t>& shape, co
       if (src >= 0) items[e] = values[src];
     });
     return encode_vlen_utf8(items.data(), static_cast<int64_t>(items.size()));
+  });
+}
+
+void write_records(const std::string& dir, const RecArray& a, const Json& attrs, const ArrayWriteSpec& s) {
+  if (s.format == 3)
+    fail_input(dir, ": zarr format 3 has no structured (record) arrays; write zarr format 2 or an .h5ad");
+  if (a.fields.empty()) fail_input(dir, ": a record array needs at least one field");
+  Json dt = Json::array();
+  std::vector<int> width(a.fields.size()), off(a.fields.size());
+  std::vector<std::vector<std::vector<uint32_t>>> cps(a.fields.size());
+  int isz = 0;
+  for (size_t f = 0; f < a.fields.size(); ++f) {
+    const RecField& fl = a.fields[f];
+    if ((fl.is_string ? fl.str.size() : fl.num.size()) != static_cast<size_t>(a.n))
+      fail_input(dir, ": record field '", fl.name, "' does not hold ", a.n, " values");
+    off[f] = isz;
+    if (fl.is_string) {
+      size_t n = 1;
+      for (const auto& x : fl.str) {
+        cps[f].push_back(utf8_to_utf32(x));
+        n = std::max(n, cps[f].back().size());
+      }
+      width[f] = static_cast<int>(4 * n);
+      dt.push_back({fl.name, "<U" + std::to_string(n)});
+    } else {
+      width[f] = dtype_size(fl.dtype);
+      dt.push_back({fl.name, v2_dtype_string(fl.dtype)});
+    }
+    isz += width[f];
+  }
+  const std::vector<int64_t> shape{a.n};
+  const auto chunks = chunk_shape(shape, s);
+  write_meta(dir, shape, chunks, dt, nullptr, nullptr, isz, false, attrs, s);
+  write_chunks(dir, shape, chunks, codec_of(s, isz), s, [&](const std::vector<int64_t>& idx) {
+    Bytes b(static_cast<size_t>(product(chunks)) * isz, 0);
+    for_chunk_elems(shape, chunks, idx, [&](int64_t e, int64_t src) {
+      if (src < 0) return;
+      for (size_t f = 0; f < a.fields.size(); ++f) {
+        uint8_t* dst = b.data() + e * isz + off[f];
+        if (a.fields[f].is_string) {
+          const auto& c = cps[f][src];
+          for (size_t i = 0; i < c.size(); ++i) std::memcpy(dst + 4 * i, &c[i], 4);
+        } else {
+          put(dst, a.fields[f].dtype, a.fields[f].num[src]);
+        }
+      }
+    });
+    return b;
   });
 }
 

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/dtype.hpp"
+#include "core/value.hpp"
 #include "io/zarr_codecs.hpp"
 
 namespace scurry::zarr {
@@ -39,6 +40,9 @@ struct ArrayMeta {
   bool index_crc = false;
   bool index_at_end = true;
   Json attrs;
+  // A v2 structured dtype ([[name, type], ...]: anndata's rec-array): elem is fixed_bytes of the
+  // record's itemsize and `record` lists the fields; null otherwise.
+  Json record;
 
   int64_t size() const;
   std::string type_name() const;  // "float32", ..., "str"
@@ -80,6 +84,9 @@ class Array {
   template <class T>
   std::vector<T> read_all(int threads) const;
   std::vector<std::string> read_strings(int threads) const;
+  // A 1-D structured (record) array: fixed-width unicode / bytes fields as strings, numeric fields
+  // as double with their dtype.
+  RecArray read_records(int threads) const;
 
   // Missing chunks. zarr lets a chunk (or a sharded inner chunk) be absent: it then holds the
   // fill_value, and zarr-python 3 omits chunks equal to it. That is kept for ordinary arrays, but a
@@ -125,6 +132,9 @@ void write_numeric(const std::string& dir, const std::vector<int64_t>& shape, co
                    const Json& attrs, const ArrayWriteSpec& spec);
 void write_strings(const std::string& dir, const std::vector<int64_t>& shape, const std::string* values,
                    const Json& attrs, const ArrayWriteSpec& spec);
+// A 1-D structured array (zarr v2 only: a structured dtype, string fields fixed-width unicode "<U{n}"
+// as anndata writes them through _to_fixed_length_strings). Format 3 throws InputError.
+void write_records(const std::string& dir, const RecArray& a, const Json& attrs, const ArrayWriteSpec& spec);
 // A 0-d string as numpy's fixed-width unicode ("<U{n}", v2) or a 0-d vlen string (v3), as anndata.
 void write_string_scalar(const std::string& dir, const std::string& value, const Json& attrs,
                          const ArrayWriteSpec& spec);

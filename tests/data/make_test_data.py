@@ -11,6 +11,7 @@ of this script. Needs h5py and numpy (Debian's python3-h5py).
   golden/pbmc3k_first1000.scanpy.h5ad          the slots the tests read (DATAFRAME_KEEP), compressed
   golden/pbmc3k_first1000.scanpy.qc_obs.csv.gz copied unchanged
   golden/pbmc3k_first1000.scanpy.qc_var.csv.gz copied unchanged
+  golden/pbmc3k_first1000.scanpy_rgg.h5        scanpy's rank_genes_groups, score_genes, score_genes_cell_cycle (make_rgg)
 
 The h5ad files are copied object by object with h5py: the same groups, datasets, dtypes, shapes,
 values (bit for bit) and attributes as the source; only the storage changes: every dataset of 100
@@ -28,6 +29,11 @@ import numpy as np
 
 GOLDEN = "golden/pbmc3k_first1000.scanpy.h5ad"
 PBMC = "pbmc3k_first1000.h5ad"
+# scanpy 1.9.6's tools on the golden file (the downstream file): copied as a plain HDF5 file,
+# rgg_<method>/{groups, names, scores, pvals, pvals_adj, logfoldchanges} (uns['rgg_<method>']) and
+# score_genes/{score, S_score, G2M_score, phase_codes, phase_categories, gene_list} (obs, uns).
+DOWNSTREAM = "golden/pbmc3k_first1000.scanpy_downstream.h5ad"
+RGG = "golden/pbmc3k_first1000.scanpy_tl.h5"
 COPIES = ["golden/pbmc3k_first1000.scanpy.qc_obs.csv.gz", "golden/pbmc3k_first1000.scanpy.qc_var.csv.gz"]
 
 # The dataframe columns of the golden file that the tests read (each dataframe's _index is always
@@ -140,6 +146,33 @@ def check_h5ad(src_path, out_path, keep):
                 assert same_values(a, b), f"{name}: values"
 
 
+def make_rgg(src_path, out_path):
+    """Copies uns['rgg_*'] of the downstream golden file (top 300 genes x 7 groups each) and the
+    score_genes / score_genes_cell_cycle results, gzipped."""
+    with h5py.File(src_path, "r") as src, h5py.File(out_path, "w") as dst:
+        sg = dst.create_group("score_genes")
+        for name in ["score", "S_score", "G2M_score"]:
+            sg.create_dataset(name, data=src["obs"][name][()], compression="gzip", compression_opts=9)
+        sg.create_dataset("phase_codes", data=src["obs/phase/codes"][()], compression="gzip", compression_opts=9)
+        sg.create_dataset("phase_categories", data=src["obs/phase/categories"][()])
+        sg.create_dataset("gene_list", data=src["uns/score_gene_list"][()])
+        for key in sorted(src["uns"].keys()):
+            if not key.startswith("rgg_"):
+                continue
+            g = dst.create_group(key)
+            for name, d in src["uns"][key].items():
+                g.create_dataset(name, data=d[()], dtype=d.dtype, compression="gzip", compression_opts=9)
+    with h5py.File(src_path, "r") as src, h5py.File(out_path, "r") as dst:
+        for name in ["score", "S_score", "G2M_score"]:
+            assert (src["obs"][name][()] == dst["score_genes"][name][()]).all(), name
+        for key in dst:
+            if key == "score_genes":
+                continue
+            for name in dst[key]:
+                a, b = src["uns"][key][name][()], dst[key][name][()]
+                assert a.shape == b.shape and (a == b).all(), f"{key}/{name}: values"
+
+
 def main():
     if len(sys.argv) not in (2, 3):
         sys.exit(__doc__)
@@ -148,10 +181,12 @@ def main():
     os.makedirs(os.path.join(out, "golden"), exist_ok=True)
     make_h5ad(os.path.join(source, PBMC), os.path.join(out, PBMC), {})
     make_h5ad(os.path.join(source, GOLDEN), os.path.join(out, GOLDEN), DATAFRAME_KEEP)
+    make_rgg(os.path.join(source, DOWNSTREAM), os.path.join(out, RGG))
     for rel in COPIES:
         shutil.copyfile(os.path.join(source, rel), os.path.join(out, rel))
     for rel in [PBMC, GOLDEN] + COPIES:
         print(f"{sha256(os.path.join(out, rel))}  {rel}  (source {sha256(os.path.join(source, rel))})")
+    print(f"{sha256(os.path.join(out, RGG))}  {RGG}  (source {DOWNSTREAM}: {sha256(os.path.join(source, DOWNSTREAM))})")
 
 
 if __name__ == "__main__":

@@ -101,6 +101,18 @@ void expect_value_eq(const Value& a, const Value& b, const std::string& what) {
     EXPECT_EQ(*x, std::get<int64_t>(b.v));
   } else if (auto* x = std::get_if<bool>(&a.v)) {
     EXPECT_EQ(*x, std::get<bool>(b.v));
+  } else if (auto* x = std::get_if<RecArray>(&a.v)) {
+    const auto& y = std::get<RecArray>(b.v);
+    ASSERT_EQ(x->n, y.n);
+    ASSERT_EQ(x->fields.size(), y.fields.size());
+    for (size_t f = 0; f < x->fields.size(); ++f) {
+      EXPECT_EQ(x->fields[f].name, y.fields[f].name);
+      EXPECT_EQ(x->fields[f].is_string, y.fields[f].is_string);
+      EXPECT_EQ(x->fields[f].str, y.fields[f].str);
+      EXPECT_EQ(x->fields[f].num, y.fields[f].num);
+    }
+  } else if (auto* x = std::get_if<Table>(&a.v)) {
+    expect_table_eq(*x, std::get<Table>(b.v), what);
   }
 }
 
@@ -353,6 +365,13 @@ nlohmann::json sidecar(const Dataset& d) {
           else if constexpr (std::is_same_v<X, double>) return json{{"type", "float"}, {"value", x}};
           else if constexpr (std::is_same_v<X, int64_t>) return json{{"type", "int"}, {"value", x}};
           else if constexpr (std::is_same_v<X, bool>) return json{{"type", "bool"}, {"value", x}};
+          else if constexpr (std::is_same_v<X, RecArray>) {
+            json f = json::array();
+            for (const auto& fl : x.fields)
+              f.push_back(fl.is_string ? json{{"name", fl.name}, {"value", fl.str}}
+                                       : json{{"name", fl.name}, {"dtype", dtype_name(fl.dtype)}, {"value", fl.num}});
+            return json{{"type", "rec-array"}, {"fields", f}};
+          } else if constexpr (std::is_same_v<X, Table>) return json{{"type", "dataframe"}, {"value", table(x)}};
           else return json{{"type", "array"}, {"shape", x.shape}, {"dtype", dtype_name(x.dtype)}, {"value", x.data}};
         },
         v.v);
