@@ -62,6 +62,8 @@ struct BenchOptions {
   bool stream = false;              // --stream: the streamed chain from a host-memory copy (or --stream-file)
   StreamOptions stream_opt;         // --stream-block-nnz, --stream-host-store
   std::string stream_file;          // --stream-file FILE.h5ad: written once, then streamed from disk
+  std::vector<std::string> markers;  // --markers: time rank_genes_groups with these methods instead
+  int marker_groups = 30;            // --marker-groups
   PreprocessOptions pp = [] {
     PreprocessOptions p;
     p.qc_vars = {"mt"};
@@ -71,6 +73,12 @@ struct BenchOptions {
     return p;
   }();
 };
+
+}  // namespace
+// bench_markers.cpp
+void bench_markers(Context& ctx, Dataset& base, const std::vector<std::string>& methods, int n_groups, int repeat,
+                   uint64_t seed, const std::string& json);
+namespace {
 
 double median(std::vector<double> v) {
   if (v.empty()) return 0;
@@ -296,6 +304,10 @@ void run_bench(const GlobalOptions& g, BenchOptions& o) {
     if (o.on_device) dsim = multi ? simulate_on_devices(gpus, o.sim) : simulate_on_device(ctx, o.sim);
     else base = simulate(ctx, o.sim);
   }
+  if (!o.markers.empty()) {
+    if (o.on_device) throw InputError("--markers takes the matrix on the host (drop --on-device)");
+    return bench_markers(ctx, base, o.markers, o.marker_groups, o.repeat, o.sim.seed, o.json);
+  }
   const int64_t nnz0 = o.on_device ? dsim.nnz : base.X.nnz();
   std::printf("simulated%s: nnz %lld (%.1f per cell) in %.3f s (CUDA context before it: %.3f s)\n",
               o.on_device ? " on the GPU" : "", static_cast<long long>(nnz0), static_cast<double>(nnz0) / cells,
@@ -461,6 +473,12 @@ void add_bench_command(CLI::App& app, GlobalOptions& g) {
   cmd->add_option("--seed", o->sim.seed, "Seed of the simulation")->capture_default_str();
   cmd->add_option("--repeat", o->repeat, "Timed repetitions after one warm-up")->capture_default_str();
   cmd->add_option("--json", o->json, "Write all timings as JSON to this file");
+  cmd->add_option("--markers", o->markers,
+                  "Time rank_genes_groups with these methods (t-test, wilcoxon, ...) on the log-normalised matrix "
+                  "instead of the pipeline (groups: --marker-groups, vs rest)")
+      ->expected(1, -1);
+  cmd->add_option("--marker-groups", o->marker_groups, "With --markers: number of groups (cells assigned at random)")
+      ->capture_default_str();
   cmd->add_option("--read", o->read, "Time reading this file (h5ad, zarr, 10x) instead of the pipeline");
   cmd->add_flag("--on-device", o->on_device, "Simulate on the GPU (nothing big on the host); each run starts from a device copy");
   cmd->add_option("--write", o->write, "Write the last run's results (without X) to this h5ad");

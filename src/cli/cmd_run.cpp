@@ -323,17 +323,15 @@ std::vector<Step> build_pipeline(const RunOptions& o) {
     if (o.markers)
       p.push_back({"rank_genes_groups", [&o](Context& ctx, Dataset& d, Timings&) {
                      if (ctx.comm().rank() != 0) return;
-                     if (d.X.empty() && !d.raw) {  // a streamed run keeps no matrix to test
+                     if (d.X.empty() && !d.pending_x && !d.raw) {  // a streamed run keeps no matrix to test
                        log::info("rank_genes_groups skipped: a streamed run keeps no X or raw");
                        return;
                      }
-                     // marker statistics are CPU work (the GPU backend comes with issue 18.5)
-                     if (ctx.backend() == Backend::cpu) {
-                       rank_genes_groups_inplace(d, o.rank_genes_groups, ctx);
-                     } else {
-                       const Context cpu = Context::cpu(ctx.threads());
-                       rank_genes_groups_inplace(d, o.rank_genes_groups, cpu);
-                     }
+                     // the test reads raw, or X (which a GPU run may still be copying back)
+                     const bool on_raw = d.raw && !d.raw->X.empty() && o.rank_genes_groups.use_raw.value_or(true) &&
+                                         o.rank_genes_groups.layer.empty();
+                     if (!on_raw) d.settle();
+                     rank_genes_groups_inplace(d, o.rank_genes_groups, ctx);  // on the GPU in a GPU run
                    }});
   }
   // The rest of the scaled X's copy back from the GPU (what the graph steps did not hide).

@@ -86,14 +86,21 @@ void add_rank_genes_groups_command(CLI::App& app, GlobalOptions& g) {
   cmd->add_option("IN", o->input, "Input: an h5ad file with the groups in obs (after leiden)")->required();
   cmd->add_option("-o,--output", o->output, "Output .h5ad file (written atomically)")->required();
   add_rank_genes_groups_options(*cmd, o->opt, o->tsv, false);
+  cmd->add_option("--gpus", g.gpus, "With --device gpu: share the genes between these GPUs (all, a count N, or 0,2)");
   cmd->callback([&g, o] {
     log::set_quiet(g.quiet);
     check_output_path(o->output, ".h5ad", "-o/--output");
     if (!o->tsv.empty()) check_output_path(o->tsv, "", "--tsv");
     check_free_space(o->output, input_bytes(o->input), true);
-    Context ctx = Context::cpu(g.context.threads);
+    // --device gpu: on the GPU (--gpus: the genes shared between several)
+    const std::vector<int> devices = selected_gpus(g);
+    GlobalOptions gm = g;
+    if (!devices.empty()) gm.context.cuda.device = devices[0];
+    GpuContexts extra = make_extra_gpu_contexts(gm, devices);
+    Context ctx = make_context(gm);
+    const std::vector<Context*>& gpus = extra.with_main(ctx);
     Dataset d = read_any(o->input, o->read);
-    rank_genes_groups_inplace(d, o->opt, ctx);
+    rank_genes_groups_inplace(d, o->opt, ctx, gpus);
     make_parent_dirs(o->output);
     write_h5ad(d, o->output);
     if (!o->tsv.empty()) write_text_atomic(o->tsv, rank_genes_groups_tsv(rank_genes_groups_df(d, o->opt.key_added)));

@@ -1,6 +1,7 @@
 #include "core/matrix.hpp"
 
 #include "core/error.hpp"
+#include "core/memory.hpp"
 
 namespace scurry {
 
@@ -55,20 +56,34 @@ Csr<Out> cast_csr(const Csr<In>& a) {
   b.data.assign(a.data.begin(), a.data.end());
   return b;
 }
+// Two passes on the OpenMP threads: each row's nonzeros counted, then written at its offset (the
+// same result as one serial pass; a 1.3M x 2,000 dense matrix is 2.6e9 entries).
 template <class Out, class In>
 Csr<Out> dense_to_csr(const Dense<In>& a) {
   Csr<Out> b;
   b.n_rows = a.n_rows;
   b.n_cols = a.n_cols;
   b.indptr.assign(static_cast<size_t>(a.n_rows) + 1, 0);
+#pragma omp parallel for schedule(static)
   for (int64_t r = 0; r < a.n_rows; ++r) {
     const In* row = a.row(r);
+    int64_t n = 0;
+    for (int64_t c = 0; c < a.n_cols; ++c) n += row[c] != In(0);
+    b.indptr[r + 1] = n;
+  }
+  for (int64_t r = 0; r < a.n_rows; ++r) b.indptr[r + 1] += b.indptr[r];
+  const size_t nnz = static_cast<size_t>(b.indptr.back());
+  resize_large(b.indices, nnz);
+  resize_large(b.data, nnz);
+#pragma omp parallel for schedule(static)
+  for (int64_t r = 0; r < a.n_rows; ++r) {
+    const In* row = a.row(r);
+    int64_t q = b.indptr[r];
     for (int64_t c = 0; c < a.n_cols; ++c)
       if (row[c] != In(0)) {
-        b.indices.push_back(static_cast<int32_t>(c));
-        b.data.push_back(static_cast<Out>(row[c]));
+        b.indices[q] = static_cast<int32_t>(c);
+        b.data[q++] = static_cast<Out>(row[c]);
       }
-    b.indptr[r + 1] = static_cast<int64_t>(b.data.size());
   }
   return b;
 }

@@ -1,5 +1,6 @@
 // scurry: rank_genes_groups and filter_rank_genes_groups (see rank_genes_groups.hpp).
 #include "tl/rank_genes_groups.hpp"
+#include "tl/rank_genes_groups_gpu.hpp"
 
 #include <algorithm>
 #include <chrono>
@@ -8,6 +9,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <numeric>
 #include <set>
@@ -453,6 +455,11 @@ GeneGroupStats gene_group_stats(const CsrF& x, const std::vector<int32_t>& codes
 }
 
 RankGenesGroupsResult rank_genes_groups(const Dataset& d, const RankGenesGroupsOptions& o, const Context& ctx) {
+  return rank_genes_groups(d, o, ctx, {});
+}
+
+RankGenesGroupsResult rank_genes_groups(const Dataset& d, const RankGenesGroupsOptions& o, const Context& ctx,
+                                        const std::vector<Context*>& gpus) {
   const std::string& method = o.method;
   if (method != "t-test" && method != "t-test_overestim_var" && method != "wilcoxon" && method != "logreg")
     throw InputError("rank_genes_groups: method '" + method +
@@ -572,8 +579,24 @@ RankGenesGroupsResult rank_genes_groups(const Dataset& d, const RankGenesGroupsO
       log::warn("rank_genes_groups: the data look like raw counts (non-negative integers); logarithmize them first");
   }
   lap("count check");
-  const GeneGroupStats st = gene_group_stats(xc, gr.codes, n_cat, ctx);
-  lap("stats");
+  // On the GPU: the statistics and the wilcoxon rank sums (rank_genes_groups_gpu.hpp); a matrix
+  // holding NaN (which these skip) and logreg's statistics are computed here.
+  std::vector<int32_t> rank_fields;  // the fields (groups less the reference)
+  for (int32_t c : sel)
+    if (c != ref) rank_fields.push_back(c);
+  RankGenesGroupsGpu dev;
+  bool on_gpu = ctx.backend() == Backend::cuda && method != "logreg";
+  if (on_gpu) {
+    std::vector<const Context*> devices{&ctx};
+    if (gpus.size() > 1) devices.assign(gpus.begin(), gpus.end());
+    dev = rank_genes_groups_gpu(devices, xc, gr.codes, n_cat, method == "wilcoxon", ref, rank_fields);
+    if (dev.has_nan) {
+      log::warn("rank_genes_groups: the matrix holds NaN or infinite values; computing on the CPU");
+      on_gpu = false;
+    }
+  }
+  const GeneGroupStats st = on_gpu ? std::move(dev.st) : gene_group_stats(xc, gr.codes, n_cat, ctx);
+  lap(on_gpu ? "stats and ranks (gpu)" : "stats");
   const int64_t B = n_cat + 1;
   std::vector<double> tot_sum(static_cast<size_t>(G), 0), tot_sq(static_cast<size_t>(G), 0);
   std::vector<int64_t> tot_nnz(static_cast<size_t>(G), 0);
@@ -667,19 +690,31 @@ RankGenesGroupsResult rank_genes_groups(const Dataset& d, const RankGenesGroupsO
   res.pvals.assign(F, std::vector<double>(static_cast<size_t>(G)));
   res.logfoldchanges.assign(F, std::vector<double>(static_cast<size_t>(G)));
 
+  // Work items over (field, block of genes): each entry is computed alone, so the thread count does
+  // not change any bit.
+  constexpr int64_t kGeneBlock = 2048;
+  const int64_t gene_blocks = (G + kGeneBlock - 1) / kGeneBlock;
+  auto for_fields_genes = [&](const std::function<void(size_t, int64_t)>& fn) {
+    parallel_for(ctx.threads(), static_cast<int64_t>(F) * gene_blocks, [&](int64_t w) {
+      const size_t f = static_cast<size_t>(w / gene_blocks);
+      const int64_t j0 = (w % gene_blocks) * kGeneBlock, j1 = std::min(G, j0 + kGeneBlock);
+      for (int64_t j = j0; j < j1; ++j) fn(f, j);
+    });
+  };
   // log fold changes, from the means (for every test, as scanpy)
-  for (size_t f = 0; f < F; ++f)
-    for (int64_t j = 0; j < G; ++j) {
+  for_fields_genes([&](size_t f, int64_t j) {
+    {
       double m1, v1, n1, m2, v2, n2;
       moments(fields[f], false, j, m1, v1, n1);
       if (ref < 0) moments(fields[f], true, j, m2, v2, n2);
       else moments(ref, false, j, m2, v2, n2);
       res.logfoldchanges[f][j] = std::log2((expm1f(m1) + 1e-9) / (expm1f(m2) + 1e-9));
     }
+  });
 
   if (method == "t-test" || method == "t-test_overestim_var") {
-    for (size_t f = 0; f < F; ++f)
-      for (int64_t j = 0; j < G; ++j) {
+    for_fields_genes([&](size_t f, int64_t j) {
+      {
         double m1, v1, n1, m2, v2, n2;
         moments(fields[f], false, j, m1, v1, n1);
         if (ref < 0) moments(fields[f], true, j, m2, v2, n2);
@@ -689,6 +724,40 @@ RankGenesGroupsResult rank_genes_groups(const Dataset& d, const RankGenesGroupsO
         res.scores[f][j] = std::isnan(tt.t) ? 0.0 : tt.t;
         res.pvals[f][j] = std::isnan(tt.p) ? 1.0 : tt.p;
       }
+    });
+  } else if (on_gpu) {
+    // wilcoxon from the device's exact rank sums: the zeros' tie group added here, as rank_sums does
+    for_fields_genes([&](size_t f, int64_t j) {
+      const int32_t c = fields[f];
+      const double n1 = static_cast<double>(st.n_cells[c]);
+      const double Mt = ref < 0 ? static_cast<double>(N) : n1 + static_cast<double>(st.n_cells[ref]);
+      const double m = Mt - n1;
+      {
+        int64_t nnz_sel, neg, r2;
+        double ties;
+        if (ref < 0) {
+          nnz_sel = tot_nnz[j];
+          neg = dev.n_neg[j];
+          ties = dev.ties[j];
+          r2 = dev.rank2[static_cast<size_t>(c) * G + j];
+        } else {
+          nnz_sel = st.nnz[c * G + j] + st.nnz[ref * G + j];
+          neg = dev.n_neg[f * G + j];
+          ties = dev.ties[f * G + j];
+          r2 = dev.rank2[f * G + j];
+        }
+        const double z = Mt - static_cast<double>(nnz_sel);
+        const double zero_rank = static_cast<double>(neg) + (z + 1.0) / 2.0;
+        const double R = static_cast<double>(r2) / 2.0 + zero_rank * static_cast<double>(st.n_cells[c] - st.nnz[c * G + j]);
+        ties += z * z * z - z;
+        const double tc = o.tie_correct ? 1.0 - ties / (Mt * Mt * Mt - Mt) : 1.0;
+        const double sd = std::sqrt(tc * n1 * m * (Mt + 1.0) / 12.0);
+        double zs = (R - n1 * ((Mt + 1.0) / 2.0)) / sd;
+        if (std::isnan(zs)) zs = 0.0;
+        res.scores[f][j] = zs;
+        res.pvals[f][j] = stats::normal_two_sided_p(zs);
+      }
+    });
   } else {
     // wilcoxon: per chunk of kRankChunk genes, every cell's entries of those genes (found by binary
     // search in its sorted row) become sortable keys, one list per gene; each list is sorted by
@@ -769,14 +838,16 @@ RankGenesGroupsResult rank_genes_groups(const Dataset& d, const RankGenesGroupsO
     }
   }
   lap("test");
-  for (size_t f = 0; f < F; ++f) {
-    res.pvals_adj.push_back(o.corr_method == "benjamini-hochberg" ? stats::benjamini_hochberg(res.pvals[f])
-                                                                   : stats::bonferroni(res.pvals[f]));
+  res.pvals_adj.resize(F);
+  res.order.resize(F);
+  parallel_for(ctx.threads(), static_cast<int64_t>(F), [&](int64_t f) {
+    res.pvals_adj[f] = o.corr_method == "benjamini-hochberg" ? stats::benjamini_hochberg(res.pvals[f])
+                                                             : stats::bonferroni(res.pvals[f]);
     std::vector<double> key = res.scores[f];
     if (o.rankby_abs)
       for (double& v : key) v = std::fabs(v);
-    res.order.push_back(top_n(key, n_top));
-  }
+    res.order[f] = top_n(key, n_top);
+  });
   lap("adjust+order");
   return res;
 }
@@ -836,8 +907,9 @@ void store_rank_genes_groups(Dataset& d, const RankGenesGroupsResult& r, const s
   d.uns[key] = Value(std::move(u));
 }
 
-RankGenesGroupsResult rank_genes_groups_inplace(Dataset& d, const RankGenesGroupsOptions& opt, const Context& ctx) {
-  RankGenesGroupsResult r = rank_genes_groups(d, opt, ctx);
+RankGenesGroupsResult rank_genes_groups_inplace(Dataset& d, const RankGenesGroupsOptions& opt, const Context& ctx,
+                                                const std::vector<Context*>& gpus) {
+  RankGenesGroupsResult r = rank_genes_groups(d, opt, ctx, gpus);
   store_rank_genes_groups(d, r, opt.key_added);
   return r;
 }

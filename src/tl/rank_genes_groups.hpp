@@ -82,6 +82,11 @@ struct RankGenesGroupsResult {
 // problem (a missing or non-categorical groupby column, an unknown group or reference, a group of
 // fewer than 2 cells, use_raw without raw, ...).
 RankGenesGroupsResult rank_genes_groups(const Dataset& d, const RankGenesGroupsOptions& opt, const Context& ctx);
+// On a GPU context the statistics and the wilcoxon ranks run on the device (rank_genes_groups_gpu.hpp;
+// logreg and a matrix with NaN on the CPU threads). `gpus` (--gpus): several GPU contexts sharing the
+// genes (ctx is the first); the results are the same bits for any number of them.
+RankGenesGroupsResult rank_genes_groups(const Dataset& d, const RankGenesGroupsOptions& opt, const Context& ctx,
+                                        const std::vector<Context*>& gpus);
 
 // Low level: the statistics of a cells x genes CSR matrix for cell categories `codes` (-1 = none)
 // in [0, n_categories): one pass over the rows in fixed blocks, float64 partials combined in block
@@ -93,7 +98,8 @@ GeneGroupStats gene_group_stats(const CsrF& cells_by_genes, const std::vector<in
 void store_rank_genes_groups(Dataset& d, const RankGenesGroupsResult& r, const std::string& key);
 
 // rank_genes_groups followed by store_rank_genes_groups(d, r, opt.key_added).
-RankGenesGroupsResult rank_genes_groups_inplace(Dataset& d, const RankGenesGroupsOptions& opt, const Context& ctx);
+RankGenesGroupsResult rank_genes_groups_inplace(Dataset& d, const RankGenesGroupsOptions& opt, const Context& ctx,
+                                                const std::vector<Context*>& gpus = {});
 
 // sc.get.rank_genes_groups_df(adata, group=None, key=key): one row per (group, rank), columns group,
 // names, scores, logfoldchanges, pvals, pvals_adj (those present), pct_nz_group / pct_nz_reference

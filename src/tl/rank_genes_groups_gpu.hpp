@@ -1,0 +1,46 @@
+// scurry: the GPU half of rank_genes_groups (issue 18, point 5): the per-category statistics that
+// every method starts from and, for wilcoxon, the rank sums, computed on the device; the host turns
+// them into scores, p-values and orders with the same code as the CPU path (rank_genes_groups.cpp).
+//
+// Everything here is exact or order-free, so two runs give the same bits and the CPU path is the
+// oracle: per-category sums and sums of squares are fixed-point sums as in gene_sums.cu over each
+// category's rows (rows gathered in category order on the device); ranks are integers (twice the
+// average rank of a tie group, s + e + 1 for the 0-based positions [s, e) it spans), summed in 64-bit
+// integers; the tie terms t^3 - t per gene are added per thread in a fixed order and reduced by a
+// fixed tree.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "exec/context.hpp"
+#include "tl/rank_genes_groups.hpp"
+
+namespace scurry {
+
+struct RankGenesGroupsGpu {
+  GeneGroupStats st;
+  // wilcoxon. Rest (ref < 0): one entry per (bucket b in [0, n_categories], gene), [b * G + j];
+  // reference: one per (field f, gene), [f * G + j], ranks among the cells of field f and ref only.
+  // rank2: twice the sum of the ranks of the bucket's (field's) nonzeros; ties: sum over the tie
+  // groups of nonzeros of t^3 - t; n_neg: the nonzeros below zero (rest: per gene, [j]; reference:
+  // per field and gene, of the pair's cells).
+  std::vector<int64_t> rank2, n_neg;
+  std::vector<double> ties;
+  bool has_nan = false;  // the matrix holds NaN or inf: the ranks are not filled (compute on the CPU)
+};
+
+// Statistics of the cells x genes matrix x for the categories `codes` (-1 = none), as
+// gene_group_stats; with `ranks`, the wilcoxon rank sums of every bucket (ref < 0) or of each
+// field against ref. Throws scurry::Error where the GPU cannot (no CUDA build, out of memory).
+// NaN or infinite values (which the CPU path skips or adds in float64) set has_nan instead: the caller
+// computes on the CPU.
+RankGenesGroupsGpu rank_genes_groups_gpu(const Context& ctx, const CsrF& x, const std::vector<int32_t>& codes,
+                                         int64_t n_categories, bool ranks, int32_t ref,
+                                         const std::vector<int32_t>& fields);
+// The same over several GPUs (or several contexts on one): the genes split evenly between them, each
+// device reading every row; the results do not depend on the number of devices.
+RankGenesGroupsGpu rank_genes_groups_gpu(const std::vector<const Context*>& devices, const CsrF& x,
+                                         const std::vector<int32_t>& codes, int64_t n_categories, bool ranks,
+                                         int32_t ref, const std::vector<int32_t>& fields);
+
+}  // namespace scurry

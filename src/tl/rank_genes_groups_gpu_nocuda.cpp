@@ -1,0 +1,17 @@
+// Built without CUDA: rank_genes_groups runs on the CPU only.
+#include "core/error.hpp"
+#include "tl/rank_genes_groups_gpu.hpp"
+
+namespace scurry {
+
+RankGenesGroupsGpu rank_genes_groups_gpu(const Context&, const CsrF&, const std::vector<int32_t>&, int64_t, bool,
+                                         int32_t, const std::vector<int32_t>&) {
+  fail_input("rank_genes_groups (gpu)", "this scurry was built without CUDA; use --device cpu");
+}
+
+RankGenesGroupsGpu rank_genes_groups_gpu(const std::vector<const Context*>&, const CsrF&, const std::vector<int32_t>&,
+                                         int64_t, bool, int32_t, const std::vector<int32_t>&) {
+  fail_input("rank_genes_groups (gpu)", "this scurry was built without CUDA; use --device cpu");
+}
+
+}  // namespace scurry

@@ -1,0 +1,211 @@
+// rank_genes_groups on the GPU against the CPU path (the oracle; itself tested against exact
+// oracles and scanpy in test_rank_genes_groups.cpp): t-test, t-test_overestim_var and wilcoxon (with
+// and without tie correction), vs rest and vs a reference, pts, many groups (the global-counter
+// branch), gene batches (SCURRY_RGG_GPU_BATCH), the streamed path (SCURRY_RGG_GPU_CHUNK), tie groups
+// longer than a tile, negative values, a matrix with NaN (computed on the CPU), and two runs giving
+// the same bits; three contexts sharing the genes give the same bits as one.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+
+#include "testlib.hpp"
+#include "tl/rank_genes_groups.hpp"
+
+using namespace scurry;
+
+namespace {
+
+// n cells x g genes of log1p'd small counts in n_groups groups (some cells without a group); gene 0
+// has negative values; gene 1 is the same value in most cells (a tie group spanning many tiles).
+Dataset data(uint64_t seed, int64_t n, int64_t g, int n_groups) {
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<double> u(0, 1);
+  CsrF x;
+  x.n_rows = n, x.n_cols = g;
+  x.indptr.push_back(0);
+  CategoricalColumn cat;
+  for (int c = 0; c < n_groups; ++c) cat.categories.push_back("g" + std::to_string(c));
+  for (int64_t i = 0; i < n; ++i) {
+    const int32_t c = u(rng) < 0.03 ? -1 : static_cast<int32_t>(rng() % n_groups);
+    cat.codes.push_back(c);
+    for (int64_t j = 0; j < g; ++j) {
+      float v = 0;
+      if (j == 0) {
+        if (u(rng) < 0.3) v = -static_cast<float>(1 + rng() % 3);
+        else if (u(rng) < 0.3) v = static_cast<float>(rng() % 4);
+      } else if (j == 1) {
+        v = u(rng) < 0.9 ? 1.5f : static_cast<float>(u(rng));
+      } else {
+        const double p = 0.1 + 0.4 * (c >= 0 && j % n_groups == c ? 1 : 0) + 0.1 * u(rng);
+        if (u(rng) < p) v = static_cast<float>(std::log1p(1 + (rng() % (c >= 0 ? 3 + c % 5 : 2))));
+        if (j % 7 == 0 && v != 0) v = static_cast<float>(v * (1 + 0.01 * u(rng)));  // few ties
+      }
+      if (v != 0) {
+        x.indices.push_back(static_cast<int32_t>(j));
+        x.data.push_back(v);
+      }
+    }
+    x.indptr.push_back(static_cast<int64_t>(x.data.size()));
+  }
+  Dataset d;
+  d.obs.index.resize(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) d.obs.index[i] = "c" + std::to_string(i);
+  d.var.index.resize(static_cast<size_t>(g));
+  for (int64_t j = 0; j < g; ++j) d.var.index[j] = "gene" + std::to_string(j);
+  d.obs.set("grp", Column(cat));
+  d.X = Matrix(std::move(x));
+  return d;
+}
+
+void expect_close(const std::vector<std::vector<double>>& a, const std::vector<std::vector<double>>& b, double rel,
+                  const char* what) {
+  ASSERT_EQ(a.size(), b.size()) << what;
+  for (size_t f = 0; f < a.size(); ++f) {
+    ASSERT_EQ(a[f].size(), b[f].size()) << what;
+    for (size_t j = 0; j < a[f].size(); ++j) {
+      const double x = a[f][j], y = b[f][j];
+      if (std::isnan(x) || std::isnan(y)) {
+        EXPECT_EQ(std::isnan(x), std::isnan(y)) << what << " field " << f << " gene " << j;
+        continue;
+      }
+      EXPECT_NEAR(x, y, rel * std::max(1.0, std::fabs(y)) + 1e-300) << what << " field " << f << " gene " << j;
+    }
+  }
+}
+
+void compare(const Dataset& d, const RankGenesGroupsOptions& o, double rel) {
+  const Context cpu = Context::cpu(0);
+  const Context gpu = test::gpu_context();
+  const RankGenesGroupsResult a = rank_genes_groups(d, o, gpu);
+  const RankGenesGroupsResult b = rank_genes_groups(d, o, cpu);
+  const std::string m = o.method + (o.reference == "rest" ? " vs rest" : " vs " + o.reference);
+  expect_close(a.scores, b.scores, rel, (m + ": scores").c_str());
+  expect_close(a.pvals, b.pvals, rel, (m + ": pvals").c_str());
+  expect_close(a.pvals_adj, b.pvals_adj, rel, (m + ": pvals_adj").c_str());
+  // (the means behind the fold changes: fixed-point sums against float64 block sums)
+  expect_close(a.logfoldchanges, b.logfoldchanges, std::max(rel, 1e-9), (m + ": logfoldchanges").c_str());
+  expect_close(a.pts, b.pts, 1e-12, (m + ": pts").c_str());
+  expect_close(a.pts_rest, b.pts_rest, 1e-12, (m + ": pts_rest").c_str());
+  ASSERT_EQ(a.order.size(), b.order.size());
+  // the top genes agree where scores are not (near) tied
+  for (size_t f = 0; f < a.order.size(); ++f) {
+    size_t same = 0;
+    for (size_t k = 0; k < a.order[f].size(); ++k) same += a.order[f][k] == b.order[f][k];
+    EXPECT_GE(static_cast<double>(same), 0.9 * static_cast<double>(a.order[f].size())) << m << " field " << f;
+  }
+}
+
+}  // namespace
+
+TEST(RankGenesGroupsGpu, EveryTestAgainstTheCpu) {
+  SCURRY_REQUIRE_GPU();
+  const Dataset d = data(11, 5000, 60, 6);
+  for (const char* method : {"t-test", "t-test_overestim_var", "wilcoxon"})
+    for (const char* ref : {"rest", "g2"})
+      for (bool tie : {false, true}) {
+        if (tie && std::strcmp(method, "wilcoxon") != 0) continue;
+        RankGenesGroupsOptions o;
+        o.groupby = "grp";
+        o.method = method;
+        o.reference = ref;
+        o.tie_correct = tie;
+        o.pts = true;
+        o.use_raw = false;
+        // t-tests: fixed-point sums against float64 block sums (1e-9 of the variance's cancellation);
+        // wilcoxon: the same integer rank sums
+        compare(d, o, std::strcmp(method, "wilcoxon") == 0 ? 1e-12 : 1e-7);
+      }
+}
+
+TEST(RankGenesGroupsGpu, ManyGroupsAndGeneBatches) {
+  SCURRY_REQUIRE_GPU();
+  // 1,000 groups: more buckets than the per-warp shared counters hold (the global-counter branch)
+  const Dataset d = data(12, 20000, 25, 1000);
+  RankGenesGroupsOptions o;
+  o.groupby = "grp";
+  o.method = "wilcoxon";
+  o.use_raw = false;
+  o.n_genes = 10;
+  compare(d, o, 1e-12);
+  // gene batches of at most ~3 genes' entries
+  const Dataset e = data(13, 6000, 40, 5);
+  setenv("SCURRY_RGG_GPU_BATCH", "5000", 1);
+  RankGenesGroupsOptions p;
+  p.groupby = "grp";
+  p.method = "wilcoxon";
+  p.tie_correct = true;
+  p.use_raw = false;
+  compare(e, p, 1e-12);
+  p.reference = "g0";
+  compare(e, p, 1e-12);
+  unsetenv("SCURRY_RGG_GPU_BATCH");
+  // streamed: the matrix in chunks of ~20,000 entries (each pass uploads them again), with batches
+  setenv("SCURRY_RGG_GPU_CHUNK", "20000", 1);
+  compare(e, p, 1e-12);
+  p.reference = "rest";
+  compare(e, p, 1e-12);
+  setenv("SCURRY_RGG_GPU_BATCH", "7000", 1);
+  compare(e, p, 1e-12);
+  p.method = "t-test";
+  p.pts = true;
+  compare(e, p, 1e-7);
+  unsetenv("SCURRY_RGG_GPU_BATCH");
+  unsetenv("SCURRY_RGG_GPU_CHUNK");
+}
+
+TEST(RankGenesGroupsGpu, TwoRunsSameBitsAndNanOnTheCpu) {
+  SCURRY_REQUIRE_GPU();
+  const Context gpu = test::gpu_context();
+  Dataset d = data(14, 7000, 30, 8);
+  for (const char* method : {"t-test", "wilcoxon"}) {
+    RankGenesGroupsOptions o;
+    o.groupby = "grp";
+    o.method = method;
+    o.use_raw = false;
+    const RankGenesGroupsResult a = rank_genes_groups(d, o, gpu);
+    const RankGenesGroupsResult b = rank_genes_groups(d, o, gpu);
+    for (size_t f = 0; f < a.scores.size(); ++f) {
+      EXPECT_EQ(0, std::memcmp(a.scores[f].data(), b.scores[f].data(), a.scores[f].size() * 8)) << method;
+      EXPECT_EQ(0, std::memcmp(a.logfoldchanges[f].data(), b.logfoldchanges[f].data(), a.scores[f].size() * 8));
+    }
+  }
+  // NaN: the CPU path (which skips NaN values) computes it
+  std::get<CsrF>(d.X.m).data[5] = std::nanf("");
+  RankGenesGroupsOptions o;
+  o.groupby = "grp";
+  o.method = "wilcoxon";
+  o.use_raw = false;
+  compare(d, o, 1e-12);
+}
+
+TEST(RankGenesGroupsGpu, SeveralContextsGiveTheSameBits) {
+  SCURRY_REQUIRE_GPU();
+  // three contexts on one GPU stand for three GPUs: the genes split between them
+  std::vector<Context> three = test::three_gpu_contexts();
+  std::vector<Context*> gpus;
+  for (Context& c : three) gpus.push_back(&c);
+  const Dataset d = data(15, 6000, 41, 7);
+  for (const char* method : {"t-test", "wilcoxon"})
+    for (const char* ref : {"rest", "g3"}) {
+      RankGenesGroupsOptions o;
+      o.groupby = "grp";
+      o.method = method;
+      o.reference = ref;
+      o.pts = true;
+      o.use_raw = false;
+      const RankGenesGroupsResult a = rank_genes_groups(d, o, *gpus[0]);
+      const RankGenesGroupsResult b = rank_genes_groups(d, o, *gpus[0], gpus);
+      ASSERT_EQ(a.scores.size(), b.scores.size());
+      for (size_t f = 0; f < a.scores.size(); ++f) {
+        const size_t n = a.scores[f].size() * 8;
+        EXPECT_EQ(0, std::memcmp(a.scores[f].data(), b.scores[f].data(), n)) << method << " " << ref << " field " << f;
+        EXPECT_EQ(0, std::memcmp(a.pvals_adj[f].data(), b.pvals_adj[f].data(), n)) << method << " " << ref;
+        EXPECT_EQ(0, std::memcmp(a.logfoldchanges[f].data(), b.logfoldchanges[f].data(), n)) << method << " " << ref;
+        EXPECT_EQ(a.order[f], b.order[f]);
+      }
+      for (size_t f = 0; f < a.pts.size(); ++f) EXPECT_EQ(a.pts[f], b.pts[f]);
+    }
+}
