@@ -9,6 +9,7 @@
 #include "core/error.hpp"
 #include "core/row_blocks.hpp"
 #include "exec/parallel.hpp"
+#include "nmf/numpy_random.hpp"
 
 namespace scurry {
 
@@ -16,53 +17,6 @@ namespace {
 
 constexpr double kEps32 = 1.1920928955078125e-07;  // np.finfo(np.float32).eps: sklearn's EPSILON
 constexpr double kEps64 = 2.220446049250313e-16;   // np.finfo(np.float64).eps
-
-// ---- random numbers: splitmix64 seeding a xoshiro256**, Box-Muller normals ----------------------
-uint64_t splitmix64(uint64_t& s) {
-  uint64_t z = (s += 0x9E3779B97F4A7C15ull);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
-
-class Rng {
- public:
-  explicit Rng(uint64_t seed) {
-    for (auto& v : s_) v = splitmix64(seed);
-  }
-  uint64_t next() {
-    const uint64_t result = rotl(s_[1] * 5, 7) * 9;
-    const uint64_t t = s_[1] << 17;
-    s_[2] ^= s_[0];
-    s_[3] ^= s_[1];
-    s_[1] ^= s_[2];
-    s_[0] ^= s_[3];
-    s_[2] ^= t;
-    s_[3] = rotl(s_[3], 45);
-    return result;
-  }
-  double uniform() { return static_cast<double>(next() >> 11) * 0x1.0p-53; }  // [0, 1)
-  double normal() {
-    if (has_spare_) {
-      has_spare_ = false;
-      return spare_;
-    }
-    double u1 = uniform();
-    while (u1 <= 0.0) u1 = uniform();
-    const double u2 = uniform();
-    const double rad = std::sqrt(-2.0 * std::log(u1));
-    const double th = 2.0 * M_PI * u2;
-    spare_ = rad * std::sin(th);
-    has_spare_ = true;
-    return rad * std::cos(th);
-  }
-
- private:
-  static uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
-  uint64_t s_[4];
-  bool has_spare_ = false;
-  double spare_ = 0;
-};
 
 void check_input(const CsrF& X) {
   for (int64_t i = 0; i < X.n_rows; ++i)
@@ -410,10 +364,17 @@ std::vector<int> parse_gpus(const std::string& spec, int available) {
   return out;
 }
 
+namespace {
+// numpy takes seeds 0 .. 2^32 - 1 (the CLI checks --seed); wider seeds (the tests' fresh seeds) are
+// folded to 32 bits.
+uint32_t numpy_seed(uint64_t s) { return static_cast<uint32_t>(s <= 0xffffffffull ? s : (s ^ (s >> 32))); }
+}  // namespace
+
 std::vector<uint64_t> nmf_replicate_seeds(uint64_t seed, int64_t n) {
-  uint64_t s = seed ^ 0x636E6D66ull;  // "cnmf"
+  // cNMF's get_nmf_iter_params: np.random.seed(seed); np.random.randint(1, 2**31 - 1, size=n).
+  NumpyRandomState rng(numpy_seed(seed));
   std::vector<uint64_t> out(static_cast<size_t>(n));
-  for (auto& v : out) v = 1 + splitmix64(s) % ((uint64_t(1) << 32) - 2);
+  for (auto& v : out) v = static_cast<uint64_t>(rng.randint(1, (int64_t(1) << 31) - 1));
   return out;
 }
 
@@ -429,11 +390,11 @@ NmfBatch nmf_random_init(const CsrF& X, int k, const std::vector<uint64_t>& seed
   b.W.resize(static_cast<size_t>(b.n) * b.rk());
   b.Ht.resize(static_cast<size_t>(b.g) * b.rk());
   for (int r = 0; r < b.R; ++r) {
-    Rng rng(seeds[r]);
+    NumpyRandomState rng(numpy_seed(seeds[r]));  // sklearn: check_random_state(seed)
     for (int c = 0; c < k; ++c)
-      for (int64_t j = 0; j < b.g; ++j) b.h(r, c, j) = static_cast<float>(std::fabs(avg * rng.normal()));
+      for (int64_t j = 0; j < b.g; ++j) b.h(r, c, j) = static_cast<float>(std::fabs(avg * rng.standard_normal()));
     for (int64_t i = 0; i < b.n; ++i)
-      for (int c = 0; c < k; ++c) b.w(r, i, c) = static_cast<float>(std::fabs(avg * rng.normal()));
+      for (int c = 0; c < k; ++c) b.w(r, i, c) = static_cast<float>(std::fabs(avg * rng.standard_normal()));
   }
   return b;
 }

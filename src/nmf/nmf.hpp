@@ -81,14 +81,15 @@ struct NmfResult {
   std::vector<double> error;   // per replicate: sklearn's reconstruction_err_ (sqrt(2 * beta-divergence))
 };
 
-// cNMF's replicate seeds: `n` values in [1, 2^32 - 1) drawn from a generator seeded with `seed`
-// (cNMF draws them with numpy's RandomState(seed).randint; our stream differs, documented).
+// cNMF's replicate seeds: np.random.seed(seed); np.random.randint(1, 2**31 - 1, size=n), the same
+// numbers as cNMF's (numpy's legacy MT19937 stream, nmf/numpy_random.hpp) for seeds 0 .. 2^32 - 1
+// (numpy's range; wider seeds are folded to 32 bits, here and in nmf_random_init).
 std::vector<uint64_t> nmf_replicate_seeds(uint64_t seed, int64_t n);
 
 // sklearn's init='random' for each seed: avg = sqrt(mean(X) / k) over all n*g entries;
-// H = avg * |N(0,1)| (k x g, drawn first), then W = avg * |N(0,1)| (n x k), row-major draw order.
-// The normal stream is our own (splitmix64 + xoshiro256** + Box-Muller), not numpy's MT19937, so
-// values differ from sklearn's for the same seed; the distribution is the same.
+// H = avg * |N(0,1)| (k x g, drawn first), then W = avg * |N(0,1)| (n x k), row-major draw order,
+// the normals from numpy's RandomState(seed).standard_normal: the same values as sklearn's
+// (up to X's float32 mean and the float32 storage).
 NmfBatch nmf_random_init(const CsrF& X, int k, const std::vector<uint64_t>& seeds);
 
 // Fits all replicates of `init` on X (n x g, non-negative). With opt.update_h = false, H stays fixed
