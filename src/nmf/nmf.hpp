@@ -92,6 +92,12 @@ std::vector<uint64_t> nmf_replicate_seeds(uint64_t seed, int64_t n);
 // (up to X's float32 mean and the float32 storage).
 NmfBatch nmf_random_init(const CsrF& X, int k, const std::vector<uint64_t>& seeds);
 
+// sklearn's init='nndsvd' (what cNMF's --init nndsvd asks for; not nndsvda/nndsvdar): the top-k
+// singular triplets of X by randomised SVD (seeded with seeds[0]), then Boutsidis & Gallopoulos'
+// NNDSVD (zeros stay zeros: entries < eps = 1e-6 set to 0). All replicates get the same factors.
+NmfBatch nmf_nndsvd_init(const Context& ctx, const CsrF& X, int k, const std::vector<uint64_t>& seeds,
+                         double eps = 1e-6);
+
 // Fits all replicates of `init` on X (n x g, non-negative). With opt.update_h = false, H stays fixed
 // and W starts from init.W (sklearn starts cd from zeros and mu from sqrt(mean(X)/k): see
 // nmf_fit_w_fixed_h). Throws InputError on negative or non-finite values of X.
