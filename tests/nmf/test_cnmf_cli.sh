@@ -10,7 +10,8 @@ trap 'rm -rf "$T"' EXIT
   --seed 7 --write-h5ad "$T/u.h5ad"
 D="$T/out/t"
 for f in t.spectra.k_3.dt_0_5.consensus.txt t.usages.k_4.dt_0_5.consensus.txt t.gene_spectra_score.k_3.dt_0_5.txt \
-         t.gene_spectra_tpm.k_4.dt_0_5.txt t.k_selection.png t.k_selection_stats.df.txt t.overdispersed_genes.txt; do
+         t.gene_spectra_tpm.k_4.dt_0_5.txt t.k_selection.png t.k_selection_stats.df.npz t.overdispersed_genes.txt \
+         cnmf_tmp/t.nmf_params.df.npz cnmf_tmp/t.nmf_idvrun_params.yaml cnmf_tmp/t.spectra.k_3.merged.df.npz; do
   [ -s "$D/$f" ] || { echo "missing $f"; exit 1; }
 done
 /usr/bin/python3 - "$T" <<'PY'
@@ -25,11 +26,12 @@ s = pd.read_csv(t + "/out/t/t.spectra.k_3.dt_0_5.consensus.txt", sep="\t", index
 assert s.shape == (3, 150) and np.allclose(s.sum(1), 1, atol=1e-5)
 g = pd.read_csv(t + "/out/t/t.gene_spectra_score.k_3.dt_0_5.txt", sep="\t", index_col=0)
 assert g.shape == (3, 300)
-k = pd.read_csv(t + "/out/t/t.k_selection_stats.df.txt", sep="\t", index_col=0)
-assert list(k.k) == [3, 4] and (k.stability <= 1).all()
+with np.load(t + "/out/t/t.k_selection_stats.df.npz", allow_pickle=True) as f:
+    k = pd.DataFrame(**f)
+assert list(k.k) == [3, 4] and (k.silhouette <= 1).all()
 PY
-# Stepwise: the same consensus as run.
-"$SCURRY" -q cnmf prepare "$T/in.h5ad" --output-dir "$T/out2" --name t -k 3 4 --n-iter 6 --numgenes 150 --seed 7
+# Stepwise (cNMF's spelling: -c, and the old positional form above): the same consensus as run.
+"$SCURRY" -q cnmf prepare -c "$T/in.h5ad" --output-dir "$T/out2" --name t -k 3 4 --n-iter 6 --numgenes 150 --seed 7
 "$SCURRY" -q cnmf factorize --output-dir "$T/out2" --name t --worker-index 0 --total-workers 2
 "$SCURRY" -q cnmf factorize --output-dir "$T/out2" --name t --worker-index 1 --total-workers 2
 "$SCURRY" -q cnmf combine --output-dir "$T/out2" --name t
