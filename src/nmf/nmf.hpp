@@ -9,7 +9,9 @@
 //      the components in order 0..k-1, grad = (W HHt - XHt)[i,t], W[i,t] = max(W[i,t] - grad/HHt[t,t],
 //      0); stops when violation / violation_at_iteration_1 <= tol (sklearn's rule for cd: the sum of
 //      the projected gradients, checked every iteration).
-//  mu  multiplicative updates for Frobenius or Kullback-Leibler; denominators equal to 0 become
+//  mu  multiplicative updates for Frobenius, Kullback-Leibler or Itakura-Saito (beta 0: sklearn's
+//      general-beta rule with exponent 1/(2 - beta) = 1/2; X must have no zeros, as sklearn requires,
+//      so X must store every entry; CPU only); denominators equal to 0 become
 //      float32 eps (KL: W column sums equal to 0 become 1; H entries < float64 eps set to 0); checks
 //      every 10 iterations (previous_error - error) / error_at_init < tol, error being
 //      sklearn's _beta_divergence(..., square_root=True).
@@ -31,11 +33,11 @@
 namespace scurry {
 
 enum class NmfSolver { cd, mu };
-enum class NmfLoss { frobenius, kullback_leibler };
+enum class NmfLoss { frobenius, kullback_leibler, itakura_saito };  // itakura_saito: CPU only
 // How the GPU holds X: CSR (gather kernels) or dense row-major (cuBLAS GEMMs over all replicates).
 enum class NmfGpuLayout { automatic, sparse, dense };
 
-// "cd" | "mu", "frobenius" | "kullback-leibler" (InputError otherwise).
+// "cd" | "mu", "frobenius" | "kullback-leibler" | "itakura-saito" (InputError otherwise).
 NmfSolver parse_nmf_solver(const std::string& s);
 NmfLoss parse_nmf_loss(const std::string& s);
 const char* nmf_solver_name(NmfSolver s);

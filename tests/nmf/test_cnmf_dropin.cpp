@@ -278,6 +278,81 @@ TEST(CnmfDropin, FlatYamlAsCnmfWritesIt) {
   }
 }
 
+// sklearn's mu with beta_loss = 0 (Itakura-Saito), written out densely in float64 (the oracle).
+TEST(CnmfDropin, ItakuraSaitoMatchesDenseSklearnRule) {
+  const uint64_t seed = test::fresh_seed();
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<double> u(0.5, 5);
+  const int64_t n = 20, g = 15;
+  const int k = 3;
+  CsrF X;
+  X.n_rows = n, X.n_cols = g;
+  X.indptr.assign(n + 1, 0);
+  for (int64_t i = 0; i < n; ++i) {
+    for (int64_t j = 0; j < g; ++j) X.indices.push_back(static_cast<int32_t>(j)), X.data.push_back(static_cast<float>(u(rng)));
+    X.indptr[i + 1] = static_cast<int64_t>(X.indices.size());
+  }
+  const NmfBatch init = nmf_random_init(X, k, {seed});
+  NmfOptions o;
+  o.solver = NmfSolver::mu;
+  o.loss = NmfLoss::itakura_saito;
+  o.tol = 0;
+  o.max_iter = 6;
+  const Context ctx = Context::cpu(2);
+  const NmfResult r = nmf_fit(ctx, X, init, o);
+  std::vector<double> W(n * k), H(k * g);
+  for (int64_t i = 0; i < n; ++i)
+    for (int c = 0; c < k; ++c) W[i * k + c] = init.w(0, i, c);
+  for (int c = 0; c < k; ++c)
+    for (int64_t j = 0; j < g; ++j) H[c * g + j] = init.h(0, c, j);
+  const double eps = 1.1920928955078125e-07;
+  auto x = [&](int64_t i, int64_t j) { return static_cast<double>(X.data[i * g + j]); };
+  for (int it = 0; it < 6; ++it) {
+    std::vector<double> WH(n * g);
+    for (int64_t i = 0; i < n; ++i)
+      for (int64_t j = 0; j < g; ++j) {
+        double s = 0;
+        for (int c = 0; c < k; ++c) s += W[i * k + c] * H[c * g + j];
+        WH[i * g + j] = std::max(s, eps);
+      }
+    for (int64_t i = 0; i < n; ++i)
+      for (int c = 0; c < k; ++c) {
+        double num = 0, den = 0;
+        for (int64_t j = 0; j < g; ++j) num += x(i, j) / (WH[i * g + j] * WH[i * g + j]) * H[c * g + j], den += H[c * g + j] / WH[i * g + j];
+        W[i * k + c] *= std::sqrt(num / den);
+      }
+    for (int64_t i = 0; i < n; ++i)
+      for (int64_t j = 0; j < g; ++j) {
+        double s = 0;
+        for (int c = 0; c < k; ++c) s += W[i * k + c] * H[c * g + j];
+        WH[i * g + j] = std::max(s, eps);
+      }
+    for (int c = 0; c < k; ++c)
+      for (int64_t j = 0; j < g; ++j) {
+        double num = 0, den = 0;
+        for (int64_t i = 0; i < n; ++i) num += x(i, j) / (WH[i * g + j] * WH[i * g + j]) * W[i * k + c], den += W[i * k + c] / WH[i * g + j];
+        H[c * g + j] *= std::sqrt(num / den);
+      }
+  }
+  for (int64_t i = 0; i < n; ++i)
+    for (int c = 0; c < k; ++c) ASSERT_NEAR(r.f.w(0, i, c), W[i * k + c], 1e-4 * (1 + W[i * k + c]));
+  for (int c = 0; c < k; ++c)
+    for (int64_t j = 0; j < g; ++j) ASSERT_NEAR(r.f.h(0, c, j), H[c * g + j], 1e-4 * (1 + H[c * g + j]));
+  // The divergence: sum(x / wh - log(x / wh) - 1), reported as sqrt(2 d).
+  double d = 0;
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t j = 0; j < g; ++j) {
+      double s = 0;
+      for (int c = 0; c < k; ++c) s += W[i * k + c] * H[c * g + j];
+      const double q = x(i, j) / s;
+      d += q - std::log(q) - 1;
+    }
+  EXPECT_NEAR(r.error[0], std::sqrt(2 * d), 1e-3 * std::sqrt(2 * d));
+  // Zeros: sklearn's refusal.
+  const CsrF Z = test::random_counts(20, 15, 0.5, seed, 5);
+  EXPECT_THROW(nmf_fit(ctx, Z, nmf_random_init(Z, k, {seed}), o), InputError);
+}
+
 int ink(const Canvas& c, int x0, int y0, int x1, int y1) {
   int n = 0;
   for (int y = y0; y < y1; ++y)

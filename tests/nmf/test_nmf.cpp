@@ -279,7 +279,8 @@ TEST(Nmf, BadInput) {
   EXPECT_THROW(nmf_fit(ctx, X, init, kl_cd), InputError);
   EXPECT_THROW(nmf_random_init(X, 0, {1}), InputError);
   EXPECT_THROW(parse_nmf_solver("als"), InputError);
-  EXPECT_THROW(parse_nmf_loss("itakura-saito"), InputError);
+  EXPECT_EQ(parse_nmf_loss("itakura-saito"), NmfLoss::itakura_saito);
+  EXPECT_THROW(parse_nmf_loss("beta-0.5"), InputError);
 }
 
 // numpy's own numbers (numpy 1.24: RandomState(14).randint(1, 2**31 - 1, 3) and
