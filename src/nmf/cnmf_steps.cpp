@@ -266,7 +266,7 @@ void cnmf_prepare_step(const Context& ctx, const CnmfPaths& p, const std::string
   DenseD st(static_cast<int64_t>(pr.tpm_mean.size()), 2);
   for (size_t j = 0; j < pr.tpm_mean.size(); ++j) st(j, 0) = pr.tpm_mean[j], st(j, 1) = pr.tpm_std[j];
   write_df_npz(p.tpm_stats(), counts.genes, false, {"__mean", "__std"}, false, st, NpzDtype::f64);
-  // Replicates: itertools.product(sorted? no: ks as given, range(n_iter)) with numpy's seeds.
+  // Replicates: itertools.product(ks as given, range(n_iter)) with numpy's seeds, as cNMF.
   uint64_t seed;
   if (a.seed) {
     seed = *a.seed;
@@ -468,6 +468,32 @@ void cnmf_k_selection_step(const Context& ctx, const CnmfPaths& p, double local_
                st, NpzDtype::f64);
   write_text_file(p.k_selection_plot(), encode_png(k_selection_canvas(ks, stab, err)));
   log::info("cnmf k_selection_plot: " + p.k_selection_plot());
+}
+
+CnmfKSelectionStats read_k_selection_stats(const std::string& path) {
+  std::vector<std::string> cols;
+  DenseD v;
+  if (ends_with(path, ".npz")) {
+    DfNpz d = read_df_npz(path);
+    cols = std::move(d.columns), v = std::move(d.data);
+  } else {
+    TsvTable t = read_tsv_table(path);
+    cols = std::move(t.columns), v = std::move(t.values);
+  }
+  auto col = [&](std::initializer_list<const char*> names) -> int64_t {
+    for (const char* n : names)
+      for (size_t c = 0; c < cols.size(); ++c)
+        if (cols[c] == n) return static_cast<int64_t>(c);
+    fail_input(path, "no column '", *names.begin(), "' (expected cNMF's k_selection_stats: k, silhouette, prediction_error)");
+  };
+  const int64_t ck = col({"k"}), cs = col({"silhouette", "stability"}), ce = col({"prediction_error"});
+  CnmfKSelectionStats out;
+  for (int64_t r = 0; r < v.n_rows; ++r) {
+    out.k.push_back(static_cast<int>(v(r, ck)));
+    out.stability.push_back(v(r, cs));
+    out.prediction_error.push_back(v(r, ce));
+  }
+  return out;
 }
 
 }  // namespace scurry

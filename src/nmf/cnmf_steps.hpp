@@ -61,4 +61,14 @@ std::map<int, DenseF> cnmf_consensus_step(const Context& ctx, const CnmfPaths& p
 // k_selection_stats.df.npz and k_selection.png over every prepared k.
 void cnmf_k_selection_step(const Context& ctx, const CnmfPaths& p, double local_neighborhood_size = 0.30);
 
+// A k_selection_stats table for other readers (the run report): cNMF's .df.npz (columns k,
+// local_density_threshold, silhouette, prediction_error) or a TSV of the same columns (older scurry
+// wrote k_selection_stats.df.txt with the column 'stability' for 'silhouette'). InputError naming the
+// path when a column is missing.
+struct CnmfKSelectionStats {
+  std::vector<int> k;
+  std::vector<double> stability, prediction_error;
+};
+CnmfKSelectionStats read_k_selection_stats(const std::string& path);
+
 }  // namespace scurry

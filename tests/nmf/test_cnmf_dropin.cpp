@@ -10,6 +10,7 @@
 #include "core/error.hpp"
 #include "exec/context.hpp"
 #include "nmf/cnmf_files.hpp"
+#include "nmf/cnmf_steps.hpp"
 #include "nmf/nmf.hpp"
 #include "nmf/plot_png.hpp"
 #include "nmf/starcat.hpp"
@@ -251,6 +252,20 @@ TEST(CnmfDropin, TickLabelsAreDistinct) {
   const NiceTicks e = nice_ticks(460331.46, 463525.94, 5);
   for (size_t q = 1; q < e.labels.size(); ++q) EXPECT_NE(e.labels[q], e.labels[q - 1]);
   EXPECT_EQ(e.exponent, 5);
+}
+
+TEST(CnmfDropin, KSelectionStatsOfCnmfAndOfOlderScurry) {
+  const CnmfKSelectionStats a = read_k_selection_stats(test::test_data("golden/cnmf_pbmc3k/pbmc3k/pbmc3k.k_selection_stats.df.npz"));
+  EXPECT_EQ(a.k, (std::vector<int>{4, 5}));
+  EXPECT_NEAR(a.stability[1], 0.8157760936669869, 1e-15);
+  EXPECT_NEAR(a.prediction_error[0], 463525.93624538503, 1e-8);
+  test::TempDir t;
+  write_tsv_table(t.path("s.df.txt"), {"0"}, {"k", "local_density_threshold", "stability", "prediction_error"},
+                  DenseD(1, 4, 3.0));
+  const CnmfKSelectionStats b = read_k_selection_stats(t.path("s.df.txt"));
+  EXPECT_EQ(b.k, (std::vector<int>{3}));
+  write_tsv_table(t.path("bad.txt"), {"0"}, {"k", "error"}, DenseD(1, 2, 3.0));
+  EXPECT_THROW(read_k_selection_stats(t.path("bad.txt")), InputError);
 }
 
 TEST(CnmfDropin, FlatYamlAsCnmfWritesIt) {
