@@ -10,6 +10,7 @@
 #include <limits>
 
 #include "core/error.hpp"
+#include "pp/linalg.hpp"
 
 namespace scurry {
 
@@ -382,17 +383,17 @@ std::vector<int64_t> average_linkage_leaves(const DenseD& D) {
 Canvas cnmf_clustergram_canvas(const DenseD& l2, const std::vector<int>& labels, const std::vector<double>& local_density,
                                double density_threshold) {
   const int64_t m = l2.n_rows;
-  // Distances between the kept spectra.
+  // Distances between the kept spectra (sklearn's euclidean_distances, as cNMF: the Gram by BLAS,
+  // then sqrt(|a|^2 + |b|^2 - 2 a.b), clipped at 0).
   DenseD D(m, m);
-  for (int64_t i = 0; i < m; ++i)
-    for (int64_t j = i + 1; j < m; ++j) {
-      double s = 0;
-      for (int64_t q = 0; q < l2.n_cols; ++q) {
-        const double t = l2(i, q) - l2(j, q);
-        s += t * t;
-      }
-      D(i, j) = D(j, i) = std::sqrt(s);
-    }
+  if (m > 0) {
+    linalg::dgemm(false, true, m, m, l2.n_cols, 1.0, l2.data.data(), l2.n_cols, l2.data.data(), l2.n_cols, 0.0,
+                  D.data.data(), m);
+    std::vector<double> sq(m);
+    for (int64_t i = 0; i < m; ++i) sq[i] = D(i, i);
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j < m; ++j) D(i, j) = i == j ? 0.0 : std::sqrt(std::max(0.0, sq[i] + sq[j] - 2 * D(i, j)));
+  }
   // cNMF's order: by cluster label, and within a cluster by average-linkage leaves.
   int kmax = 0;
   for (const int l : labels) kmax = std::max(kmax, l + 1);

@@ -56,6 +56,25 @@ with h5py.File(t + "tpm.h5ad", "r") as f, h5py.File(sys.argv[1] + "/out2/t/cnmf_
 a, b = (np.load(t + "spectra.k_3.iter_%d.df.npz" % i, allow_pickle=True)["data"] for i in (0, 1))
 assert np.array_equal(a, b)  # nndsvd: every replicate starts (and ends) the same
 PY
+# cNMF's other counts inputs: a cells x genes TSV and a .df.npz frame give the h5ad's prepare.
+/usr/bin/python3 - "$T" <<'PY'
+import sys, anndata, numpy as np, pandas as pd
+t = sys.argv[1]
+a = anndata.read_h5ad(t + "/in.h5ad")
+df = pd.DataFrame(a.X.toarray(), index=a.obs_names, columns=a.var_names)
+df.to_csv(t + "/in.txt", sep="\t")
+np.savez_compressed(t + "/in.df.npz", data=df.values, index=df.index.values, columns=df.columns.values)
+PY
+for f in in.txt in.df.npz; do
+  "$SCURRY" -q cnmf prepare -c "$T/$f" --output-dir "$T/o5" --name "$f" -k 3 --n-iter 2 --numgenes 150 --seed 7
+  cmp "$T/out2/t/t.overdispersed_genes.txt" "$T/o5/$f/$f.overdispersed_genes.txt"
+  /usr/bin/python3 - "$T/out2/t/cnmf_tmp/t.norm_counts.h5ad" "$T/o5/$f/cnmf_tmp/$f.norm_counts.h5ad" <<'PY'
+import sys, anndata, numpy as np
+a, b = (anndata.read_h5ad(f) for f in sys.argv[1:])
+assert list(a.obs_names) == list(b.obs_names) and list(a.var_names) == list(b.var_names)
+assert np.allclose(a.X.toarray(), b.X.toarray(), rtol=1e-6)
+PY
+done
 # starCAT: the run's reference projected back onto its own counts; usages normalised per cell.
 "$SCURRY" -q --threads 2 cnmf project "$D/t.starcat_spectra.k_3.dt_0_5.txt" "$T/in.h5ad" -o "$T/proj.txt"
 /usr/bin/python3 - "$T/proj.txt" <<'PY'
