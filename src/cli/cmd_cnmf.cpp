@@ -1,10 +1,15 @@
-// scurry cnmf prepare|factorize|combine|consensus|k-selection|run: consensus NMF gene programs as
-// dylkot/cNMF (Kotliar et al. 2019), with its file layout (nmf/cnmf_files.hpp). `run` does every step.
+// scurry cnmf: consensus NMF gene programs as dylkot/cNMF (Kotliar et al. 2019), a drop-in for cNMF's
+// command line: the verbs prepare, factorize, combine, k_selection_plot and consensus with cNMF's
+// option names and defaults (every verb accepts every cNMF option, as cNMF's single argparse parser
+// does), cNMF's file layout and formats (nmf/cnmf_steps.hpp); plus scurry's own `run` (every step),
+// `bench`, `project` (starCAT), --device gpu / --gpus / --tf32, the TrynkaLab fork's --engine gpu and
+// --gpu-batch, and the old scurry spellings (positional INPUT, k-selection, --max-iter).
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <sstream>
 
@@ -17,317 +22,111 @@
 #include "io/read.hpp"
 #include "nmf/cnmf_bench.hpp"
 #include "nmf/cnmf_files.hpp"
-#include "nmf/cnmf_prepare.hpp"
-#include "nmf/consensus.hpp"
+#include "nmf/cnmf_steps.hpp"
 #include "nmf/nmf.hpp"
-#include "nmf/plot_png.hpp"
+#include "nmf/starcat.hpp"
 
 namespace scurry::cli {
 
 namespace {
 
+// Every cNMF option, for every verb (cNMF parses one option set for all verbs).
 struct CnmfCli {
-  std::string output_dir = ".";  // cNMF --output-dir
-  std::string name = "cNMF";     // cNMF --name
-  std::string input;             // counts: h5ad, 10x .h5 or mtx directory
-  std::vector<int> ks;           // -k
-  int n_iter = 100;              // cNMF --n-iter: replicates per k
-  uint64_t seed = 0;             // cNMF --seed (cNMF's default None is unseeded; ours is 0)
-  std::string genes_file;        // cNMF --genes-file
-  std::string beta_loss = "frobenius";
-  int worker_index = 0, total_workers = 1;
+  std::string output_dir = ".";  // --output-dir
+  std::string name = "cNMF";     // --name
+  std::string counts;            // -c/--counts (or the positional INPUT of scurry's old spelling)
+  std::string input;
+  CnmfPrepareArgs prep;
+  int64_t seed = -1;             // --seed (unset: cNMF's None)
+  std::vector<int> ks;           // -k/--components
+  CnmfFactorizeArgs fact;
+  bool skip_missing_files = false;
+  CnmfConsensusArgs cons;
+  std::string engine;            // TrynkaLab's --engine cpu|gpu: alias of --device
+  int gpu_batch = 0;             // TrynkaLab's --gpu-batch: accepted; scurry sizes its GPU batches itself
+  std::string gpus = "all";      // --gpus (with --device gpu)
+  bool tf32 = false;             // --tf32: dense GPU layout on TF32 tensor cores
   std::string write_h5ad;        // run: input + obsm['cnmf_usages_k<K>']
-  std::string gpus = "all";      // --gpus (with --device gpu): all | N | 0,1,...
-  CudaOptions cuda;              // the global --device options, for the extra GPUs' resources
-  CnmfPrepareOptions prep;
-  CnmfConsensusOptions cons;
-  NmfOptions nmf;
 };
 
-std::vector<std::string> numbered(int k) {
-  std::vector<std::string> v;
-  for (int c = 1; c <= k; ++c) v.push_back(std::to_string(c));
-  return v;
-}
-
-Dataset make_ds(CsrF X, const std::vector<std::string>& cells, const std::vector<std::string>& genes) {
-  Dataset d;
-  d.X = Matrix(std::move(X));
-  d.obs.index = cells;
-  d.var.index = genes;
-  return d;
-}
-
-struct Loaded {
-  CsrF X;
-  std::vector<std::string> cells, genes;
-};
-Loaded load_h5ad(const std::string& path) {
-  H5adReadOptions ro;
-  ro.read_raw = false;
-  ro.read_layers = false;
-  Dataset d = read_h5ad(path, ro);
-  return {to_csr_f(d.X), d.obs.index, d.var.index};
-}
-
-struct Replicate {
-  int k, iter;
-  uint64_t seed;
-};
-std::vector<Replicate> read_replicates(const CnmfPaths& p) {
-  const TsvTable t = read_tsv_table(p.replicate_params());
-  if (t.columns.size() != 3) fail_input(p.replicate_params(), "expected columns n_components, iter, nmf_seed");
-  std::vector<Replicate> r;
-  for (int64_t i = 0; i < t.values.n_rows; ++i)
-    r.push_back({static_cast<int>(t.values(i, 0)), static_cast<int>(t.values(i, 1)),
-                 static_cast<uint64_t>(t.values(i, 2))});
-  return r;
-}
-
-std::vector<int> ks_of(const std::vector<Replicate>& reps, const std::vector<int>& asked) {
-  std::set<int> all;
-  for (const auto& r : reps) all.insert(r.k);
-  if (asked.empty()) return {all.begin(), all.end()};
-  for (const int k : asked)
-    if (!all.count(k)) fail_input("-k", "k = ", k, " was not prepared; prepared: ", [&] {
-        std::string s;
-        for (const int x : all) s += std::to_string(x) + " ";
-        return s;
-      }());
-  std::set<int> s(asked.begin(), asked.end());
-  return {s.begin(), s.end()};
-}
-
-NmfOptions read_run_params(const CnmfPaths& p) {
-  NmfOptions o;
-  for (const auto& [k, v] : read_key_values(p.run_params())) {
-    if (k == "beta_loss") o.loss = parse_nmf_loss(v);
-    else if (k == "solver") o.solver = parse_nmf_solver(v);
-    else if (k == "tol") o.tol = std::stod(v);
-    else if (k == "max_iter") o.max_iter = std::stoi(v);
-  }
-  return o;
-}
-
-// ---- the steps ---------------------------------------------------------------------------------
-
-void do_prepare(const Context& ctx, const CnmfCli& o, const CnmfPaths& p, const Dataset& d) {
-  check_counts(d.X, o.input);
-  if (o.ks.empty()) fail_input("-k", "give at least one number of components, e.g. -k 5 6 7");
-  for (const int k : o.ks)
-    if (k < 1) fail_input("-k", "each k must be at least 1 (got ", k, ")");
-  if (o.n_iter < 1) fail_input("--n-iter", "must be at least 1 (got ", o.n_iter, ")");
-  const NmfLoss loss = parse_nmf_loss(o.beta_loss);
-  CnmfPrepareOptions prep = o.prep;
-  if (!o.genes_file.empty()) {
-    std::ifstream in(o.genes_file);
-    if (!in) fail_input(o.genes_file, "cannot open the genes file");
-    std::string line;
-    while (std::getline(in, line)) {
-      while (!line.empty() && (line.back() == '\r' || line.back() == ' ')) line.pop_back();
-      if (!line.empty()) prep.genes.push_back(line);
-    }
-    if (prep.genes.empty()) fail_input(o.genes_file, "the genes file lists no genes (one gene name a line)");
-  }
-  const CsrF counts = to_csr_f(d.X);
-  CnmfPrepared pr = cnmf_prepare(ctx, counts, d.obs.index, d.var.index, prep, o.input);
-  p.make_dirs();
-  std::vector<std::string> hvg;
-  for (const int64_t j : pr.genes) hvg.push_back(d.var.index[j]);
-  std::string gl;
-  for (size_t q = 0; q < hvg.size(); ++q) gl += (q ? "\n" : "") + hvg[q];
-  write_text_file(p.genes_list(), gl);
-  write_h5ad(make_ds(std::move(pr.norm_counts), d.obs.index, hvg), p.normalized_counts());
-  write_h5ad(make_ds(std::move(pr.tpm), d.obs.index, d.var.index), p.tpm());
-  DenseD st(static_cast<int64_t>(pr.tpm_mean.size()), 2);
-  std::vector<std::string> gi;
-  for (size_t j = 0; j < pr.tpm_mean.size(); ++j) {
-    st(j, 0) = pr.tpm_mean[j], st(j, 1) = pr.tpm_std[j];
-    gi.push_back(std::to_string(j));
-  }
-  write_tsv_table(p.tpm_stats(), gi, {"__mean", "__std"}, st);
-  // Replicates: (k sorted, iter) with cNMF's seed list.
-  std::set<int> kset(o.ks.begin(), o.ks.end());
-  const std::vector<int> ks(kset.begin(), kset.end());
-  const auto seeds = nmf_replicate_seeds(o.seed, static_cast<int64_t>(ks.size()) * o.n_iter);
-  DenseD rp(static_cast<int64_t>(seeds.size()), 3);
-  std::vector<std::string> ri;
-  size_t q = 0;
-  for (const int k : ks)
-    for (int it = 0; it < o.n_iter; ++it, ++q) {
-      rp(q, 0) = k, rp(q, 1) = it, rp(q, 2) = static_cast<double>(seeds[q]);
-      ri.push_back(std::to_string(q));
-    }
-  // Integers as such (not "5.0"): write this table by hand.
-  std::string s = "\tn_components\titer\tnmf_seed\n";
-  for (size_t i = 0; i < seeds.size(); ++i)
-    s += ri[i] + "\t" + std::to_string(static_cast<int64_t>(rp(i, 0))) + "\t" + std::to_string(static_cast<int64_t>(rp(i, 1))) +
-         "\t" + std::to_string(seeds[i]) + "\n";
-  write_text_file(p.replicate_params(), s);
-  const NmfSolver solver = loss == NmfLoss::frobenius ? NmfSolver::cd : NmfSolver::mu;  // as cNMF
-  write_key_values(p.run_params(), {{"alpha_W", "0.0"},
-                                    {"l1_ratio", "0.0"},
-                                    {"beta_loss", nmf_loss_name(loss)},
-                                    {"solver", nmf_solver_name(solver)},
-                                    {"tol", py_float_repr(o.nmf.tol)},
-                                    {"max_iter", std::to_string(o.nmf.max_iter)},
-                                    {"init", "random"}});
-  log::info("cnmf prepare: " + std::to_string(hvg.size()) + " genes, " + std::to_string(counts.n_rows) + " cells, " +
-            std::to_string(seeds.size()) + " replicates");
-}
-
-void do_factorize(const Context& ctx, const CnmfCli& o, const CnmfPaths& p) {
-  if (ctx.backend() == Backend::cuda) parse_gpus(o.gpus, cuda_device_count());  // a bad --gpus fails before any work
-  if (o.total_workers < 1 || o.worker_index < 0 || o.worker_index >= o.total_workers)
-    fail_input("--worker-index", "must be in [0, --total-workers) (got ", o.worker_index, " of ", o.total_workers, ")");
-  const auto reps = read_replicates(p);
-  const NmfOptions nmf = read_run_params(p);
-  const Loaded nc = load_h5ad(p.normalized_counts());
-  std::map<int, std::vector<Replicate>> by_k;
-  for (size_t i = 0; i < reps.size(); ++i)
-    if ((static_cast<int64_t>(i) - o.worker_index) % o.total_workers == 0) by_k[reps[i].k].push_back(reps[i]);
-  for (const auto& [k, jobs] : by_k) {
-    std::vector<uint64_t> seeds;
-    for (const auto& j : jobs) seeds.push_back(j.seed);
-    NmfBatch init = nmf_random_init(nc.X, k, seeds);
-    const NmfResult r =
-        ctx.backend() == Backend::cuda
-            ? nmf_fit_gpus(nc.X, std::move(init), nmf, parse_gpus(o.gpus, cuda_device_count()), o.cuda)
-            : nmf_fit(ctx, nc.X, std::move(init), nmf);
-    int lo = nmf.max_iter, hi = 0;
-    for (size_t q = 0; q < jobs.size(); ++q) {
-      write_tsv_table(p.iter_spectra(k, jobs[q].iter), numbered(k), nc.genes, r.f.h_of(static_cast<int>(q)));
-      lo = std::min(lo, r.n_iter[q]), hi = std::max(hi, r.n_iter[q]);
-    }
-    log::info("cnmf factorize: k=" + std::to_string(k) + ", " + std::to_string(jobs.size()) + " replicates, " +
-              std::to_string(lo) + ".." + std::to_string(hi) + " iterations");
-  }
-}
-
-void do_combine(const CnmfCli& o, const CnmfPaths& p) {
-  const auto reps = read_replicates(p);
-  for (const int k : ks_of(reps, o.ks)) {
-    std::vector<Replicate> rk;
-    for (const auto& r : reps)
-      if (r.k == k) rk.push_back(r);
-    std::sort(rk.begin(), rk.end(), [](const Replicate& a, const Replicate& b) { return a.iter < b.iter; });
-    DenseF merged;
-    std::vector<std::string> labels, genes;
-    for (size_t q = 0; q < rk.size(); ++q) {
-      const TsvTable t = read_tsv_table(p.iter_spectra(k, rk[q].iter));
-      if (t.values.n_rows != k) fail_input(p.iter_spectra(k, rk[q].iter), "expected ", k, " spectra");
-      if (q == 0) {
-        genes = t.columns;
-        merged = DenseF(static_cast<int64_t>(rk.size()) * k, static_cast<int64_t>(genes.size()));
-      } else if (t.columns != genes) {
-        fail_input(p.iter_spectra(k, rk[q].iter), "genes differ from the other replicates'");
-      }
-      for (int c = 0; c < k; ++c) {
-        for (size_t j = 0; j < genes.size(); ++j) merged(q * k + c, j) = static_cast<float>(t.values(c, j));
-        labels.push_back("iter" + std::to_string(rk[q].iter) + "_topic" + std::to_string(c + 1));
-      }
-    }
-    write_tsv_table(p.merged_spectra(k), labels, genes, merged);
-    log::info("cnmf combine: k=" + std::to_string(k) + ", " + std::to_string(rk.size()) + " replicates");
-  }
-}
-
-DenseF read_merged(const CnmfPaths& p, int k) {
-  const TsvTable t = read_tsv_table(p.merged_spectra(k));
-  DenseF m(t.values.n_rows, t.values.n_cols);
-  for (size_t q = 0; q < m.data.size(); ++q) m.data[q] = static_cast<float>(t.values.data[q]);
-  return m;
-}
-
-// Returns the usages per k (for --write-h5ad).
-std::map<int, DenseF> do_consensus(const Context& ctx, const CnmfCli& o, const CnmfPaths& p) {
-  const auto reps = read_replicates(p);
-  CnmfConsensusOptions cons = o.cons;
-  cons.refit = read_run_params(p);
-  const Loaded nc = load_h5ad(p.normalized_counts());
-  const Loaded tpm = load_h5ad(p.tpm());
-  const TsvTable ts = read_tsv_table(p.tpm_stats());
-  std::vector<double> mean(ts.values.n_rows), sd(ts.values.n_rows);
-  for (int64_t j = 0; j < ts.values.n_rows; ++j) mean[j] = ts.values(j, 0), sd[j] = ts.values(j, 1);
-  const std::string dt = cnmf_dt_tag(cons.density_threshold);
-  std::map<int, DenseF> usages;
-  for (const int k : ks_of(reps, o.ks)) {
-    const DenseF merged = read_merged(p, k);
-    CnmfConsensus c = cnmf_consensus(ctx, merged, k, nc.X, cons);
-    write_tsv_table(p.consensus_spectra_txt(k, dt), numbered(k), nc.genes, c.spectra);
-    write_tsv_table(p.consensus_usages_txt(k, dt), nc.cells, numbered(k), c.usages);
-    DenseD st(4, 1);
-    st(0, 0) = k, st(1, 0) = cons.density_threshold, st(2, 0) = c.stability, st(3, 0) = c.prediction_error;
-    write_tsv_table(p.consensus_stats(k, dt), {"k", "local_density_threshold", "stability", "prediction_error"},
-                    {"stats"}, st);
-    write_tsv_table(p.gene_spectra_score_txt(k, dt), numbered(k), tpm.genes,
-                    cnmf_gene_spectra_score(ctx, c.usages, tpm.X, mean, sd));
-    write_tsv_table(p.gene_spectra_tpm_txt(k, dt), numbered(k), tpm.genes,
-                    cnmf_gene_spectra_tpm(ctx, c.usages, tpm.X, cons.refit));
-    int64_t kept = 0;
-    for (const auto v : c.kept) kept += v;
-    log::info("cnmf consensus: k=" + std::to_string(k) + ", " + std::to_string(kept) + "/" +
-              std::to_string(c.kept.size()) + " spectra kept, stability " + py_float_repr(c.stability) +
-              ", error " + py_float_repr(c.prediction_error));
-    usages[k] = std::move(c.usages);
-  }
-  return usages;
-}
-
-void do_k_selection(const Context& ctx, const CnmfCli& o, const CnmfPaths& p) {
-  const auto reps = read_replicates(p);
-  CnmfConsensusOptions cons = o.cons;
-  cons.refit = read_run_params(p);
-  cons.skip_density = true;
-  cons.density_threshold = 2.0;  // recorded in the stats: no filter (cNMF records its default 0.5 here)
-  const Loaded nc = load_h5ad(p.normalized_counts());
-  const std::vector<int> ks = ks_of(reps, {});
-  std::vector<double> stab, err;
-  DenseD st(static_cast<int64_t>(ks.size()), 4);
-  std::vector<std::string> idx;
-  for (size_t q = 0; q < ks.size(); ++q) {
-    const CnmfConsensus c = cnmf_consensus(ctx, read_merged(p, ks[q]), ks[q], nc.X, cons);
-    stab.push_back(c.stability);
-    err.push_back(c.prediction_error);
-    st(q, 0) = ks[q], st(q, 1) = cons.density_threshold, st(q, 2) = c.stability, st(q, 3) = c.prediction_error;
-    idx.push_back(std::to_string(q));
-  }
-  write_tsv_table(p.k_selection_stats(), idx, {"k", "local_density_threshold", "stability", "prediction_error"}, st);
-  write_text_file(p.k_selection_plot(), encode_png(k_selection_canvas(ks, stab, err)));
-  log::info("cnmf k-selection: " + p.k_selection_plot());
-}
-
-void add_common(CLI::App* c, CnmfCli& o) {
-  c->add_option("--output-dir", o.output_dir, "Output directory; results go to DIR/NAME/")->capture_default_str();
-  c->add_option("--name", o.name, "Name of the analysis (prefix of every file)")->capture_default_str();
-  c->fallthrough();
-}
-void add_prepare_opts(CLI::App* c, CnmfCli& o) {
-  c->add_option("-k,--components", o.ks, "Numbers of components, e.g. -k 5 6 7")->required()->expected(1, -1);
-  c->add_option("-n,--n-iter", o.n_iter, "Factorisation replicates per k")->capture_default_str();
-  c->add_option("--seed", o.seed, "Seed of the replicate seeds")->capture_default_str();
-  c->add_option("--numgenes", o.prep.num_highvar_genes, "Over-dispersed genes to factorise")->capture_default_str();
-  c->add_option("--genes-file", o.genes_file, "Factorise these genes instead (one var name a line)");
-  c->add_option("--beta-loss", o.beta_loss, "NMF loss: frobenius (HALS, cNMF's cd) or kullback-leibler (mu)")
-      ->check(CLI::IsMember({"frobenius", "kullback-leibler"}))
+void add_cnmf_options(CLI::App* c, CnmfCli& o, bool input_positional) {
+  c->add_option("--output-dir", o.output_dir, "[all] Output directory; results go to DIR/NAME/")->capture_default_str();
+  c->add_option("--name", o.name, "[all] Name of the analysis (prefix of every file)")->capture_default_str();
+  c->add_option("-c,--counts", o.counts,
+                "[prepare] Counts (cells x genes): .h5ad, 10x .h5 or mtx directory, zarr, .df.npz or a TSV");
+  if (input_positional) c->add_option("INPUT", o.input, "[prepare] The counts (scurry's older spelling of -c)");
+  c->add_option("-k,--components", o.ks, "[prepare, combine, consensus] Numbers of components, e.g. -k 5 6 7")
+      ->expected(1, -1);
+  c->add_option("-n,--n-iter", o.prep.n_iter, "[prepare] Factorisation replicates per k")->capture_default_str();
+  c->add_option("--total-workers", o.fact.total_workers, "[all] Workers sharing the replicates")->capture_default_str();
+  c->add_option("--seed", o.seed, "[prepare] Seed of the replicate seeds (0 .. 2^32-1; unset: drawn and logged)");
+  c->add_option("--genes-file", o.prep.genes_file, "[prepare] Factorise these genes (one var name a line)");
+  c->add_option("--numgenes", o.prep.numgenes, "[prepare] Over-dispersed genes to factorise")->capture_default_str();
+  c->add_option("--tpm", o.prep.tpm_file, "[prepare] Precomputed TPM (cells x genes: .h5ad, .df.npz or TSV)");
+  c->add_option("--beta-loss", o.prep.beta_loss, "[prepare] NMF loss")
+      ->check(CLI::IsMember({"frobenius", "kullback-leibler", "itakura-saito"}))
       ->capture_default_str();
-  c->add_option("--max-iter", o.nmf.max_iter, "Most NMF iterations per replicate")->capture_default_str();
-  c->add_option("--tol", o.nmf.tol, "NMF stopping tolerance (sklearn's)")->capture_default_str();
-}
-void add_consensus_opts(CLI::App* c, CnmfCli& o) {
-  c->add_option("--local-density-threshold", o.cons.density_threshold,
-                "Keep spectra whose mean distance to their neighbours is below this (2: keep all)")
+  c->add_option("--init", o.prep.init, "[prepare] NMF initialisation")
+      ->check(CLI::IsMember({"random", "nndsvd"}))
+      ->capture_default_str();
+  c->add_flag("--densify", o.prep.densify, "[prepare] Store the normalised counts and TPM dense");
+  c->add_option("--max-nmf-iter,--max-iter", o.prep.max_nmf_iter, "[prepare] Most NMF iterations per replicate")
+      ->capture_default_str();
+  c->add_option("--tol", o.prep.tol, "[prepare] NMF stopping tolerance (sklearn's; cNMF fixes 1e-4)")->capture_default_str();
+  c->add_option("--worker-index", o.fact.worker_index, "[factorize] This worker's index (0-based)")->capture_default_str();
+  c->add_flag("--skip-completed-runs", o.fact.skip_completed_runs,
+              "[factorize] Skip replicates marked completed or whose spectra file exists");
+  c->add_flag("--skip-missing-files", o.skip_missing_files, "[combine] Leave out replicates whose spectra are missing");
+  c->add_option("--local-density-threshold", o.cons.local_density_threshold,
+                "[consensus] Keep spectra whose mean distance to their neighbours is below this (2.0: keep all)")
       ->capture_default_str();
   c->add_option("--local-neighborhood-size", o.cons.local_neighborhood_size,
-                "Neighbours for the density, as a fraction of the replicates")
+                "[consensus] Neighbours for the density, as a fraction of the replicates")
       ->capture_default_str();
+  c->add_flag("--show-clustering", o.cons.show_clustering, "[consensus] Draw the clustergram PNG");
+  c->add_flag("--build-reference", o.cons.build_reference, "[consensus] Write the starCAT reference spectra");
+  c->add_option("--gpus", o.gpus,
+                "[factorize] With --device gpu: replicates spread over these GPUs: all, a count N, or ordinals 0,2")
+      ->capture_default_str();
+  c->add_flag("--tf32", o.tf32, "[factorize] GPU dense layout: GEMMs on TF32 tensor cores");
+  c->add_option("--engine", o.engine, "[factorize] TrynkaLab cNMF's spelling of --device: cpu or gpu")
+      ->check(CLI::IsMember({"cpu", "gpu"}));
+  c->add_option("--gpu-batch", o.gpu_batch, "[factorize] TrynkaLab cNMF's GPU batch size: accepted, unused (scurry sizes batches)");
+  c->fallthrough();
 }
 
-void add_gpus_opt(CLI::App* c, CnmfCli& o) {
-  c->add_option("--gpus", o.gpus,
-                "With --device gpu: replicates spread over these GPUs: all, a count N (the first N), or ordinals "
-                "0,2 (a comma makes a list: '1,' is device 1)")
-      ->capture_default_str();
+Context cnmf_context(GlobalOptions& g, const CnmfCli& o) {
+  if (!o.engine.empty()) g.context.device = o.engine;
+  return make_context(g);
+}
+
+CnmfPrepareArgs prepare_args(const CnmfCli& o) {
+  CnmfPrepareArgs a = o.prep;
+  a.components = o.ks;
+  if (o.seed >= 0) a.seed = static_cast<uint64_t>(o.seed);
+  return a;
+}
+
+std::string counts_of(const CnmfCli& o) {
+  if (!o.counts.empty() && !o.input.empty() && o.counts != o.input)
+    fail_input("-c", "the counts are given twice ('", o.counts, "' and '", o.input, "')");
+  const std::string c = o.counts.empty() ? o.input : o.counts;
+  if (c.empty()) fail_input("prepare", "give the counts with -c/--counts FILE");
+  return c;
+}
+
+CnmfFactorizeArgs factorize_args(const Context& ctx, const GlobalOptions& g, const CnmfCli& o) {
+  CnmfFactorizeArgs a = o.fact;
+  a.cuda = g.context.cuda;
+  a.tf32 = o.tf32;
+  if (ctx.backend() == Backend::cuda) a.gpus = parse_gpus(o.gpus, cuda_device_count());  // bad --gpus fails first
+  return a;
+}
+
+CnmfConsensusArgs consensus_args(const CnmfCli& o) {
+  CnmfConsensusArgs a = o.cons;
+  a.components = o.ks;
+  return a;
 }
 
 // ---- bench -------------------------------------------------------------------------------------
@@ -441,82 +240,103 @@ void add_bench_subcommand(CLI::App* cnmf, GlobalOptions& g) {
   });
 }
 
+// ---- project (starCAT) -------------------------------------------------------------------------
+
+struct ProjectCli {
+  std::string reference, query, out;
+  StarcatOptions opt;
+  std::string solver = "nnls";
+};
+
+void add_project_subcommand(CLI::App* cnmf, GlobalOptions& g) {
+  auto o = std::make_shared<ProjectCli>();
+  CLI::App* pr = cnmf->add_subcommand(
+      "project", "starCAT: fit the usages of a reference's programs (a starcat_spectra file) on new counts");
+  pr->add_option("REF", o->reference, "Reference spectra: cNMF's starcat_spectra .txt or .df.npz (programs x genes)")
+      ->required();
+  pr->add_option("QUERY", o->query, "Query counts: .h5ad, 10x .h5 or mtx directory, zarr")->required();
+  pr->add_option("-o,--output", o->out, "Usages: a TSV (.txt/.tsv) or .df.npz, cells x programs")->required();
+  pr->add_flag("!--no-scale", o->opt.scale, "Do not scale the query genes to unit variance (starCAT scales)");
+  pr->add_flag("!--unnormalized", o->opt.normalize, "Write the raw usages (default: normalised to sum 1, starCAT's)");
+  pr->add_option("--solver", o->solver, "nnls (exact, default) or mu (starCAT's sklearn multiplicative updates)")
+      ->check(CLI::IsMember({"nnls", "mu"}))
+      ->capture_default_str();
+  pr->callback([&g, o] {
+    Context ctx = make_context(g);
+    o->opt.exact = o->solver == "nnls";
+    check_output_path(o->out, o->out.size() >= 4 && o->out.compare(o->out.size() - 4, 4, ".npz") == 0 ? ".npz"
+                              : o->out.size() >= 4 && o->out.compare(o->out.size() - 4, 4, ".tsv") == 0 ? ".tsv" : ".txt",
+                      "-o");
+    starcat_project_files(ctx, o->reference, o->query, o->out, o->opt);
+  });
+}
+
 }  // namespace
 
 void add_cnmf_command(CLI::App& app, GlobalOptions& g) {
   auto o = std::make_shared<CnmfCli>();
-  CLI::App* cnmf = app.add_subcommand("cnmf", "Consensus NMF gene programs (cNMF: prepare, factorize, combine, consensus)");
+  CLI::App* cnmf = app.add_subcommand("cnmf", "Consensus NMF gene programs, a drop-in for cNMF's command line");
   cnmf->require_subcommand(1);
   cnmf->fallthrough();
 
   CLI::App* prep = cnmf->add_subcommand("prepare", "TPM, over-dispersed genes, scaled counts, replicate seeds");
-  prep->add_option("INPUT", o->input, "Counts: .h5ad, 10x .h5 or 10x mtx directory")->required();
-  add_common(prep, *o);
-  add_prepare_opts(prep, *o);
+  add_cnmf_options(prep, *o, true);
   prep->callback([&g, o] {
-    Context ctx = make_context(g);
-    const CnmfPaths p(o->output_dir, o->name);
-    do_prepare(ctx, *o, p, read_any(o->input));
+    Context ctx = cnmf_context(g, *o);
+    cnmf_prepare_step(ctx, CnmfPaths(o->output_dir, o->name), counts_of(*o), prepare_args(*o));
   });
 
-  CLI::App* fact = cnmf->add_subcommand("factorize", "Run the NMF replicates (batched per k)");
-  add_common(fact, *o);
-  fact->add_option("--worker-index", o->worker_index, "This worker's index (0-based)")->capture_default_str();
-  fact->add_option("--total-workers", o->total_workers, "Workers sharing the replicates")->capture_default_str();
-  add_gpus_opt(fact, *o);
+  CLI::App* fact = cnmf->add_subcommand("factorize", "Run the NMF replicates of this worker (batched per k)");
+  add_cnmf_options(fact, *o, false);
   fact->callback([&g, o] {
-    Context ctx = make_context(g);
-    o->cuda = g.context.cuda;
-    do_factorize(ctx, *o, CnmfPaths(o->output_dir, o->name));
+    Context ctx = cnmf_context(g, *o);
+    cnmf_factorize_step(ctx, CnmfPaths(o->output_dir, o->name), factorize_args(ctx, g, *o));
   });
 
   CLI::App* comb = cnmf->add_subcommand("combine", "Merge the replicates' spectra per k");
-  add_common(comb, *o);
-  comb->add_option("-k,--components", o->ks, "Only these k (default: all prepared)")->expected(1, -1);
+  add_cnmf_options(comb, *o, false);
   comb->callback([&g, o] {
-    make_context(g);
-    do_combine(*o, CnmfPaths(o->output_dir, o->name));
+    cnmf_context(g, *o);
+    cnmf_combine_step(CnmfPaths(o->output_dir, o->name), o->ks, o->skip_missing_files);
   });
 
-  CLI::App* cons = cnmf->add_subcommand("consensus", "Consensus spectra, usages and gene scores per k");
-  add_common(cons, *o);
-  cons->add_option("-k,--components", o->ks, "Only these k (default: all prepared)")->expected(1, -1);
-  add_consensus_opts(cons, *o);
+  CLI::App* cons = cnmf->add_subcommand("consensus", "Consensus spectra, usages, gene scores (and starCAT reference) per k");
+  add_cnmf_options(cons, *o, false);
   cons->callback([&g, o] {
-    Context ctx = make_context(g);
-    do_consensus(ctx, *o, CnmfPaths(o->output_dir, o->name));
+    Context ctx = cnmf_context(g, *o);
+    cnmf_consensus_step(ctx, CnmfPaths(o->output_dir, o->name), consensus_args(*o));
   });
 
-  CLI::App* ksel = cnmf->add_subcommand("k-selection", "Stability and error against k (TSV and PNG)");
-  add_common(ksel, *o);
+  CLI::App* ksel = cnmf->add_subcommand("k_selection_plot", "Stability and error against k (stats .df.npz and PNG)");
+  ksel->alias("k-selection");
+  add_cnmf_options(ksel, *o, false);
   ksel->callback([&g, o] {
-    Context ctx = make_context(g);
-    do_k_selection(ctx, *o, CnmfPaths(o->output_dir, o->name));
+    Context ctx = cnmf_context(g, *o);
+    cnmf_k_selection_step(ctx, CnmfPaths(o->output_dir, o->name), o->cons.local_neighborhood_size);
   });
 
   add_bench_subcommand(cnmf, g);
+  add_project_subcommand(cnmf, g);
 
-  CLI::App* run = cnmf->add_subcommand("run", "prepare, factorize, combine, consensus and k-selection in one go");
-  run->add_option("INPUT", o->input, "Counts: .h5ad, 10x .h5 or 10x mtx directory")->required();
-  add_common(run, *o);
-  add_prepare_opts(run, *o);
-  add_consensus_opts(run, *o);
+  CLI::App* run = cnmf->add_subcommand("run", "prepare, factorize, combine, consensus and k_selection_plot in one go");
+  add_cnmf_options(run, *o, true);
   run->add_option("--write-h5ad", o->write_h5ad, "Also write the input with obsm['cnmf_usages_k<K>'] to this .h5ad");
-  add_gpus_opt(run, *o);
   run->callback([&g, o] {
-    Context ctx = make_context(g);
-    o->cuda = g.context.cuda;
+    Context ctx = cnmf_context(g, *o);
     if (!o->write_h5ad.empty()) check_output_path(o->write_h5ad, ".h5ad", "--write-h5ad");
     const CnmfPaths p(o->output_dir, o->name);
-    Dataset d = read_any(o->input);
-    do_prepare(ctx, *o, p, d);
-    CnmfCli all = *o;
-    all.ks.clear();
-    do_factorize(ctx, all, p);
-    do_combine(all, p);
-    auto usages = do_consensus(ctx, all, p);
-    do_k_selection(ctx, all, p);
+    const std::string counts = counts_of(*o);
+    cnmf_prepare_step(ctx, p, counts, prepare_args(*o));
+    CnmfFactorizeArgs fa = factorize_args(ctx, g, *o);
+    fa.worker_index = 0, fa.total_workers = 1;
+    cnmf_factorize_step(ctx, p, fa);
+    cnmf_combine_step(p, {});
+    CnmfConsensusArgs ca = consensus_args(*o);
+    ca.components.clear();
+    auto usages = cnmf_consensus_step(ctx, p, ca);
+    cnmf_k_selection_step(ctx, p, o->cons.local_neighborhood_size);
     if (!o->write_h5ad.empty()) {
+      Dataset d = read_any(counts);
       for (auto& [k, u] : usages) d.obsm["cnmf_usages_k" + std::to_string(k)] = Matrix(std::move(u));
       make_parent_dirs(o->write_h5ad);
       write_h5ad(d, o->write_h5ad);

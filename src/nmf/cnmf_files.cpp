@@ -1,6 +1,7 @@
 // scurry: cNMF's files (see cnmf_files.hpp).
 #include "nmf/cnmf_files.hpp"
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <cstdio>
@@ -103,33 +104,37 @@ void CnmfPaths::make_dirs() const {
 
 std::string CnmfPaths::normalized_counts() const { return fmt_path(tmp, name + ".norm_counts.h5ad"); }
 std::string CnmfPaths::tpm() const { return fmt_path(tmp, name + ".tpm.h5ad"); }
-std::string CnmfPaths::tpm_stats() const { return fmt_path(tmp, name + ".tpm_stats.df.txt"); }
-std::string CnmfPaths::replicate_params() const { return fmt_path(tmp, name + ".nmf_params.df.txt"); }
-std::string CnmfPaths::run_params() const { return fmt_path(tmp, name + ".nmf_idvrun_params.txt"); }
+std::string CnmfPaths::tpm_stats() const { return fmt_path(tmp, name + ".tpm_stats.df.npz"); }
+std::string CnmfPaths::replicate_params() const { return fmt_path(tmp, name + ".nmf_params.df.npz"); }
+std::string CnmfPaths::run_params() const { return fmt_path(tmp, name + ".nmf_idvrun_params.yaml"); }
 std::string CnmfPaths::genes_list() const { return fmt_path(dir, name + ".overdispersed_genes.txt"); }
 std::string CnmfPaths::iter_spectra(int k, int iter) const {
-  return fmt_path(tmp, name + ".spectra.k_" + std::to_string(k) + ".iter_" + std::to_string(iter) + ".df.txt");
+  return fmt_path(tmp, name + ".spectra.k_" + std::to_string(k) + ".iter_" + std::to_string(iter) + ".df.npz");
 }
 std::string CnmfPaths::merged_spectra(int k) const {
-  return fmt_path(tmp, name + ".spectra.k_" + std::to_string(k) + ".merged.df.txt");
+  return fmt_path(tmp, name + ".spectra.k_" + std::to_string(k) + ".merged.df.npz");
 }
-std::string CnmfPaths::consensus_spectra_txt(int k, const std::string& dt) const {
-  return fmt_path(dir, name + ".spectra.k_" + std::to_string(k) + ".dt_" + dt + ".consensus.txt");
+std::string CnmfPaths::local_density_cache(int k) const {
+  return fmt_path(tmp, name + ".local_density_cache.k_" + std::to_string(k) + ".merged.df.npz");
 }
-std::string CnmfPaths::consensus_usages_txt(int k, const std::string& dt) const {
-  return fmt_path(dir, name + ".usages.k_" + std::to_string(k) + ".dt_" + dt + ".consensus.txt");
+std::string CnmfPaths::kdt(const char* folder_tmp_or_dir, const std::string& stem, int k, const std::string& dt,
+                           const std::string& ext) const {
+  return fmt_path(folder_tmp_or_dir[0] == 't' ? tmp : dir,
+                  name + "." + stem + ".k_" + std::to_string(k) + ".dt_" + dt + ext);
 }
-std::string CnmfPaths::consensus_stats(int k, const std::string& dt) const {
-  return fmt_path(tmp, name + ".stats.k_" + std::to_string(k) + ".dt_" + dt + ".df.txt");
-}
-std::string CnmfPaths::gene_spectra_score_txt(int k, const std::string& dt) const {
-  return fmt_path(dir, name + ".gene_spectra_score.k_" + std::to_string(k) + ".dt_" + dt + ".txt");
-}
-std::string CnmfPaths::gene_spectra_tpm_txt(int k, const std::string& dt) const {
-  return fmt_path(dir, name + ".gene_spectra_tpm.k_" + std::to_string(k) + ".dt_" + dt + ".txt");
-}
+std::string CnmfPaths::consensus_spectra(int k, const std::string& dt) const { return kdt("tmp", "spectra", k, dt, ".consensus.df.npz"); }
+std::string CnmfPaths::consensus_spectra_txt(int k, const std::string& dt) const { return kdt("dir", "spectra", k, dt, ".consensus.txt"); }
+std::string CnmfPaths::consensus_usages(int k, const std::string& dt) const { return kdt("tmp", "usages", k, dt, ".consensus.df.npz"); }
+std::string CnmfPaths::consensus_usages_txt(int k, const std::string& dt) const { return kdt("dir", "usages", k, dt, ".consensus.txt"); }
+std::string CnmfPaths::gene_spectra_score(int k, const std::string& dt) const { return kdt("tmp", "gene_spectra_score", k, dt, ".df.npz"); }
+std::string CnmfPaths::gene_spectra_score_txt(int k, const std::string& dt) const { return kdt("dir", "gene_spectra_score", k, dt, ".txt"); }
+std::string CnmfPaths::gene_spectra_tpm(int k, const std::string& dt) const { return kdt("tmp", "gene_spectra_tpm", k, dt, ".df.npz"); }
+std::string CnmfPaths::gene_spectra_tpm_txt(int k, const std::string& dt) const { return kdt("dir", "gene_spectra_tpm", k, dt, ".txt"); }
+std::string CnmfPaths::starcat_spectra(int k, const std::string& dt) const { return kdt("tmp", "starcat_spectra", k, dt, ".df.npz"); }
+std::string CnmfPaths::starcat_spectra_txt(int k, const std::string& dt) const { return kdt("dir", "starcat_spectra", k, dt, ".txt"); }
+std::string CnmfPaths::clustering_plot(int k, const std::string& dt) const { return kdt("dir", "clustering", k, dt, ".png"); }
 std::string CnmfPaths::k_selection_plot() const { return fmt_path(dir, name + ".k_selection.png"); }
-std::string CnmfPaths::k_selection_stats() const { return fmt_path(dir, name + ".k_selection_stats.df.txt"); }
+std::string CnmfPaths::k_selection_stats() const { return fmt_path(dir, name + ".k_selection_stats.df.npz"); }
 
 std::string py_float_repr(double v) { return repr(v); }
 std::string py_float_repr(float v) { return repr(v); }
@@ -200,6 +205,45 @@ std::vector<std::pair<std::string, std::string>> read_key_values(const std::stri
     const size_t t = line.find('\t');
     if (t == std::string::npos) fail_input(path, "line '", line, "' is not key<TAB>value");
     out.emplace_back(line.substr(0, t), line.substr(t + 1));
+  }
+  return out;
+}
+
+void write_flat_yaml(const std::string& path, const std::vector<std::pair<std::string, std::string>>& kv) {
+  auto sorted = kv;
+  std::sort(sorted.begin(), sorted.end());  // yaml.dump's sort_keys
+  std::string s;
+  for (const auto& [k, v] : sorted) s += k + ": " + v + "\n";
+  write_text_file(path, s);
+}
+
+std::vector<std::pair<std::string, std::string>> read_flat_yaml(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) fail_input(path, "cannot open the file (run `cnmf prepare` first)");
+  std::vector<std::pair<std::string, std::string>> out;
+  std::string line;
+  int no = 0;
+  auto trim = [](std::string x) {
+    const size_t a = x.find_first_not_of(" \t\r"), b = x.find_last_not_of(" \t\r");
+    return a == std::string::npos ? std::string() : x.substr(a, b - a + 1);
+  };
+  while (std::getline(in, line)) {
+    ++no;
+    std::string t = trim(line);
+    if (t.empty() || t[0] == '#' || t == "---" || t == "...") continue;
+    if (line[0] == ' ' || line[0] == '\t' || t[0] == '-' || t[0] == '{' || t[0] == '[')
+      fail_input(path, "line ", no, ": '", line, "' is not a top-level 'key: value' (scurry reads flat mappings only)");
+    const size_t c = t.find(": ");
+    std::string key = c == std::string::npos ? (t.back() == ':' ? t.substr(0, t.size() - 1) : std::string()) : t.substr(0, c);
+    if (key.empty()) fail_input(path, "line ", no, ": '", line, "' is not 'key: value'");
+    std::string v = c == std::string::npos ? std::string() : trim(t.substr(c + 2));
+    if (!v.empty() && v[0] != '\'' && v[0] != '"') {
+      const size_t h = v.find(" #");
+      if (h != std::string::npos) v = trim(v.substr(0, h));
+    }
+    if (v.size() >= 2 && (v[0] == '\'' || v[0] == '"') && v.back() == v[0]) v = v.substr(1, v.size() - 2);
+    if (v == "null" || v == "~") v.clear();
+    out.emplace_back(trim(key), v);
   }
   return out;
 }

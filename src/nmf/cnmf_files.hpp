@@ -1,9 +1,9 @@
-// scurry: cNMF's on-disk layout (dylkot/cNMF cnmf.py `_initialize_dirs`): DIR/NAME/ holds the
-// results, DIR/NAME/cnmf_tmp/ the intermediate files. Results keep cNMF's names and TSV format
-// (pandas to_csv(sep='\t'): a header of an empty index name and the column names, then one row per
-// index entry; floats as Python's repr, NaN as an empty field). Intermediates that cNMF stores as
-// .df.npz are TSV here (same base names, extension .df.txt); its .h5ad intermediates stay .h5ad and
-// its yaml run parameters are a key<TAB>value .txt.
+// scurry: cNMF's on-disk layout (dylkot/cNMF 1.7 cnmf.py `_initialize_dirs`): DIR/NAME/ holds the
+// results, DIR/NAME/cnmf_tmp/ the intermediate files, every one with cNMF's name and format:
+// .df.npz = numpy savez_compressed of a DataFrame's data/index/columns (io/npz.hpp), the run
+// parameters as cNMF's yaml (a flat mapping), the h5ad intermediates as h5ad, and the results as
+// pandas to_csv(sep='\t') TSVs (a header of an empty index name and the column names, then one row
+// per index entry; floats as Python's repr, NaN as an empty field).
 #pragma once
 #include <cstdint>
 #include <string>
@@ -23,19 +23,30 @@ struct CnmfPaths {
 
   std::string normalized_counts() const;            // cnmf_tmp/NAME.norm_counts.h5ad
   std::string tpm() const;                          // cnmf_tmp/NAME.tpm.h5ad
-  std::string tpm_stats() const;                    // cnmf_tmp/NAME.tpm_stats.df.txt
-  std::string replicate_params() const;             // cnmf_tmp/NAME.nmf_params.df.txt
-  std::string run_params() const;                   // cnmf_tmp/NAME.nmf_idvrun_params.txt
+  std::string tpm_stats() const;                    // cnmf_tmp/NAME.tpm_stats.df.npz
+  std::string replicate_params() const;             // cnmf_tmp/NAME.nmf_params.df.npz
+  std::string run_params() const;                   // cnmf_tmp/NAME.nmf_idvrun_params.yaml
   std::string genes_list() const;                   // NAME.overdispersed_genes.txt
-  std::string iter_spectra(int k, int iter) const;  // cnmf_tmp/NAME.spectra.k_K.iter_I.df.txt
-  std::string merged_spectra(int k) const;          // cnmf_tmp/NAME.spectra.k_K.merged.df.txt
-  std::string consensus_spectra_txt(int k, const std::string& dt) const;  // NAME.spectra.k_K.dt_X.consensus.txt
-  std::string consensus_usages_txt(int k, const std::string& dt) const;   // NAME.usages.k_K.dt_X.consensus.txt
-  std::string consensus_stats(int k, const std::string& dt) const;        // cnmf_tmp/NAME.stats.k_K.dt_X.df.txt
-  std::string gene_spectra_score_txt(int k, const std::string& dt) const; // NAME.gene_spectra_score.k_K.dt_X.txt
-  std::string gene_spectra_tpm_txt(int k, const std::string& dt) const;   // NAME.gene_spectra_tpm.k_K.dt_X.txt
+  std::string iter_spectra(int k, int iter) const;  // cnmf_tmp/NAME.spectra.k_K.iter_I.df.npz
+  std::string merged_spectra(int k) const;          // cnmf_tmp/NAME.spectra.k_K.merged.df.npz
+  std::string local_density_cache(int k) const;     // cnmf_tmp/NAME.local_density_cache.k_K.merged.df.npz
+  // dt: cnmf_dt_tag(threshold). The .df.npz in cnmf_tmp/, the .txt/.png in NAME/.
+  std::string consensus_spectra(int k, const std::string& dt) const;       // NAME.spectra.k_K.dt_X.consensus.df.npz
+  std::string consensus_spectra_txt(int k, const std::string& dt) const;   // NAME.spectra.k_K.dt_X.consensus.txt
+  std::string consensus_usages(int k, const std::string& dt) const;        // NAME.usages.k_K.dt_X.consensus.df.npz
+  std::string consensus_usages_txt(int k, const std::string& dt) const;    // NAME.usages.k_K.dt_X.consensus.txt
+  std::string gene_spectra_score(int k, const std::string& dt) const;      // NAME.gene_spectra_score.k_K.dt_X.df.npz
+  std::string gene_spectra_score_txt(int k, const std::string& dt) const;  // NAME.gene_spectra_score.k_K.dt_X.txt
+  std::string gene_spectra_tpm(int k, const std::string& dt) const;        // NAME.gene_spectra_tpm.k_K.dt_X.df.npz
+  std::string gene_spectra_tpm_txt(int k, const std::string& dt) const;    // NAME.gene_spectra_tpm.k_K.dt_X.txt
+  std::string starcat_spectra(int k, const std::string& dt) const;         // NAME.starcat_spectra.k_K.dt_X.df.npz
+  std::string starcat_spectra_txt(int k, const std::string& dt) const;     // NAME.starcat_spectra.k_K.dt_X.txt
+  std::string clustering_plot(int k, const std::string& dt) const;         // NAME.clustering.k_K.dt_X.png
   std::string k_selection_plot() const;             // NAME.k_selection.png
-  std::string k_selection_stats() const;            // NAME.k_selection_stats.df.txt
+  std::string k_selection_stats() const;            // NAME.k_selection_stats.df.npz
+
+ private:
+  std::string kdt(const char* folder, const std::string& stem, int k, const std::string& dt, const std::string& ext) const;
 };
 
 // Python's str(float) (repr): shortest round-trip digits, fixed notation for exponents -4..15
@@ -63,6 +74,11 @@ TsvTable read_tsv_table(const std::string& path);
 // key<TAB>value lines.
 void write_key_values(const std::string& path, const std::vector<std::pair<std::string, std::string>>& kv);
 std::vector<std::pair<std::string, std::string>> read_key_values(const std::string& path);
+// cNMF's run parameters: yaml.dump of a flat dict (sorted keys, "key: value" lines). The reader takes
+// any flat block mapping of scalars (comments, quotes, blank lines) and throws InputError naming the
+// path and line on nested or flow-style content.
+void write_flat_yaml(const std::string& path, const std::vector<std::pair<std::string, std::string>>& kv);
+std::vector<std::pair<std::string, std::string>> read_flat_yaml(const std::string& path);
 // Writes text atomically.
 void write_text_file(const std::string& path, const std::string& text);
 

@@ -121,7 +121,7 @@ CnmfHighVar cnmf_highvar_genes(const CsrF& tpm, int64_t numgenes) {
 
 CnmfPrepared cnmf_prepare(const Context& ctx, const CsrF& counts, const std::vector<std::string>& cell_names,
                           const std::vector<std::string>& gene_names, const CnmfPrepareOptions& opt,
-                          const std::string& where) {
+                          const std::string& where, const CsrF* given_tpm) {
   if (static_cast<int64_t>(cell_names.size()) != counts.n_rows ||
       static_cast<int64_t>(gene_names.size()) != counts.n_cols)
     fail("cnmf_prepare: names do not match the matrix shape");
@@ -139,8 +139,13 @@ CnmfPrepared cnmf_prepare(const Context& ctx, const CsrF& counts, const std::vec
   for (int64_t i = 0; i < counts.n_rows; ++i)
     if (tot[i] <= 0) bad.push_back(i);
   if (!bad.empty()) fail_cells(where, bad, cell_names, "in total");
-  out.tpm = counts;
-  {
+  if (given_tpm) {
+    if (given_tpm->n_rows != counts.n_rows || given_tpm->n_cols != counts.n_cols)
+      fail_input("--tpm", "the TPM matrix is ", given_tpm->n_rows, " x ", given_tpm->n_cols, " but the counts are ",
+                 counts.n_rows, " x ", counts.n_cols, " (cells x genes must match)");
+    out.tpm = *given_tpm;
+  } else {
+    out.tpm = counts;
     const RowBlocks rb = RowBlocks::uniform(counts.n_rows, kRowsPerBlock);
     parallel_for(ctx.threads(), rb.n_blocks(), [&](int64_t b) {
       for (int64_t i = rb.begin(b); i < rb.end(b); ++i) {

@@ -41,8 +41,9 @@ struct CnmfPrepared {
 
 // Throws InputError (naming `where` and the cells) for cells with zero total counts or zero counts
 // over the selected genes, and for --genes-file genes that are not in `gene_names`.
+// given_tpm (cNMF --tpm): use this TPM matrix (same shape as counts) instead of computing it.
 CnmfPrepared cnmf_prepare(const Context& ctx, const CsrF& counts, const std::vector<std::string>& cell_names,
                           const std::vector<std::string>& gene_names, const CnmfPrepareOptions& opt,
-                          const std::string& where);
+                          const std::string& where, const CsrF* given_tpm = nullptr);
 
 }  // namespace scurry

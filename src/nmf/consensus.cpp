@@ -8,6 +8,7 @@
 #include "core/error.hpp"
 #include "core/row_blocks.hpp"
 #include "exec/parallel.hpp"
+#include "nmf/cnmf_prepare.hpp"
 #include "pp/linalg.hpp"
 
 namespace scurry {
@@ -98,6 +99,28 @@ CnmfConsensus cnmf_consensus(const Context& ctx, const DenseF& merged, int k, co
   out.stability = silhouette_score(ctx, kept, km.labels);
   out.usages = nmf_fit_w_fixed_h(ctx, X, out.spectra, opt.refit);
   out.prediction_error = frobenius_error_sq(ctx, X, out.usages, out.spectra);
+  if (opt.keep_filtered_spectra) out.filtered_l2 = std::move(kept);
+  if (!opt.skip_density) {
+    // cNMF: norm_usages = rf_usages / row sums; programs sorted by norm_usages' column sums, descending.
+    const int64_t n = out.usages.n_rows;
+    std::vector<double> tot(k, 0.0);
+    for (int64_t i = 0; i < n; ++i) {
+      double s = 0;
+      for (int c = 0; c < k; ++c) s += out.usages(i, c);
+      if (s > 0)
+        for (int c = 0; c < k; ++c) tot[c] += out.usages(i, c) / s;
+    }
+    std::vector<int> ord(k);
+    for (int c = 0; c < k; ++c) ord[c] = c;
+    std::stable_sort(ord.begin(), ord.end(), [&](int a, int b) { return tot[a] > tot[b]; });
+    DenseF sp(k, g), us(n, k);
+    for (int c = 0; c < k; ++c) {
+      std::copy(out.spectra.row(ord[c]), out.spectra.row(ord[c]) + g, sp.row(c));
+      for (int64_t i = 0; i < n; ++i) us(i, c) = out.usages(i, ord[c]);
+    }
+    out.spectra = std::move(sp);
+    out.usages = std::move(us);
+  }
   return out;
 }
 
@@ -137,16 +160,11 @@ DenseD cnmf_gene_spectra_score(const Context& ctx, const DenseF& usages, const C
       }
   });
   DenseD out(k, G);
-  const double nan = std::numeric_limits<double>::quiet_NaN();
   std::vector<double> z(k);
   for (int64_t j = 0; j < G; ++j) {
-    const double sd = tpm_std[j];
+    const double sd = std::sqrt(std::max(tpm_std[j] * tpm_std[j], 1e-12));  // cNMF: var < 1e-12 -> 1e-12
     for (int64_t a = 0; a < k; ++a) z[a] = (utt[a * G + j] - colsum[a] * tpm_mean[j]) / sd;
     for (int64_t a = 0; a < k; ++a) {
-      if (sd == 0) {
-        out(a, j) = nan;
-        continue;
-      }
       double s = 0;
       for (int64_t b = 0; b < k; ++b) s += P(a, b) * z[b];
       out(a, j) = s;
@@ -168,6 +186,51 @@ DenseF cnmf_gene_spectra_tpm(const Context& ctx, const DenseF& usages, const Csr
   DenseF out(k, tpm.n_cols);
   for (int64_t j = 0; j < tpm.n_cols; ++j)
     for (int64_t a = 0; a < k; ++a) out(a, j) = W(j, a);
+  return out;
+}
+
+DenseF cnmf_refit_usages_tpm(const Context& ctx, const CsrF& tpm, const std::vector<int64_t>& genes,
+                             const DenseF& spectra_tpm, const std::vector<double>& tpm_std, const NmfOptions& refit) {
+  const int64_t n = tpm.n_rows, k = spectra_tpm.n_rows, h = static_cast<int64_t>(genes.size());
+  std::vector<int64_t> pos(tpm.n_cols, -1);
+  for (int64_t q = 0; q < h; ++q) pos[genes[q]] = q;
+  // tpm[:, genes] in gene-list order, as CSR.
+  CsrF T;
+  T.n_rows = n, T.n_cols = h;
+  T.indptr.assign(n + 1, 0);
+  std::vector<std::pair<int32_t, float>> row;
+  for (int64_t i = 0; i < n; ++i) {
+    row.clear();
+    for (int64_t p = tpm.indptr[i]; p < tpm.indptr[i + 1]; ++p)
+      if (pos[tpm.indices[p]] >= 0) row.emplace_back(static_cast<int32_t>(pos[tpm.indices[p]]), tpm.data[p]);
+    std::sort(row.begin(), row.end());
+    for (const auto& [j, v] : row) T.indices.push_back(j), T.data.push_back(v);
+    T.indptr[i + 1] = static_cast<int64_t>(T.indices.size());
+  }
+  // Column std with ddof 1 (0 -> 1), then scale.
+  std::vector<double> mean, sd;
+  column_mean_std(T, mean, sd);
+  const double nn = static_cast<double>(n);
+  for (double& s : sd) {
+    s = n > 1 ? std::sqrt(s * s * nn / (nn - 1)) : 0.0;
+    if (s == 0) s = 1;
+  }
+  for (size_t p = 0; p < T.data.size(); ++p) T.data[p] = static_cast<float>(T.data[p] / sd[T.indices[p]]);
+  DenseF H(k, h);
+  for (int64_t a = 0; a < k; ++a)
+    for (int64_t q = 0; q < h; ++q) H(a, q) = static_cast<float>(spectra_tpm(a, genes[q]) / tpm_std[genes[q]]);
+  return nmf_fit_w_fixed_h(ctx, T, H, refit);
+}
+
+DenseD cnmf_starcat_reference(const DenseD& spectra_tpm, const std::vector<double>& tpm_std,
+                              const std::vector<int64_t>& genes, double target_sum) {
+  const int64_t k = spectra_tpm.n_rows, h = static_cast<int64_t>(genes.size());
+  DenseD out(k, h);
+  for (int64_t a = 0; a < k; ++a) {
+    double s = 0;
+    for (int64_t j = 0; j < spectra_tpm.n_cols; ++j) s += spectra_tpm(a, j);
+    for (int64_t q = 0; q < h; ++q) out(a, q) = spectra_tpm(a, genes[q]) / s * target_sum / tpm_std[genes[q]];
+  }
   return out;
 }
 

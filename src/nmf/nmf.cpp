@@ -9,6 +9,7 @@
 #include "core/error.hpp"
 #include "core/row_blocks.hpp"
 #include "exec/parallel.hpp"
+#include "nmf/numpy_random.hpp"
 
 namespace scurry {
 
@@ -16,53 +17,6 @@ namespace {
 
 constexpr double kEps32 = 1.1920928955078125e-07;  // np.finfo(np.float32).eps: sklearn's EPSILON
 constexpr double kEps64 = 2.220446049250313e-16;   // np.finfo(np.float64).eps
-
-// ---- random numbers: splitmix64 seeding a xoshiro256**, Box-Muller normals ----------------------
-uint64_t splitmix64(uint64_t& s) {
-  uint64_t z = (s += 0x9E3779B97F4A7C15ull);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
-
-class Rng {
- public:
-  explicit Rng(uint64_t seed) {
-    for (auto& v : s_) v = splitmix64(seed);
-  }
-  uint64_t next() {
-    const uint64_t result = rotl(s_[1] * 5, 7) * 9;
-    const uint64_t t = s_[1] << 17;
-    s_[2] ^= s_[0];
-    s_[3] ^= s_[1];
-    s_[1] ^= s_[2];
-    s_[0] ^= s_[3];
-    s_[2] ^= t;
-    s_[3] = rotl(s_[3], 45);
-    return result;
-  }
-  double uniform() { return static_cast<double>(next() >> 11) * 0x1.0p-53; }  // [0, 1)
-  double normal() {
-    if (has_spare_) {
-      has_spare_ = false;
-      return spare_;
-    }
-    double u1 = uniform();
-    while (u1 <= 0.0) u1 = uniform();
-    const double u2 = uniform();
-    const double rad = std::sqrt(-2.0 * std::log(u1));
-    const double th = 2.0 * M_PI * u2;
-    spare_ = rad * std::sin(th);
-    has_spare_ = true;
-    return rad * std::cos(th);
-  }
-
- private:
-  static uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
-  uint64_t s_[4];
-  bool has_spare_ = false;
-  double spare_ = 0;
-};
 
 void check_input(const CsrF& X) {
   for (int64_t i = 0; i < X.n_rows; ++i)
@@ -229,18 +183,66 @@ struct Fit {
     });
   }
 
+  // Itakura-Saito (beta 0) multiplicative update of the rows of A, sklearn's general-beta rule:
+  // numerator = sum_j x (WH)^-2 b, denominator = sum_j (WH)^-1 b (WH floored at float32 eps), delta
+  // = (numerator / denominator)^(1 / (2 - beta)) = sqrt(.). X holds every entry (no zeros).
+  void is_rows(const CsrF& M, std::vector<float>& A, const std::vector<float>& B, int64_t bs, bool is_h) {
+    const RowBlocks rb = RowBlocks::uniform(M.n_rows, bs);
+    parallel_for(ctx.threads(), rb.n_blocks(), [&](int64_t b) {
+      std::vector<double> num(rk), den(rk);
+      for (int64_t i = rb.begin(b); i < rb.end(b); ++i) {
+        std::fill(num.begin(), num.end(), 0.0);
+        std::fill(den.begin(), den.end(), 0.0);
+        const float* arow = A.data() + static_cast<size_t>(i) * rk;
+        for (int64_t p = M.indptr[i]; p < M.indptr[i + 1]; ++p) {
+          const double x = M.data[p];
+          const float* brow = B.data() + static_cast<size_t>(M.indices[p]) * rk;
+          for (int r = 0; r < R; ++r) {
+            if (!active[r]) continue;
+            const float* ar = arow + r * k;
+            const float* br = brow + r * k;
+            double wh = 0;
+            for (int c = 0; c < k; ++c) wh += static_cast<double>(ar[c]) * br[c];
+            wh = std::max(wh, kEps32);
+            const double qn = x / (wh * wh), qd = 1.0 / wh;
+            for (int c = 0; c < k; ++c) num[r * k + c] += qn * br[c], den[r * k + c] += qd * br[c];
+          }
+        }
+        float* aw = A.data() + static_cast<size_t>(i) * rk;
+        for (int r = 0; r < R; ++r) {
+          if (!active[r]) continue;
+          for (int c = 0; c < k; ++c) {
+            const double d = den[r * k + c] == 0 ? kEps32 : den[r * k + c];
+            double v = aw[r * k + c] * std::sqrt(num[r * k + c] / d);
+            if (is_h && v < kEps64) v = 0;
+            aw[r * k + c] = static_cast<float>(v);
+          }
+        }
+      }
+    });
+  }
+
   NmfResult run() {
     NmfResult res;
     res.n_iter.assign(R, 0);
     const bool upd_h = opt.update_h;
     if (upd_h) Xt = transpose(X);
     const bool kl = opt.loss == NmfLoss::kullback_leibler;
+    const bool is = opt.loss == NmfLoss::itakura_saito;
     const bool cd = opt.solver == NmfSolver::cd;
-    if (kl && cd) fail_input("NMF", "the cd solver supports only the frobenius loss; use --solver mu for kullback-leibler");
+    if ((kl || is) && cd)
+      fail_input("NMF", "the cd solver supports only the frobenius loss; use --solver mu for ", nmf_loss_name(opt.loss));
+    if (is) {  // sklearn: "When beta_loss <= 0 and X contains zeros, the solver may diverge."
+      bool zeros = X.nnz() != X.n_rows * X.n_cols;
+      for (int64_t p = 0; p < X.nnz() && !zeros; ++p) zeros = !(X.data[p] > 0);
+      if (zeros)
+        fail_input("NMF", "beta loss itakura-saito needs a matrix without zeros (sklearn: the solver may diverge); "
+                   "add small values to the counts or use frobenius or kullback-leibler");
+    }
 
     // H fixed and Frobenius: X Ht is constant, computed once (as sklearn reuses XHt).
     std::vector<double> cached;
-    if (!upd_h && !kl) {
+    if (!upd_h && !kl && !is) {
       cached.resize(static_cast<size_t>(X.n_rows) * rk);
       const RowBlocks rb = RowBlocks::uniform(X.n_rows, cell_bs);
       parallel_for(ctx.threads(), rb.n_blocks(), [&](int64_t b) {
@@ -262,6 +264,8 @@ struct Fit {
       if (kl) {
         colsums(ctx.threads(), f.Ht, f.g, rk, gene_bs, sums);
         kl_rows(X, f.W, f.Ht, sums, cell_bs, false);
+      } else if (is) {
+        is_rows(X, f.W, f.Ht, cell_bs, false);
       } else {
         grams(ctx.threads(), f.Ht, f.g, R, k, gene_bs, G);
         const auto v = frob_rows(X, f.W, f.Ht, G, cell_bs, cached.empty() ? nullptr : &cached);
@@ -272,6 +276,8 @@ struct Fit {
         if (kl) {
           colsums(ctx.threads(), f.W, f.n, rk, cell_bs, sums);
           kl_rows(Xt, f.Ht, f.W, sums, gene_bs, true);
+        } else if (is) {
+          is_rows(Xt, f.Ht, f.W, gene_bs, true);
         } else {
           grams(ctx.threads(), f.W, f.n, R, k, cell_bs, G);
           const auto v = frob_rows(Xt, f.Ht, f.W, G, gene_bs, nullptr);
@@ -310,10 +316,13 @@ NmfSolver parse_nmf_solver(const std::string& s) {
 NmfLoss parse_nmf_loss(const std::string& s) {
   if (s == "frobenius") return NmfLoss::frobenius;
   if (s == "kullback-leibler") return NmfLoss::kullback_leibler;
-  fail_input("--beta-loss", "unknown NMF loss '", s, "'; use frobenius or kullback-leibler");
+  if (s == "itakura-saito") return NmfLoss::itakura_saito;
+  fail_input("--beta-loss", "unknown NMF loss '", s, "'; use frobenius, kullback-leibler or itakura-saito");
 }
 const char* nmf_solver_name(NmfSolver s) { return s == NmfSolver::cd ? "cd" : "mu"; }
-const char* nmf_loss_name(NmfLoss l) { return l == NmfLoss::frobenius ? "frobenius" : "kullback-leibler"; }
+const char* nmf_loss_name(NmfLoss l) {
+  return l == NmfLoss::frobenius ? "frobenius" : l == NmfLoss::kullback_leibler ? "kullback-leibler" : "itakura-saito";
+}
 
 DenseF NmfBatch::w_of(int r) const {
   DenseF out(n, k);
@@ -410,10 +419,17 @@ std::vector<int> parse_gpus(const std::string& spec, int available) {
   return out;
 }
 
+namespace {
+// numpy takes seeds 0 .. 2^32 - 1 (the CLI checks --seed); wider seeds (the tests' fresh seeds) are
+// folded to 32 bits.
+uint32_t numpy_seed(uint64_t s) { return static_cast<uint32_t>(s <= 0xffffffffull ? s : (s ^ (s >> 32))); }
+}  // namespace
+
 std::vector<uint64_t> nmf_replicate_seeds(uint64_t seed, int64_t n) {
-  uint64_t s = seed ^ 0x636E6D66ull;  // "cnmf"
+  // cNMF's get_nmf_iter_params: np.random.seed(seed); np.random.randint(1, 2**31 - 1, size=n).
+  NumpyRandomState rng(numpy_seed(seed));
   std::vector<uint64_t> out(static_cast<size_t>(n));
-  for (auto& v : out) v = 1 + splitmix64(s) % ((uint64_t(1) << 32) - 2);
+  for (auto& v : out) v = static_cast<uint64_t>(rng.randint(1, (int64_t(1) << 31) - 1));
   return out;
 }
 
@@ -429,11 +445,11 @@ NmfBatch nmf_random_init(const CsrF& X, int k, const std::vector<uint64_t>& seed
   b.W.resize(static_cast<size_t>(b.n) * b.rk());
   b.Ht.resize(static_cast<size_t>(b.g) * b.rk());
   for (int r = 0; r < b.R; ++r) {
-    Rng rng(seeds[r]);
+    NumpyRandomState rng(numpy_seed(seeds[r]));  // sklearn: check_random_state(seed)
     for (int c = 0; c < k; ++c)
-      for (int64_t j = 0; j < b.g; ++j) b.h(r, c, j) = static_cast<float>(std::fabs(avg * rng.normal()));
+      for (int64_t j = 0; j < b.g; ++j) b.h(r, c, j) = static_cast<float>(std::fabs(avg * rng.standard_normal()));
     for (int64_t i = 0; i < b.n; ++i)
-      for (int c = 0; c < k; ++c) b.w(r, i, c) = static_cast<float>(std::fabs(avg * rng.normal()));
+      for (int c = 0; c < k; ++c) b.w(r, i, c) = static_cast<float>(std::fabs(avg * rng.standard_normal()));
   }
   return b;
 }
@@ -469,6 +485,29 @@ std::vector<double> nmf_objective(const Context& ctx, const CsrF& X, const NmfBa
       const double res = (nx + nwh - 2.0 * cross[r]) / 2.0;
       out[r] = std::sqrt(2.0 * std::max(res, 0.0));
     }
+    return out;
+  }
+  if (loss == NmfLoss::itakura_saito) {
+    // sklearn's beta = 0: over the entries x > eps, div = x / max(WH, eps); sum(div) - n g - sum(log div).
+    std::vector<double> part;
+    reduce_blocks(ctx.threads(), rb.n_blocks(), static_cast<size_t>(R), part, [&](int64_t b, double* p) {
+      for (int64_t i = rb.begin(b); i < rb.end(b); ++i) {
+        const float* w = f.W.data() + static_cast<size_t>(i) * rk;
+        for (int64_t q = X.indptr[i]; q < X.indptr[i + 1]; ++q) {
+          const double x = X.data[q];
+          if (!(x > kEps32)) continue;
+          const float* h = f.Ht.data() + static_cast<size_t>(X.indices[q]) * rk;
+          for (int r = 0; r < R; ++r) {
+            double wh = 0;
+            for (int c = 0; c < k; ++c) wh += static_cast<double>(w[r * k + c]) * h[r * k + c];
+            const double div = x / std::max(wh, kEps32);
+            p[r] += div - std::log(div);
+          }
+        }
+      }
+    });
+    const double ng = static_cast<double>(X.n_rows) * static_cast<double>(X.n_cols);
+    for (int r = 0; r < R; ++r) out[r] = std::sqrt(2.0 * std::max(part[r] - ng, 0.0));
     return out;
   }
   // Kullback-Leibler: sum over nonzeros x > eps of x log(x / max(WH, eps)) + sum(WH) - sum(x).

@@ -9,7 +9,9 @@
 //      the components in order 0..k-1, grad = (W HHt - XHt)[i,t], W[i,t] = max(W[i,t] - grad/HHt[t,t],
 //      0); stops when violation / violation_at_iteration_1 <= tol (sklearn's rule for cd: the sum of
 //      the projected gradients, checked every iteration).
-//  mu  multiplicative updates for Frobenius or Kullback-Leibler; denominators equal to 0 become
+//  mu  multiplicative updates for Frobenius, Kullback-Leibler or Itakura-Saito (beta 0: sklearn's
+//      general-beta rule with exponent 1/(2 - beta) = 1/2; X must have no zeros, as sklearn requires,
+//      so X must store every entry; CPU only); denominators equal to 0 become
 //      float32 eps (KL: W column sums equal to 0 become 1; H entries < float64 eps set to 0); checks
 //      every 10 iterations (previous_error - error) / error_at_init < tol, error being
 //      sklearn's _beta_divergence(..., square_root=True).
@@ -31,11 +33,11 @@
 namespace scurry {
 
 enum class NmfSolver { cd, mu };
-enum class NmfLoss { frobenius, kullback_leibler };
+enum class NmfLoss { frobenius, kullback_leibler, itakura_saito };  // itakura_saito: CPU only
 // How the GPU holds X: CSR (gather kernels) or dense row-major (cuBLAS GEMMs over all replicates).
 enum class NmfGpuLayout { automatic, sparse, dense };
 
-// "cd" | "mu", "frobenius" | "kullback-leibler" (InputError otherwise).
+// "cd" | "mu", "frobenius" | "kullback-leibler" | "itakura-saito" (InputError otherwise).
 NmfSolver parse_nmf_solver(const std::string& s);
 NmfLoss parse_nmf_loss(const std::string& s);
 const char* nmf_solver_name(NmfSolver s);
@@ -81,15 +83,22 @@ struct NmfResult {
   std::vector<double> error;   // per replicate: sklearn's reconstruction_err_ (sqrt(2 * beta-divergence))
 };
 
-// cNMF's replicate seeds: `n` values in [1, 2^32 - 1) drawn from a generator seeded with `seed`
-// (cNMF draws them with numpy's RandomState(seed).randint; our stream differs, documented).
+// cNMF's replicate seeds: np.random.seed(seed); np.random.randint(1, 2**31 - 1, size=n), the same
+// numbers as cNMF's (numpy's legacy MT19937 stream, nmf/numpy_random.hpp) for seeds 0 .. 2^32 - 1
+// (numpy's range; wider seeds are folded to 32 bits, here and in nmf_random_init).
 std::vector<uint64_t> nmf_replicate_seeds(uint64_t seed, int64_t n);
 
 // sklearn's init='random' for each seed: avg = sqrt(mean(X) / k) over all n*g entries;
-// H = avg * |N(0,1)| (k x g, drawn first), then W = avg * |N(0,1)| (n x k), row-major draw order.
-// The normal stream is our own (splitmix64 + xoshiro256** + Box-Muller), not numpy's MT19937, so
-// values differ from sklearn's for the same seed; the distribution is the same.
+// H = avg * |N(0,1)| (k x g, drawn first), then W = avg * |N(0,1)| (n x k), row-major draw order,
+// the normals from numpy's RandomState(seed).standard_normal: the same values as sklearn's
+// (up to X's float32 mean and the float32 storage).
 NmfBatch nmf_random_init(const CsrF& X, int k, const std::vector<uint64_t>& seeds);
+
+// sklearn's init='nndsvd' (what cNMF's --init nndsvd asks for; not nndsvda/nndsvdar): the top-k
+// singular triplets of X by randomised SVD (seeded with seeds[0]), then Boutsidis & Gallopoulos'
+// NNDSVD (zeros stay zeros: entries < eps = 1e-6 set to 0). All replicates get the same factors.
+NmfBatch nmf_nndsvd_init(const Context& ctx, const CsrF& X, int k, const std::vector<uint64_t>& seeds,
+                         double eps = 1e-6);
 
 // Fits all replicates of `init` on X (n x g, non-negative). With opt.update_h = false, H stays fixed
 // and W starts from init.W (sklearn starts cd from zeros and mu from sqrt(mean(X)/k): see

@@ -12,6 +12,8 @@ namespace scurry {
 NmfResult nmf_fit_gpus(const CsrF& X, NmfBatch init, const NmfOptions& opt, const std::vector<int>& devices,
                        const CudaOptions& base) {
   if (devices.empty()) fail_input("--gpus", "no GPU given");
+  if (opt.loss == NmfLoss::itakura_saito)
+    fail_input("--beta-loss", "itakura-saito runs on the CPU only; use --device cpu");
   if (init.R < 1) fail("nmf_fit_gpus: no replicates");
   const int R = init.R;
   const int D = std::min(static_cast<int>(devices.size()), R);

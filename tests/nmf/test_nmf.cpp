@@ -9,6 +9,7 @@
 #include "core/error.hpp"
 #include "exec/context.hpp"
 #include "nmf/nmf.hpp"
+#include "nmf/numpy_random.hpp"
 #include "testlib.hpp"
 
 namespace scurry {
@@ -278,14 +279,38 @@ TEST(Nmf, BadInput) {
   EXPECT_THROW(nmf_fit(ctx, X, init, kl_cd), InputError);
   EXPECT_THROW(nmf_random_init(X, 0, {1}), InputError);
   EXPECT_THROW(parse_nmf_solver("als"), InputError);
-  EXPECT_THROW(parse_nmf_loss("itakura-saito"), InputError);
+  EXPECT_EQ(parse_nmf_loss("itakura-saito"), NmfLoss::itakura_saito);
+  EXPECT_THROW(parse_nmf_loss("beta-0.5"), InputError);
+}
+
+// numpy's own numbers (numpy 1.24: RandomState(14).randint(1, 2**31 - 1, 3) and
+// RandomState(59886188).standard_normal(8)): cNMF's seeds and sklearn's random init.
+TEST(Nmf, NumpyStreamsAsNumpy) {
+  EXPECT_EQ(nmf_replicate_seeds(14, 3), (std::vector<uint64_t>{59886188, 1812018521, 1173234957}));
+  NumpyRandomState r(59886188);
+  const double want[] = {0.29526446, 0.80487632, -0.3867717, 0.98512177, 0.29888862, -1.54889657, -0.74348389, -1.56134038};
+  for (const double w : want) EXPECT_NEAR(r.standard_normal(), w, 1e-8);
+  NumpyRandomState big(4294967295u);
+  EXPECT_NEAR(big.standard_normal(), 0.64840867, 1e-8);
+  EXPECT_NEAR(big.standard_normal(), 0.66932353, 1e-8);
+  // init: H drawn first (k x g row-major), |avg * N(0,1)|.
+  const CsrF X = test::random_counts(30, 20, 0.3, test::fresh_seed(), 9);
+  double tot = 0;
+  for (const float v : X.data) tot += v;
+  const double avg = std::sqrt(tot / (30.0 * 20.0) / 3);
+  const NmfBatch b = nmf_random_init(X, 3, {59886188});
+  NumpyRandomState q(59886188);
+  for (int c = 0; c < 3; ++c)
+    for (int j = 0; j < 20; ++j) ASSERT_EQ(b.h(0, c, j), static_cast<float>(std::fabs(avg * q.standard_normal())));
+  for (int i = 0; i < 30; ++i)
+    for (int c = 0; c < 3; ++c) ASSERT_EQ(b.w(0, i, c), static_cast<float>(std::fabs(avg * q.standard_normal())));
 }
 
 TEST(Nmf, ReplicateSeedsAndInit) {
   const auto s = nmf_replicate_seeds(14, 1000);
   for (const auto v : s) {
     EXPECT_GE(v, 1u);
-    EXPECT_LT(v, (uint64_t(1) << 32) - 1);
+    EXPECT_LT(v, (uint64_t(1) << 31) - 1);
   }
   EXPECT_EQ(s, nmf_replicate_seeds(14, 1000));
   EXPECT_NE(s, nmf_replicate_seeds(15, 1000));
