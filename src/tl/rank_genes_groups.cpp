@@ -563,10 +563,12 @@ RankGenesGroupsResult rank_genes_groups(const Dataset& d, const RankGenesGroupsO
   // is tested, else a copy of the tested genes.
   CsrF copy;
   const CsrF* xp = std::get_if<CsrF>(&X->m);
-  if (!xp || !o.mask_var.empty()) {
-    const CsrF full = xp ? CsrF() : to_csr_f(*X);
-    const CsrF& src = xp ? *xp : full;
-    copy = o.mask_var.empty() ? src : take_cols(src, genes);
+  if (!xp) {  // (a dense or float64 matrix: converted once, no second copy)
+    copy = to_csr_f(*X);
+    if (!o.mask_var.empty()) copy = take_cols(copy, genes);
+    xp = &copy;
+  } else if (!o.mask_var.empty()) {
+    copy = take_cols(*xp, genes);
     xp = &copy;
   }
   const CsrF& xc = *xp;

@@ -376,6 +376,26 @@ __global__ void fixed_to_double(const unsigned long long* acc, int64_t n, int64_
   out[q] = ldexp(static_cast<double>(static_cast<long long>(acc[q])), -shift[q % n_genes]);
 }
 
+// Device bytes this call may use: the free memory, plus what the stream-ordered pool holds unused
+// (pool mode keeps freed memory, which cudaMemGetInfo counts as used), within --max-pool-size.
+size_t available_bytes(CudaResources& r) {
+  size_t free_b = 0, total_b = 0;
+  SCURRY_CUDA(cudaMemGetInfo(&free_b, &total_b));
+  size_t avail = free_b;
+  if (r.memory->mode() == MemoryMode::pool) {
+    cudaMemPool_t pool = nullptr;
+    uint64_t reserved = 0;
+    if (cudaDeviceGetDefaultMemPool(&pool, r.device) == cudaSuccess &&
+        cudaMemPoolGetAttribute(pool, cudaMemPoolAttrReservedMemCurrent, &reserved) == cudaSuccess &&
+        reserved > r.memory->in_use())
+      avail += static_cast<size_t>(reserved - r.memory->in_use());
+    cudaGetLastError();
+  }
+  const size_t cap = r.memory->max_bytes();
+  if (cap) avail = std::min(avail, cap > r.memory->in_use() ? cap - r.memory->in_use() : size_t{0});
+  return std::min(avail, total_b);
+}
+
 double now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
 // The matrix in bucket order on the device: whole (resident, uploaded once) or one chunk of rows at
@@ -530,7 +550,9 @@ bool bucket_stats(CudaResources& r, BucketRows& rows, const std::vector<int64_t>
   SCURRY_CUDA(cudaMemsetAsync(d_nnz.data(), 0, BG * 8, r.stream));
   SCURRY_CUDA(cudaMemsetAsync(acc_sum.data(), 0, BG * 8, r.stream));
   SCURRY_CUDA(cudaMemsetAsync(acc_sq.data(), 0, BG * 8, r.stream));
-  const size_t smem_max = 2 * static_cast<size_t>(tile_max) * 4;
+  // (the attribute is the kernel's, shared by every thread and context: set it to the largest tile,
+  // never to this call's, which another device's thread may exceed)
+  const size_t smem_max = 2 * static_cast<size_t>(kSumTile) * 4;
   SCURRY_CUDA(cudaFuncSetAttribute(bucket_bounds, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem_max)));
   SCURRY_CUDA(cudaFuncSetAttribute(bucket_fixed<false>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem_max)));
   SCURRY_CUDA(cudaFuncSetAttribute(bucket_fixed<true>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem_max)));
@@ -793,9 +815,7 @@ void rank_genes_groups_range(CudaResources& r, const CsrF& x, const std::vector<
 
   // Resident when the matrix and a wilcoxon batch of a fair size fit; else streamed in chunks of a
   // quarter of the free memory (SCURRY_RGG_GPU_CHUNK: entries per chunk, to test the streamed path).
-  size_t free_b = 0, total_b = 0;
-  SCURRY_CUDA(cudaMemGetInfo(&free_b, &total_b));
-  const double avail = static_cast<double>(free_b) * 0.85;
+  const double avail = static_cast<double>(available_bytes(r)) * 0.85;
   const double per_item = 3.0 * (4.0 + (B <= 65535 ? 2.0 : 4.0)) + 8.0;  // wilcoxon: keys, sort, pair copy
   const int64_t nnz = x.nnz();
   const double matrix_bytes = static_cast<double>(nnz) * 8.0 + static_cast<double>(N) * 16.0;
@@ -820,8 +840,7 @@ void rank_genes_groups_range(CudaResources& r, const CsrF& x, const std::vector<
   }
   if (has_nan || !ranks || gb <= ga) return;
   // wilcoxon batches: what fits beside the matrix (or its chunk), at most 2^31 entries
-  SCURRY_CUDA(cudaMemGetInfo(&free_b, &total_b));
-  int64_t cap = static_cast<int64_t>(static_cast<double>(free_b) * 0.8 / per_item);
+  int64_t cap = static_cast<int64_t>(static_cast<double>(available_bytes(r)) * 0.8 / per_item);
   if (const char* e = std::getenv("SCURRY_RGG_GPU_BATCH")) cap = std::max<int64_t>(1, std::atoll(e));
   cap = std::min<int64_t>(cap, int64_t(1) << 31);
   const double up0 = rows.upload_seconds();
