@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <limits>
 #include <random>
 #include <vector>
@@ -173,6 +175,41 @@ std::pair<double, double> find_ab_params(double spread, double min_dist) {
   return {a, b};
 }
 
+float checked_max_weight(const Context& ctx, const CsrF& graph) {
+  const int64_t n = graph.nnz();
+  constexpr int64_t kPiece = int64_t(1) << 20;
+  const int64_t pieces = (n + kPiece - 1) / kPiece;
+  std::vector<float> mx(static_cast<size_t>(pieces), 0.0f);
+  std::vector<uint8_t> bad(static_cast<size_t>(pieces), 0);
+  parallel_for(ctx.threads(), pieces, [&](int64_t b) {
+    const int64_t p1 = std::min(n, (b + 1) * kPiece);
+    float m = 0;
+    bool any_bad = false;
+    for (int64_t p = b * kPiece; p < p1; ++p) {
+      const float w = graph.data[p];
+      any_bad |= !(std::isfinite(w) && w >= 0);
+      m = std::max(m, w);
+    }
+    mx[b] = m;
+    bad[b] = any_bad;
+  });
+  float m = 0;
+  for (int64_t b = 0; b < pieces; ++b) {
+    if (bad[b]) fail_input(kWhere, "the graph has a negative or non-finite weight; recompute the neighbours");
+    m = std::max(m, mx[b]);
+  }
+  return m;
+}
+
+void umap_mark(const char* what) {
+  static const bool on = std::getenv("SCURRY_UMAP_TIMES") != nullptr;
+  if (!on) return;
+  static auto last = std::chrono::steady_clock::now();
+  const auto t = std::chrono::steady_clock::now();
+  std::fprintf(stderr, "[umap] %s %.4f s\n", what, std::chrono::duration<double>(t - last).count());
+  last = t;
+}
+
 CsrF prune_graph(const Context& ctx, const CsrF& graph, float threshold) {
   const int64_t n = graph.n_rows;
   const int64_t n_blocks = (n + kRowsPerBlock - 1) / kRowsPerBlock;
@@ -211,9 +248,9 @@ UmapResult umap(const Context& ctx, const CsrF& graph, const UmapOptions& opt, c
   if (opt.maxiter && *opt.maxiter < 0) fail_input(kWhere, "maxiter = ", *opt.maxiter, " must not be negative");
   if (!(opt.negative_sample_rate >= 0)) fail_input(kWhere, "negative_sample_rate must not be negative");
   check_sgd(opt);
-  for (float w : graph.data)
-    if (!std::isfinite(w) || w < 0)
-      fail_input(kWhere, "the graph has a negative or non-finite weight; recompute the neighbours");
+  umap_mark("start");
+  const float wmax_all = checked_max_weight(ctx, graph);
+  umap_mark("weights checked");
 
   UmapResult res;
   if (opt.a && opt.b) {
@@ -229,11 +266,10 @@ UmapResult umap(const Context& ctx, const CsrF& graph, const UmapOptions& opt, c
   // Prune weak edges: below max / n_epochs (max / default_epochs when n_epochs <= 10). Not needed
   // without epochs (the GPU path asks for the start layout only) unless the spectral layout uses it.
   const bool need_graph = n_epochs > 0 || opt.init_pos == "spectral";
-  float wmax = 0;
-  if (need_graph)
-    for (float w : graph.data) wmax = std::max(wmax, w);
+  const float wmax = need_graph ? wmax_all : 0.0f;
   const float threshold = wmax / static_cast<float>(n_epochs > 10 ? n_epochs : default_epochs);
   const CsrF g = need_graph ? prune_graph(ctx, graph, threshold) : CsrF::zeros(0, 0);
+  umap_mark("a, b and the pruned graph");
 
   // Initial layout.
   Rng rng(opt.random_state);
@@ -253,6 +289,7 @@ UmapResult umap(const Context& ctx, const CsrF& graph, const UmapOptions& opt, c
       so.dim = dim;
       so.random_state = opt.random_state;
       spec = spectral_layout(ctx, g, so);
+      umap_mark("spectral layout");
       if (!spec) log::info("umap: the graph is not connected; random initialisation instead of spectral");
     }
     if (spec) {
@@ -277,6 +314,7 @@ UmapResult umap(const Context& ctx, const CsrF& graph, const UmapOptions& opt, c
   }
 
   res.init_seconds = seconds_since(t_start);
+  umap_mark("noise and scaling");
   if (n_epochs == 0) {  // the start layout only
     res.embedding = std::move(e);
     return res;
@@ -378,7 +416,9 @@ CsrF neighbors_graph(const Dataset& d, const std::string& neighbors_key, const s
 }
 
 UmapResult umap(const Context& ctx, Dataset& d, const UmapOptions& opt) {
+  umap_mark("umap called");
   const CsrF g = neighbors_graph(d, opt.neighbors_key, kWhere);
+  umap_mark("graph copied and validated");
   DenseF init;
   const DenseF* init_ptr = nullptr;
   if (opt.init_pos != "spectral" && opt.init_pos != "random") {

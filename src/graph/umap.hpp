@@ -63,6 +63,11 @@ struct UmapResult {
 
 // The graph without the entries below threshold (and explicit zeros), rows in parallel.
 CsrF prune_graph(const Context& ctx, const CsrF& graph, float threshold);
+// The largest edge weight, on the context's threads; throws InputError (as umap reports it) for a
+// negative or non-finite weight.
+float checked_max_weight(const Context& ctx, const CsrF& graph);
+// SCURRY_UMAP_TIMES=1: the layout's phases (wall seconds since the last mark) on stderr.
+void umap_mark(const char* what);
 // InputError for an unknown sgd or an n_components it does not take.
 void check_sgd(const UmapOptions& opt);
 // The batched epochs' constants from the options and res.a, res.b (the CPU and GPU paths).

@@ -166,12 +166,8 @@ UmapResult umap_gpu(const Context& ctx, const CsrF& graph, const DenseF& init, c
     fail_input(kWhere, "the initial coordinates are ", init.n_rows, " x ", init.n_cols, "; need ", n, " x ", dim);
   if (static_cast<int64_t>(graph.indptr.size()) != n + 1 || graph.indptr.back() != graph.nnz())
     fail_input(kWhere, "the graph's row pointers do not match its entries; recompute the neighbours");
-  float wmax = 0;
-  for (float w : graph.data) {
-    if (!std::isfinite(w) || w < 0)
-      fail_input(kWhere, "the graph has a negative or non-finite weight; recompute the neighbours");
-    wmax = std::max(wmax, w);
-  }
+  const float wmax = checked_max_weight(ctx, graph);
+  umap_mark("gpu: weights checked");
 
   UmapResult res;
   if (opt.a && opt.b) {
@@ -198,6 +194,7 @@ UmapResult umap_gpu(const Context& ctx, const CsrF& graph, const DenseF& init, c
   to_device(r, emb, h_emb.data(), h_emb.size());
   float* cur = emb.data();
   if (n_edges > 0 && wmax > 0 && n_epochs > 1) {
+    umap_mark("gpu: start layout uploaded");
     DeviceCsr dg = upload(r, graph);  // through pinned staging; the weights become eps in place
     DeviceArray<int32_t>& tail = dg.indices;
     DeviceArray<float>& eps = dg.data;
@@ -206,7 +203,9 @@ UmapResult umap_gpu(const Context& ctx, const CsrF& graph, const DenseF& init, c
     SCURRY_CUDA_LAUNCH();
     umap_sgd::EpochParams p = epoch_params(opt, res, n);
     // umap: epoch 0 samples nothing; after epoch m the rate becomes alpha (1 - m / n_epochs).
+    umap_mark("gpu: graph uploaded");
     const EpochItems items = epoch_items(graph);
+    umap_mark("gpu: epoch items built");
     DeviceItems dit;
     dit.vertex = DeviceArray<int32_t>(r, items.vertex.size(), "umap items (vertices)");
     dit.begin = DeviceArray<int64_t>(r, items.begin.size(), "umap items (first edges)");
@@ -216,10 +215,14 @@ UmapResult umap_gpu(const Context& ctx, const CsrF& graph, const DenseF& init, c
     to_device(r, dit.vertex, items.vertex.data(), items.vertex.size());
     to_device(r, dit.begin, items.begin.data(), items.begin.size());
     to_device(r, dit.first, items.first.data(), items.first.size());
+    SCURRY_CUDA(cudaStreamSynchronize(r.stream));
+    umap_mark("gpu: items uploaded");
     for (int64_t ep = 1; ep < n_epochs; ++ep) {
       umap_sgd::set_epoch(p, ep, opt.alpha, n_epochs);
       launch_epoch(r, cur, dit, indptr.data(), tail.data(), eps.data(), n, p);
     }
+    SCURRY_CUDA(cudaStreamSynchronize(r.stream));
+    umap_mark("gpu: epochs");
   }
   res.embedding = DenseF(n, dim);
   if (!h_emb.empty())
