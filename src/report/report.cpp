@@ -91,9 +91,6 @@ const CategoricalColumn* categorical(const Table& t, const std::string& name) {
 // ---------------------------------------------------------------------------------------------
 // Statistics
 
-struct Box {
-  double q1 = 0, med = 0, q3 = 0, lo = 0, hi = 0, min = 0, max = 0;
-};
 double quantile_sorted(const std::vector<double>& s, double q) {
   if (s.empty()) return NAN;
   const double p = q * static_cast<double>(s.size() - 1);
@@ -282,18 +279,13 @@ code{font-size:13px;background:#f2f2f2;padding:1px 4px;border-radius:3px;word-br
 // ---------------------------------------------------------------------------------------------
 // Expression statistics: highest expressed genes, dotplot, gene values for the UMAP panels
 
-struct ExprStats {
-  std::vector<double> mean_pct;          // per gene: mean over cells of its % of the cell's counts
-  std::vector<int64_t> top;              // top genes by mean_pct, highest first
-  std::vector<Box> top_box;              // their boxes (from histograms)
-  std::vector<double> dot_frac, dot_mean;  // [group * S + s]
-  std::vector<std::vector<double>> cell_values;  // per UMAP gene: the value of every cell
-};
 
-ExprStats expression_stats(RowSource& src, bool log1p, const std::vector<int32_t>* codes, int n_groups,
+}  // namespace
+
+ExpressionStats expression_stats(RowSource& src, bool log1p, const std::vector<int32_t>* codes, int n_groups,
                            const std::vector<int64_t>& dot_genes, const std::vector<int64_t>& umap_genes,
                            const ReportOptions& o) {
-  ExprStats st;
+  ExpressionStats st;
   const int64_t n = src.n_rows(), g = src.n_cols();
   const int64_t S = static_cast<int64_t>(dot_genes.size());
   std::vector<int64_t> dot_slot(g, -1);
@@ -383,6 +375,8 @@ ExprStats expression_stats(RowSource& src, bool log1p, const std::vector<int32_t
   }
   return st;
 }
+
+namespace {
 
 // ---------------------------------------------------------------------------------------------
 // Figures
@@ -642,7 +636,7 @@ std::string report_html(const ReportInput& in, const ReportOptions& o) {
       if (static_cast<int>(umap_genes.size()) >= o.umap_marker_genes) break;
     }
   }
-  ExprStats ex;
+  ExpressionStats ex;
   const bool have_expr = in.expression && in.expression->n_rows() == n &&
                          in.expression->n_cols() == static_cast<int64_t>(in.expression_genes.size());
   if (in.expression && !have_expr)

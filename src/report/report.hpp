@@ -57,6 +57,27 @@ struct ReportInput {
   std::vector<std::string> warnings;
 };
 
+// Tukey's box of a distribution: quartiles, whiskers at the furthest values within 1.5 IQR.
+struct Box {
+  double q1 = 0, med = 0, q3 = 0, lo = 0, hi = 0, min = 0, max = 0;
+};
+
+// The gene-level statistics of the page, from the expression matrix streamed in row blocks (two
+// passes): scanpy's highest_expr_genes (each gene's percentage of each cell's counts; counts =
+// expm1(value) when log1p), the dotplot's share of cells expressing (value > 0) and mean value per
+// (group, gene), and every cell's value of a few genes (the UMAP panels).
+struct ExpressionStats {
+  std::vector<double> mean_pct;              // per gene: mean over cells of its % of the cell's counts
+  std::vector<int64_t> top;                  // the top_genes genes by mean_pct, highest first (ties: lower index)
+  std::vector<Box> top_box;                  // their boxes, from histograms of hist_bins bins over [0, 100] %
+  std::vector<double> dot_frac, dot_mean;    // [group * dot_genes.size() + s]
+  std::vector<std::vector<double>> cell_values;  // per cell gene: the value of every cell
+};
+// group_codes: per cell its group (-1: none), or null; n_groups groups.
+ExpressionStats expression_stats(RowSource& src, bool log1p, const std::vector<int32_t>* group_codes, int n_groups,
+                                 const std::vector<int64_t>& dot_genes, const std::vector<int64_t>& cell_genes,
+                                 const ReportOptions& opt);
+
 // The page. Throws InputError naming `result_path` for slots of the wrong shape.
 std::string report_html(const ReportInput& in, const ReportOptions& opt = {});
 
