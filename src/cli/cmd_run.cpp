@@ -80,7 +80,10 @@ void run_ranks(const GlobalOptions& g, const RunOptions& o) {
   check_output_path(o.output, ".h5ad", "-o/--output");
   if (!o.timings.empty()) check_output_path(o.timings, ".json", "--timings");
   if (!o.markers_tsv.empty()) check_output_path(o.markers_tsv, "", "--markers-tsv");
-  if (!o.report.empty()) check_output_path(o.report, ".html", "--report");
+  if (!o.report.empty()) {  // its directory is made now: an uncreatable one fails before any work
+    check_output_path(o.report, ".html", "--report");
+    make_parent_dirs(o.report);
+  }
   // --gpus: the first listed GPU is the main context's; the others' contexts are made first (making
   // one selects its device on this thread; the main context's must be selected last).
   const std::vector<int> devices = selected_gpus(g);

@@ -81,7 +81,7 @@ std::string encode_png(const Image& im) {
   uLongf zlen = compressBound(static_cast<uLong>(raw.size()));
   std::string z(zlen, '\0');
   if (compress2(reinterpret_cast<Bytef*>(z.data()), &zlen, reinterpret_cast<const Bytef*>(raw.data()),
-                static_cast<uLong>(raw.size()), 9) != Z_OK)
+                static_cast<uLong>(raw.size()), 6) != Z_OK)
     throw std::runtime_error("PNG encoding: zlib compress2 failed");
   z.resize(zlen);
   std::string out = "\x89PNG\r\n\x1a\n";

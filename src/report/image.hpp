@@ -38,7 +38,8 @@ struct Image {
   void disc(int x, int y, int r, Rgb c);
 };
 
-// The PNG file's bytes (colour type 2, 8-bit RGB, zlib level 9).
+// The PNG file's bytes (colour type 2, 8-bit RGB, zlib level 6: level 9 took 12 times longer, measured
+// 273 against 23 ms for a 400 x 400 scatter, for 3.5 % fewer bytes).
 std::string encode_png(const Image& im);
 // RFC 4648 base64 (with '=' padding) and its inverse (throws std::invalid_argument on a bad digit).
 std::string base64_encode(const std::string& bytes);

@@ -43,6 +43,12 @@ bool num_of(const Value* v, double& out) {
   return false;
 }
 
+std::string plain(double v) {  // "20000", "0.5": no suffix (thresholds as the user typed them)
+  char b[40];
+  std::snprintf(b, sizeof b, "%.10g", v);
+  return b;
+}
+
 std::string thousands(int64_t v) {
   std::string s = std::to_string(v < 0 ? -v : v), o;
   for (size_t i = 0; i < s.size(); ++i) {
@@ -299,18 +305,23 @@ ExpressionStats expression_stats(RowSource& src, bool log1p, const std::vector<i
   // Pass 1: per gene, the sum over cells of its percentage of the cell's counts; per (group, dot
   // gene): cells expressing, sum of values.
   std::vector<double> total(g + 2 * grp, 0.0), part;
+  std::vector<double> row_total(n, 0.0);  // per cell: its counts (pass 2 divides by them)
   for (int64_t w0 = 0; w0 < n; w0 += wave) {
     const int64_t w1 = std::min(n, w0 + wave);
     const CsrF m = src.read_rows(w0, w1);
     const int64_t nb = (w1 - w0 + br - 1) / br;
     reduce_blocks(o.threads, nb, total.size(), part, [&](int64_t b, double* acc) {
+      thread_local std::vector<double> c;  // the row's counts (expm1 once per entry)
       for (int64_t r = b * br; r < std::min(w1 - w0, (b + 1) * br); ++r) {
+        const int64_t k0 = m.indptr[r], len = m.indptr[r + 1] - k0;
+        c.resize(static_cast<size_t>(len));
         double sum = 0;
-        for (int64_t k = m.indptr[r]; k < m.indptr[r + 1]; ++k) sum += counts_of(m.data[k]);
+        for (int64_t q = 0; q < len; ++q) c[q] = counts_of(m.data[k0 + q]), sum += c[q];
+        row_total[w0 + r] = sum;
         const int32_t grp_r = codes ? (*codes)[w0 + r] : -1;
-        for (int64_t k = m.indptr[r]; k < m.indptr[r + 1]; ++k) {
+        for (int64_t k = k0; k < k0 + len; ++k) {
           const int32_t j = m.indices[k];
-          if (sum > 0) acc[j] += 100.0 * counts_of(m.data[k]) / sum;
+          if (sum > 0) acc[j] += 100.0 * c[k - k0] / sum;
           if (grp_r >= 0 && dot_slot[j] >= 0 && m.data[k] > 0) {
             const size_t at = static_cast<size_t>(grp_r) * S + dot_slot[j];
             acc[g + at] += 1, acc[g + grp + at] += m.data[k];
@@ -354,8 +365,7 @@ ExpressionStats expression_stats(RowSource& src, bool log1p, const std::vector<i
     const int64_t nb = (w1 - w0 + br - 1) / br;
     reduce_blocks(o.threads, nb, hist.size() + k, part, [&](int64_t b, double* acc) {
       for (int64_t r = b * br; r < std::min(w1 - w0, (b + 1) * br); ++r) {
-        double sum = 0;
-        for (int64_t q = m.indptr[r]; q < m.indptr[r + 1]; ++q) sum += counts_of(m.data[q]);
+        const double sum = row_total[w0 + r];
         if (sum <= 0) continue;
         for (int64_t q = m.indptr[r]; q < m.indptr[r + 1]; ++q) {
           const int64_t t = top_slot[m.indices[q]];
@@ -504,7 +514,7 @@ std::string report_html(const ReportInput& in, const ReportOptions& o) {
       std::string s;
       for (const char* key : {"min_genes", "max_genes", "min_counts", "max_counts", "min_cells", "max_cells"}) {
         double t;
-        if (num_of(value_at(filters, key), t)) s += (s.empty() ? "" : ", ") + std::string(key) + " = " + fmt_num(t, 8);
+        if (num_of(value_at(filters, key), t)) s += (s.empty() ? "" : ", ") + std::string(key) + " = " + plain(t);
       }
       if (!s.empty()) rows.push_back({"filters", s});
     }
@@ -517,11 +527,11 @@ std::string report_html(const ReportInput& in, const ReportOptions& o) {
   std::vector<std::pair<std::string, double>> cell_thr_genes, cell_thr_counts;
   for (const char* key : {"min_genes", "max_genes"}) {
     double t;
-    if (num_of(value_at(filters, key), t)) cell_thr_genes.push_back({std::string(key) + " " + fmt_num(t, 6), t});
+    if (num_of(value_at(filters, key), t)) cell_thr_genes.push_back({std::string(key) + " " + plain(t), t});
   }
   for (const char* key : {"min_counts", "max_counts"}) {
     double t;
-    if (num_of(value_at(filters, key), t)) cell_thr_counts.push_back({std::string(key) + " " + fmt_num(t, 6), t});
+    if (num_of(value_at(filters, key), t)) cell_thr_counts.push_back({std::string(key) + " " + plain(t), t});
   }
   std::vector<double> ngenes, tcounts, pctmt;
   const bool has_ng = column(d.obs, "n_genes_by_counts", ngenes);
@@ -693,7 +703,8 @@ std::string report_html(const ReportInput& in, const ReportOptions& o) {
       for (int64_t i = 0; i < ng; ++i) col[i] = hv[i] != 0 ? grey(0) : grey(190), key[i] = hv[i];
       const std::vector<int64_t> order = ascending(key);
       auto panel = [&](const std::vector<double>& yv, const std::string& title, const std::string& ytitle, bool logx) {
-        Plot p(o.raster_px + 64 + 16 + 170, o.raster_px + 34 + 52, title);
+        const int side = o.raster_px * 4 / 5;  // two panels side by side
+        Plot p(side + 64 + 16 + 170, side + 34 + 52, title);
         p.legend("genes", {{grey(0), "highly variable (" + thousands(nh) + ")"}, {grey(190), "other (" + thousands(ng - nh) + ")"}});
         p.x.title = logx ? "mean expression of genes (log scale)" : "mean expression of genes (log1p of normalised counts)";
         p.x.log = logx;

@@ -99,7 +99,7 @@ std::string fmt_num(double v, int digits) {
   else if (a >= 1e6) std::snprintf(b, sizeof b, "%.*gM", digits, v / 1e6);
   else if (a >= 1e4) std::snprintf(b, sizeof b, "%.*gk", digits, v / 1e3);
   else if (a != 0 && a < 1e-3) std::snprintf(b, sizeof b, "%.*e", std::max(0, digits - 1), v);
-  else std::snprintf(b, sizeof b, "%.*g", digits, v);
+  else std::snprintf(b, sizeof b, "%.*g", std::max(digits, 4), v);  // up to 9999 without an exponent
   return b;
 }
 
