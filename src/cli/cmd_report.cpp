@@ -14,6 +14,7 @@
 #include "io/format.hpp"
 #include "io/h5ad.hpp"
 #include "io/zarr.hpp"
+#include "nmf/cnmf_files.hpp"
 #include "report/report.hpp"
 
 namespace scurry::cli {
@@ -22,6 +23,7 @@ namespace {
 
 struct ReportCmdOptions {
   std::string input, output;
+  std::string cnmf_stats;  // NAME.k_selection_stats.df.txt
   report::ReportOptions report;
 };
 
@@ -31,6 +33,23 @@ void make_report(const GlobalOptions& g, const ReportCmdOptions& o) {
   std::error_code ec;
   if (!std::filesystem::exists(o.input, ec)) fail_input(o.input, "no such file or directory");
   const double t0 = Timings::wall_now();
+  report::ReportInput in;
+  if (!o.cnmf_stats.empty()) {  // read first: a bad file fails before the big read
+    const TsvTable t = read_tsv_table(o.cnmf_stats);
+    auto col = [&](const char* name) {
+      for (size_t c = 0; c < t.columns.size(); ++c)
+        if (t.columns[c] == name) return static_cast<int64_t>(c);
+      fail_input(o.cnmf_stats, "no column '", name, "' (expected cNMF's k_selection_stats table: k, stability, prediction_error)");
+    };
+    const int64_t ck = col("k"), cs = col("stability"), ce = col("prediction_error");
+    for (int64_t r = 0; r < t.values.n_rows; ++r) {
+      in.cnmf_k.push_back(t.values(r, ck));
+      in.cnmf_stability.push_back(t.values(r, cs));
+      in.cnmf_error.push_back(t.values(r, ce));
+    }
+    if (in.cnmf_k.empty()) fail_input(o.cnmf_stats, "the k-selection table has no rows");
+    in.cnmf_source = o.cnmf_stats;
+  }
   const Format f = detect_format(o.input);
   if (f != Format::h5ad && f != Format::zarr)
     fail_input(o.input, "scurry report reads an h5ad file or a zarr store (a result of scurry run or scanpy)");
@@ -40,7 +59,6 @@ void make_report(const GlobalOptions& g, const ReportCmdOptions& o) {
   const H5adSummary sum = f == Format::h5ad ? summarize_h5ad(o.input) : summarize_zarr(o.input);
   bool has_raw_x = false, has_x = false;
   for (const auto& s : sum.slots) has_raw_x |= s.name == "raw/X", has_x |= s.name == "X";
-  report::ReportInput in;
   in.data = &d;
   in.result_path = o.input;
   in.made_by = "scurry report";
@@ -76,6 +94,8 @@ void add_report_command(CLI::App& app, GlobalOptions& g) {
   cmd->add_option("--top-genes", o->report.top_genes, "Highest expressed genes shown")->capture_default_str();
   cmd->add_option("--marker-genes", o->report.umap_marker_genes, "UMAP panels coloured by a top marker gene")
       ->capture_default_str();
+  cmd->add_option("--cnmf-stats", o->cnmf_stats,
+                  "cNMF's NAME.k_selection_stats.df.txt (scurry cnmf): add the k-selection plot (usages in obsm['cnmf_usages_k<K>'] are drawn on the UMAP by themselves)");
   cmd->callback([&g, o] { make_report(g, *o); });
 }
 

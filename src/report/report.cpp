@@ -269,8 +269,8 @@ nav a{margin-right:14px;color:#1e3a5f;text-decoration:none;font-size:13px}
 main{padding:0 24px 40px 24px;max-width:1500px}
 section{background:#fff;border:1px solid #e2e2e2;border-radius:6px;margin:18px 0;padding:6px 18px 14px 18px}
 h2{font-size:18px;margin:10px 0 8px 0;color:#1e3a5f}
-figure{display:inline-block;margin:6px 14px 10px 0;vertical-align:top}
-figcaption{font-size:12px;color:#555;max-width:560px}
+figure{display:inline-block;margin:6px 14px 10px 0;vertical-align:top;width:min-content}
+figcaption{font-size:12px;color:#555;min-width:240px}
 .row{display:flex;flex-wrap:wrap;align-items:flex-start}
 table{border-collapse:collapse;font-size:13px;margin:6px 0 10px 0}
 th,td{border-bottom:1px solid #e6e6e6;padding:3px 10px;text-align:left;vertical-align:top}
@@ -887,6 +887,70 @@ std::string report_html(const ReportInput& in, const ReportOptions& o) {
       }
       pg.figure(p.svg(), "As scanpy's pl.rank_genes_groups_dotplot: dot area = share of the cluster's cells expressing the gene (value > 0); colour = its mean expression in the cluster (" +
                              in.expression_slot + (in.expression_log1p ? ", log1p" : "") + ").");
+    }
+  }
+
+  // ---- cNMF
+  std::vector<std::string> usage_keys;
+  for (const auto& [k, m] : d.obsm)
+    if (k.rfind("cnmf_usages_k", 0) == 0) usage_keys.push_back(k);
+  if (!in.cnmf_k.empty() || !usage_keys.empty()) {
+    pg.section("cnmf", "cNMF programs");
+    if (in.cnmf_k.empty()) {
+      pg.note("No k-selection plot: give scurry report --cnmf-stats NAME.k_selection_stats.df.txt.");
+    } else {
+      Plot p(620, 360, "cNMF k selection");
+      p.right = 70;
+      p.y2_on = true;
+      p.legend("", {{rgb_hex(0x0072B2), "stability"}, {rgb_hex(0xD55E00), "error"}});
+      p.x.title = "number of programs K";
+      p.x.integer = true;
+      p.y.title = "stability (silhouette score)";
+      p.y2.title = "prediction error (Frobenius norm)";
+      p.x.fit(in.cnmf_k, 0.06), p.y.fit(in.cnmf_stability, 0.08), p.y2.fit(in.cnmf_error, 0.08);
+      std::vector<double> ey;
+      for (double e : in.cnmf_error) ey.push_back(p.y_of_y2(e));
+      p.polyline(in.cnmf_k, in.cnmf_stability, rgb_hex(0x0072B2), 2);
+      p.points(in.cnmf_k, in.cnmf_stability, rgb_hex(0x0072B2), 4);
+      p.polyline(in.cnmf_k, ey, rgb_hex(0xD55E00), 2, true);
+      p.points(in.cnmf_k, ey, rgb_hex(0xD55E00), 4);
+      pg.figure(p.svg(), "Stability (silhouette of the replicates' programs, left axis) and the consensus's prediction error (right axis) against K, as cNMF's k_selection_plot (" +
+                             in.cnmf_source + "). Choose K where stability is high before the error levels off.");
+    }
+    auto emb2 = d.obsm.find("X_umap");
+    for (const auto& key : usage_keys) {
+      if (emb2 == d.obsm.end()) {
+        pg.note("Usages in obsm['" + key + "'] are not drawn: obsm['X_umap'] is absent.");
+        continue;
+      }
+      const DenseF u = to_dense_f(d.obsm.at(key));
+      const DenseF xy = to_dense_f(emb2->second);
+      if (u.n_rows != n) fail_input(where, "obsm/", key, " has ", u.n_rows, " rows (expected ", n, ")");
+      const int64_t K = u.n_cols, shown = std::min<int64_t>(K, 12);
+      std::vector<double> ux(n), uy(n);
+      for (int64_t i = 0; i < n; ++i) ux[i] = xy(i, 0), uy[i] = xy(i, 1);
+      pg.open_row();
+      for (int64_t c = 0; c < shown; ++c) {
+        std::vector<double> v(n);
+        for (int64_t i = 0; i < n; ++i) {
+          double s = 0;
+          for (int64_t q = 0; q < K; ++q) s += u(i, q);
+          v[i] = s > 0 ? u(i, c) / s : 0;
+        }
+        const int side = o.raster_px * 3 / 5;
+        Plot p(side + 24 + 12 + 70, side + 34 + 28, "program " + std::to_string(c + 1) + " of K = " + std::to_string(K));
+        p.left = 24, p.bottom = 28, p.right = 12, p.legend_width = 70;
+        p.x.title = "UMAP1", p.y.title = "UMAP2";
+        p.x.show_ticks = p.y.show_ticks = false;
+        p.x.fit(ux, 0.03), p.y.fit(uy, 0.03);
+        p.colorbar("usage", 0, 1);
+        std::vector<Rgb> col(n);
+        for (int64_t i = 0; i < n; ++i) col[i] = viridis(v[i]);
+        p.image(raster_points(p, ux, uy, col, ascending(v), std::max(0, point_radius(n) - 1)));
+        pg.figure(p.svg(), "Share of each cell's usage on program " + std::to_string(c + 1) + " (obsm['" + key + "'], rows normalised to 1).");
+      }
+      pg.close_row();
+      if (shown < K) pg.note("The first " + std::to_string(shown) + " of " + std::to_string(K) + " programs are drawn.");
     }
   }
 

@@ -7,7 +7,9 @@
 //   removed, the highest expressed genes (scanpy's pl.highest_expr_genes), the HVG mean/dispersion
 //   plot, the PCA variance ratio, the UMAP coloured by cluster (legend with cluster sizes), by
 //   total_counts, pct_counts_mt and the top marker genes, the marker table and dotplot
-//   (uns['rank_genes_groups']), the per-step timings (table and bar chart) and the warnings.
+//   (uns['rank_genes_groups']), the per-step timings (table and bar chart) and the warnings; for cNMF,
+//   the k-selection plot (stability and error against K) and each program's usage on the UMAP
+//   (obsm['cnmf_usages_k<K>'], as scurry cnmf run --write-h5ad writes it).
 // A section whose slots are absent is replaced by a one-line note saying which slot is missing.
 //
 // Sizes: every many-point plot is a raster of fixed size (points drawn into a PNG; the QC scatter
@@ -55,6 +57,9 @@ struct ReportInput {
   // From the run (scurry run) or from uns['scurry'] (a result scurry wrote; see store_run_info).
   std::vector<TimingStep> timings;
   std::vector<std::string> warnings;
+  // cNMF's k selection (NAME.k_selection_stats.df.txt of scurry cnmf / cNMF): empty when not given.
+  std::vector<double> cnmf_k, cnmf_stability, cnmf_error;
+  std::string cnmf_source;
 };
 
 // Tukey's box of a distribution: quartiles, whiskers at the furthest values within 1.5 IQR.

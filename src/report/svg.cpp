@@ -56,6 +56,14 @@ std::string tick_label(double v, double step, int extra, double a) {
   return fixed(v / div, dec) + suf;
 }
 
+// Keeps the integral ticks, labelled as integers (a K axis: 4, 5, 6; never 4.5).
+void integral_only(Ticks& t) {
+  Ticks o;
+  for (double v : t.values)
+    if (std::fabs(v - std::round(v)) < 1e-9) o.values.push_back(std::round(v)), o.labels.push_back(fmt_num(std::round(v), 9));
+  if (!o.values.empty()) t = std::move(o);
+}
+
 }  // namespace
 
 Rgb category_color(int i, int n) {
@@ -163,6 +171,11 @@ static double axis_frac(const Axis& a, double v) {
   if (!a.categories.empty()) return (v + 0.5) / static_cast<double>(a.categories.size());
   if (a.log) return (std::log10(std::max(v, 1e-300)) - std::log10(a.lo)) / (std::log10(a.hi) - std::log10(a.lo));
   return a.hi > a.lo ? (v - a.lo) / (a.hi - a.lo) : 0.5;
+}
+
+double Plot::y_of_y2(double v) const {
+  const double f = y2.hi > y2.lo ? (v - y2.lo) / (y2.hi - y2.lo) : 0.5;
+  return y.lo + f * (y.hi - y.lo);
 }
 
 double Plot::px(double v) const { return left + axis_frac(x, v) * area_width(); }
@@ -302,6 +315,7 @@ void Plot::axis_x(std::string& o) const {
       for (size_t i = 0; i < x.categories.size(); ++i) t.values.push_back(static_cast<double>(i)), t.labels.push_back(x.categories[i]);
     } else {
       t = x.log ? log_ticks(x.lo, x.hi) : nice_ticks(x.lo, x.hi);
+      if (x.integer) integral_only(t);
     }
     o += "<g font-size=\"11\" fill=\"#1e1e1e\">";
     for (size_t i = 0; i < t.values.size(); ++i) {
@@ -331,6 +345,7 @@ void Plot::axis_y(std::string& o) const {
       for (size_t i = 0; i < y.categories.size(); ++i) t.values.push_back(static_cast<double>(i)), t.labels.push_back(y.categories[i]);
     } else {
       t = y.log ? log_ticks(y.lo, y.hi) : nice_ticks(y.lo, y.hi);
+      if (y.integer) integral_only(t);
     }
     o += "<g font-size=\"11\" fill=\"#1e1e1e\">";
     for (size_t i = 0; i < t.values.size(); ++i) {
@@ -344,6 +359,20 @@ void Plot::axis_y(std::string& o) const {
   }
   o += "<text transform=\"translate(14," + std::to_string(top + area_height() / 2) +
        ") rotate(-90)\" font-size=\"12\" text-anchor=\"middle\" fill=\"#1e1e1e\">" + xml_escape(y.title) + "</text>\n";
+  if (!y2_on) return;
+  const int x0 = left + area_width();
+  o += "<line x1=\"" + std::to_string(x0) + "\" x2=\"" + std::to_string(x0) + "\" y1=\"" + std::to_string(top) +
+       "\" y2=\"" + std::to_string(top + area_height()) + "\" stroke=\"#1e1e1e\"/>\n<g font-size=\"11\" fill=\"#1e1e1e\">";
+  const Ticks t = nice_ticks(y2.lo, y2.hi);
+  for (size_t i = 0; i < t.values.size(); ++i) {
+    const double Y = py(y_of_y2(t.values[i]));
+    if (Y < top - 0.5 || Y > top + area_height() + 0.5) continue;
+    o += "<line x1=\"" + std::to_string(x0) + "\" x2=\"" + std::to_string(x0 + 4) + "\" y1=\"" + num(Y) + "\" y2=\"" +
+         num(Y) + "\" stroke=\"#1e1e1e\"/><text x=\"" + std::to_string(x0 + 6) + "\" y=\"" + num(Y + 4) + "\">" +
+         xml_escape(t.labels[i]) + "</text>";
+  }
+  o += "</g>\n<text transform=\"translate(" + std::to_string(x0 + right - 10) + "," + std::to_string(top + area_height() / 2) +
+       ") rotate(90)\" font-size=\"12\" text-anchor=\"middle\" fill=\"#1e1e1e\">" + xml_escape(y2.title) + "</text>\n";
 }
 
 std::string Plot::svg() const {

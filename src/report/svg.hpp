@@ -47,6 +47,7 @@ struct Axis {
   std::vector<std::string> categories;  // non-empty: a categorical axis, category i at position i
   bool rotate_labels = false;     // categorical labels at -45 degrees (long names)
   bool show_ticks = true;         // false: no ticks or labels (UMAP coordinates)
+  bool integer = false;           // only integral ticks (counts such as K)
   // Range including every value (and 0 when zero is given), padded by `pad` of its span.
   void fit(const std::vector<double>& v, double pad = 0.04, bool include_zero = false);
 };
@@ -62,6 +63,11 @@ class Plot {
   // width, height: the whole figure in pixels (CSS px); title: shown above the plot area.
   Plot(int width, int height, std::string title);
   Axis x, y;
+  // A second y axis at the right (set y2_on and y2's range and title before drawing): marks in its
+  // units are placed through y_of_y2().
+  Axis y2;
+  bool y2_on = false;
+  double y_of_y2(double v) const;
   int left = 64, right = 16, top = 34, bottom = 52;  // margins around the plot area
   int legend_width = 0;  // extra space at the right for the legend / colour bar (set by the add_*)
 

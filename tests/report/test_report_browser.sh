@@ -120,4 +120,19 @@ grep -q "not written by scurry run" "$tmp/scanpy.html" || { echo "FAIL: the scan
 # scurry report on scurry run's result: the same figures as the run's own report.
 check again.html 17 summary qc filters highest hvg pca umap markers timings
 grep -q "No timings recorded" "$tmp/again.html" && { echo "FAIL: the timings stored in uns['scurry'] were not read back"; exit 1; }
+# cNMF: a k-selection table in cNMF's layout and usages of 3 programs in obsm (seeded Dirichlet).
+"$py" -W ignore - "$tmp/run.h5ad" "$tmp/cnmf.h5ad" "$tmp/k_selection_stats.df.txt" <<'PY'
+import sys
+import anndata as ad, numpy as np
+a = ad.read_h5ad(sys.argv[1])
+a.obsm["cnmf_usages_k3"] = np.random.default_rng(0).dirichlet([0.3, 0.3, 0.3], a.n_obs).astype(np.float32)
+a.write_h5ad(sys.argv[2])
+with open(sys.argv[3], "w") as f:
+    f.write("\tk\tlocal_density_threshold\tstability\tprediction_error\n")
+    for i, (k, s, e) in enumerate([(3, 0.91, 9.1e5), (4, 0.85, 8.9e5), (5, 0.88, 8.8e5), (6, 0.79, 8.75e5)]):
+        f.write(f"{i}\t{k}.0\t0.5\t{s}\t{e}\n")
+PY
+"$scurry" -q report "$tmp/cnmf.h5ad" -o "$tmp/cnmf.html" --cnmf-stats "$tmp/k_selection_stats.df.txt"
+check cnmf.html 21 cnmf umap
+grep -q "prediction error" "$tmp/cnmf.html" && grep -q "stability (silhouette" "$tmp/cnmf.html"
 echo "report in headless chromium: ok"

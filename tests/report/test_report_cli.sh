@@ -34,6 +34,9 @@ expect_fail 2 "no such file" -- "$scurry" -q report "$tmp/missing.h5ad" -o "$tmp
 expect_fail 2 "h5ad file or a zarr store" -- "$scurry" -q report "$repo/data/pbmc3k_first1000_10x_mtx" -o "$tmp/m.html"
 expect_fail 2 "must end in .html" -- "$scurry" -q report "$in" -o "$tmp/m.htm"
 test ! -e "$tmp/m.html"
+printf '\tk\tstability\n0\t5\t0.9\n' > "$tmp/bad_stats.txt"   # no prediction_error column
+expect_fail 2 "prediction_error" -- "$scurry" -q report "$in" -o "$tmp/m.html" --cnmf-stats "$tmp/bad_stats.txt"
+test ! -e "$tmp/m.html"
 
 "$scurry" -q run "$in" -o "$tmp/r.h5ad" --report "$tmp/r.html" --min-genes 300 --max-counts 20000
 test -s "$tmp/r.html"
