@@ -68,10 +68,11 @@ report::RunInfo run_info(const GlobalOptions& g, const RunOptions& o, const std:
   return info;
 }
 
-void finish_run_info(Dataset& d, report::RunInfo& info, const Timings& t) {
+// The timings go in only with --report: without it two runs still write identical files.
+void finish_run_info(Dataset& d, report::RunInfo& info, const Timings& t, bool with_timings) {
   d.settle();
   info.genes_after_filter = d.raw ? d.raw->var.n_rows() : (d.var.has("highly_variable") ? -1 : d.n_vars());
-  report::store_run_info(d, info, t.steps(), log::warnings_so_far());
+  report::store_run_info(d, info, with_timings ? t.steps() : std::vector<TimingStep>{}, log::warnings_so_far());
 }
 
 void run_ranks(const GlobalOptions& g, const RunOptions& o) {
@@ -125,7 +126,7 @@ void run_ranks(const GlobalOptions& g, const RunOptions& o) {
   for (size_t i = 0; i < steps.size(); ++i) {
     log::info("[" + std::to_string(i + 1) + "/" + std::to_string(steps.size()) + "] " + steps[i].name);
     // The facts a later `scurry report` needs go into uns['scurry'] (report/report.hpp).
-    if (steps[i].name == "write") finish_run_info(d, info, t);
+    if (steps[i].name == "write") finish_run_info(d, info, t, !o.report.empty());
     if (steps[i].self_timed) {
       steps[i].run(ctx, d, t);
       continue;

@@ -9,6 +9,7 @@
 #include <numeric>
 #include <random>
 #include <set>
+#include <thread>
 
 #include "core/error.hpp"
 #include "exec/parallel.hpp"
@@ -290,8 +291,10 @@ code{font-size:13px;background:#f2f2f2;padding:1px 4px;border-radius:3px;word-br
 
 ExpressionStats expression_stats(RowSource& src, bool log1p, const std::vector<int32_t>* codes, int n_groups,
                            const std::vector<int64_t>& dot_genes, const std::vector<int64_t>& umap_genes,
-                           const ReportOptions& o) {
+                           const ReportOptions& opt_in) {
   ExpressionStats st;
+  ReportOptions o = opt_in;
+  if (o.threads <= 0) o.threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   const int64_t n = src.n_rows(), g = src.n_cols();
   const int64_t S = static_cast<int64_t>(dot_genes.size());
   std::vector<int64_t> dot_slot(g, -1);

@@ -94,7 +94,9 @@ std::string report_of_dataset(const Dataset& d, const std::string& result_path, 
 
 // The facts of a run a later `scurry report RESULT.h5ad` needs, stored in d.uns['scurry'] by
 // `scurry run` before it writes: version, device, command, input and its shape, the filters
-// (thresholds, cells and genes before and after) and the timings and warnings so far.
+// (thresholds, cells and genes before and after), the warnings so far and the timings so far (run
+// passes them only with --report: the rest is the same for two runs of one command, the timings are
+// not, and two runs without --report write identical files).
 struct RunInfo {
   std::string input, device, command;
   int64_t input_obs = -1, input_vars = -1;  // the input's shape (-1: unknown)

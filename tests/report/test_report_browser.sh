@@ -97,7 +97,7 @@ assert not outside, "the page refers to something outside itself: %s" % outside[
 for r in res:
     if r.get("error"): bad.append((r["title"], r["kind"], r["error"])); continue
     if r["width"] <= 0 or r["height"] <= 0: bad.append((r["title"], r["kind"], "zero size"))
-    elif r["colours"] < 3 or r["ink"] < 0.002: bad.append((r["title"], r["kind"], "blank: %d colours, %.4f ink" % (r["colours"], r["ink"])))
+    elif r["colours"] < (3 if r["kind"] == "svg" else 2) or r["ink"] < 0.002: bad.append((r["title"], r["kind"], "blank: %d colours, %.4f ink" % (r["colours"], r["ink"])))
 svgs = [r for r in res if r["kind"] == "svg"]
 pngs = [r for r in res if r["kind"] == "png"]
 assert not bad, "figures not drawn: %s" % bad

@@ -46,6 +46,13 @@ grep -q "min_genes 300" "$tmp/r.html" && grep -q "max_counts 20000" "$tmp/r.html
 "$scurry" -q report "$in" -o "$tmp/input.html"   # the raw input: QC slots absent, noted
 grep -q "Not shown" "$tmp/input.html"
 
+"$scurry" -q run "$in" -o "$tmp/plain.h5ad"   # without --report: filters but no timings in uns['scurry']
+"$py" -W error - "$tmp/plain.h5ad" <<'PY'
+import sys
+import anndata as ad
+s = ad.read_h5ad(sys.argv[1]).uns["scurry"]
+assert "timings" not in s and s["filters"]["min_genes"] == 200, s
+PY
 "$py" -W error - "$tmp/r.h5ad" "$in" <<'PY'
 import sys
 import anndata as ad
