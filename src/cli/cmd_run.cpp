@@ -13,6 +13,7 @@
 // host (preprocess_gpu_sharded: the cells split by nonzeros, one host thread per GPU); the kNN search
 // splits its queries (--knn-shard index: its index) over them (knn_exact_gpus / knn_ivf_gpus);
 // connectivities, UMAP and Leiden run on the first GPU.
+#include <algorithm>
 #include <cstdio>
 #include <exception>
 #include <new>
@@ -31,6 +32,7 @@
 #include "core/row_blocks.hpp"
 #include "io/format.hpp"
 #include "pp/shard.hpp"
+#include "report/report.hpp"
 
 namespace scurry::cli {
 
@@ -41,12 +43,48 @@ std::string shape_of(const Dataset& d) {
          (d.X.is_sparse() ? ", nnz " + std::to_string(d.X.nnz()) : std::string(", dense"));
 }
 
+// The run's facts for uns['scurry'] (report::store_run_info): the filters' thresholds, the command.
+report::RunInfo run_info(const GlobalOptions& g, const RunOptions& o, const std::string& device) {
+  report::RunInfo info;
+  info.input = o.input, info.device = device;
+  for (const auto& a : g.argv) info.command += (info.command.empty() ? "" : " ") + a;
+  auto skipped = [&](const char* step) {
+    return std::find(o.preprocess.skip.begin(), o.preprocess.skip.end(), step) != o.preprocess.skip.end();
+  };
+  const auto& fc = o.preprocess.filter_cells;
+  if (!skipped("filter_cells")) {
+    if (fc.min_genes) info.cell_thresholds.push_back({"min_genes", static_cast<double>(*fc.min_genes)});
+    if (fc.max_genes) info.cell_thresholds.push_back({"max_genes", static_cast<double>(*fc.max_genes)});
+    if (fc.min_counts) info.cell_thresholds.push_back({"min_counts", *fc.min_counts});
+    if (fc.max_counts) info.cell_thresholds.push_back({"max_counts", *fc.max_counts});
+  }
+  const auto& fg = o.preprocess.filter_genes;
+  if (!skipped("filter_genes")) {
+    if (fg.min_cells) info.gene_thresholds.push_back({"min_cells", static_cast<double>(*fg.min_cells)});
+    if (fg.max_cells) info.gene_thresholds.push_back({"max_cells", static_cast<double>(*fg.max_cells)});
+    if (fg.min_counts) info.gene_thresholds.push_back({"gene_min_counts", *fg.min_counts});
+    if (fg.max_counts) info.gene_thresholds.push_back({"gene_max_counts", *fg.max_counts});
+  }
+  return info;
+}
+
+// The timings go in only with --report: without it two runs still write identical files.
+void finish_run_info(Dataset& d, report::RunInfo& info, const Timings& t, bool with_timings) {
+  d.settle();
+  info.genes_after_filter = d.raw ? d.raw->var.n_rows() : (d.var.has("highly_variable") ? -1 : d.n_vars());
+  report::store_run_info(d, info, with_timings ? t.steps() : std::vector<TimingStep>{}, log::warnings_so_far());
+}
+
 void run_ranks(const GlobalOptions& g, const RunOptions& o) {
   // The outputs first: a bad name or an unwritable directory is reported before any work.
   log::set_quiet(g.quiet);
   check_output_path(o.output, ".h5ad", "-o/--output");
   if (!o.timings.empty()) check_output_path(o.timings, ".json", "--timings");
   if (!o.markers_tsv.empty()) check_output_path(o.markers_tsv, "", "--markers-tsv");
+  if (!o.report.empty()) {  // its directory is made now: an uncreatable one fails before any work
+    check_output_path(o.report, ".html", "--report");
+    make_parent_dirs(o.report);
+  }
   // --gpus: the first listed GPU is the main context's; the others' contexts are made first (making
   // one selects its device on this thread; the main context's must be selected last).
   const std::vector<int> devices = selected_gpus(g);
@@ -84,8 +122,11 @@ void run_ranks(const GlobalOptions& g, const RunOptions& o) {
     for (auto& s : steps)
       if (s.name == "neighbors")
         s.run = [&spread](Context& ctx, Dataset& d, Timings&) { neighbors(ctx, d, spread); };
+  report::RunInfo info = run_info(g, o, where);
   for (size_t i = 0; i < steps.size(); ++i) {
     log::info("[" + std::to_string(i + 1) + "/" + std::to_string(steps.size()) + "] " + steps[i].name);
+    // The facts a later `scurry report` needs go into uns['scurry'] (report/report.hpp).
+    if (steps[i].name == "write") finish_run_info(d, info, t, !o.report.empty());
     if (steps[i].self_timed) {
       steps[i].run(ctx, d, t);
       continue;
@@ -93,8 +134,16 @@ void run_ranks(const GlobalOptions& g, const RunOptions& o) {
     Timings::Scope s = t.scope(steps[i].name);
     steps[i].run(ctx, d, t);
     s.set_extra(shape_of(d));
+    if (steps[i].name == "read" && ctx.comm().size() == 1) info.input_obs = d.n_obs(), info.input_vars = d.n_vars();
   }
   if (ctx.comm().rank() != 0) return;  // rank 0 writes and reports
+  if (!o.report.empty()) {  // the HTML report, timed as a step of its own
+    Timings::Scope s = t.scope("report");
+    report::ReportOptions ro;
+    ro.threads = ctx.threads();
+    std::vector<TimingStep> steps_so_far = t.steps();
+    write_text_atomic(o.report, report::report_of_dataset(d, o.output, "scurry run", steps_so_far, log::warnings_so_far(), ro));
+  }
   if (!o.timings.empty()) write_text_atomic(o.timings, t.to_json() + "\n");
 
   if (!log::quiet()) {
@@ -143,6 +192,8 @@ void add_run_options(CLI::App& cmd, RunOptions& o) {
   cmd.add_option("-o,--output", o.output, "Output .h5ad file (written atomically: no partial file on failure)")
       ->required();
   cmd.add_option("--timings", o.timings, "Also write the per-step timings as JSON to this file");
+  cmd.add_option("--report", o.report,
+                 "Also write the HTML run report (one self-contained page of plots; see scurry report) to this .html file");
   cmd.add_option("--gex-only", o.read.tenx.gex_only,
                  "10x v3 inputs: keep only 'Gene Expression' features (scanpy's gex_only)")
       ->default_str("true");

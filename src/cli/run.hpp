@@ -31,6 +31,7 @@ struct RunOptions {
   std::string input;    // INPUT: h5ad, 10x .h5 or 10x mtx directory
   std::string output;   // -o/--output: the result, .h5ad
   std::string timings;  // --timings: per-step timings as JSON ("" = not written)
+  std::string report;   // --report: the HTML run report (report/report.hpp; "" = not written)
   ReadOptions read;
   H5adWriteOptions write;
   NeighborsOptions neighbors;

@@ -596,7 +596,7 @@ scurry::Dataset read_h5ad(const std::string& path, const H5adReadOptions& opt) {
     Group rg = f.group("raw");
     auto raw = std::make_shared<scurry::Dataset>();
     if (!rg.has("X")) fail_input(path, "raw: missing raw/X");
-    raw->X = *read_matrix(rg, "X", true);
+    if (opt.read_raw_x) raw->X = *read_matrix(rg, "X", true);
     raw->var = read_dataframe(rg, "var");
     raw->varm = read_matrix_dict(rg, "varm");
     d.raw = std::move(raw);

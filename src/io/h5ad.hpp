@@ -14,6 +14,7 @@ struct H5adReadOptions {
   bool read_raw = true;     // read /raw (X, var, varm) when present
   bool read_layers = true;  // read /layers
   bool read_x = true;       // false: X is left empty (a streamed run reads it by row blocks instead)
+  bool read_raw_x = true;   // false: raw's var and varm are read, raw/X is left empty (the report streams it)
 };
 
 // Reads the whole file. X as CSR (CSC converted), or dense; obs/var dataframes; obsm, varm, obsp,
