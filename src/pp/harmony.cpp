@@ -16,6 +16,7 @@ namespace scurry {
 namespace {
 
 constexpr int64_t kCellsPerBlock = 1024;  // fixed partition of cells for products and sums
+constexpr int64_t kKmeansCellsPerBlock = 4096;  // the initial k-means' blocks (wide partials)
 constexpr int64_t kChunk = 256;           // cells per parallel chunk inside an R-update block
 constexpr int kWindow = 3;                // harmonypy's window_size
 
@@ -91,137 +92,182 @@ void normalize_rows(double* x, int64_t rows, int64_t d) {
 }
 
 // ---- initial k-means (sklearn KMeans(init='k-means++', n_init, max_iter) on the cosine embedding)
-struct KmInit {
+// The n_init restarts run in lockstep, each with its own RNG stream (seeded from the main one in
+// order), so every pass over the cells serves all of them: one float32 GEMM of the cells against
+// the n_init * K centres (or n_init * trials k-means++ candidates) per row block. Distances are
+// float32 (this only chooses the starting centroids); centroid sums and potentials are float64,
+// added in block order.
+struct KmData {
   const Context& ctx;
-  const DenseD& X;  // N x d
+  DenseF X;  // N x d
   RowBlocks rb;
-  std::vector<double> xsq;
+  std::vector<float> xsq;
 };
 
-// Squared distances of every point to the m centres C (m x d): out N x m, by |x|^2 - 2 x.c + |c|^2.
-void sq_dists(const KmInit& km, const double* C, int64_t m, std::vector<double>& out) {
+// Squared distances of every cell to the m centres C (m x d, float32) into D (N x m); without
+// with_x, |x|^2 is left out (and no clamping at 0): enough to rank the centres of a cell.
+void sq_dists(const KmData& km, const std::vector<float>& C, int64_t m, std::vector<float>& D, bool with_x = true) {
   const int64_t n = km.X.n_rows, d = km.X.n_cols;
-  out.resize(static_cast<size_t>(n * m));
-  std::vector<double> csq(static_cast<size_t>(m));
+  D.resize(static_cast<size_t>(n * m));
+  std::vector<float> csq(static_cast<size_t>(m));
   for (int64_t c = 0; c < m; ++c) {
     double s = 0;
-    for (int64_t q = 0; q < d; ++q) s += C[c * d + q] * C[c * d + q];
-    csq[c] = s;
+    for (int64_t q = 0; q < d; ++q) s += static_cast<double>(C[c * d + q]) * C[c * d + q];
+    csq[c] = static_cast<float>(s);
   }
   parallel_for(km.ctx.threads(), km.rb.n_blocks(), [&](int64_t b) {
     const int64_t r0 = km.rb.begin(b), rows = km.rb.end(b) - r0;
-    double* o = out.data() + r0 * m;
-    linalg::dgemm(false, true, rows, m, d, -2.0, km.X.row(r0), d, C, d, 0.0, o, m);
-    for (int64_t i = 0; i < rows; ++i)
-      for (int64_t c = 0; c < m; ++c) o[i * m + c] = std::max(0.0, o[i * m + c] + km.xsq[r0 + i] + csq[c]);
+    float* o = D.data() + r0 * m;
+    linalg::sgemm(false, true, rows, m, d, -2.0f, km.X.row(r0), d, C.data(), d, 0.0f, o, m);
+    for (int64_t i = 0; i < rows; ++i) {
+      if (!with_x) {
+        for (int64_t c = 0; c < m; ++c) o[i * m + c] += csq[c];
+        continue;
+      }
+      const float xs = km.xsq[r0 + i];
+      for (int64_t c = 0; c < m; ++c) o[i * m + c] = std::max(0.0f, o[i * m + c] + xs + csq[c]);
+    }
   });
 }
 
-// Greedy k-means++ (Arthur & Vassilvitskii 2007; sklearn's 2 + ln k local trials).
-std::vector<double> kmeans_pp(const KmInit& km, int k, std::mt19937_64& rng) {
+// Greedy k-means++ (Arthur & Vassilvitskii 2007; sklearn's 2 + ln k local trials per centre), the
+// restarts in lockstep.
+std::vector<std::vector<float>> kmeans_pp(const KmData& km, int k, int n_init, std::vector<std::mt19937_64>& rngs) {
   const int64_t n = km.X.n_rows, d = km.X.n_cols;
-  std::vector<double> C(static_cast<size_t>(k * d));
   const int trials = 2 + static_cast<int>(std::log(static_cast<double>(k)));
-  const int64_t first = std::min<int64_t>(static_cast<int64_t>(uniform01(rng) * n), n - 1);
-  std::copy(km.X.row(first), km.X.row(first) + d, C.begin());
-  std::vector<double> closest;
-  sq_dists(km, C.data(), 1, closest);
-  double pot = 0;
-  for (double v : closest) pot += v;
-  std::vector<double> cum(static_cast<size_t>(n)), cand(static_cast<size_t>(trials * d)), cd;
-  std::vector<int64_t> ids(static_cast<size_t>(trials));
+  std::vector<std::vector<float>> C(static_cast<size_t>(n_init), std::vector<float>(static_cast<size_t>(k * d)));
+  std::vector<float> cand(static_cast<size_t>(n_init * d)), D;
+  for (int r = 0; r < n_init; ++r) {
+    const int64_t first = std::min<int64_t>(static_cast<int64_t>(uniform01(rngs[r]) * n), n - 1);
+    std::copy(km.X.row(first), km.X.row(first) + d, C[r].begin());
+    std::copy(km.X.row(first), km.X.row(first) + d, cand.begin() + r * d);
+  }
+  sq_dists(km, cand, n_init, D);
+  std::vector<std::vector<double>> closest(static_cast<size_t>(n_init), std::vector<double>(static_cast<size_t>(n)));
+  std::vector<double> pot(static_cast<size_t>(n_init), 0.0);
+  for (int r = 0; r < n_init; ++r)
+    for (int64_t i = 0; i < n; ++i) pot[r] += (closest[r][i] = D[i * n_init + r]);
+  const int64_t m = static_cast<int64_t>(n_init) * trials;
+  cand.resize(static_cast<size_t>(m * d));
+  std::vector<double> cum(static_cast<size_t>(n));
   for (int c = 1; c < k; ++c) {
-    double s = 0;
-    for (int64_t i = 0; i < n; ++i) cum[i] = (s += closest[i]);
-    for (int t = 0; t < trials; ++t) {
-      const double v = uniform01(rng) * pot;
-      ids[t] = std::min<int64_t>(std::lower_bound(cum.begin(), cum.end(), v) - cum.begin(), n - 1);
-      std::copy(km.X.row(ids[t]), km.X.row(ids[t]) + d, cand.begin() + t * d);
+    for (int r = 0; r < n_init; ++r) {
+      double s = 0;
+      for (int64_t i = 0; i < n; ++i) cum[i] = (s += closest[r][i]);
+      for (int t = 0; t < trials; ++t) {
+        const double v = uniform01(rngs[r]) * pot[r];
+        const int64_t id = std::min<int64_t>(std::lower_bound(cum.begin(), cum.end(), v) - cum.begin(), n - 1);
+        std::copy(km.X.row(id), km.X.row(id) + d, cand.begin() + (r * trials + t) * d);
+      }
     }
-    sq_dists(km, cand.data(), trials, cd);
-    int best = 0;
-    double best_pot = std::numeric_limits<double>::infinity();
-    for (int t = 0; t < trials; ++t) {
-      double p = 0;
-      for (int64_t i = 0; i < n; ++i) p += std::min(closest[i], cd[i * trials + t]);
-      if (p < best_pot) best_pot = p, best = t;
+    sq_dists(km, cand, m, D);
+    std::vector<double> p;
+    reduce_blocks(km.ctx.threads(), km.rb.n_blocks(), static_cast<size_t>(m), p, [&](int64_t b, double* part) {
+      for (int64_t i = km.rb.begin(b); i < km.rb.end(b); ++i)
+        for (int r = 0; r < n_init; ++r)
+          for (int t = 0; t < trials; ++t)
+            part[r * trials + t] += std::min(closest[r][i], static_cast<double>(D[i * m + r * trials + t]));
+    });
+    for (int r = 0; r < n_init; ++r) {
+      int best = 0;
+      for (int t = 1; t < trials; ++t)
+        if (p[r * trials + t] < p[r * trials + best]) best = t;
+      pot[r] = p[r * trials + best];
+      const int64_t col = r * trials + best;
+      for (int64_t i = 0; i < n; ++i) closest[r][i] = std::min(closest[r][i], static_cast<double>(D[i * m + col]));
+      std::copy(cand.begin() + col * d, cand.begin() + (col + 1) * d, C[r].begin() + c * d);
     }
-    for (int64_t i = 0; i < n; ++i) closest[i] = std::min(closest[i], cd[i * trials + best]);
-    pot = best_pot;
-    std::copy(cand.begin() + best * d, cand.begin() + (best + 1) * d, C.begin() + c * d);
   }
   return C;
 }
 
-// Lloyd iterations from C; returns the inertia of the final centres.
-double lloyd(const KmInit& km, int k, std::vector<double>& C, int max_iter, double tol) {
+// Lloyd iterations of all restarts in lockstep (a restart stops moving once its centre shift is
+// <= tol); returns the best restart's centres (least inertia).
+std::vector<double> lloyd_best(const KmData& km, int k, std::vector<std::vector<float>>& C, int max_iter, double tol) {
   const int64_t n = km.X.n_rows, d = km.X.n_cols;
-  std::vector<double> D;
-  std::vector<int32_t> lab(static_cast<size_t>(n));
-  std::vector<double> best(static_cast<size_t>(n));
+  const int n_init = static_cast<int>(C.size());
+  const int64_t m = static_cast<int64_t>(n_init) * k;
+  std::vector<float> all(static_cast<size_t>(m * d)), D;
+  std::vector<int32_t> lab(static_cast<size_t>(n * n_init));
+  std::vector<float> best(static_cast<size_t>(n * n_init));
+  std::vector<uint8_t> done(static_cast<size_t>(n_init), 0);
   auto assign = [&]() {
-    sq_dists(km, C.data(), k, D);
-    double inertia = 0;
-    for (int64_t i = 0; i < n; ++i) {
-      const double* r = D.data() + i * k;
-      int32_t bl = 0;
-      for (int c = 1; c < k; ++c)
-        if (r[c] < r[bl]) bl = c;
-      lab[i] = bl;
-      best[i] = r[bl];
-      inertia += r[bl];
-    }
+    for (int r = 0; r < n_init; ++r) std::copy(C[r].begin(), C[r].end(), all.begin() + r * k * d);
+    sq_dists(km, all, m, D, false);
+    std::vector<double> inertia;
+    reduce_blocks(km.ctx.threads(), km.rb.n_blocks(), static_cast<size_t>(n_init), inertia, [&](int64_t b, double* part) {
+      for (int64_t i = km.rb.begin(b); i < km.rb.end(b); ++i)
+        for (int r = 0; r < n_init; ++r) {
+          const float* row = D.data() + i * m + r * k;
+          int32_t bl = 0;
+          for (int c = 1; c < k; ++c)
+            if (row[c] < row[bl]) bl = c;
+          const float dist = std::max(0.0f, row[bl] + km.xsq[i]);
+          lab[i * n_init + r] = bl;
+          best[i * n_init + r] = dist;
+          part[r] += dist;
+        }
+    });
     return inertia;
   };
   for (int it = 0; it < max_iter; ++it) {
     assign();
     std::vector<double> acc;
-    reduce_blocks(km.ctx.threads(), km.rb.n_blocks(), static_cast<size_t>(k * (d + 1)), acc, [&](int64_t b, double* p) {
+    reduce_blocks(km.ctx.threads(), km.rb.n_blocks(), static_cast<size_t>(m * (d + 1)), acc, [&](int64_t b, double* p) {
       for (int64_t i = km.rb.begin(b); i < km.rb.end(b); ++i) {
-        double* c = p + lab[i] * (d + 1);
-        const double* x = km.X.row(i);
-        for (int64_t q = 0; q < d; ++q) c[q] += x[q];
-        c[d] += 1;
+        const float* x = km.X.row(i);
+        for (int r = 0; r < n_init; ++r) {
+          if (done[r]) continue;
+          double* c = p + (static_cast<int64_t>(r) * k + lab[i * n_init + r]) * (d + 1);
+          for (int64_t q = 0; q < d; ++q) c[q] += x[q];
+          c[d] += 1;
+        }
       }
     });
-    // Empty clusters take the points farthest from their centres (sklearn's relocation).
-    std::vector<int64_t> far;
-    double shift = 0;
-    for (int c = 0; c < k; ++c) {
-      double* a = acc.data() + c * (d + 1);
-      std::vector<double> nc(static_cast<size_t>(d));
-      if (a[d] > 0) {
-        for (int64_t q = 0; q < d; ++q) nc[q] = a[q] / a[d];
-      } else {
-        if (far.empty()) {
-          far.resize(static_cast<size_t>(n));
-          for (int64_t i = 0; i < n; ++i) far[i] = i;
-          std::stable_sort(far.begin(), far.end(), [&](int64_t x, int64_t y) { return best[x] > best[y]; });
-          std::reverse(far.begin(), far.end());
+    bool all_done = true;
+    for (int r = 0; r < n_init; ++r) {
+      if (done[r]) continue;
+      std::vector<int64_t> far;  // empty clusters take the points farthest from their centres (sklearn)
+      double shift = 0;
+      for (int c = 0; c < k; ++c) {
+        const double* a = acc.data() + (static_cast<int64_t>(r) * k + c) * (d + 1);
+        float* cc = C[r].data() + c * d;
+        std::vector<float> nc(static_cast<size_t>(d));
+        if (a[d] > 0) {
+          for (int64_t q = 0; q < d; ++q) nc[q] = static_cast<float>(a[q] / a[d]);
+        } else {
+          if (far.empty()) {
+            far.resize(static_cast<size_t>(n));
+            for (int64_t i = 0; i < n; ++i) far[i] = i;
+            std::stable_sort(far.begin(), far.end(),
+                             [&](int64_t x, int64_t y) { return best[x * n_init + r] < best[y * n_init + r]; });
+          }
+          const int64_t p = far.back();
+          far.pop_back();
+          std::copy(km.X.row(p), km.X.row(p) + d, nc.begin());
         }
-        const int64_t p = far.back();
-        far.pop_back();
-        std::copy(km.X.row(p), km.X.row(p) + d, nc.begin());
+        for (int64_t q = 0; q < d; ++q) {
+          shift += (static_cast<double>(nc[q]) - cc[q]) * (static_cast<double>(nc[q]) - cc[q]);
+          cc[q] = nc[q];
+        }
       }
-      for (int64_t q = 0; q < d; ++q) {
-        shift += (nc[q] - C[c * d + q]) * (nc[q] - C[c * d + q]);
-        C[c * d + q] = nc[q];
-      }
+      if (shift <= tol) done[r] = 1;
+      all_done = all_done && done[r];
     }
-    if (shift <= tol) break;
+    if (all_done) break;
   }
-  return assign();
+  const std::vector<double> inertia = assign();
+  int b = 0;
+  for (int r = 1; r < n_init; ++r)
+    if (inertia[r] < inertia[b]) b = r;
+  return std::vector<double>(C[b].begin(), C[b].end());
 }
 
 std::vector<double> initial_centroids(const Context& ctx, const DenseD& X, int k, const HarmonyOptions& opt,
                                       std::mt19937_64& rng) {
   const int64_t n = X.n_rows, d = X.n_cols;
-  KmInit km{ctx, X, RowBlocks::uniform(n, kCellsPerBlock), std::vector<double>(static_cast<size_t>(n))};
-  for (int64_t i = 0; i < n; ++i) {
-    double s = 0;
-    for (int64_t q = 0; q < d; ++q) s += X(i, q) * X(i, q);
-    km.xsq[i] = s;
-  }
+  KmData km{ctx, DenseF(n, d), RowBlocks::uniform(n, kKmeansCellsPerBlock), std::vector<float>(static_cast<size_t>(n))};
+  for (size_t i = 0; i < X.data.size(); ++i) km.X.data[i] = static_cast<float>(X.data[i]);
   double tol = 0;  // sklearn: tol (1e-4) times the mean per-column variance
   for (int64_t q = 0; q < d; ++q) {
     double m = 0, m2 = 0;
@@ -231,14 +277,16 @@ std::vector<double> initial_centroids(const Context& ctx, const DenseD& X, int k
     tol += m2 / n;
   }
   tol = tol / d * 1e-4;
-  std::vector<double> best;
-  double best_inertia = std::numeric_limits<double>::infinity();
-  for (int run = 0; run < std::max(1, opt.kmeans_n_init); ++run) {
-    std::vector<double> C = kmeans_pp(km, k, rng);
-    const double inertia = lloyd(km, k, C, opt.kmeans_max_iter, tol);
-    if (inertia < best_inertia) best_inertia = inertia, best = std::move(C);
+  for (int64_t i = 0; i < n; ++i) {
+    double s = 0;
+    for (int64_t q = 0; q < d; ++q) s += static_cast<double>(km.X(i, q)) * km.X(i, q);
+    km.xsq[i] = static_cast<float>(s);
   }
-  return best;
+  const int n_init = std::max(1, opt.kmeans_n_init);
+  std::vector<std::mt19937_64> rngs;
+  for (int r = 0; r < n_init; ++r) rngs.emplace_back(rng());
+  std::vector<std::vector<float>> C = kmeans_pp(km, k, n_init, rngs);
+  return lloyd_best(km, k, C, opt.kmeans_max_iter, tol);
 }
 
 // ---- Harmony proper
@@ -353,7 +401,7 @@ void update_R(State& s, double block_size) {
   s.cell_block.assign(static_cast<size_t>(N), 0);
   s.logc.assign(static_cast<size_t>(N), 0.0);
   const int64_t width = K + K * B;
-  std::vector<double> P(static_cast<size_t>(K * B)), lp(static_cast<size_t>(K * B));
+  std::vector<double> P(static_cast<size_t>(K * B)), lp(static_cast<size_t>(K * B)), PT(static_cast<size_t>(K * B));
   std::vector<double> inv_sigma(static_cast<size_t>(K));
   for (int64_t k = 0; k < K; ++k) inv_sigma[k] = 1.0 / s.sigma[k];
   int64_t start = 0;
@@ -394,8 +442,13 @@ void update_R(State& s, double block_size) {
         lp[k * B + c] = std::log(P[k * B + c]);
       }
     std::copy(lp.begin(), lp.end(), s.logP.begin() + blk * K * B);
+    // Penalties by column (B x K), so a cell's penalty row is contiguous.
+    for (int64_t k = 0; k < K; ++k)
+      for (int64_t c = 0; c < B; ++c) PT[c * K + k] = P[k * B + c];
+    std::vector<double> part(static_cast<size_t>(nch * width), 0.0);  // the new R's sums, per chunk
     parallel_for(s.ctx.threads(), nch, [&](int64_t ch) {
-      std::vector<double> u(static_cast<size_t>(K));
+      std::vector<double> u(static_cast<size_t>(K)), pen(static_cast<size_t>(K));
+      double* ps = part.data() + ch * width;
       for (int64_t t = ch * kChunk; t < std::min(len, (ch + 1) * kChunk); ++t) {
         const int64_t i = cells[t];
         double* r = s.R.data() + i * K;
@@ -405,25 +458,37 @@ void update_R(State& s, double block_size) {
           u[k] = -dd[k] * inv_sigma[k];
           mx = std::max(mx, u[k]);
         }
-        double tot = 0;
-        for (int64_t k = 0; k < K; ++k) {
-          double pen;
-          if (V == 1) {
-            pen = P[k * B + s.col[i]];
-          } else {
-            pen = 0;
-            for (int64_t v = 0; v < V; ++v) pen += P[k * B + s.col[i * V + v]];
+        if (V == 1) {
+          std::copy(PT.data() + s.col[i] * K, PT.data() + (s.col[i] + 1) * K, pen.begin());
+        } else {
+          std::fill(pen.begin(), pen.end(), 0.0);
+          for (int64_t v = 0; v < V; ++v) {
+            const double* pc = PT.data() + s.col[i * V + v] * K;
+            for (int64_t k = 0; k < K; ++k) pen[k] += pc[k];
           }
-          r[k] = exp_neg(u[k] - mx) * pen;
+        }
+        double tot = 0;
+#pragma omp simd reduction(+ : tot)
+        for (int64_t k = 0; k < K; ++k) {
+          r[k] = exp_neg(u[k] - mx) * pen[k];
           tot += r[k];
         }
         const double inv = 1.0 / tot;
-        for (int64_t k = 0; k < K; ++k) r[k] *= inv;
+        for (int64_t k = 0; k < K; ++k) {
+          r[k] *= inv;
+          ps[k] += r[k];
+        }
+        for (int64_t v = 0; v < V; ++v) {
+          const int32_t c = s.col[i * V + v];
+          for (int64_t k = 0; k < K; ++k) ps[K + k * B + c] += r[k];
+        }
         s.logc[i] = mx + std::log(tot);
         s.cell_block[i] = static_cast<int32_t>(blk);
       }
     });
-    sums(acc);
+    acc.assign(static_cast<size_t>(width), 0.0);
+    for (int64_t ch = 0; ch < nch; ++ch)
+      for (int64_t w = 0; w < width; ++w) acc[w] += part[ch * width + w];
     for (int64_t k = 0; k < K; ++k)
       for (int64_t c = 0; c < B; ++c) {
         s.E[k * B + c] += acc[k] * s.Pr[c];
@@ -462,31 +527,50 @@ int cluster(State& s, const HarmonyOptions& opt) {
 // sum_k W_k^T Phi_Rk. Phi_moe's columns are one-hot per variable plus the intercept, so the
 // (B+1) x (B+1) systems and Phi_Rk Z^T come from per-batch sums.
 void moe_correct_ridge(State& s) {
-  const int64_t N = s.N, K = s.K, B = s.B, V = s.V, d = s.d, P1 = B + 1;
-  // Per cluster: x_k (P1 x P1) and rhs_k (P1 x d), as block-ordered sums over cells.
+  const int64_t K = s.K, B = s.B, V = s.V, d = s.d, P1 = B + 1;
+  // Per cluster: x_k (P1 x P1) and rhs_k (P1 x d), as block-ordered sums over cells. Inside a block
+  // the cells are grouped by batch column (per variable) and each group's R^T Z is one GEMM.
   const size_t width = static_cast<size_t>(K * P1 * P1 + K * P1 * d);
   std::vector<double> acc;
   reduce_blocks(s.ctx.threads(), s.rb.n_blocks(), width, acc, [&](int64_t b, double* p) {
     double* X = p;
     double* rhs = p + K * P1 * P1;
+    const int64_t r0 = s.rb.begin(b), m = s.rb.end(b) - r0;
     std::vector<int64_t> act(static_cast<size_t>(V + 1));
-    for (int64_t i = s.rb.begin(b); i < s.rb.end(b); ++i) {
+    for (int64_t i = r0; i < r0 + m; ++i) {
       const double* r = s.R.data() + i * K;
-      const double* z = s.Zorig.row(i);
       act[0] = 0;
       for (int64_t v = 0; v < V; ++v) act[v + 1] = 1 + s.col[i * V + v];
       for (int64_t k = 0; k < K; ++k) {
-        const double w = r[k];
         double* xk = X + k * P1 * P1;
-        for (int64_t a = 0; a <= V; ++a) {
-          for (int64_t c = 0; c <= V; ++c) xk[act[a] * P1 + act[c]] += w;
-          double* rr = rhs + (k * P1 + act[a]) * d;
-          for (int64_t q = 0; q < d; ++q) rr[q] += w * z[q];
+        for (int64_t a = 0; a <= V; ++a)
+          for (int64_t c = 0; c <= V; ++c) xk[act[a] * P1 + act[c]] += r[k];
+      }
+    }
+    // Intercept row: R^T Z over the block; row 1 + c: over the block's cells of column c.
+    linalg::dgemm(true, false, K, d, m, 1.0, s.R.data() + r0 * K, K, s.Zorig.row(r0), d, 1.0, rhs, P1 * d);
+    std::vector<double> rg, zg;
+    std::vector<int64_t> order(static_cast<size_t>(m));
+    for (int64_t v = 0; v < V; ++v) {
+      for (int64_t t = 0; t < m; ++t) order[t] = r0 + t;
+      std::stable_sort(order.begin(), order.end(), [&](int64_t x, int64_t y) { return s.col[x * V + v] < s.col[y * V + v]; });
+      for (int64_t t0 = 0; t0 < m;) {
+        const int32_t c = s.col[order[t0] * V + v];
+        int64_t t1 = t0;
+        while (t1 < m && s.col[order[t1] * V + v] == c) ++t1;
+        const int64_t g = t1 - t0;
+        rg.resize(static_cast<size_t>(g * K));
+        zg.resize(static_cast<size_t>(g * d));
+        for (int64_t t = 0; t < g; ++t) {
+          std::copy(s.R.data() + order[t0 + t] * K, s.R.data() + (order[t0 + t] + 1) * K, rg.begin() + t * K);
+          std::copy(s.Zorig.row(order[t0 + t]), s.Zorig.row(order[t0 + t]) + d, zg.begin() + t * d);
         }
+        linalg::dgemm(true, false, K, d, g, 1.0, rg.data(), K, zg.data(), d, 1.0, rhs + (1 + c) * d, P1 * d);
+        t0 = t1;
       }
     }
   });
-  // W: K x B x d (the intercept row dropped).
+  // W: K x B x d (the intercept row dropped), then per column c the K x d matrix Wc[k] = W[k, c].
   std::vector<double> W(static_cast<size_t>(K * B * d), 0.0), x, inv;
   for (int64_t k = 0; k < K; ++k) {
     x.assign(acc.begin() + k * P1 * P1, acc.begin() + (k + 1) * P1 * P1);
@@ -501,26 +585,39 @@ void moe_correct_ridge(State& s) {
       }
     }
   }
-  // Z_corr_i = Z_orig_i - sum_k R_ki sum_v W[k, col(i, v)]; Zcos = Z_corr / |Z_corr|.
+  // Z_corr_i = Z_orig_i - sum_v R_i W[:, col(i, v)]: per block and column, one GEMM of the
+  // column's cells (variables in order, so the sum's order is fixed); Zcos = Z_corr / |Z_corr|.
   parallel_for(s.ctx.threads(), s.rb.n_blocks(), [&](int64_t b) {
-    std::vector<double> corr(static_cast<size_t>(d));
-    for (int64_t i = s.rb.begin(b); i < s.rb.end(b); ++i) {
-      std::fill(corr.begin(), corr.end(), 0.0);
-      const double* r = s.R.data() + i * K;
-      for (int64_t k = 0; k < K; ++k)
-        for (int64_t v = 0; v < V; ++v) {
-          const double* w = W.data() + (k * B + s.col[i * V + v]) * d;
-          for (int64_t q = 0; q < d; ++q) corr[q] += r[k] * w[q];
+    const int64_t r0 = s.rb.begin(b), m = s.rb.end(b) - r0;
+    std::copy(s.Zorig.row(r0), s.Zorig.row(r0) + m * d, s.Zcorr.row(r0));
+    std::vector<double> rg, out;
+    std::vector<int64_t> order(static_cast<size_t>(m));
+    for (int64_t v = 0; v < V; ++v) {
+      for (int64_t t = 0; t < m; ++t) order[t] = r0 + t;
+      std::stable_sort(order.begin(), order.end(), [&](int64_t x, int64_t y) { return s.col[x * V + v] < s.col[y * V + v]; });
+      for (int64_t t0 = 0; t0 < m;) {
+        const int32_t c = s.col[order[t0] * V + v];
+        int64_t t1 = t0;
+        while (t1 < m && s.col[order[t1] * V + v] == c) ++t1;
+        const int64_t g = t1 - t0;
+        rg.resize(static_cast<size_t>(g * K));
+        out.resize(static_cast<size_t>(g * d));
+        for (int64_t t = 0; t < g; ++t)
+          std::copy(s.R.data() + order[t0 + t] * K, s.R.data() + (order[t0 + t] + 1) * K, rg.begin() + t * K);
+        linalg::dgemm(false, false, g, d, K, 1.0, rg.data(), K, W.data() + c * d, B * d, 0.0, out.data(), d);
+        for (int64_t t = 0; t < g; ++t) {
+          double* zc = s.Zcorr.row(order[t0 + t]);
+          for (int64_t q = 0; q < d; ++q) zc[q] -= out[t * d + q];
         }
-      double* zc = s.Zcorr.row(i);
-      const double* zo = s.Zorig.row(i);
-      for (int64_t q = 0; q < d; ++q) zc[q] = zo[q] - corr[q];
+        t0 = t1;
+      }
+    }
+    for (int64_t i = r0; i < r0 + m; ++i) {
       double* zs = s.Zcos.row(i);
-      std::copy(zc, zc + d, zs);
+      std::copy(s.Zcorr.row(i), s.Zcorr.row(i) + d, zs);
       normalize_rows(zs, 1, d);
     }
   });
-  (void)N;
 }
 
 }  // namespace

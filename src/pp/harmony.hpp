@@ -8,8 +8,9 @@
 // Differences from harmonypy, all within its algorithm: the initial centroids come from our own
 // seeded k-means++ and Lloyd iterations (sklearn's KMeans(n_init=10, max_iter=25) on the cosine
 // embedding in harmonypy; same settings here, our RNG), and the shuffles use our RNG (numpy's
-// global one in harmonypy), so results agree statistically, not bit for bit. Everything is float64
-// as in harmonypy. Every product over cells runs on fixed blocks of cells with float64 partials
+// global one in harmonypy), so results agree statistically, not bit for bit. Harmony itself is
+// float64 as in harmonypy; the initial k-means ranks distances in float32 (its restarts run in
+// lockstep, one GEMM per pass for all of them). Every product over cells runs on fixed blocks of cells with float64 partials
 // added in block order, so results are identical for any thread count.
 #pragma once
 #include <cstdint>
