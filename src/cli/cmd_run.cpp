@@ -21,6 +21,7 @@
 #include <string>
 
 #include "cli/commands.hpp"
+#include "cli/integrate_options.hpp"
 #include "cli/step_options.hpp"
 #include "cli/run.hpp"
 #include "core/error.hpp"
@@ -203,6 +204,7 @@ void add_run_options(CLI::App& cmd, RunOptions& o) {
   add_leiden_options(cmd, o.leiden, true);
   cmd.add_flag("!--no-graph", o.graph, "Stop after PCA (no neighbors, UMAP, Leiden)");
   add_rank_genes_groups_options(cmd, o.rank_genes_groups, o.markers_tsv, true, &o.markers);
+  add_run_integrate_options(cmd, o);
   cmd.add_flag("--stream,!--no-stream", o.stream,
                "With --device gpu: stream the preprocessing over row blocks read lazily from an h5ad/zarr input "
                "(out of core: the matrix is never held whole on the GPU; the output has no X, counts layer or "
@@ -337,6 +339,12 @@ std::vector<Step> build_pipeline(const RunOptions& o) {
                  if (d.X.empty()) fail_input(o.input, "has no X matrix");
                  check_counts(d.X, o.input);
                }});
+  if (o.scrublet)
+    p.push_back({"scrublet", [&o, st](Context& ctx, Dataset& d, Timings&) {
+                   if (st->on || ctx.comm().size() > 1)
+                     fail_input(o.input, "--scrublet needs the whole matrix on one rank (not with --stream or several ranks)");
+                   run_scrublet(ctx, d, o);
+                 }});
   p.push_back({"preprocess", [&o, st](Context& ctx, Dataset& d, Timings& t) {
                  if (st->on) {
                    if (o.gpus.size() > 1)
@@ -352,9 +360,11 @@ std::vector<Step> build_pipeline(const RunOptions& o) {
                  preprocess(ctx, d, po, &t);
                },
                true});
+  if (!o.integrate.empty())
+    p.push_back({"harmony", [&o](Context& ctx, Dataset& d, Timings&) { run_harmony(ctx, d, o); }});
   if (o.graph) {
     p.push_back({"neighbors", [&o](Context& ctx, Dataset& d, Timings&) {
-                   if (ctx.comm().size() == 1) return static_cast<void>(neighbors(ctx, d, o.neighbors));
+                   if (ctx.comm().size() == 1) return static_cast<void>(neighbors(ctx, d, integrated(o)));
                    // Each rank searches its cells against all; rank 0 gathers the cells and the graph.
                    std::string used;
                    const DenseF rep = choose_representation(d, o.neighbors.use_rep, o.neighbors.n_pcs, &used);

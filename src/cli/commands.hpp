@@ -16,5 +16,6 @@ void add_simulate_command(CLI::App& app, GlobalOptions& g); // cmd_simulate.cpp
 void add_bench_command(CLI::App& app, GlobalOptions& g);    // cmd_bench.cpp
 void add_cnmf_command(CLI::App& app, GlobalOptions& g);     // cmd_cnmf.cpp
 void add_report_command(CLI::App& app, GlobalOptions& g);   // cmd_report.cpp
+void add_integrate_commands(CLI::App& app, GlobalOptions& g);  // cmd_integrate.cpp: harmony, combat, ...
 
 }  // namespace scurry::cli

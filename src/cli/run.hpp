@@ -21,8 +21,10 @@
 #include "graph/leiden.hpp"
 #include "graph/neighbors.hpp"
 #include "graph/umap.hpp"
+#include "pp/harmony.hpp"
 #include "pp/preprocess.hpp"
 #include "pp/preprocess_stream.hpp"
+#include "pp/scrublet.hpp"
 #include "tl/rank_genes_groups.hpp"
 
 namespace scurry::cli {
@@ -55,6 +57,13 @@ struct RunOptions {
   // --gpus (set by run_ranks, not parsed here): the GPUs the preprocessing spreads over (streamed or
   // not); empty or one: the Context's GPU. Not owned.
   std::vector<Context*> gpus;
+  // Issue 21. --integrate harmony: Harmony on X_pca after the preprocessing (batch keys: --harmony-key,
+  // else --batch-key), the kNN on X_pca_harmony. --scrublet: Scrublet on the counts before the
+  // preprocessing, per --batch-key batch (cmd_integrate.cpp binds both).
+  std::string integrate;
+  HarmonyOptions harmony;
+  bool scrublet = false;
+  ScrubletOptions scrublet_opt;
   PreprocessOptions preprocess = [] {
     PreprocessOptions p;
     p.qc_vars = {"mt"};  // the scanpy tutorial's QC of mitochondrial genes

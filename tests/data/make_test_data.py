@@ -34,6 +34,9 @@ PBMC = "pbmc3k_first1000.h5ad"
 # score_genes/{score, S_score, G2M_score, phase_codes, phase_categories, gene_list} (obs, uns).
 DOWNSTREAM = "golden/pbmc3k_first1000.scanpy_downstream.h5ad"
 RGG = "golden/pbmc3k_first1000.scanpy_tl.h5"
+SCRUBLET = "golden/pbmc3k_first1000.scanpy1.10_scrublet.h5ad"
+INTEGRATE = "golden/pbmc3k_first1000.scanpy_integrate.h5"
+INTEGRATE_GENES = 100  # the first genes of the stored regress_out/combat layers that are kept
 COPIES = ["golden/pbmc3k_first1000.scanpy.qc_obs.csv.gz", "golden/pbmc3k_first1000.scanpy.qc_var.csv.gz"]
 
 # The dataframe columns of the golden file that the tests read (each dataframe's _index is always
@@ -173,6 +176,50 @@ def make_rgg(src_path, out_path):
                 assert a.shape == b.shape and (a == b).all(), f"{key}/{name}: values"
 
 
+def make_integrate(src_dir, out_path):
+    """The batch tools' references (issue 21), gzipped: from the downstream file, the first
+    INTEGRATE_GENES columns of layers['regress_out'] and layers['combat'] and obsm['X_pca_harmony'];
+    obs total_counts (the QC table) for regress_out's input; the raw-gene positions of the 2,000 HVGs
+    (the input matrix is raw.X of the golden h5ad at those positions); scanpy 1.10.4's Scrublet
+    outputs from the scrublet file (obs doublet_score, predicted_doublet, every uns['scrublet'] entry)."""
+    import csv
+    import gzip
+
+    def put(g, name, data):
+        data = np.asarray(data)
+        kw = dict(compression="gzip", compression_opts=9, shuffle=True) if data.ndim and data.size > 16 else {}
+        g.create_dataset(name, data=data, track_times=False, **kw)
+
+    with h5py.File(os.path.join(src_dir, DOWNSTREAM), "r") as ds, \
+            h5py.File(os.path.join(src_dir, GOLDEN), "r") as gd, \
+            h5py.File(os.path.join(src_dir, SCRUBLET), "r") as sc, \
+            h5py.File(out_path, "w", track_order=False) as dst:
+        raw_names = [x.decode() for x in gd["raw/var/_index"][()]]
+        pos = {n: i for i, n in enumerate(raw_names)}
+        hvg = [x.decode() for x in gd["var/_index"][()]]
+        assert [x.decode() for x in ds["var/_index"][()]] == hvg[: ds["var/_index"].shape[0]]
+        put(dst, "hvg_raw_index", np.array([pos[n] for n in hvg], dtype=np.int32))
+        put(dst, "regress_out", ds["layers/regress_out"][:, :INTEGRATE_GENES])
+        put(dst, "combat", ds["layers/combat"][:, :INTEGRATE_GENES])
+        put(dst, "X_pca_harmony", ds["obsm/X_pca_harmony"][()])
+        with gzip.open(os.path.join(src_dir, COPIES[0]), "rt") as f:
+            rows = list(csv.DictReader(f))
+        obs_names = [x.decode() for x in gd["obs/_index"][()]]
+        assert [r[""] for r in rows] == obs_names
+        put(dst, "total_counts", np.array([float(r["total_counts"]) for r in rows]))
+        g = dst.create_group("scrublet")
+        put(g, "doublet_score", sc["obs/doublet_score"][()])
+        put(g, "predicted_doublet", sc["obs/predicted_doublet"][()].astype(np.uint8))
+        for name in ["threshold", "doublet_scores_sim", "doublet_parents"]:
+            put(g, name, sc["uns/scrublet"][name][()])
+        for name, d in sc["uns/scrublet/parameters"].items():
+            put(g, "parameters_" + name, d[()])
+    with h5py.File(os.path.join(src_dir, DOWNSTREAM), "r") as ds, h5py.File(out_path, "r") as dst:
+        assert (dst["regress_out"][()] == ds["layers/regress_out"][:, :INTEGRATE_GENES]).all()
+        assert (dst["combat"][()] == ds["layers/combat"][:, :INTEGRATE_GENES]).all()
+        assert (dst["X_pca_harmony"][()] == ds["obsm/X_pca_harmony"][()]).all()
+
+
 def main():
     if len(sys.argv) not in (2, 3):
         sys.exit(__doc__)
@@ -182,11 +229,14 @@ def main():
     make_h5ad(os.path.join(source, PBMC), os.path.join(out, PBMC), {})
     make_h5ad(os.path.join(source, GOLDEN), os.path.join(out, GOLDEN), DATAFRAME_KEEP)
     make_rgg(os.path.join(source, DOWNSTREAM), os.path.join(out, RGG))
+    make_integrate(source, os.path.join(out, INTEGRATE))
     for rel in COPIES:
         shutil.copyfile(os.path.join(source, rel), os.path.join(out, rel))
     for rel in [PBMC, GOLDEN] + COPIES:
         print(f"{sha256(os.path.join(out, rel))}  {rel}  (source {sha256(os.path.join(source, rel))})")
     print(f"{sha256(os.path.join(out, RGG))}  {RGG}  (source {DOWNSTREAM}: {sha256(os.path.join(source, DOWNSTREAM))})")
+    print(f"{sha256(os.path.join(out, INTEGRATE))}  {INTEGRATE}  (sources {DOWNSTREAM}, {SCRUBLET}: "
+          f"{sha256(os.path.join(source, SCRUBLET))})")
 
 
 if __name__ == "__main__":

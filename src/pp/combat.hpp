@@ -1,0 +1,47 @@
+// scurry: ComBat batch correction (Johnson, Li & Rabinovic 2007, Biostatistics 8:118; the
+// parametric empirical-Bayes location/scale model), as scanpy 1.9.6's `sc.pp.combat` (its port of
+// Pedersen's combat.py): per gene, a least-squares fit of [batch one-hot, covariates], the pooled
+// variance (ddof 0), standardised data, per-batch additive (gamma) and multiplicative (delta)
+// effects shrunk to normal / inverse-gamma priors fitted across genes (the iterative posterior
+// means, convergence 1e-4), and the adjusted data.
+//
+// Every statistic comes from per-batch, per-gene sums over fixed row blocks (D^T Y, the residuals'
+// sums and sums of squares), added in block order: three passes over X, results identical for any
+// thread count. The iteration reads the per-batch sums of the standardised data and of their
+// squares instead of the data (sum (s - g)^2 = sum s^2 - 2 g sum s + n g^2, float64).
+#pragma once
+#include <string>
+#include <vector>
+
+#include "core/dataset.hpp"
+#include "core/matrix.hpp"
+#include "exec/context.hpp"
+
+namespace scurry {
+
+struct CombatOptions {
+  std::string key = "batch";            // categorical obs column of batches
+  std::vector<std::string> covariates;  // extra obs columns kept in the model (biology to protect)
+  // inplace: the Python layer's (here the Dataset's X is always replaced).
+};
+
+struct CombatResult {
+  std::vector<std::string> batches;     // in pandas' order
+  std::vector<double> gamma_star;       // batches x genes, row-major: additive effects
+  std::vector<double> delta_star;       // batches x genes: multiplicative effects
+  std::vector<double> var_pooled;       // genes
+  std::vector<int> iterations;          // per batch, of the posterior-mean iteration
+};
+
+// Kernel, in place on dense float32 cells x genes. codes: batch of each cell in [0, n_batches);
+// covariates: n x c (float64, row-major; may be 0 columns), numeric columns of the model (a
+// categorical covariate enters as indicator columns of its levels but the first).
+CombatResult combat_dense(const Context& ctx, DenseF& Y, const std::vector<int32_t>& codes, int32_t n_batches,
+                          const DenseD& covariates);
+
+// Dataset level: X becomes the corrected dense float32 matrix (sparse X is densified, as scanpy).
+// Throws InputError for a missing key or covariate (named), a covariate equal to the key,
+// repeated covariates, or a batch of fewer than 2 cells.
+CombatResult combat(const Context& ctx, Dataset& d, const CombatOptions& opt);
+
+}  // namespace scurry

@@ -1,0 +1,227 @@
+// scrublet: skimage's threshold_minimum reproduced on scanpy's own simulated scores (exactly its
+// threshold) and on a bimodal sample; scanpy 1.10.4's scrublet(random_state=0) on pbmc3k (scores
+// correlated >= 0.95, predicted doublets agreeing on >= 95% of cells, uns['scrublet'] as scanpy
+// writes it); planted doublets in seeded synthetic counts scored above the singlets; batch_key;
+// 1 vs 2 threads bit-identical; bad input.
+#include <cmath>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/error.hpp"
+#include "exec/context.hpp"
+#include "integrate_golden.hpp"
+#include "pp/filter.hpp"
+#include "pp/scrublet.hpp"
+#include "testlib.hpp"
+
+using namespace scurry;
+
+namespace {
+
+struct Golden {
+  std::vector<double> score, sim;
+  std::vector<int32_t> predicted;
+  double threshold;
+};
+
+Golden golden() {
+  h5::File f = h5::File::open(test::integrate_golden_path());
+  Golden g;
+  g.score = f.dataset("scrublet/doublet_score").read<double>();
+  g.sim = f.dataset("scrublet/doublet_scores_sim").read<double>();
+  g.predicted = f.dataset("scrublet/predicted_doublet").read<int32_t>();
+  g.threshold = f.dataset("scrublet/threshold").read_scalar_double();
+  return g;
+}
+
+double pearson(const std::vector<double>& a, const std::vector<double>& b) {
+  const double n = static_cast<double>(a.size());
+  double ma = 0, mb = 0;
+  for (size_t i = 0; i < a.size(); ++i) ma += a[i] / n, mb += b[i] / n;
+  double sab = 0, saa = 0, sbb = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    sab += (a[i] - ma) * (b[i] - mb);
+    saa += (a[i] - ma) * (a[i] - ma);
+    sbb += (b[i] - mb) * (b[i] - mb);
+  }
+  return sab / std::sqrt(saa * sbb);
+}
+
+TEST(Scrublet, ThresholdMinimumIsSkimages) {
+  const Golden g = golden();
+  const auto t = threshold_minimum(g.sim);
+  ASSERT_TRUE(t.has_value());
+  EXPECT_NEAR(*t, g.threshold, 1e-12 * std::fabs(g.threshold));
+  // A bimodal sample: the threshold falls between the modes.
+  std::mt19937_64 rng(test::fresh_seed());
+  std::normal_distribution<double> a(0.1, 0.03), b(0.6, 0.05);
+  std::vector<double> v;
+  for (int i = 0; i < 3000; ++i) v.push_back(a(rng));
+  for (int i = 0; i < 1000; ++i) v.push_back(b(rng));
+  const auto t2 = threshold_minimum(v);
+  ASSERT_TRUE(t2.has_value());
+  EXPECT_GT(*t2, 0.2);
+  EXPECT_LT(*t2, 0.45);
+  // A constant sample has one mode: no threshold.
+  EXPECT_FALSE(threshold_minimum({1.0, 1.0, 1.0}).has_value());
+}
+
+Dataset pbmc_counts() {
+  Dataset d = read_h5ad(test::test_data("pbmc3k_first1000.h5ad"));
+  FilterCellsOptions fc;
+  fc.min_genes = 200;
+  filter_cells(Context::cpu(2), d, fc);
+  FilterGenesOptions fg;
+  fg.min_cells = 3;
+  filter_genes(Context::cpu(2), d, fg);
+  return d;
+}
+
+TEST(Scrublet, MatchesScanpyOnPbmc) {
+  Dataset d = pbmc_counts();
+  ASSERT_EQ(d.n_obs(), 1000);
+  ASSERT_EQ(d.n_vars(), 11780);
+  scrublet(Context::cpu(2), d, ScrubletOptions{});
+  const Golden g = golden();
+  const auto& score = d.obs.numeric("doublet_score");
+  const auto& pred = d.obs.boolean("predicted_doublet");
+  const double r = pearson(score, g.score);
+  int64_t agree = 0;
+  for (size_t i = 0; i < pred.size(); ++i) agree += (pred[i] != 0) == (g.predicted[i] != 0);
+  std::printf("pbmc3k: doublet score correlation %.4f, predicted agree %.4f\n", r, agree / 1000.0);
+  EXPECT_GE(r, 0.95);
+  EXPECT_GE(agree, 950);
+  const Dict& u = d.uns.at("scrublet").dict();
+  const auto& sim = std::get<NumArray>(u.at("doublet_scores_sim").v);
+  EXPECT_EQ(sim.data.size(), g.sim.size());
+  const double thr = std::get<double>(u.at("threshold").v);
+  std::printf("threshold %.4f (scanpy %.4f)\n", thr, g.threshold);
+  EXPECT_NEAR(thr, g.threshold, 0.02);
+  const Dict& p = u.at("parameters").dict();
+  EXPECT_EQ(std::get<int64_t>(p.at("n_neighbors").v), 16);
+  const auto& par = std::get<NumArray>(u.at("doublet_parents").v);
+  EXPECT_EQ(par.shape, (std::vector<int64_t>{2000, 2}));
+  // The simulated pairs are scanpy's own (numpy's RandomState and sklearn's sampling reproduced).
+  h5::File f = h5::File::open(test::integrate_golden_path());
+  EXPECT_EQ(par.data, f.dataset("scrublet/doublet_parents").read<double>());
+  double worst = 0;
+  for (size_t i = 0; i < sim.data.size(); ++i) worst = std::max(worst, std::fabs(sim.data[i] - g.sim[i]));
+  // With scanpy's own doublets, the scores are scanpy's (exact search, exact PCA): allow a few
+  // neighbour ties to fall otherwise.
+  int same_sim = 0, same_obs = 0;
+  for (size_t i = 0; i < sim.data.size(); ++i) same_sim += std::fabs(sim.data[i] - g.sim[i]) <= 1e-9;
+  for (size_t i = 0; i < score.size(); ++i) same_obs += std::fabs(score[i] - g.score[i]) <= 1e-9;
+  std::printf("scores equal to scanpy's: %d of 1000 cells, %d of 2000 simulated (max |diff| %.3g)\n", same_obs,
+              same_sim, worst);
+  EXPECT_GE(same_obs, 980);
+  EXPECT_GE(same_sim, 1960);
+}
+
+// Seeded counts with planted doublets: cells from a few expression programmes, 6% of them sums of
+// two cells of different programmes.
+struct Planted {
+  CsrF counts;
+  std::vector<uint8_t> doublet;
+  std::vector<std::string> batch;
+};
+
+Planted planted(uint64_t seed, int64_t n, int64_t g) {
+  std::mt19937_64 rng(seed);
+  const int programmes = 5;
+  std::gamma_distribution<double> gam(0.4, 1.0);
+  std::vector<std::vector<double>> rate(programmes, std::vector<double>(g));
+  for (auto& r : rate)
+    for (auto& v : r) v = gam(rng) * 0.5;
+  for (int p = 0; p < programmes; ++p)
+    for (int64_t j = p * 40; j < p * 40 + 40; ++j) rate[p][j] *= 15;  // marker genes
+  std::uniform_int_distribution<int> pick(0, programmes - 1);
+  std::uniform_real_distribution<double> u(0, 1);
+  std::vector<std::vector<std::pair<int32_t, float>>> rows(n);
+  Planted out;
+  auto cell = [&](int p, std::vector<double>& acc) {
+    const double depth = std::exp(std::normal_distribution<double>(0, 0.3)(rng));
+    for (int64_t j = 0; j < g; ++j) acc[j] += std::poisson_distribution<int>(rate[p][j] * depth)(rng);
+  };
+  for (int64_t i = 0; i < n; ++i) {
+    std::vector<double> acc(g, 0.0);
+    const bool dbl = u(rng) < 0.06;
+    const int p1 = pick(rng);
+    cell(p1, acc);
+    if (dbl) {
+      int p2 = pick(rng);
+      while (p2 == p1) p2 = pick(rng);
+      cell(p2, acc);
+    }
+    out.doublet.push_back(dbl);
+    out.batch.push_back(i % 3 == 0 ? "s1" : "s0");
+    for (int64_t j = 0; j < g; ++j)
+      if (acc[j] > 0) rows[i].push_back({static_cast<int32_t>(j), static_cast<float>(acc[j])});
+  }
+  out.counts = test::csr_from_rows(rows, g);
+  return out;
+}
+
+Dataset dataset_of(const Planted& p) {
+  Dataset d;
+  d.X = Matrix(p.counts);
+  d.obs.index.resize(p.counts.n_rows);
+  for (size_t i = 0; i < d.obs.index.size(); ++i) d.obs.index[i] = "c" + std::to_string(i);
+  d.var.index.resize(p.counts.n_cols);
+  for (size_t j = 0; j < d.var.index.size(); ++j) d.var.index[j] = "g" + std::to_string(j);
+  d.obs.set("sample", Column::strings(p.batch));
+  return d;
+}
+
+TEST(Scrublet, PlantedDoubletsScoreHigh) {
+  const uint64_t seed = test::fresh_seed();
+  const Planted p = planted(seed, 1500, 600);
+  Dataset d1 = dataset_of(p), d2 = dataset_of(p);
+  ScrubletOptions opt;
+  opt.random_state = seed;
+  scrublet(Context::cpu(1), d1, opt);
+  scrublet(Context::cpu(2), d2, opt);
+  EXPECT_EQ(d1.obs.numeric("doublet_score"), d2.obs.numeric("doublet_score")) << "1 vs 2 threads";
+  // AUC of the score for planted doublets vs singlets.
+  const auto& s = d1.obs.numeric("doublet_score");
+  double wins = 0, pairs = 0;
+  for (size_t i = 0; i < s.size(); ++i)
+    if (p.doublet[i])
+      for (size_t j = 0; j < s.size(); ++j)
+        if (!p.doublet[j]) {
+          wins += s[i] > s[j] ? 1 : s[i] == s[j] ? 0.5 : 0;
+          pairs += 1;
+        }
+  EXPECT_GT(wins / pairs, 0.85) << "seed " << seed;
+  // With batches: every cell scored; the uns layout as scanpy's.
+  ScrubletOptions ob = opt;
+  ob.batch_key = "sample";
+  Dataset d3 = dataset_of(p);
+  scrublet(Context::cpu(2), d3, ob);
+  for (double v : d3.obs.numeric("doublet_score")) ASSERT_TRUE(std::isfinite(v));
+  const Dict& u = d3.uns.at("scrublet").dict();
+  EXPECT_EQ(std::get<std::string>(u.at("batched_by").v), "sample");
+  EXPECT_EQ(u.at("batches").dict().size(), 2u);
+  EXPECT_TRUE(u.at("batches").dict().count("s1"));
+}
+
+TEST(Scrublet, BadInputNamesTheProblem) {
+  const Planted p = planted(3, 300, 200);
+  Dataset d = dataset_of(p);
+  ScrubletOptions opt;
+  opt.batch_key = "nope";
+  try {
+    scrublet(Context::cpu(1), d, opt);
+    FAIL();
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("'nope'"), std::string::npos) << e.what();
+  }
+  opt.batch_key = "";
+  opt.expected_doublet_rate = 1.5;
+  EXPECT_THROW(scrublet(Context::cpu(1), d, opt), InputError);
+  opt.expected_doublet_rate = 0.05;
+  d.X.csr_f().data[0] = 0.5f;  // not a count
+  EXPECT_THROW(scrublet(Context::cpu(1), d, opt), InputError);
+}
+
+}  // namespace
