@@ -22,6 +22,8 @@
 #include "cli/commands.hpp"
 #include "cli/step_options.hpp"
 #include "cli/run.hpp"
+#include "tl/paga.hpp"
+#include "tl/tsne.hpp"
 #include "core/error.hpp"
 #include "core/log.hpp"
 #include "core/timings.hpp"
@@ -151,6 +153,8 @@ void add_run_options(CLI::App& cmd, RunOptions& o) {
   add_umap_options(cmd, o.umap, true);
   add_leiden_options(cmd, o.leiden, true);
   cmd.add_flag("!--no-graph", o.graph, "Stop after PCA (no neighbors, UMAP, Leiden)");
+  cmd.add_flag("--tsne", o.tsne, "Also t-SNE after Leiden (obsm X_tsne; CPU; scurry tsne's defaults)");
+  cmd.add_flag("--paga", o.paga, "Also PAGA of the Leiden clusters (uns paga)");
   add_rank_genes_groups_options(cmd, o.rank_genes_groups, o.markers_tsv, true, &o.markers);
   cmd.add_flag("--stream,!--no-stream", o.stream,
                "With --device gpu: stream the preprocessing over row blocks read lazily from an h5ad/zarr input "
@@ -320,6 +324,16 @@ std::vector<Step> build_pipeline(const RunOptions& o) {
     p.push_back({"leiden", [&o](Context& ctx, Dataset& d, Timings&) {
                    if (ctx.comm().rank() == 0) leiden(ctx, d, o.leiden);
                  }});
+    if (o.tsne)
+      p.push_back({"tsne", [](Context& ctx, Dataset& d, Timings&) {
+                     if (ctx.comm().rank() == 0) tsne(Context::cpu(ctx.threads()), d, TsneOptions{});
+                   }});
+    if (o.paga)
+      p.push_back({"paga", [&o](Context& ctx, Dataset& d, Timings&) {
+                     PagaOptions po;
+                     po.groups = o.leiden.key_added;
+                     if (ctx.comm().rank() == 0) paga(ctx, d, po);
+                   }});
     if (o.markers)
       p.push_back({"rank_genes_groups", [&o](Context& ctx, Dataset& d, Timings&) {
                      if (ctx.comm().rank() != 0) return;

@@ -15,5 +15,6 @@ void add_step_commands(CLI::App& app, GlobalOptions& g);    // cmd_steps.cpp: on
 void add_simulate_command(CLI::App& app, GlobalOptions& g); // cmd_simulate.cpp
 void add_bench_command(CLI::App& app, GlobalOptions& g);    // cmd_bench.cpp
 void add_cnmf_command(CLI::App& app, GlobalOptions& g);     // cmd_cnmf.cpp
+void add_tl_commands(CLI::App& app, GlobalOptions& g);      // cmd_tl.cpp: tsne, diffmap, dpt, paga, ...
 
 }  // namespace scurry::cli

@@ -99,6 +99,7 @@ int main(int argc, char** argv) {
     cli::add_simulate_command(app, g);
     cli::add_bench_command(app, g);
     cli::add_cnmf_command(app, g);
+    cli::add_tl_commands(app, g);
   } catch (const std::exception& e) {
     return report(e.what(), 1);
   }
