@@ -24,6 +24,8 @@
 #include "cli/integrate_options.hpp"
 #include "cli/step_options.hpp"
 #include "cli/run.hpp"
+#include "tl/paga.hpp"
+#include "tl/tsne.hpp"
 #include "core/error.hpp"
 #include "core/log.hpp"
 #include "core/timings.hpp"
@@ -203,6 +205,8 @@ void add_run_options(CLI::App& cmd, RunOptions& o) {
   add_umap_options(cmd, o.umap, true);
   add_leiden_options(cmd, o.leiden, true);
   cmd.add_flag("!--no-graph", o.graph, "Stop after PCA (no neighbors, UMAP, Leiden)");
+  cmd.add_flag("--tsne", o.tsne, "Also t-SNE after Leiden (obsm X_tsne; CPU; scurry tsne's defaults)");
+  cmd.add_flag("--paga", o.paga, "Also PAGA of the Leiden clusters (uns paga)");
   add_rank_genes_groups_options(cmd, o.rank_genes_groups, o.markers_tsv, true, &o.markers);
   add_run_integrate_options(cmd, o);
   cmd.add_flag("--stream,!--no-stream", o.stream,
@@ -381,6 +385,16 @@ std::vector<Step> build_pipeline(const RunOptions& o) {
     p.push_back({"leiden", [&o](Context& ctx, Dataset& d, Timings&) {
                    if (ctx.comm().rank() == 0) leiden(ctx, d, o.leiden);
                  }});
+    if (o.tsne)
+      p.push_back({"tsne", [](Context& ctx, Dataset& d, Timings&) {
+                     if (ctx.comm().rank() == 0) tsne(Context::cpu(ctx.threads()), d, TsneOptions{});
+                   }});
+    if (o.paga)
+      p.push_back({"paga", [&o](Context& ctx, Dataset& d, Timings&) {
+                     PagaOptions po;
+                     po.groups = o.leiden.key_added;
+                     if (ctx.comm().rank() == 0) paga(ctx, d, po);
+                   }});
     if (o.markers)
       p.push_back({"rank_genes_groups", [&o](Context& ctx, Dataset& d, Timings&) {
                      if (ctx.comm().rank() != 0) return;

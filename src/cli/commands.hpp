@@ -17,5 +17,6 @@ void add_bench_command(CLI::App& app, GlobalOptions& g);    // cmd_bench.cpp
 void add_cnmf_command(CLI::App& app, GlobalOptions& g);     // cmd_cnmf.cpp
 void add_report_command(CLI::App& app, GlobalOptions& g);   // cmd_report.cpp
 void add_integrate_commands(CLI::App& app, GlobalOptions& g);  // cmd_integrate.cpp: harmony, combat, ...
+void add_tl_commands(CLI::App& app, GlobalOptions& g);      // cmd_tl.cpp: tsne, diffmap, dpt, paga, ...
 
 }  // namespace scurry::cli

@@ -101,6 +101,7 @@ int main(int argc, char** argv) {
     cli::add_cnmf_command(app, g);
     cli::add_report_command(app, g);
     cli::add_integrate_commands(app, g);
+    cli::add_tl_commands(app, g);
   } catch (const std::exception& e) {
     return report(e.what(), 1);
   }

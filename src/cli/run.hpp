@@ -40,6 +40,8 @@ struct RunOptions {
   UmapOptions umap;
   LeidenOptions leiden;
   bool graph = true;  // --no-graph: stop after PCA
+  bool tsne = false;  // --tsne: also t-SNE (obsm X_tsne, tl/tsne.hpp's defaults), after Leiden
+  bool paga = false;  // --paga: also PAGA of the Leiden clusters (uns paga), after Leiden
   // --markers METHOD / --no-markers: end with rank_genes_groups by leiden (scanpy's default method,
   // t-test); --markers-tsv: also its rank_genes_groups_df table.
   bool markers = true;

@@ -12,6 +12,7 @@ of this script. Needs h5py and numpy (Debian's python3-h5py).
   golden/pbmc3k_first1000.scanpy.qc_obs.csv.gz copied unchanged
   golden/pbmc3k_first1000.scanpy.qc_var.csv.gz copied unchanged
   golden/pbmc3k_first1000.scanpy_rgg.h5        scanpy's rank_genes_groups, score_genes, score_genes_cell_cycle (make_rgg)
+  golden/pbmc3k_first1000.scanpy_embed.h5      scanpy's tsne, diffmap, paga, dendrogram, embedding_density (make_embed)
 
 The h5ad files are copied object by object with h5py: the same groups, datasets, dtypes, shapes,
 values (bit for bit) and attributes as the source; only the storage changes: every dataset of 100
@@ -37,6 +38,8 @@ RGG = "golden/pbmc3k_first1000.scanpy_tl.h5"
 SCRUBLET = "golden/pbmc3k_first1000.scanpy1.10_scrublet.h5ad"
 INTEGRATE = "golden/pbmc3k_first1000.scanpy_integrate.h5"
 INTEGRATE_GENES = 100  # the first genes of the stored regress_out/combat layers that are kept
+# X_tsne, X_diffmap, paga_connectivities, dendrogram_linkage, umap_density of the downstream file.
+EMBED = "golden/pbmc3k_first1000.scanpy_embed.h5"
 COPIES = ["golden/pbmc3k_first1000.scanpy.qc_obs.csv.gz", "golden/pbmc3k_first1000.scanpy.qc_var.csv.gz"]
 
 # The dataframe columns of the golden file that the tests read (each dataframe's _index is always
@@ -218,6 +221,20 @@ def make_integrate(src_dir, out_path):
         assert (dst["regress_out"][()] == ds["layers/regress_out"][:, :INTEGRATE_GENES]).all()
         assert (dst["combat"][()] == ds["layers/combat"][:, :INTEGRATE_GENES]).all()
         assert (dst["X_pca_harmony"][()] == ds["obsm/X_pca_harmony"][()]).all()
+def make_embed(src_path, out_path):
+    """Copies scanpy's embedding and graph tools of the downstream golden file (issue 22): obsm
+    X_tsne and X_diffmap, uns paga_connectivities and dendrogram_linkage, obs umap_density, as they
+    are (plain HDF5 datasets of the same names, dtypes and values, gzipped)."""
+    names = {"X_tsne": "obsm/X_tsne", "X_diffmap": "obsm/X_diffmap", "paga_connectivities": "uns/paga_connectivities",
+             "dendrogram_linkage": "uns/dendrogram_linkage", "umap_density": "obs/umap_density"}
+    with h5py.File(src_path, "r") as src, h5py.File(out_path, "w") as dst:
+        for name, at in names.items():
+            d = src[at]
+            dst.create_dataset(name, data=d[()], dtype=d.dtype, compression="gzip", compression_opts=9)
+    with h5py.File(src_path, "r") as src, h5py.File(out_path, "r") as dst:
+        for name, at in names.items():
+            a, b = src[at][()], dst[name][()]
+            assert a.dtype == b.dtype and a.shape == b.shape and (a == b).all(), name
 
 
 def main():
@@ -230,10 +247,12 @@ def main():
     make_h5ad(os.path.join(source, GOLDEN), os.path.join(out, GOLDEN), DATAFRAME_KEEP)
     make_rgg(os.path.join(source, DOWNSTREAM), os.path.join(out, RGG))
     make_integrate(source, os.path.join(out, INTEGRATE))
+    make_embed(os.path.join(source, DOWNSTREAM), os.path.join(out, EMBED))
     for rel in COPIES:
         shutil.copyfile(os.path.join(source, rel), os.path.join(out, rel))
     for rel in [PBMC, GOLDEN] + COPIES:
         print(f"{sha256(os.path.join(out, rel))}  {rel}  (source {sha256(os.path.join(source, rel))})")
+    print(f"{sha256(os.path.join(out, EMBED))}  {EMBED}  (source {DOWNSTREAM}: {sha256(os.path.join(source, DOWNSTREAM))})")
     print(f"{sha256(os.path.join(out, RGG))}  {RGG}  (source {DOWNSTREAM}: {sha256(os.path.join(source, DOWNSTREAM))})")
     print(f"{sha256(os.path.join(out, INTEGRATE))}  {INTEGRATE}  (sources {DOWNSTREAM}, {SCRUBLET}: "
           f"{sha256(os.path.join(source, SCRUBLET))})")
