@@ -149,7 +149,7 @@ DendrogramResult dendrogram(const Context&, Dataset& d, const DendrogramOptions&
   if (opt.groupby.empty()) fail_input("dendrogram", "groupby is required (an obs column of groups)");
   if (opt.cor_method != "pearson" && opt.cor_method != "spearman")
     fail_input("dendrogram", "cor_method '", opt.cor_method, "' is not supported; use pearson or spearman");
-  const ObsGroups g = obs_groups(d.obs, opt.groupby, "dendrogram");
+  const CellGroups g = cell_groups(d.obs, opt.groupby, "dendrogram");
   std::string used;
   const DenseF x = choose_representation(d, opt.use_rep, opt.n_pcs, &used);
   const int64_t k = static_cast<int64_t>(g.categories.size()), dims = x.n_cols;

@@ -80,7 +80,7 @@ std::vector<double> embedding_density(const Context& ctx, Dataset& d, const Embe
     for (int64_t i = 0; i < n; ++i) x[i] = e(i, comp[0]), y[i] = e(i, comp[1]);
     dens = kde_density(x, y, ctx.threads());
   } else {
-    const ObsGroups g = obs_groups(d.obs, opt.groupby, "embedding_density");
+    const CellGroups g = cell_groups(d.obs, opt.groupby, "embedding_density");
     for (int32_t c = 0; c < static_cast<int32_t>(g.categories.size()); ++c) {
       std::vector<int64_t> rows;
       for (int64_t i = 0; i < n; ++i)

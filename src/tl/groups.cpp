@@ -1,4 +1,4 @@
-// scurry: obs_groups (see groups.hpp).
+// scurry: cell_groups (see groups.hpp).
 #include "tl/groups.hpp"
 
 #include <algorithm>
@@ -8,14 +8,14 @@
 
 namespace scurry {
 
-ObsGroups obs_groups(const Table& obs, const std::string& key, const std::string& step) {
+CellGroups cell_groups(const Table& obs, const std::string& key, const std::string& step) {
   if (!obs.has(key)) {
     std::string names;
     for (const auto& n : obs.names()) names += (names.empty() ? "" : ", ") + n;
     fail_input(step, "obs column '", key, "' is missing (columns: ", names, ")");
   }
   const Column& c = obs.at(key);
-  ObsGroups g;
+  CellGroups g;
   if (const auto* cat = std::get_if<CategoricalColumn>(&c.c)) {
     g.categories = cat->categories;
     g.codes = cat->codes;

@@ -10,12 +10,12 @@
 
 namespace scurry {
 
-struct ObsGroups {
+struct CellGroups {
   std::vector<std::string> categories;
   std::vector<int32_t> codes;
 };
 
 // InputError naming `step` and the column when it is absent or not categorical / strings.
-ObsGroups obs_groups(const Table& obs, const std::string& key, const std::string& step);
+CellGroups cell_groups(const Table& obs, const std::string& key, const std::string& step);
 
 }  // namespace scurry

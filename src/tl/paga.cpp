@@ -97,7 +97,7 @@ PagaResult paga(const Context&, Dataset& d, const PagaOptions& opt) {
     else if (d.obs.has("louvain")) key = "louvain";
     else fail_input("paga", "no groups: run leiden first or pass groups (an obs column)");
   }
-  const ObsGroups g = obs_groups(d.obs, key, "paga");
+  const CellGroups g = cell_groups(d.obs, key, "paga");
   std::string dist_key = opt.neighbors_key == "neighbors" ? "distances" : opt.neighbors_key + "_distances";
   auto u = d.uns.find(opt.neighbors_key);
   if (u == d.uns.end()) fail_input("paga", "uns['", opt.neighbors_key, "'] is missing; run neighbors first");
