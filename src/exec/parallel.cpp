@@ -1,5 +1,7 @@
 #include "exec/parallel.hpp"
 
+#include "core/cancel.hpp"
+
 #include <exception>
 #include <mutex>
 
@@ -7,7 +9,10 @@ namespace scurry {
 
 void parallel_for(int threads, int64_t n_blocks, const std::function<void(int64_t)>& fn) {
   if (threads <= 1 || n_blocks <= 1) {
-    for (int64_t b = 0; b < n_blocks; ++b) fn(b);
+    for (int64_t b = 0; b < n_blocks; ++b) {
+      cancel_check();
+      fn(b);
+    }
     return;
   }
   std::exception_ptr err;
@@ -15,6 +20,7 @@ void parallel_for(int threads, int64_t n_blocks, const std::function<void(int64_
 #pragma omp parallel for schedule(dynamic, 1) num_threads(threads)
   for (int64_t b = 0; b < n_blocks; ++b) {
     try {
+      cancel_check();  // a cancelled step skips its remaining blocks (Cancelled rethrown below)
       fn(b);
     } catch (...) {
       std::lock_guard<std::mutex> lock(mu);
