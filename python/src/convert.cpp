@@ -240,11 +240,12 @@ Value value_from_py(py::handle obj, const std::string& where) {
   if (py::isinstance<py::int_>(obj)) return Value(obj.cast<int64_t>());
   if (py::isinstance<py::float_>(obj)) return Value(obj.cast<double>());
   if (py::isinstance<py::str>(obj)) return Value(obj.cast<std::string>());
-  if (py::isinstance<py::dict>(obj)) {
+  if (py::isinstance<py::dict>(obj) ||
+      py::isinstance(obj, py::module_::import("collections.abc").attr("Mapping"))) {  // anndata's OverloadedDict too
     Dict d;
-    for (auto kv : py::reinterpret_borrow<py::dict>(obj)) {
-      const std::string k = py::str(kv.first);
-      d[k] = value_from_py(kv.second, where + "['" + k + "']");
+    for (auto k_obj : obj.attr("keys")()) {
+      const std::string k = py::str(k_obj);
+      d[k] = value_from_py(obj.attr("__getitem__")(k_obj), where + "['" + k + "']");
     }
     return Value(std::move(d));
   }

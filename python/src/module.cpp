@@ -102,6 +102,10 @@ py::array_t<double> double_array(const std::vector<double>& v) {
   return py::array_t<double>(static_cast<py::ssize_t>(v.size()), v.data());
 }
 
+py::array_t<int64_t> int_array(const std::vector<int64_t>& v) {
+  return py::array_t<int64_t>(static_cast<py::ssize_t>(v.size()), v.data());
+}
+
 std::vector<std::string> index_from_py(py::handle obj) {
   std::vector<std::string> out;
   for (auto x : obj) out.push_back(py::str(x));
@@ -299,11 +303,11 @@ void bind_steps(py::module_& m) {
   // the AnnData itself (every slot, as scanpy's _inplace_subset_obs/var does).
   m.def("filter_cells", [](Dataset& d, const FilterCellsOptions& o) {
     auto r = run_step([&] { return filter_cells(state().context(), d, o); });
-    return bool_array(r.keep);
+    return py::make_tuple(bool_array(r.keep), int_array(r.n_genes), double_array(r.n_counts));
   });
   m.def("filter_genes", [](Dataset& d, const FilterGenesOptions& o) {
     auto r = run_step([&] { return filter_genes(state().context(), d, o); });
-    return bool_array(r.keep);
+    return py::make_tuple(bool_array(r.keep), int_array(r.n_cells), double_array(r.n_counts));
   });
   m.def("normalize_total", [](Dataset& d, const NormalizeTotalOptions& o) {
     auto r = run_step([&] { return normalize_total(state().context(), d, o); });
