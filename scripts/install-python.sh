@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Installs the Python package built in BUILD (default build/) into the system python3's site
+# directory (Debian: /usr/local/lib/python3.X/dist-packages), so that `python3 -c "import scurry"`
+# works from any directory: bash scripts/install-python.sh [BUILD]
+# A copy (cmake --install --component python), not a link to the build tree: the package keeps
+# working when the build tree is cleaned or rebuilt with other options. No-op (with a message)
+# when the build has no Python package (pybind11 missing, or a sanitized build).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+build="${1:-build}"
+if ! ls "$build"/python/scurry/_scurry*.so >/dev/null 2>&1; then
+  echo "install-python: $build has no Python package (SCURRY_PYTHON off or pybind11 missing); skipped"
+  exit 0
+fi
+SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+$SUDO cmake --install "$build" --component python >/dev/null
+dir=$(cd / && /usr/bin/python3 -c "import scurry, os; print(os.path.dirname(scurry.__file__), scurry.__version__)")
+echo "install-python: scurry $dir"
