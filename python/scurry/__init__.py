@@ -14,7 +14,9 @@ from . import _scurry
 from ._version import __version__
 from . import pp, tl, get
 from ._settings import settings
+from ._core import _empty
 from ._core import to_anndata as _to_anndata
+import scipy.sparse as _sp
 
 __all__ = ["pp", "tl", "get", "settings", "read_h5ad", "read_10x_h5", "read_10x_mtx", "read_zarr", "__version__"]
 
@@ -25,11 +27,13 @@ def _path(p):
     return os.fspath(p)
 
 
-def read_h5ad(filename, backed=None, *, as_sparse=(), as_sparse_fmt=None, chunk_size=6000):
+def read_h5ad(filename, backed=None, *, as_sparse=(), as_sparse_fmt=_sp.csr_matrix, chunk_size=6000):
     """anndata.read_h5ad by scurry's reader: the whole file in memory (X CSR or dense; CSC becomes
     CSR), obs/var, obsm/varm/obsp/varp, layers, uns, raw."""
     if backed not in (None, False):
         raise NotImplementedError("read_h5ad: backed mode is not implemented in scurry (the data are read into memory)")
+    if as_sparse_fmt is not _sp.csr_matrix:
+        raise NotImplementedError("read_h5ad: as_sparse_fmt is not implemented in scurry (csr_matrix)")
     if as_sparse:
         raise NotImplementedError("read_h5ad: as_sparse is not implemented in scurry")
     return _to_anndata(_scurry.read_h5ad(_path(filename)))
@@ -47,7 +51,7 @@ def read_10x_h5(filename, *, genome=None, gex_only=True, backup_url=None):
     return _to_anndata(_scurry.read_10x_h5(_path(filename), genome or "", bool(gex_only)))
 
 
-def read_10x_mtx(path, *, var_names="gene_symbols", make_unique=True, cache=False, cache_compression=None,
+def read_10x_mtx(path, *, var_names="gene_symbols", make_unique=True, cache=False, cache_compression=_empty,
                  gex_only=True, prefix=None):
     """sc.read_10x_mtx: a Cell Ranger mtx directory (v2 or v3, gzipped or not)."""
     if var_names != "gene_symbols":

@@ -124,10 +124,14 @@ def write_back(adata, ds, *, X=False, layer=None, obs_in=(), var_in=(), uns_in=(
     """Moves what the step wrote from `ds` into `adata`: X (or layers[layer]) when `X`, the obs/var
     columns that were not inputs, and every obsm/varm/obsp key and the uns keys that were not inputs."""
     if X:
+        was = adata.layers[layer] if layer is not None else adata.X
+        m = ds.take_layer(layer) if layer is not None else ds.take_X()
+        if getattr(was, "format", None) == "csc" and getattr(m, "format", None) == "csr":
+            m = m.tocsc()  # scanpy keeps a CSC matrix CSC (scurry's steps run on CSR)
         if layer is not None:
-            adata.layers[layer] = ds.take_layer(layer)
+            adata.layers[layer] = m
         else:
-            adata.X = ds.take_X()
+            adata.X = m
     for k in ds.obs_keys():
         if k not in obs_in:
             adata.obs[k] = ds.get_obs(k)

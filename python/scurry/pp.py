@@ -5,6 +5,7 @@ NotImplementedError naming it when given a value other than its default."""
 from __future__ import annotations
 
 import warnings
+from types import MappingProxyType
 
 import numpy as np
 import pandas as pd
@@ -49,6 +50,7 @@ def calculate_qc_metrics(adata, *, expr_type="counts", var_type="genes", qc_vars
     qc_vars = list(qc_vars)
     pt = [] if percent_top is None else [int(n) for n in percent_top]
     ds = dataset(adata, step=step, layer=layer, use_raw=use_raw, var=qc_vars)
+    _scurry.check_counts(ds, layer or "", step)
     opt = options(_scurry.QcOptions, qc_vars=qc_vars, percent_top=pt, log1p=bool(log1p),
                   layer=layer or "", expr_type=expr_type, var_type=var_type)
     _scurry.calculate_qc_metrics(ds, opt)
@@ -138,6 +140,7 @@ def normalize_total(adata, *, target_sum=_NORM.target_sum, exclude_highly_expres
             raise ValueError("normalize_total: `copy=True` cannot be used with `inplace=False`")
         adata = adata.copy()
     ds = dataset(adata, step=step, layer=layer)
+    _scurry.check_counts(ds, layer or "", step)
     opt = options(_scurry.NormalizeTotalOptions, target_sum=target_sum,
                   exclude_highly_expressed=bool(exclude_highly_expressed), max_fraction=float(max_fraction),
                   key_added=key_added or "", layer=layer or "")
@@ -239,12 +242,19 @@ def pca(data, n_comps=None, *, layer=None, zero_center=_PCA.zero_center, svd_sol
     if zero_center is None:
         raise NotImplementedError("pca: zero_center=None (chosen by sparsity) is not implemented in scurry; "
                                   "pass True or False")
-    if svd_solver not in (None, "auto", "arpack", "randomized", "gram"):
-        raise NotImplementedError(f"pca: svd_solver='{svd_solver}' is not implemented in scurry "
-                                  "(None, 'auto', 'arpack' or 'randomized')")
+    # sklearn's exact solvers (arpack, full, covariance_eigh, lobpcg) all give the exact components:
+    # scurry's exact Gram solver; randomized is scurry's randomized solver.
+    exact = ("arpack", "full", "covariance_eigh", "lobpcg", "gram")
+    if svd_solver not in (None, "auto", "randomized") + exact:
+        raise ValueError(f"pca: svd_solver '{svd_solver}' is not one of None, 'auto', 'arpack', 'randomized', "
+                         "'full', 'covariance_eigh', 'lobpcg'")
     if not _is_anndata(data):
         a = _as_anndata(data)
-        pca(a, n_comps, zero_center=zero_center, svd_solver=svd_solver, random_state=random_state, dtype=dtype)
+        pca(a, n_comps, zero_center=zero_center, svd_solver=svd_solver, random_state=random_state, dtype=dtype,
+            mask_var=None)
+        if return_info:
+            u = a.uns["pca"]
+            return a.obsm["X_pca"], a.varm["PCs"].T, u["variance_ratio"], u["variance"]
         return a.obsm["X_pca"]
     check_anndata(data, step)
     adata = data.copy() if copy else data
@@ -278,7 +288,7 @@ def pca(data, n_comps=None, *, layer=None, zero_center=_PCA.zero_center, svd_sol
         if mask.dtype != bool or mask.shape != (adata.n_vars,):
             raise ValueError(f"pca: mask_var must be a boolean mask of {adata.n_vars} genes")
         ds.set_var("highly_variable", mask)
-    solver = {None: "auto", "gram": "gram"}.get(svd_solver, svd_solver)
+    solver = "auto" if svd_solver in (None, "auto") else "randomized" if svd_solver == "randomized" else "gram"
     opt = options(_scurry.PcaOptions, n_comps=n_comps, zero_center=bool(zero_center), svd_solver=solver,
                   random_state=int(random_state), use_highly_variable=bool(uhv), dtype=np.dtype(dtype).name)
     _scurry.pca(ds, opt)
@@ -287,7 +297,7 @@ def pca(data, n_comps=None, *, layer=None, zero_center=_PCA.zero_center, svd_sol
 
 
 def neighbors(adata, n_neighbors=_NN.n_neighbors, n_pcs=None, *, use_rep=None, knn=True, method="umap",
-              transformer=None, metric=_NN.metric, metric_kwds={}, random_state=_NN.random_state, key_added=None,
+              transformer=None, metric=_NN.metric, metric_kwds=MappingProxyType({}), random_state=_NN.random_state, key_added=None,
               copy=False):
     """sc.pp.neighbors: the kNN graph with UMAP connectivities: obsp['distances'],
     obsp['connectivities'], uns['neighbors'] (or key_added's names)."""

@@ -344,6 +344,17 @@ void bind_steps(py::module_& m) {
   m.def("aggregate", [](Dataset& d, const AggregateOptions& o) {
     return std::make_shared<Dataset>(run_step([&] { return aggregate(d, o, state().context()); }));
   });
+  // The CLI's check of raw counts (run, cnmf): NaN, Inf or negative values raise ValueError naming
+  // the first one; `layer` "" checks X.
+  m.def("check_counts", [](Dataset& d, const std::string& layer, const std::string& where) {
+    const Matrix* x = &d.X;
+    if (!layer.empty()) {
+      auto it = d.layers.find(layer);
+      if (it == d.layers.end()) throw py::key_error("layers['" + layer + "'] is not in the dataset");
+      x = &it->second;
+    }
+    run_step([&] { check_counts(*x, where); });
+  });
   m.def("mark_gene_prefix", [](Dataset& d, const std::string& column, const std::vector<std::string>& prefixes) {
     return mark_gene_prefix(d, column, prefixes);
   });
