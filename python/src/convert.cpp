@@ -33,8 +33,6 @@ py::array vec_to_array_2d(std::vector<T>&& v, int64_t rows, int64_t cols) {
                         owner);
 }
 
-char kind_of(const py::dtype& dt) { return dt.kind(); }
-
 bool is_numeric_kind(char k) { return k == 'f' || k == 'i' || k == 'u' || k == 'b'; }
 
 // Copies a 1-D numeric array into a vector<T> (converting the element type).

@@ -22,6 +22,7 @@
 #include "core/cancel.hpp"
 #include "core/error.hpp"
 #include "core/log.hpp"
+#include "core/progress.hpp"
 #include "exec/context.hpp"
 #include "get/aggregate.hpp"
 #include "graph/leiden.hpp"
@@ -65,8 +66,14 @@ State& state() {
 // Runs f() on a worker thread with the GIL released; polls Python's signal handlers every 50 ms
 // from the calling thread. On Ctrl-C: requests cancellation, waits for the step to unwind and
 // raises KeyboardInterrupt (the step writes nothing: its Dataset is the wrapper's scratch copy).
+// A step that runs longer than kBarAfter shows a progress bar on stderr (core/progress: only on a
+// terminal and when settings.verbosity > 0), fed by the work meter of core/cancel (parallel blocks
+// done of those started).
+constexpr auto kPoll = std::chrono::milliseconds(50);
+constexpr auto kBarAfter = std::chrono::milliseconds(1000);
+
 template <class F>
-auto run_step(F&& f) -> decltype(f()) {
+auto run_step(const char* label, F&& f) -> decltype(f()) {
   using R = decltype(f());
   cancel_reset();
   std::packaged_task<R()> task(std::forward<F>(f));
@@ -75,7 +82,18 @@ auto run_step(F&& f) -> decltype(f()) {
   {
     py::gil_scoped_release release;
     std::thread worker(std::move(task));
-    while (fut.wait_for(std::chrono::milliseconds(50)) != std::future_status::ready) {
+    const auto start = std::chrono::steady_clock::now();
+    std::unique_ptr<Progress> bar;
+    int64_t shown = 0;
+    while (fut.wait_for(kPoll) != std::future_status::ready) {
+      if (!bar && std::chrono::steady_clock::now() - start > kBarAfter && !log::quiet())
+        bar = std::make_unique<Progress>(label, work_total());
+      if (bar) {
+        bar->set_total(work_total());
+        const int64_t now = work_completed();
+        if (now > shown) bar->advance(now - shown);
+        shown = now;
+      }
       if (interrupted) continue;
       py::gil_scoped_acquire acquire;
       if (PyErr_CheckSignals() != 0) {
@@ -84,6 +102,10 @@ auto run_step(F&& f) -> decltype(f()) {
       }
     }
     worker.join();
+    if (bar && !interrupted) {
+      bar->set_total(work_total());
+      bar->advance(work_completed() - shown);
+    }
   }
   if (interrupted) {
     cancel_reset();
@@ -110,11 +132,6 @@ std::vector<std::string> index_from_py(py::handle obj) {
   std::vector<std::string> out;
   for (auto x : obj) out.push_back(py::str(x));
   return out;
-}
-
-Matrix* find_slot(std::map<std::string, Matrix>& m, const std::string& k) {
-  auto it = m.find(k);
-  return it == m.end() ? nullptr : &it->second;
 }
 
 py::object take_slot(std::map<std::string, Matrix>& m, const std::string& k, const char* slot) {
@@ -297,52 +314,52 @@ void bind_options(py::module_& m) {
 
 void bind_steps(py::module_& m) {
   m.def("calculate_qc_metrics", [](Dataset& d, const QcOptions& o) {
-    run_step([&] { calculate_qc_metrics(state().context(), d, o); });
+    run_step("calculate qc metrics", [&] { calculate_qc_metrics(state().context(), d, o); });
   });
   // The filters compute and apply on the scratch Dataset; the keep mask lets the wrapper subset
   // the AnnData itself (every slot, as scanpy's _inplace_subset_obs/var does).
   m.def("filter_cells", [](Dataset& d, const FilterCellsOptions& o) {
-    auto r = run_step([&] { return filter_cells(state().context(), d, o); });
+    auto r = run_step("filter cells", [&] { return filter_cells(state().context(), d, o); });
     return py::make_tuple(bool_array(r.keep), int_array(r.n_genes), double_array(r.n_counts));
   });
   m.def("filter_genes", [](Dataset& d, const FilterGenesOptions& o) {
-    auto r = run_step([&] { return filter_genes(state().context(), d, o); });
+    auto r = run_step("filter genes", [&] { return filter_genes(state().context(), d, o); });
     return py::make_tuple(bool_array(r.keep), int_array(r.n_cells), double_array(r.n_counts));
   });
   m.def("normalize_total", [](Dataset& d, const NormalizeTotalOptions& o) {
-    auto r = run_step([&] { return normalize_total(state().context(), d, o); });
+    auto r = run_step("normalize total", [&] { return normalize_total(state().context(), d, o); });
     return py::make_tuple(double_array(r.counts_per_cell), r.target_sum);
   });
-  m.def("log1p", [](Dataset& d, const Log1pOptions& o) { run_step([&] { log1p(state().context(), d, o); }); });
+  m.def("log1p", [](Dataset& d, const Log1pOptions& o) { run_step("log1p", [&] { log1p(state().context(), d, o); }); });
   m.def("highly_variable_genes", [](Dataset& d, const HvgOptions& o) {
-    run_step([&] { highly_variable_genes(state().context(), d, o); });
+    run_step("highly variable genes", [&] { highly_variable_genes(state().context(), d, o); });
   });
-  m.def("scale", [](Dataset& d, const ScaleOptions& o) { run_step([&] { scale(state().context(), d, o); }); });
-  m.def("pca", [](Dataset& d, const PcaOptions& o) { run_step([&] { pca(state().context(), d, o); }); });
+  m.def("scale", [](Dataset& d, const ScaleOptions& o) { run_step("scale", [&] { scale(state().context(), d, o); }); });
+  m.def("pca", [](Dataset& d, const PcaOptions& o) { run_step("pca", [&] { pca(state().context(), d, o); }); });
   m.def("neighbors", [](Dataset& d, const NeighborsOptions& o) {
-    run_step([&] { neighbors(state().context(), d, o); });
+    run_step("neighbors", [&] { neighbors(state().context(), d, o); });
   });
-  m.def("umap", [](Dataset& d, const UmapOptions& o) { run_step([&] { umap(state().context(), d, o); }); });
-  m.def("leiden", [](Dataset& d, const LeidenOptions& o) { run_step([&] { leiden(state().context(), d, o); }); });
+  m.def("umap", [](Dataset& d, const UmapOptions& o) { run_step("umap", [&] { umap(state().context(), d, o); }); });
+  m.def("leiden", [](Dataset& d, const LeidenOptions& o) { run_step("leiden", [&] { leiden(state().context(), d, o); }); });
   m.def("rank_genes_groups", [](Dataset& d, const RankGenesGroupsOptions& o) {
-    run_step([&] { rank_genes_groups_inplace(d, o, state().context()); });
+    run_step("rank genes groups", [&] { rank_genes_groups_inplace(d, o, state().context()); });
   });
   m.def("filter_rank_genes_groups", [](Dataset& d, const FilterRankGenesGroupsOptions& o) {
-    run_step([&] { filter_rank_genes_groups(d, o, state().context()); });
+    run_step("filter rank genes groups", [&] { filter_rank_genes_groups(d, o, state().context()); });
   });
   m.def("rank_genes_groups_df", [](Dataset& d, const std::string& key) {
     return table_to_py(rank_genes_groups_df(d, key));
   });
   m.def("score_genes", [](Dataset& d, const ScoreGenesOptions& o) {
-    auto r = run_step([&] { return score_genes(d, o, state().context()); });
+    auto r = run_step("score genes", [&] { return score_genes(d, o, state().context()); });
     return py::make_tuple(double_array(r.score), r.control_genes, r.genes_used);
   });
   m.def("score_genes_cell_cycle", [](Dataset& d, const std::vector<std::string>& s,
                                      const std::vector<std::string>& g2m, const ScoreGenesOptions& o) {
-    run_step([&] { score_genes_cell_cycle(d, s, g2m, o, state().context()); });
+    run_step("score genes cell cycle", [&] { score_genes_cell_cycle(d, s, g2m, o, state().context()); });
   });
   m.def("aggregate", [](Dataset& d, const AggregateOptions& o) {
-    return std::make_shared<Dataset>(run_step([&] { return aggregate(d, o, state().context()); }));
+    return std::make_shared<Dataset>(run_step("aggregate", [&] { return aggregate(d, o, state().context()); }));
   });
   // The CLI's check of raw counts (run, cnmf): NaN, Inf or negative values raise ValueError naming
   // the first one; `layer` "" checks X.
@@ -353,7 +370,7 @@ void bind_steps(py::module_& m) {
       if (it == d.layers.end()) throw py::key_error("layers['" + layer + "'] is not in the dataset");
       x = &it->second;
     }
-    run_step([&] { check_counts(*x, where); });
+    run_step("check counts", [&] { check_counts(*x, where); });
   });
   m.def("mark_gene_prefix", [](Dataset& d, const std::string& column, const std::vector<std::string>& prefixes) {
     return mark_gene_prefix(d, column, prefixes);
@@ -362,23 +379,23 @@ void bind_steps(py::module_& m) {
 
 void bind_io(py::module_& m) {
   m.def("read_h5ad", [](const std::string& path) {
-    return std::make_shared<Dataset>(run_step([&] { return read_h5ad(path); }));
+    return std::make_shared<Dataset>(run_step("read h5ad", [&] { return read_h5ad(path); }));
   });
   m.def("read_zarr", [](const std::string& path) {
-    return std::make_shared<Dataset>(run_step([&] { return read_zarr(path); }));
+    return std::make_shared<Dataset>(run_step("read zarr", [&] { return read_zarr(path); }));
   });
   m.def("read_10x_h5", [](const std::string& path, const std::string& genome, bool gex_only) {
     TenxOptions o;
     o.genome = genome;
     o.gex_only = gex_only;
-    return std::make_shared<Dataset>(run_step([&] { return read_10x_h5(path, o); }));
+    return std::make_shared<Dataset>(run_step("read 10x h5", [&] { return read_10x_h5(path, o); }));
   });
   m.def("read_10x_mtx", [](const std::string& path, bool gex_only) {
     TenxOptions o;
     o.gex_only = gex_only;
-    return std::make_shared<Dataset>(run_step([&] { return read_10x_mtx(path, o); }));
+    return std::make_shared<Dataset>(run_step("read 10x mtx", [&] { return read_10x_mtx(path, o); }));
   });
-  m.def("write_h5ad", [](Dataset& d, const std::string& path) { run_step([&] { write_h5ad(d, path); }); });
+  m.def("write_h5ad", [](Dataset& d, const std::string& path) { run_step("write h5ad", [&] { write_h5ad(d, path); }); });
 }
 
 }  // namespace

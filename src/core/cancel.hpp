@@ -5,6 +5,8 @@
 // before the next step. One process-wide flag: a step run is the unit cancelled, whatever thread
 // runs it.
 #pragma once
+#include <cstdint>
+
 #include "core/error.hpp"
 
 namespace scurry {
@@ -19,5 +21,15 @@ void cancel_reset();
 bool cancel_requested();
 // Throws Cancelled when a cancellation was requested.
 void cancel_check();
+
+// A meter of the work of the running step, for a progress display on another thread (the Python
+// binding's bar): parallel_for adds its blocks to the total when it starts and counts each block
+// done (outermost calls only: a nested parallel_for is part of its caller's block). Reset with
+// cancel_reset(). The fraction done/total is exact for a step made of one parallel loop and a
+// lower bound's estimate for steps of several phases.
+void work_begin(int64_t blocks);
+void work_done(int64_t blocks);
+int64_t work_total();
+int64_t work_completed();
 
 }  // namespace scurry
