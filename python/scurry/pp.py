@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 
 from . import _scurry
-from ._core import (_empty, actualize, check_anndata, dataset, not_implemented, options, write_back)
+from ._core import (_empty, actualize, check_anndata, dataset, matrix_of, not_implemented, options, write_back)
 
 __all__ = ["calculate_qc_metrics", "filter_cells", "filter_genes", "normalize_total", "log1p",
            "highly_variable_genes", "scale", "pca", "neighbors"]
@@ -139,16 +139,24 @@ def normalize_total(adata, *, target_sum=_NORM.target_sum, exclude_highly_expres
         if not inplace:
             raise ValueError("normalize_total: `copy=True` cannot be used with `inplace=False`")
         adata = adata.copy()
-    ds = dataset(adata, step=step, layer=layer)
-    _scurry.check_counts(ds, layer or "", step)
     opt = options(_scurry.NormalizeTotalOptions, target_sum=target_sum,
                   exclude_highly_expressed=bool(exclude_highly_expressed), max_fraction=float(max_fraction),
                   key_added=key_added or "", layer=layer or "")
+    if inplace:
+        # in place on the AnnData's own buffers (no copy) when their layout allows it
+        actualize(adata)
+        m = matrix_of(adata, layer, step)
+        if _scurry.counts_ok_inplace(m):
+            ds = dataset(adata, step=step, X=False)
+            if _scurry.normalize_total_inplace(ds, m, opt) is not None:
+                write_back(adata, ds)
+                return adata if copy else None
+    ds = dataset(adata, step=step, layer=layer)
+    _scurry.check_counts(ds, layer or "", step)
     counts, _ = _scurry.normalize_total(ds, opt)
     if not inplace:
         X = ds.take_layer(layer) if layer is not None else ds.take_X()
         return dict(X=X, norm_factor=counts)
-    actualize(adata)
     write_back(adata, ds, X=True, layer=layer)
     return adata if copy else None
 
@@ -165,9 +173,14 @@ def log1p(data, *, base=None, copy=False, chunked=None, chunk_size=None, layer=N
         return a.X
     check_anndata(data, step)
     adata = data.copy() if copy else data
-    ds = dataset(adata, step=step, layer=layer, uns=["log1p"])
-    _scurry.log1p(ds, options(_scurry.Log1pOptions, base=base, layer=layer or ""))
     actualize(adata)
+    opt = options(_scurry.Log1pOptions, base=base, layer=layer or "")
+    ds = dataset(adata, step=step, X=False, uns=["log1p"])
+    if _scurry.log1p_inplace(ds, matrix_of(adata, layer, step), opt):  # on the AnnData's buffers
+        write_back(adata, ds, uns_in=())
+        return adata if copy else None
+    ds = dataset(adata, step=step, layer=layer, uns=["log1p"])
+    _scurry.log1p(ds, opt)
     write_back(adata, ds, X=True, layer=layer)
     return adata if copy else None
 
@@ -222,11 +235,21 @@ def scale(data, *, zero_center=_SCALE.zero_center, max_value=_SCALE.max_value, c
         return a.X
     check_anndata(data, step)
     adata = data.copy() if copy else data
-    ds = dataset(adata, step=step, layer=layer)
+    actualize(adata)
     opt = options(_scurry.ScaleOptions, zero_center=bool(zero_center), max_value=max_value,
                   clip_below=bool(zero_center), layer=layer or "")
+    ds = dataset(adata, step=step, X=False)
+    r = _scurry.scale_inplace(ds, matrix_of(adata, layer, step), opt)  # on the AnnData's buffers
+    if r is not False:
+        if r is not None:  # a sparse matrix centred: the new dense one
+            if layer is not None:
+                adata.layers[layer] = r
+            else:
+                adata.X = r
+        write_back(adata, ds)
+        return adata if copy else None
+    ds = dataset(adata, step=step, layer=layer)
     _scurry.scale(ds, opt)
-    actualize(adata)
     write_back(adata, ds, X=True, layer=layer)
     return adata if copy else None
 

@@ -19,8 +19,20 @@ class Cancelled : public Error {
 void cancel_request();
 void cancel_reset();
 bool cancel_requested();
-// Throws Cancelled when a cancellation was requested.
+// Throws Cancelled when a cancellation was requested (and no CancelShield is alive).
 void cancel_check();
+
+// While one is alive, cancel_check() does not throw: the pass of an in-place step that writes into
+// the caller's buffers runs to its end once started, so that a cancelled step leaves its input
+// either untouched (cancelled in a read-only pass before) or completely transformed (the request
+// then ends the step after it). Process-wide, like the flag.
+class CancelShield {
+ public:
+  CancelShield();
+  ~CancelShield();
+  CancelShield(const CancelShield&) = delete;
+  CancelShield& operator=(const CancelShield&) = delete;
+};
 
 // A meter of the work of the running step, for a progress display on another thread (the Python
 // binding's bar): parallel_for adds its blocks to the total when it starts and counts each block

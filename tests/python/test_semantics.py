@@ -186,3 +186,40 @@ def test_score_genes_and_cell_cycle(counts):
     s, g = a.obs["S_score"].to_numpy(), a.obs["G2M_score"].to_numpy()
     expect = np.where((s < 0) & (g < 0), "G1", np.where(g > s, "G2M", "S"))
     assert list(a.obs["phase"].astype(str)) == list(expect)
+
+
+def _address(a):
+    return a.__array_interface__["data"][0]
+
+
+def test_inplace_steps_write_into_the_anndatas_buffers(counts):
+    """normalize_total, log1p and scale (uncentred sparse; dense) read and write X's own buffers: no
+    copy (the same memory before and after), with the values of the copying path."""
+    ref = counts.copy()
+    X = counts.X
+    addr = _address(X.data)
+    sc.pp.normalize_total(counts, target_sum=1e4)
+    sc.pp.log1p(counts)
+    sc.pp.scale(counts, zero_center=False, max_value=5)
+    assert counts.X is X and _address(counts.X.data) == addr
+    # the copying path (a CSC matrix is not viewed by normalize_total and scale) gives the same values
+    ref.X = ref.X.tocsc()
+    sc.pp.normalize_total(ref, target_sum=1e4)
+    sc.pp.log1p(ref)
+    sc.pp.scale(ref, zero_center=False, max_value=5)
+    assert_same_matrix(counts.X, ref.X.tocsr(), "in place vs copying path")
+    assert_same_column(counts.var["std"], ref.var["std"], "var['std']")
+    dense = anndata.AnnData(X=counts.X.toarray())
+    buf = dense.X
+    sc.pp.scale(dense, max_value=3)
+    assert dense.X is buf
+
+
+def test_integer_counts_take_the_copying_path(counts):
+    ints = counts.copy()
+    ints.X = ints.X.astype(np.int32)
+    sc.pp.normalize_total(ints, target_sum=1e4)
+    assert ints.X.dtype == np.float32
+    ref = counts.copy()
+    sc.pp.normalize_total(ref, target_sum=1e4)
+    assert_same_matrix(ints.X, ref.X, "int32 counts")
