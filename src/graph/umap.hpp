@@ -65,6 +65,9 @@ struct UmapResult {
 CsrF prune_graph(const Context& ctx, const CsrF& graph, float threshold);
 // InputError for an unknown sgd or an n_components it does not take.
 void check_sgd(const UmapOptions& opt);
+// The checks of the options alone (no data): sgd, n_components, maxiter, negative_sample_rate,
+// spread/min_dist. `scurry run` calls it before its first step.
+void validate_umap_options(const UmapOptions& opt);
 // The batched epochs' constants from the options and res.a, res.b (the CPU and GPU paths).
 umap_sgd::EpochParams epoch_params(const UmapOptions& opt, const UmapResult& res, int64_t n);
 // The batched epochs 1 .. n_epochs - 1 on the CPU threads, from and into res.embedding (the

@@ -46,13 +46,19 @@ struct is_dense_view : std::false_type {};
 template <class T>
 struct is_dense_view<DenseView<T>> : std::true_type {};
 
-void validate(const NormalizeTotalOptions& opt) {
+}  // namespace
+
+void validate_normalize_total_options(const NormalizeTotalOptions& opt) {
   if (opt.target_sum && !(*opt.target_sum > 0.0 && std::isfinite(*opt.target_sum)))
     fail_input("normalize_total", "target_sum=", *opt.target_sum,
                " must be a positive number (e.g. 1e4); omit it to use the median of the cell totals");
   if (opt.exclude_highly_expressed && !(opt.max_fraction >= 0.0 && opt.max_fraction <= 1.0))
     fail_input("normalize_total", "max_fraction=", opt.max_fraction, " must be between 0 and 1");
 }
+
+namespace {
+
+void validate(const NormalizeTotalOptions& opt) { validate_normalize_total_options(opt); }
 
 // The kernel, over a view (CsrView of any index types, or DenseView): in place on its values.
 template <class M>

@@ -38,6 +38,9 @@ struct NormalizeTotalResult {
 // are multiplied by target_sum, as in scanpy). scanpy warns about zero cells; so does this.
 NormalizeTotalResult normalize_total(const Context& ctx, CsrF& X, const NormalizeTotalOptions& opt);
 NormalizeTotalResult normalize_total(const Context& ctx, DenseF& X, const NormalizeTotalOptions& opt);
+// The checks of the options alone (target_sum > 0, max_fraction in [0, 1]); `scurry run` calls it
+// before its first step.
+void validate_normalize_total_options(const NormalizeTotalOptions& opt);
 // The same in place on buffers the caller owns (the Python package's scipy/numpy arrays): CSR of
 // float or double values with int32 or int64 column indices and row pointers, or C-contiguous dense.
 // The owning overloads above are these on a view of themselves.

@@ -11,6 +11,11 @@
 #include "exec/parallel.hpp"
 
 namespace scurry {
+void validate_scale_options(const ScaleOptions& opt) {
+  if (opt.max_value && !(*opt.max_value > 0.0))
+    fail_input("scale", "max_value=", *opt.max_value, " must be a positive number (e.g. 10), or none for no clipping");
+}
+
 namespace {
 
 // Fixed block partition (independent of the thread count): see pp/qc.cpp.
@@ -38,8 +43,7 @@ void check(const Context& ctx, int64_t n_rows, const ScaleOptions& opt) {
   ctx.comm().allreduce_sum(&n_rows, 1);
   if (n_rows < 2)
     fail_input("scale", "the matrix has ", n_rows, " cell(s); the standard deviation (ddof=1) needs at least 2");
-  if (opt.max_value && !(*opt.max_value > 0.0))
-    fail_input("scale", "max_value=", *opt.max_value, " must be a positive number (e.g. 10), or none for no clipping");
+  validate_scale_options(opt);
 }
 
 // Per-gene mean and std (ddof=1) as scanpy 1.9.6: centred (its dense path) from float64 sums of the

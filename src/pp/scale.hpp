@@ -45,6 +45,8 @@ ScaleResult scale(const Context& ctx, const CsrView<const float, int32_t, int64_
 ScaleResult scale(const Context& ctx, const CsrView<const float, int64_t, int64_t>& X, const ScaleOptions& opt);
 ScaleResult scale_inplace(const Context& ctx, const CsrView<float, int32_t, int64_t>& X, const ScaleOptions& opt);
 ScaleResult scale_inplace(const Context& ctx, const CsrView<float, int64_t, int64_t>& X, const ScaleOptions& opt);
+// The checks of the options alone (max_value > 0); `scurry run` calls it before its first step.
+void validate_scale_options(const ScaleOptions& opt);
 // The Dataset overload's var columns: var['mean'], var['std'] (float64).
 void write_scale(Dataset& d, const ScaleResult& st);
 // Dataset level: replaces X (or the layer) with the scaled float32 matrix; writes var['mean'] and
