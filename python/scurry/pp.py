@@ -4,6 +4,7 @@ where scanpy's and scurry's agree; a scanpy parameter scurry does not implement 
 NotImplementedError naming it when given a value other than its default."""
 from __future__ import annotations
 
+import gc
 import warnings
 from types import MappingProxyType
 
@@ -92,11 +93,13 @@ def filter_cells(data, *, min_counts=None, min_genes=None, max_counts=None, max_
     adata = data.copy() if copy else data
     ds = dataset(adata, step=step)
     keep, n_genes, n_counts = _scurry.filter_cells(ds, opt)
+    ds.take_X()  # the Dataset's copy, dropped before the AnnData is subset (peak memory)
     number = n_genes if (min_genes is not None or max_genes is not None) else n_counts
     if not inplace:
         return keep, number
     col = "n_genes" if (min_genes is not None or max_genes is not None) else "n_counts"
     adata._inplace_subset_obs(keep)
+    gc.collect()  # the matrices before the subset (see _core.collect_garbage)
     adata.obs[col] = ds.get_obs(col)  # the kept cells' column, in the dtype the C++ step writes
     return adata if copy else None
 
@@ -117,11 +120,13 @@ def filter_genes(data, *, min_counts=None, min_cells=None, max_counts=None, max_
     adata = data.copy() if copy else data
     ds = dataset(adata, step=step)
     keep, n_cells, n_counts = _scurry.filter_genes(ds, opt)
+    ds.take_X()
     number = n_cells if (min_cells is not None or max_cells is not None) else n_counts
     if not inplace:
         return keep, number
     col = "n_cells" if (min_cells is not None or max_cells is not None) else "n_counts"
     adata._inplace_subset_var(keep)
+    gc.collect()
     adata.var[col] = ds.get_var(col)
     return adata if copy else None
 
@@ -219,6 +224,7 @@ def _hvg(adata, *, inplace, subset, batch_key, layer, **kw):
             adata.uns[k] = ds.get_uns(k)
     if subset:
         adata._inplace_subset_var(df["highly_variable"].to_numpy())
+        gc.collect()
     return None
 
 

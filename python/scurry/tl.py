@@ -124,7 +124,12 @@ def rank_genes_groups(adata, groupby, *, mask_var=None, use_raw=None, groups="al
         groups = []
     elif isinstance(groups, str):
         groups = [groups]
-    ds = dataset(adata, step=step, layer=layer, X=True, obs=[groupby], var=var, raw=True)
+    # the matrix tested: raw.X (use_raw, or unset with a raw present: scanpy's default), else X or the
+    # layer; only that one is handed to the step
+    on_raw = layer is None and (use_raw if use_raw is not None else adata.raw is not None)
+    if on_raw and adata.raw is None:
+        raise ValueError("rank_genes_groups: use_raw=True but the AnnData has no raw")
+    ds = dataset(adata, step=step, layer=layer, X=not on_raw, obs=[groupby], var=var, raw=on_raw)
     if mask_col == "__scurry_mask_var":
         ds.set_var(mask_col, np.asarray(mask_var, dtype=bool))
     opt = options(_scurry.RankGenesGroupsOptions, groupby=groupby, groups=[str(g) for g in groups],
