@@ -12,7 +12,14 @@ if ! ls "$build"/python/scurry/_scurry*.so >/dev/null 2>&1; then
   echo "install-python: $build has no Python package (SCURRY_PYTHON off or pybind11 missing); skipped"
   exit 0
 fi
-SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then
+  if ! command -v sudo >/dev/null; then
+    echo "install-python: not root and no sudo: the package is not installed (import it with PYTHONPATH=$build/python)"
+    exit 0
+  fi
+  SUDO="sudo"
+fi
 $SUDO cmake --install "$build" --component python >/dev/null
 dir=$(cd / && /usr/bin/python3 -c "import scurry, os; print(os.path.dirname(scurry.__file__), scurry.__version__)")
 echo "install-python: scurry $dir"
