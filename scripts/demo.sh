@@ -9,6 +9,8 @@ export CCACHE_BASEDIR="$PWD" CCACHE_NOHASHDIR=1
 bash scripts/install-deps.sh
 cmake -B build -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build build -j2 --target scurry
+cmake --build build -j2 --target scurry_python
+bash scripts/install-python.sh build
 mkdir -p demo_out
 build/scurry run data/pbmc3k_first1000_10x_mtx -o demo_out/pbmc3k.h5ad --timings demo_out/timings.json
 echo

@@ -10,6 +10,8 @@ pkgs=(
   libgtest-dev libgmock-dev libbenchmark-dev
   libopenmpi-dev openmpi-bin
   python3-anndata python3-h5py python3-numpy python3-scipy python3-pandas python3-zarr
+  # the Python package (python/): pybind11, Python's headers, pytest for tests/python
+  pybind11-dev python3-dev python3-pytest
   # the sanitized build of scripts/test.sh: clang, its sanitizer runtimes and OpenMP (libomp; with
   # libarcher, the OpenMP annotations for ThreadSanitizer)
   clang libclang-rt-dev libomp-dev

@@ -21,6 +21,7 @@ export CCACHE_BASEDIR="$PWD" CCACHE_NOHASHDIR=1
 bash scripts/install-deps.sh
 cmake -B build -G Ninja -DCMAKE_BUILD_TYPE=Release
 cmake --build build -j2
+bash scripts/install-python.sh build
 status=0
 ctest --test-dir build --output-on-failure -j2 || status=$?
 

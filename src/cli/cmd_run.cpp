@@ -78,9 +78,25 @@ void finish_run_info(Dataset& d, report::RunInfo& info, const Timings& t, bool w
   report::store_run_info(d, info, with_timings ? t.steps() : std::vector<TimingStep>{}, log::warnings_so_far());
 }
 
+// Every step's options, checked before the input is read (each step checks them again, with the
+// same function): a bad value fails at once, not after the steps before it have run.
+void validate_run_options(const RunOptions& o) {
+  const PreprocessOptions& p = o.preprocess;
+  validate_normalize_total_options(p.normalize);
+  validate_log1p_options(p.log1p);
+  validate_scale_options(p.scale);
+  validate_pca_options(p.pca);
+  if (o.graph) {
+    validate_neighbors_options(o.neighbors);
+    validate_umap_options(o.umap);
+    validate_leiden_options(o.leiden);
+  }
+}
+
 void run_ranks(const GlobalOptions& g, const RunOptions& o) {
   // The outputs first: a bad name or an unwritable directory is reported before any work.
   log::set_quiet(g.quiet);
+  validate_run_options(o);
   check_output_path(o.output, ".h5ad", "-o/--output");
   if (!o.timings.empty()) check_output_path(o.timings, ".json", "--timings");
   if (!o.markers_tsv.empty()) check_output_path(o.markers_tsv, "", "--markers-tsv");

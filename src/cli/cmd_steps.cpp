@@ -5,6 +5,7 @@
 
 #include "cli/commands.hpp"
 #include "cli/step_options.hpp"
+#include "core/error.hpp"
 #include "core/log.hpp"
 #include "io/h5ad.hpp"
 #include "io/read.hpp"
@@ -17,7 +18,18 @@ struct StepCommand {
   std::string input, output;
   ReadOptions read;
   PreprocessOptions pp;
+  bool counts_layer = false;  // --counts-layer: layers['counts'] = the step's input X
+  bool keep_raw = false;      // --keep-raw: raw = X and var after the step (before an HVG --subset)
 };
+
+// adata.raw = adata: X and var (and varm) as they are now.
+void keep_raw(Dataset& d) {
+  d.settle();
+  d.raw = std::make_shared<Dataset>();
+  d.raw->X = d.X;
+  d.raw->var = d.var;
+  d.raw->varm = d.varm;
+}
 
 void add_step(CLI::App& app, GlobalOptions& g, const std::string& name, const std::string& help,
               const std::function<void(CLI::App&, PreprocessOptions&)>& bind,
@@ -27,6 +39,11 @@ void add_step(CLI::App& app, GlobalOptions& g, const std::string& name, const st
   cmd->add_option("IN", o->input, "Input: an h5ad file, a 10x .h5 file or a 10x mtx directory")->required();
   cmd->add_option("-o,--output", o->output, "Output .h5ad file (written atomically)")->required();
   bind(*cmd, o->pp);
+  cmd->add_flag("--counts-layer", o->counts_layer,
+                "Keep this step's input X in layers['counts'] (as `adata.layers['counts'] = adata.X.copy()` before it)");
+  cmd->add_flag("--keep-raw", o->keep_raw,
+                "Keep X and var after this step in raw (`adata.raw = adata`; highly-variable-genes --subset: before the "
+                "subset, so raw holds every gene)");
   cmd->callback([&g, o, run, name] {
     log::set_quiet(g.quiet);
     check_output_path(o->output, ".h5ad", "-o/--output");
@@ -39,7 +56,26 @@ void add_step(CLI::App& app, GlobalOptions& g, const std::string& name, const st
       log::info(name + " runs on the CPU (single steps are CPU steps; `scurry run --device gpu` runs the chain on the GPU)");
       ctx = Context::cpu(g.context.threads);
     }
-    run(ctx, d, o->pp);
+    d.settle();
+    if (o->counts_layer) {
+      if (d.X.empty()) fail_input("--counts-layer", "the input has no X to keep");
+      d.layers["counts"] = d.X;
+    }
+    if (o->keep_raw && name == "highly-variable-genes" && o->pp.hvg.subset) {
+      // as the tutorial (and `scurry run`): HVG, raw = every gene, then the subset
+      PreprocessOptions p = o->pp;
+      p.hvg.subset = false;
+      run(ctx, d, p);
+      keep_raw(d);
+      std::vector<int64_t> keep;
+      const auto& hv = d.var.boolean("highly_variable");
+      for (size_t j = 0; j < hv.size(); ++j)
+        if (hv[j]) keep.push_back(static_cast<int64_t>(j));
+      d.subset_vars(keep);
+    } else {
+      run(ctx, d, o->pp);
+      if (o->keep_raw) keep_raw(d);
+    }
     make_parent_dirs(o->output);
     write_h5ad(d, o->output);
     log::info("wrote " + o->output);
@@ -139,7 +175,10 @@ void add_aggregate_command(CLI::App& app, GlobalOptions& g) {
 
 void add_step_commands(CLI::App& app, GlobalOptions& g) {
   add_step(app, g, "qc", "calculate_qc_metrics: per-cell and per-gene QC columns",
-           [](CLI::App& c, PreprocessOptions& p) { add_qc_options(c, p); },
+           [](CLI::App& c, PreprocessOptions& p) {
+             add_qc_options(c, p);
+             c.add_option("--layer", p.qc.layer, "calculate_qc_metrics: use layers[LAYER] instead of X");
+           },
            [](Context& ctx, Dataset& d, const PreprocessOptions& p) {
              mark_qc_vars(d, p.qc_vars);
              QcOptions q = p.qc;
@@ -162,10 +201,14 @@ void add_step_commands(CLI::App& app, GlobalOptions& g) {
            [](CLI::App& c, PreprocessOptions& p) {
              p.normalize = {};
              add_normalize_options(c, p.normalize);
+             c.add_option("--layer", p.normalize.layer, "normalize_total: normalise layers[LAYER] instead of X");
            },
            [](Context& ctx, Dataset& d, const PreprocessOptions& p) { normalize_total(ctx, d, p.normalize); });
   add_step(app, g, "log1p", "log1p: log(1 + x) of X",
-           [](CLI::App& c, PreprocessOptions& p) { add_log1p_options(c, p.log1p); },
+           [](CLI::App& c, PreprocessOptions& p) {
+             add_log1p_options(c, p.log1p);
+             c.add_option("--layer", p.log1p.layer, "log1p: transform layers[LAYER] instead of X");
+           },
            [](Context& ctx, Dataset& d, const PreprocessOptions& p) { log1p(ctx, d, p.log1p); });
   add_step(app, g, "highly-variable-genes", "highly_variable_genes: seurat, cell_ranger, seurat_v3, pearson_residuals",
            [](CLI::App& c, PreprocessOptions& p) {
@@ -178,19 +221,35 @@ void add_step_commands(CLI::App& app, GlobalOptions& g) {
            [](CLI::App& c, PreprocessOptions& p) {
              p.scale = {};
              add_scale_options(c, p.scale);
+             c.add_option("--layer", p.scale.layer, "scale: scale layers[LAYER] instead of X");
            },
            [](Context& ctx, Dataset& d, const PreprocessOptions& p) { scale(ctx, d, p.scale); });
   add_step(app, g, "pca", "pca: principal components (obsm X_pca, varm PCs, uns pca)",
            [](CLI::App& c, PreprocessOptions& p) { add_pca_options(c, p.pca); },
            [](Context& ctx, Dataset& d, const PreprocessOptions& p) { pca(ctx, d, p.pca); });
   add_graph_step<NeighborsOptions>(app, g, "neighbors", "neighbors: kNN graph, distances and UMAP connectivities",
-                                   [](CLI::App& c, NeighborsOptions& o) { add_neighbors_options(c, o); },
+                                   [](CLI::App& c, NeighborsOptions& o) {
+                                     add_neighbors_options(c, o);
+                                     c.add_option("--key-added", o.key_added,
+                                                  "neighbors: uns[KEY], obsp[KEY_distances], obsp[KEY_connectivities] "
+                                                  "(default: uns['neighbors'], obsp['distances'], obsp['connectivities'])");
+                                   },
                                    [](Context& ctx, Dataset& d, const NeighborsOptions& o) { neighbors(ctx, d, o); });
   add_graph_step<UmapOptions>(app, g, "umap", "umap: 2-D embedding of the neighbours graph (obsm X_umap)",
-                              [](CLI::App& c, UmapOptions& o) { add_umap_options(c, o, false); },
+                              [](CLI::App& c, UmapOptions& o) {
+                                add_umap_options(c, o, false);
+                                c.add_option("--neighbors-key", o.neighbors_key, "umap: the neighbours (uns[KEY]) to embed")
+                                    ->capture_default_str();
+                              },
                               [](Context& ctx, Dataset& d, const UmapOptions& o) { umap(ctx, d, o); });
   add_graph_step<LeidenOptions>(app, g, "leiden", "leiden: clusters of the neighbours graph (obs leiden)",
-                                [](CLI::App& c, LeidenOptions& o) { add_leiden_options(c, o, false); },
+                                [](CLI::App& c, LeidenOptions& o) {
+                                  add_leiden_options(c, o, false);
+                                  c.add_option("--key-added", o.key_added, "leiden: the obs column written")
+                                      ->capture_default_str();
+                                  c.add_option("--neighbors-key", o.neighbors_key, "leiden: the neighbours (uns[KEY]) to cluster")
+                                      ->capture_default_str();
+                                },
                                 [](Context& ctx, Dataset& d, const LeidenOptions& o) { leiden(ctx, d, o); });
   add_rank_genes_groups_command(app, g);
   add_aggregate_command(app, g);

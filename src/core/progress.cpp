@@ -67,13 +67,14 @@ void Progress::advance(int64_t n) {
 void Progress::draw(int64_t done, bool final) {
   drawn_.store(true);
   const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
-  const double frac = total_ > 0 ? std::clamp(static_cast<double>(done) / static_cast<double>(total_), 0.0, 1.0) : 1.0;
+  const int64_t total = total_.load(std::memory_order_relaxed);
+  const double frac = total > 0 ? std::clamp(static_cast<double>(done) / static_cast<double>(total), 0.0, 1.0) : 1.0;
   const int fill = static_cast<int>(frac * kBarWidth);
   std::string bar(static_cast<size_t>(fill), '=');
   if (fill < kBarWidth) bar += '>';
   bar.resize(kBarWidth, ' ');
   const double rate = elapsed > 0 ? static_cast<double>(done) / elapsed : 0.0;
-  const double eta = rate > 0 ? static_cast<double>(total_ - done) / rate : -1.0;
+  const double eta = rate > 0 ? static_cast<double>(total - done) / rate : -1.0;
   std::fprintf(stderr, "\r%s [%s] %3d%%  %s/s  %s %s\x1b[K", label_.c_str(), bar.c_str(),
                static_cast<int>(frac * 100.0), human_count(rate).c_str(), final ? "took" : "ETA",
                clock_string(final ? elapsed : eta).c_str());

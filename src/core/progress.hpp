@@ -17,6 +17,8 @@ class Progress {
   Progress& operator=(const Progress&) = delete;
 
   void advance(int64_t n = 1);
+  // Changes the total (a display whose work grows as it goes: the Python binding's step bar).
+  void set_total(int64_t total) { total_.store(total < 0 ? 0 : total, std::memory_order_relaxed); }
   int64_t done() const { return done_.load(std::memory_order_relaxed); }
   bool active() const { return active_; }
 
@@ -24,7 +26,7 @@ class Progress {
   void draw(int64_t done, bool final);
 
   std::string label_;
-  int64_t total_;
+  std::atomic<int64_t> total_;
   bool active_;
   std::atomic<int64_t> done_{0};
   std::atomic<int64_t> last_draw_ns_{0};

@@ -1,5 +1,7 @@
 #include "core/row_blocks.hpp"
 
+#include "core/matrix_view.hpp"
+
 #include <algorithm>
 #include <condition_variable>
 #include <deque>
@@ -23,16 +25,7 @@ RowBlocks RowBlocks::uniform(int64_t n_rows, int64_t rows_per_block) {
 
 RowBlocks RowBlocks::by_nnz(const std::vector<int64_t>& indptr, int64_t nnz_per_block) {
   if (nnz_per_block <= 0) fail("internal: nnz_per_block must be positive");
-  RowBlocks b;
-  const int64_t n = static_cast<int64_t>(indptr.size()) - 1;
-  int64_t start = 0;
-  for (int64_t r = 0; r < n; ++r)
-    if (indptr[r + 1] - indptr[start] >= nnz_per_block) {
-      b.bounds.push_back(r + 1);
-      start = r + 1;
-    }
-  if (n > 0 && b.bounds.back() != n) b.bounds.push_back(n);
-  return b;
+  return row_blocks_by_nnz(indptr.data(), static_cast<int64_t>(indptr.size()) - 1, nnz_per_block);
 }
 
 RowBlocks RowBlocks::split_nnz(const std::vector<int64_t>& indptr, int64_t parts) {

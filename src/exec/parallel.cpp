@@ -1,21 +1,46 @@
 #include "exec/parallel.hpp"
 
+#include "core/cancel.hpp"
+
 #include <exception>
 #include <mutex>
 
 namespace scurry {
 
+namespace {
+thread_local int t_depth = 0;  // parallel_for nesting on this thread (the work meter counts depth 0)
+struct Depth {
+  bool outer;
+  Depth() : outer(t_depth++ == 0) {}
+  ~Depth() { --t_depth; }
+};
+}  // namespace
+
 void parallel_for(int threads, int64_t n_blocks, const std::function<void(int64_t)>& fn) {
   if (threads <= 1 || n_blocks <= 1) {
-    for (int64_t b = 0; b < n_blocks; ++b) fn(b);
+    Depth depth;
+    if (depth.outer) work_begin(n_blocks);
+    for (int64_t b = 0; b < n_blocks; ++b) {
+      cancel_check();
+      fn(b);
+      if (depth.outer) work_done(1);
+    }
     return;
   }
+  const bool outer = t_depth == 0;
+  if (outer) work_begin(n_blocks);
   std::exception_ptr err;
   std::mutex mu;
 #pragma omp parallel for schedule(dynamic, 1) num_threads(threads)
   for (int64_t b = 0; b < n_blocks; ++b) {
     try {
+      cancel_check();  // a cancelled step skips its remaining blocks (Cancelled rethrown below)
+      ++t_depth;  // the OpenMP worker's own nesting: a parallel_for inside fn is not counted
+      struct Leave {
+        ~Leave() { --t_depth; }
+      } leave;
       fn(b);
+      if (outer) work_done(1);
     } catch (...) {
       std::lock_guard<std::mutex> lock(mu);
       if (!err) err = std::current_exception();

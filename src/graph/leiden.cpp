@@ -63,11 +63,15 @@ int64_t count_labels(const std::vector<int32_t>& labels) {
 
 }  // namespace
 
+void validate_leiden_options(const LeidenOptions& opt) {
+  if (!(opt.resolution > 0)) fail_input(kWhere, "resolution = ", opt.resolution, " must be positive");
+  if (!(opt.beta > 0)) fail_input(kWhere, "beta = ", opt.beta, " must be positive");
+}
+
 LeidenResult leiden(const Context&, const CsrF& graph, const LeidenOptions& opt) {
   const int64_t n = graph.n_rows;
   if (graph.n_cols != n) fail_input(kWhere, "the graph is ", n, " x ", graph.n_cols, "; it must be square");
-  if (!(opt.resolution > 0)) fail_input(kWhere, "resolution = ", opt.resolution, " must be positive");
-  if (!(opt.beta > 0)) fail_input(kWhere, "beta = ", opt.beta, " must be positive");
+  validate_leiden_options(opt);
   LeidenResult res;
   if (n == 0) return res;
   // Edges: upper triangle (i <= j), each undirected edge once.

@@ -46,6 +46,9 @@ LeidenResult leiden(const Context& ctx, const CsrF& graph, const LeidenOptions& 
 // Dataset level: reads the connectivities of uns[neighbors_key] (InputError when missing: run
 // neighbors first); writes obs[key_added] (categorical, categories "0", "1", ...) and
 // uns[key_added] = {params: {resolution, random_state, n_iterations}}.
+// The checks of the options alone (no data): InputError naming the bad value. `scurry run` calls it
+// before its first step; leiden() calls it too.
+void validate_leiden_options(const LeidenOptions& opt);
 LeidenResult leiden(const Context& ctx, Dataset& d, const LeidenOptions& opt);
 void write_leiden(Dataset& d, const LeidenResult& res, const LeidenOptions& opt);
 

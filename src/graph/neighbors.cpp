@@ -12,18 +12,22 @@ namespace {
 const char* kWhere = "neighbors";
 
 void check_options(const NeighborsOptions& opt, int64_t n) {
-  if (opt.method != "umap")
-    fail_input(kWhere, "method '", opt.method, "' is not supported; use umap");
-  if (opt.algorithm != "exact" && opt.algorithm != "hnsw" && opt.algorithm != "auto")
-    fail_input(kWhere, "algorithm '", opt.algorithm, "' is unknown; use exact, hnsw or auto");
-  if (opt.n_neighbors < 2)
-    fail_input(kWhere, "n_neighbors = ", opt.n_neighbors, " is too small; use at least 2 (the cell itself counts)");
+  validate_neighbors_options(opt);
   if (opt.n_neighbors >= n)
     fail_input(kWhere, "n_neighbors = ", opt.n_neighbors, " must be smaller than the number of cells (", n,
                "); pass a smaller n_neighbors");
 }
 
 }  // namespace
+
+void validate_neighbors_options(const NeighborsOptions& opt) {
+  if (opt.method != "umap")
+    fail_input(kWhere, "method '", opt.method, "' is not supported; use umap");
+  if (opt.algorithm != "exact" && opt.algorithm != "hnsw" && opt.algorithm != "auto")
+    fail_input(kWhere, "algorithm '", opt.algorithm, "' is unknown; use exact, hnsw or auto");
+  if (opt.n_neighbors < 2)
+    fail_input(kWhere, "n_neighbors = ", opt.n_neighbors, " is too small; use at least 2 (the cell itself counts)");
+}
 
 NeighborsResult neighbors(const Context& ctx, const DenseF& X, const NeighborsOptions& opt) {
   check_options(opt, X.n_rows);

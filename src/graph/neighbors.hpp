@@ -73,6 +73,9 @@ NeighborsResult neighbors_sharded(const Context& ctx, const DenseF& local, const
 // values, written as float64 as scanpy's file holds them), obsp['connectivities'] (float32) and
 // uns['neighbors'] = {connectivities_key, distances_key, params: {n_neighbors, method,
 // random_state, metric, n_pcs (when given), use_rep (when given)}}.
+// The checks of the options alone (no data): method, algorithm, n_neighbors >= 2.
+// `scurry run` calls it before its first step.
+void validate_neighbors_options(const NeighborsOptions& opt);
 NeighborsResult neighbors(const Context& ctx, Dataset& d, const NeighborsOptions& opt);
 // The writing half of the Dataset overload (shared with the GPU path).
 void write_neighbors(Dataset& d, const NeighborsResult& res, const NeighborsOptions& opt);

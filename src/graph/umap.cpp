@@ -76,6 +76,16 @@ void batched_epoch(const Context& ctx, const CsrF& g, const std::vector<float>& 
 
 }  // namespace
 
+void validate_umap_options(const UmapOptions& opt) {
+  check_sgd(opt);
+  if (opt.n_components < 1) fail_input(kWhere, "n_components = ", opt.n_components, " must be at least 1");
+  if (opt.maxiter && *opt.maxiter < 0) fail_input(kWhere, "maxiter = ", *opt.maxiter, " must not be negative");
+  if (!(opt.negative_sample_rate >= 0)) fail_input(kWhere, "negative_sample_rate must not be negative");
+  if (!(opt.spread > 0) || !(opt.min_dist >= 0) || opt.min_dist > 3 * opt.spread)
+    fail_input(kWhere, "spread = ", opt.spread, ", min_dist = ", opt.min_dist,
+               " are invalid; use spread > 0 and 0 <= min_dist <= 3 spread (typically min_dist < spread)");
+}
+
 void check_sgd(const UmapOptions& opt) {
   if (opt.sgd != "batched" && opt.sgd != "sequential")
     fail_input(kWhere, "sgd '", opt.sgd, "' is unknown; use batched or sequential");

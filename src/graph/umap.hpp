@@ -70,6 +70,9 @@ float checked_max_weight(const Context& ctx, const CsrF& graph);
 void umap_mark(const char* what);
 // InputError for an unknown sgd or an n_components it does not take.
 void check_sgd(const UmapOptions& opt);
+// The checks of the options alone (no data): sgd, n_components, maxiter, negative_sample_rate,
+// spread/min_dist. `scurry run` calls it before its first step.
+void validate_umap_options(const UmapOptions& opt);
 // The batched epochs' constants from the options and res.a, res.b (the CPU and GPU paths).
 umap_sgd::EpochParams epoch_params(const UmapOptions& opt, const UmapResult& res, int64_t n);
 // The batched epochs 1 .. n_epochs - 1 on the CPU threads, from and into res.embedding (the

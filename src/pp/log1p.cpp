@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "core/cancel.hpp"
 #include "core/error.hpp"
 #include "core/log.hpp"
 #include "exec/parallel.hpp"
@@ -18,6 +19,7 @@ void log1p_values(const Context& ctx, T* v, int64_t n, const Log1pOptions& opt) 
   const double scale = opt.base ? 1.0 / std::log(*opt.base) : 1.0;
   const bool has_base = opt.base.has_value();
   const int64_t nb = (n + kChunk - 1) / kChunk;
+  const CancelShield shield;  // one writing pass: not cut in the middle (core/cancel.hpp)
   parallel_for(ctx.threads(), nb, [&](int64_t b) {
     const int64_t e = std::min(n, (b + 1) * kChunk);
     for (int64_t i = b * kChunk; i < e; ++i) {
@@ -32,6 +34,22 @@ void log1p_values(const Context& ctx, T* v, int64_t n, const Log1pOptions& opt) 
 void validate_log1p_options(const Log1pOptions& opt) {
   if (opt.base && (!(*opt.base > 0.0) || *opt.base == 1.0 || !std::isfinite(*opt.base)))
     fail_input("log1p", "base=", *opt.base, " is not a valid logarithm base; give a positive number other than 1");
+}
+
+void log1p(const Context& ctx, float* values, int64_t n, const Log1pOptions& opt) {
+  validate_log1p_options(opt);
+  log1p_values(ctx, values, n, opt);
+}
+void log1p(const Context& ctx, double* values, int64_t n, const Log1pOptions& opt) {
+  validate_log1p_options(opt);
+  log1p_values(ctx, values, n, opt);
+}
+
+void write_log1p(Dataset& d, const Log1pOptions& opt) {
+  if (d.uns.count("log1p")) log::warn("log1p: the data seem to be log-transformed already (uns['log1p'] exists)");
+  Dict info;
+  if (opt.base) info["base"] = Value(*opt.base);
+  d.uns["log1p"] = Value(std::move(info));
 }
 
 void log1p(const Context& ctx, CsrF& X, const Log1pOptions& opt) {
@@ -54,7 +72,6 @@ void log1p(const Context& ctx, Dataset& d, const Log1pOptions& opt) {
     slot = "layers/" + opt.layer;
   }
   if (M->empty()) fail_input("log1p", slot, " is empty; load a matrix first");
-  if (d.uns.count("log1p")) log::warn("log1p: the data seem to be log-transformed already (uns['log1p'] exists)");
   std::visit(
       [&](auto& x) {
         using X = std::decay_t<decltype(x)>;
@@ -64,9 +81,7 @@ void log1p(const Context& ctx, Dataset& d, const Log1pOptions& opt) {
         }
       },
       M->m);
-  Dict info;
-  if (opt.base) info["base"] = Value(*opt.base);
-  d.uns["log1p"] = Value(std::move(info));
+  write_log1p(d, opt);
 }
 
 }  // namespace scurry

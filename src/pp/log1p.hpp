@@ -1,5 +1,6 @@
 // scurry: natural (or base-b) log(1 + x), in place, as scanpy 1.9.6's `sc.pp.log1p`.
 #pragma once
+#include <cstdint>
 #include <optional>
 #include <string>
 
@@ -18,6 +19,11 @@ struct Log1pOptions {
 // input (computed in float64, rounded once).
 void log1p(const Context& ctx, CsrF& X, const Log1pOptions& opt);
 void log1p(const Context& ctx, DenseF& X, const Log1pOptions& opt);
+// The same on `n` values the caller owns (a CSR matrix's stored values, a dense array), in place.
+void log1p(const Context& ctx, float* values, int64_t n, const Log1pOptions& opt);
+void log1p(const Context& ctx, double* values, int64_t n, const Log1pOptions& opt);
+// The Dataset overload's metadata: uns['log1p'] ({} or {'base': b}), warning when it exists already.
+void write_log1p(Dataset& d, const Log1pOptions& opt);
 // Dataset level: transforms X (or the layer; any of CsrF, CsrD, DenseF, DenseD; the slot's dtype
 // becomes float32/float64) and sets uns['log1p'] = {} (base none: anndata writes no 'base' key for
 // None) or {'base': b}. Warns when uns['log1p'] already exists, as scanpy does.

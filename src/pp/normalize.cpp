@@ -4,8 +4,10 @@
 #include <cmath>
 #include <functional>
 
+#include "core/cancel.hpp"
 #include "core/error.hpp"
 #include "core/log.hpp"
+#include "core/matrix_view.hpp"
 #include "core/row_blocks.hpp"
 #include "exec/parallel.hpp"
 
@@ -16,32 +18,37 @@ namespace {
 constexpr int64_t kBlockNnz = int64_t{1} << 18;
 
 
-template <class T>
+// One row of a view: its column indices (null for a dense row: the column is the position) and values.
+template <class T, class I>
 struct RowSpan {
-  const int32_t* idx;  // null for a dense row: the column is the position
+  const I* idx;
   T* val;
   int64_t n;
-  int32_t col(int64_t k) const { return idx ? idx[k] : static_cast<int32_t>(k); }
+  int64_t col(int64_t k) const { return idx ? static_cast<int64_t>(idx[k]) : k; }
 };
 
+template <class T, class I, class P>
+RowBlocks blocks_of(const CsrView<T, I, P>& X) { return row_blocks_by_nnz(X.indptr, X.n_rows, kBlockNnz); }
 template <class T>
-RowBlocks blocks_of(const Csr<T>& X) { return RowBlocks::by_nnz(X.indptr, kBlockNnz); }
-template <class T>
-RowBlocks blocks_of(const Dense<T>& X) {
+RowBlocks blocks_of(const DenseView<T>& X) {
   return RowBlocks::uniform(X.n_rows, std::max<int64_t>(1, kBlockNnz / std::max<int64_t>(1, X.n_cols)));
 }
-template <class T>
-RowSpan<T> row_of(Csr<T>& X, int64_t r) {
-  const int64_t s = X.indptr[r];
-  return {X.indices.data() + s, X.data.data() + s, X.row_nnz(r)};
+template <class T, class I, class P>
+RowSpan<T, I> row_of(const CsrView<T, I, P>& X, int64_t r) {
+  const int64_t s = X.row_begin(r);
+  return {X.indices + s, X.data + s, X.row_end(r) - s};
 }
 template <class T>
-RowSpan<T> row_of(Dense<T>& X, int64_t r) { return {nullptr, X.row(r), X.n_cols}; }
+RowSpan<T, int32_t> row_of(const DenseView<T>& X, int64_t r) { return {nullptr, X.row(r), X.n_cols}; }
 
-template <class M>
-constexpr bool is_dense_v = std::is_same_v<M, DenseF> || std::is_same_v<M, DenseD>;
+template <class V>
+struct is_dense_view : std::false_type {};
+template <class T>
+struct is_dense_view<DenseView<T>> : std::true_type {};
 
-void validate(const NormalizeTotalOptions& opt) {
+}  // namespace
+
+void validate_normalize_total_options(const NormalizeTotalOptions& opt) {
   if (opt.target_sum && !(*opt.target_sum > 0.0 && std::isfinite(*opt.target_sum)))
     fail_input("normalize_total", "target_sum=", *opt.target_sum,
                " must be a positive number (e.g. 1e4); omit it to use the median of the cell totals");
@@ -49,10 +56,15 @@ void validate(const NormalizeTotalOptions& opt) {
     fail_input("normalize_total", "max_fraction=", opt.max_fraction, " must be between 0 and 1");
 }
 
+namespace {
+
+void validate(const NormalizeTotalOptions& opt) { validate_normalize_total_options(opt); }
+
+// The kernel, over a view (CsrView of any index types, or DenseView): in place on its values.
 template <class M>
-NormalizeTotalResult normalize_impl(const Context& ctx, M& X, const NormalizeTotalOptions& opt,
+NormalizeTotalResult normalize_impl(const Context& ctx, const M& X, const NormalizeTotalOptions& opt,
                                     const Log1pOptions* lg) {
-  using T = typename decltype(X.data)::value_type;
+  using T = typename M::value_type;
   validate(opt);
   if (lg) validate_log1p_options(*lg);
   const int64_t n = X.n_rows;
@@ -64,7 +76,7 @@ NormalizeTotalResult normalize_impl(const Context& ctx, M& X, const NormalizeTot
   auto totals = [&](const uint8_t* include) {
     parallel_for(ctx.threads(), rb.n_blocks(), [&](int64_t b) {
       for (int64_t r = rb.begin(b); r < rb.end(b); ++r) {
-        const RowSpan<T> row = row_of(X, r);
+        const auto row = row_of(X, r);
         double s = 0.0;
         for (int64_t k = 0; k < row.n; ++k)
           if (!include || include[row.col(k)]) s += static_cast<double>(row.val[k]);
@@ -79,7 +91,7 @@ NormalizeTotalResult normalize_impl(const Context& ctx, M& X, const NormalizeTot
     std::vector<double> over;
     reduce_blocks(ctx.threads(), rb.n_blocks(), g, over, [&](int64_t b, double* part) {
       for (int64_t r = rb.begin(b); r < rb.end(b); ++r) {
-        const RowSpan<T> row = row_of(X, r);
+        const auto row = row_of(X, r);
         const T thr = static_cast<T>(static_cast<T>(res.counts_per_cell[static_cast<size_t>(r)]) * frac);
         for (int64_t k = 0; k < row.n; ++k)
           if (row.val[k] > thr) part[row.col(k)] = 1.0;
@@ -125,16 +137,17 @@ NormalizeTotalResult normalize_impl(const Context& ctx, M& X, const NormalizeTot
   const T after = static_cast<T>(res.target_sum);
   const bool has_base = lg && lg->base;
   const double log_scale = has_base ? 1.0 / std::log(*lg->base) : 1.0;
+  const CancelShield shield;  // the writing pass is not cut in the middle (core/cancel.hpp)
   parallel_for(ctx.threads(), rb.n_blocks(), [&](int64_t b) {
     for (int64_t r = rb.begin(b); r < rb.end(b); ++r) {
       T c = static_cast<T>(res.counts_per_cell[static_cast<size_t>(r)]);
       if (c == T(0)) c = T(1);
       c = c / after;
       const T inv = T(1) / c;
-      const RowSpan<T> row = row_of(X, r);
+      const auto row = row_of(X, r);
       for (int64_t k = 0; k < row.n; ++k) {
         T y;
-        if constexpr (is_dense_v<M>) y = row.val[k] / c;
+        if constexpr (is_dense_view<M>::value) y = row.val[k] / c;
         else y = row.val[k] * inv;
         if (lg) {
           const double l = std::log1p(static_cast<double>(y));
@@ -168,44 +181,65 @@ NormalizeTotalResult dataset_impl(const Context& ctx, Dataset& d, const Normaliz
         if constexpr (std::is_same_v<X, std::monostate>) fail("internal: empty matrix");
         else {
           single = std::is_same_v<X, CsrF> || std::is_same_v<X, DenseF>;
-          return normalize_impl(ctx, x, opt, lg);
+          return normalize_impl(ctx, view_of(x), opt, lg);
         }
       },
       M->m);
   M->dtype = single ? DType::f32 : DType::f64;
+  write_normalize_total(d, res, opt, single, lg);
+  return res;
+}
+
+}  // namespace
+
+void write_normalize_total(Dataset& d, const NormalizeTotalResult& res, const NormalizeTotalOptions& opt, bool single,
+                           const Log1pOptions* lg) {
   if (!opt.key_added.empty()) {
     std::vector<double> v = res.counts_per_cell;
     if (single)
       for (double& x : v) x = static_cast<double>(static_cast<float>(x));
     d.obs.set(opt.key_added, Column::numeric(std::move(v), single ? DType::f32 : DType::f64));
   }
-  if (lg) {
-    if (d.uns.count("log1p")) log::warn("log1p: the data seem to be log-transformed already (uns['log1p'] exists)");
-    Dict info;
-    if (lg->base) info["base"] = Value(*lg->base);
-    d.uns["log1p"] = Value(std::move(info));
-  }
-  return res;
+  if (lg) write_log1p(d, *lg);
 }
 
-}  // namespace
+#define SCURRY_NORMALIZE_VIEW(T, I, P)                                                                   \
+  NormalizeTotalResult normalize_total(const Context& ctx, const CsrView<T, I, P>& X,                    \
+                                       const NormalizeTotalOptions& opt) {                               \
+    return normalize_impl(ctx, X, opt, nullptr);                                                         \
+  }
+SCURRY_NORMALIZE_VIEW(float, int32_t, int32_t)
+SCURRY_NORMALIZE_VIEW(float, int32_t, int64_t)
+SCURRY_NORMALIZE_VIEW(float, int64_t, int32_t)
+SCURRY_NORMALIZE_VIEW(float, int64_t, int64_t)
+SCURRY_NORMALIZE_VIEW(double, int32_t, int32_t)
+SCURRY_NORMALIZE_VIEW(double, int32_t, int64_t)
+SCURRY_NORMALIZE_VIEW(double, int64_t, int32_t)
+SCURRY_NORMALIZE_VIEW(double, int64_t, int64_t)
+#undef SCURRY_NORMALIZE_VIEW
+NormalizeTotalResult normalize_total(const Context& ctx, const DenseView<float>& X, const NormalizeTotalOptions& opt) {
+  return normalize_impl(ctx, X, opt, nullptr);
+}
+NormalizeTotalResult normalize_total(const Context& ctx, const DenseView<double>& X, const NormalizeTotalOptions& opt) {
+  return normalize_impl(ctx, X, opt, nullptr);
+}
 
 NormalizeTotalResult normalize_total(const Context& ctx, CsrF& X, const NormalizeTotalOptions& opt) {
-  return normalize_impl(ctx, X, opt, nullptr);
+  return normalize_impl(ctx, view_of(X), opt, nullptr);
 }
 NormalizeTotalResult normalize_total(const Context& ctx, DenseF& X, const NormalizeTotalOptions& opt) {
-  return normalize_impl(ctx, X, opt, nullptr);
+  return normalize_impl(ctx, view_of(X), opt, nullptr);
 }
 NormalizeTotalResult normalize_total(const Context& ctx, Dataset& d, const NormalizeTotalOptions& opt) {
   return dataset_impl(ctx, d, opt, nullptr);
 }
 NormalizeTotalResult normalize_log1p(const Context& ctx, CsrF& X, const NormalizeTotalOptions& opt,
                                      const Log1pOptions& log_opt) {
-  return normalize_impl(ctx, X, opt, &log_opt);
+  return normalize_impl(ctx, view_of(X), opt, &log_opt);
 }
 NormalizeTotalResult normalize_log1p(const Context& ctx, DenseF& X, const NormalizeTotalOptions& opt,
                                      const Log1pOptions& log_opt) {
-  return normalize_impl(ctx, X, opt, &log_opt);
+  return normalize_impl(ctx, view_of(X), opt, &log_opt);
 }
 NormalizeTotalResult normalize_log1p(const Context& ctx, Dataset& d, const NormalizeTotalOptions& opt,
                                      const Log1pOptions& log_opt) {

@@ -8,6 +8,7 @@
 
 #include "core/dataset.hpp"
 #include "core/matrix.hpp"
+#include "core/matrix_view.hpp"
 #include "exec/context.hpp"
 #include "pp/log1p.hpp"
 
@@ -37,6 +38,29 @@ struct NormalizeTotalResult {
 // are multiplied by target_sum, as in scanpy). scanpy warns about zero cells; so does this.
 NormalizeTotalResult normalize_total(const Context& ctx, CsrF& X, const NormalizeTotalOptions& opt);
 NormalizeTotalResult normalize_total(const Context& ctx, DenseF& X, const NormalizeTotalOptions& opt);
+// The checks of the options alone (target_sum > 0, max_fraction in [0, 1]); `scurry run` calls it
+// before its first step.
+void validate_normalize_total_options(const NormalizeTotalOptions& opt);
+// The same in place on buffers the caller owns (the Python package's scipy/numpy arrays): CSR of
+// float or double values with int32 or int64 column indices and row pointers, or C-contiguous dense.
+// The owning overloads above are these on a view of themselves.
+#define SCURRY_NORMALIZE_VIEW_DECL(T, I, P) \
+  NormalizeTotalResult normalize_total(const Context& ctx, const CsrView<T, I, P>& X, const NormalizeTotalOptions& opt);
+SCURRY_NORMALIZE_VIEW_DECL(float, int32_t, int32_t)
+SCURRY_NORMALIZE_VIEW_DECL(float, int32_t, int64_t)
+SCURRY_NORMALIZE_VIEW_DECL(float, int64_t, int32_t)
+SCURRY_NORMALIZE_VIEW_DECL(float, int64_t, int64_t)
+SCURRY_NORMALIZE_VIEW_DECL(double, int32_t, int32_t)
+SCURRY_NORMALIZE_VIEW_DECL(double, int32_t, int64_t)
+SCURRY_NORMALIZE_VIEW_DECL(double, int64_t, int32_t)
+SCURRY_NORMALIZE_VIEW_DECL(double, int64_t, int64_t)
+#undef SCURRY_NORMALIZE_VIEW_DECL
+NormalizeTotalResult normalize_total(const Context& ctx, const DenseView<float>& X, const NormalizeTotalOptions& opt);
+NormalizeTotalResult normalize_total(const Context& ctx, const DenseView<double>& X, const NormalizeTotalOptions& opt);
+// The Dataset overload's writing half: obs[key_added] (float32 when `single`, the matrix holding
+// float32 values) and, with `lg` (normalize_log1p), uns['log1p'].
+void write_normalize_total(Dataset& d, const NormalizeTotalResult& res, const NormalizeTotalOptions& opt, bool single,
+                           const Log1pOptions* lg = nullptr);
 // Dataset level: normalises X (or the layer; CsrF, CsrD, DenseF, DenseD; integer dtypes become
 // float32 as in scanpy), writes obs[key_added] when asked.
 NormalizeTotalResult normalize_total(const Context& ctx, Dataset& d, const NormalizeTotalOptions& opt);

@@ -13,6 +13,14 @@
 #include "pp/linalg.hpp"
 
 namespace scurry {
+void validate_pca_options(const PcaOptions& opt) {
+  if (opt.n_comps && *opt.n_comps < 1) fail_input("pca", "n_comps = ", *opt.n_comps, " must be at least 1");
+  if (opt.dtype != DType::f32 && opt.dtype != DType::f64)
+    fail_input("pca", "dtype ", dtype_name(opt.dtype), " is not supported for X_pca; use float32 or float64");
+  if (opt.svd_solver != "auto" && opt.svd_solver != "gram" && opt.svd_solver != "arpack" && opt.svd_solver != "randomized")
+    fail_input("pca", "svd_solver '", opt.svd_solver, "' is unknown; use auto, gram, randomized or arpack");
+}
+
 namespace {
 
 // Work partition constants. None depends on the thread count, so results do not either.
@@ -330,6 +338,7 @@ void finish(const Context& ctx, const Input& in, const PcaOptions& opt, const st
 }
 
 PcaResult run(const Context& ctx, Input& in, const PcaOptions& opt) {
+  validate_pca_options(opt);
   // Sizes over all ranks.
   int64_t n_total = in.n;
   ctx.comm().allreduce_sum(&n_total, 1);

@@ -72,6 +72,9 @@ PcaResult pca(const Context& ctx, const DenseF& X, const PcaOptions& opt);
 // var['highly_variable']; writes obsm['X_pca'] (float32), varm['PCs'] (n_vars x n_comps: float32, or
 // float64 with zero rows for genes outside the HVG mask, as scanpy 1.9.6 writes it) and
 // uns['pca'] = {variance, variance_ratio (float32 arrays), params: {zero_center, use_highly_variable}}.
+// The checks of the options alone (no data): n_comps >= 1, dtype, svd_solver. `scurry run` calls
+// it before its first step.
+void validate_pca_options(const PcaOptions& opt);
 PcaResult pca(const Context& ctx, Dataset& d, const PcaOptions& opt);
 // The writing half of the Dataset overload (shared with the GPU path): obsm['X_pca'], varm['PCs']
 // (res.genes = the rows of var the components belong to) and uns['pca'].

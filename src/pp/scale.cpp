@@ -4,29 +4,38 @@
 #include <cmath>
 #include <functional>
 
+#include "core/cancel.hpp"
 #include "core/error.hpp"
+#include "core/matrix_view.hpp"
 #include "core/row_blocks.hpp"
 #include "exec/parallel.hpp"
 
 namespace scurry {
+void validate_scale_options(const ScaleOptions& opt) {
+  if (opt.max_value && !(*opt.max_value > 0.0))
+    fail_input("scale", "max_value=", *opt.max_value, " must be a positive number (e.g. 10), or none for no clipping");
+}
+
 namespace {
 
 // Fixed block partition (independent of the thread count): see pp/qc.cpp.
 constexpr int64_t kBlockNnz = int64_t{1} << 18;
 
 
-RowBlocks blocks_of(const CsrF& X) { return RowBlocks::by_nnz(X.indptr, kBlockNnz); }
-RowBlocks blocks_of(const DenseF& X) {
+template <class T, class I, class P>
+RowBlocks blocks_of(const CsrView<T, I, P>& X) { return row_blocks_by_nnz(X.indptr, X.n_rows, kBlockNnz); }
+template <class T>
+RowBlocks blocks_of(const DenseView<T>& X) {
   return RowBlocks::uniform(X.n_rows, std::max<int64_t>(1, kBlockNnz / std::max<int64_t>(1, X.n_cols)));
 }
-template <class F>
-void for_row(const CsrF& X, int64_t r, F&& f) {
-  for (int64_t p = X.indptr[r]; p < X.indptr[r + 1]; ++p) f(static_cast<size_t>(X.indices[p]), X.data[p]);
+template <class T, class I, class P, class F>
+void for_row(const CsrView<T, I, P>& X, int64_t r, F&& f) {
+  for (int64_t p = X.row_begin(r); p < X.row_end(r); ++p) f(static_cast<size_t>(X.indices[p]), static_cast<float>(X.data[p]));
 }
-template <class F>
-void for_row(const DenseF& X, int64_t r, F&& f) {
-  const float* p = X.row(r);
-  for (int64_t c = 0; c < X.n_cols; ++c) f(static_cast<size_t>(c), p[c]);
+template <class T, class F>
+void for_row(const DenseView<T>& X, int64_t r, F&& f) {
+  const T* p = X.row(r);
+  for (int64_t c = 0; c < X.n_cols; ++c) f(static_cast<size_t>(c), static_cast<float>(p[c]));
 }
 
 // n_rows: this rank's; the check is on the cells of all ranks.
@@ -34,8 +43,7 @@ void check(const Context& ctx, int64_t n_rows, const ScaleOptions& opt) {
   ctx.comm().allreduce_sum(&n_rows, 1);
   if (n_rows < 2)
     fail_input("scale", "the matrix has ", n_rows, " cell(s); the standard deviation (ddof=1) needs at least 2");
-  if (opt.max_value && !(*opt.max_value > 0.0))
-    fail_input("scale", "max_value=", *opt.max_value, " must be a positive number (e.g. 10), or none for no clipping");
+  validate_scale_options(opt);
 }
 
 // Per-gene mean and std (ddof=1) as scanpy 1.9.6: centred (its dense path) from float64 sums of the
@@ -115,10 +123,11 @@ inline float centred(float x, double mean, double std) {
   return static_cast<float>(static_cast<double>(t) / std);
 }
 
-void scale_dense_values(const Context& ctx, DenseF& X, const ScaleResult& st, const ScaleOptions& opt) {
+void scale_dense_values(const Context& ctx, const DenseView<float>& X, const ScaleResult& st, const ScaleOptions& opt) {
   const RowBlocks rb = blocks_of(X);
   const Clip clip(opt);
   const int64_t g = X.n_cols;
+  const CancelShield shield;  // the writing pass is not cut in the middle (core/cancel.hpp)
   parallel_for(ctx.threads(), rb.n_blocks(), [&](int64_t b) {
     for (int64_t r = rb.begin(b); r < rb.end(b); ++r) {
       float* p = X.row(r);
@@ -132,13 +141,77 @@ void scale_dense_values(const Context& ctx, DenseF& X, const ScaleResult& st, co
   });
 }
 
-}  // namespace
-
-ScaleResult scale_inplace(const Context& ctx, DenseF& X, const ScaleOptions& opt) {
+// Centred, a sparse input: densify, every row starting from the scaled zero of each gene, then its
+// nonzeros written.
+template <class I, class P>
+ScaleResult scale_csr_centred(const Context& ctx, const CsrView<const float, I, P>& X, const ScaleOptions& opt) {
   check(ctx, X.n_rows, opt);
   ScaleResult st = stats(ctx, X, false);
+  const RowBlocks rb = blocks_of(X);
+  const Clip clip(opt);
+  const size_t g = static_cast<size_t>(X.n_cols);
+  std::vector<float> zero(g);
+  for (size_t j = 0; j < g; ++j) zero[j] = clip(centred(0.0f, st.mean[j], st.std[j]));
+  DenseF Y(X.n_rows, X.n_cols);
+  parallel_for(ctx.threads(), rb.n_blocks(), [&](int64_t b) {
+    for (int64_t r = rb.begin(b); r < rb.end(b); ++r) {
+      float* y = Y.row(r);
+      std::copy(zero.begin(), zero.end(), y);
+      for_row(X, r, [&](size_t j, float v) { y[j] = clip(centred(v, st.mean[j], st.std[j])); });
+    }
+  });
+  st.X = Matrix(std::move(Y));
+  return st;
+}
+
+// Not centred, a sparse input: the stored values times 1/std in place (scanpy's inplace_column_scale).
+template <class I, class P>
+ScaleResult scale_csr_uncentred(const Context& ctx, const CsrView<float, I, P>& X, const ScaleOptions& opt) {
+  check(ctx, X.n_rows, opt);
+  const CsrView<const float, I, P> cx{X.n_rows, X.n_cols, X.indptr, X.indices, X.data};
+  ScaleResult st = stats(ctx, cx, true);
+  const RowBlocks rb = blocks_of(X);
+  const Clip clip(opt);
+  const size_t g = static_cast<size_t>(X.n_cols);
+  std::vector<double> inv(g);
+  for (size_t j = 0; j < g; ++j) inv[j] = 1.0 / st.std[j];
+  const CancelShield shield;
+  parallel_for(ctx.threads(), rb.n_blocks(), [&](int64_t b) {
+    for (int64_t p = X.row_begin(rb.begin(b)); p < X.row_begin(rb.end(b)); ++p)
+      X.data[p] = clip(static_cast<float>(static_cast<double>(X.data[p]) * inv[static_cast<size_t>(X.indices[p])]));
+  });
+  return st;
+}
+
+}  // namespace
+
+ScaleResult scale_inplace(const Context& ctx, const DenseView<float>& X, const ScaleOptions& opt) {
+  check(ctx, X.n_rows, opt);
+  ScaleResult st = stats(ctx, DenseView<const float>{X.n_rows, X.n_cols, X.data}, false);
   scale_dense_values(ctx, X, st, opt);
   return st;
+}
+
+#define SCURRY_SCALE_VIEW(I, P)                                                                          \
+  ScaleResult scale(const Context& ctx, const CsrView<const float, I, P>& X, const ScaleOptions& opt) {  \
+    if (!opt.zero_center) fail("internal: scale of a read-only CSR view without centring");              \
+    return scale_csr_centred(ctx, X, opt);                                                               \
+  }                                                                                                      \
+  ScaleResult scale_inplace(const Context& ctx, const CsrView<float, I, P>& X, const ScaleOptions& opt) { \
+    if (opt.zero_center) fail("internal: a centred scale of a CSR matrix is dense; it cannot be in place"); \
+    return scale_csr_uncentred(ctx, X, opt);                                                             \
+  }
+SCURRY_SCALE_VIEW(int32_t, int64_t)
+SCURRY_SCALE_VIEW(int64_t, int64_t)
+#undef SCURRY_SCALE_VIEW
+
+void write_scale(Dataset& d, const ScaleResult& st) {
+  d.var.set("mean", Column::numeric(st.mean));
+  d.var.set("std", Column::numeric(st.std));
+}
+
+ScaleResult scale_inplace(const Context& ctx, DenseF& X, const ScaleOptions& opt) {
+  return scale_inplace(ctx, view_of(X), opt);
 }
 
 ScaleResult scale(const Context& ctx, const DenseF& X, const ScaleOptions& opt) {
@@ -149,35 +222,10 @@ ScaleResult scale(const Context& ctx, const DenseF& X, const ScaleOptions& opt) 
 }
 
 ScaleResult scale(const Context& ctx, const CsrF& X, const ScaleOptions& opt) {
-  check(ctx, X.n_rows, opt);
-  ScaleResult st = stats(ctx, X, !opt.zero_center);
-  const RowBlocks rb = blocks_of(X);
-  const Clip clip(opt);
-  const size_t g = static_cast<size_t>(X.n_cols);
-  if (opt.zero_center) {
-    // Densify: every row starts from the scaled zero of each gene, then its nonzeros are written.
-    std::vector<float> zero(g);
-    for (size_t j = 0; j < g; ++j) zero[j] = clip(centred(0.0f, st.mean[j], st.std[j]));
-    DenseF Y(X.n_rows, X.n_cols);
-    parallel_for(ctx.threads(), rb.n_blocks(), [&](int64_t b) {
-      for (int64_t r = rb.begin(b); r < rb.end(b); ++r) {
-        float* y = Y.row(r);
-        std::copy(zero.begin(), zero.end(), y);
-        for_row(X, r, [&](size_t j, float v) { y[j] = clip(centred(v, st.mean[j], st.std[j])); });
-      }
-    });
-    st.X = Matrix(std::move(Y));
-  } else {
-    // Sparse stays sparse: stored values times 1/std (scanpy's inplace_column_scale).
-    CsrF Y = X;
-    std::vector<double> inv(g);
-    for (size_t j = 0; j < g; ++j) inv[j] = 1.0 / st.std[j];
-    parallel_for(ctx.threads(), rb.n_blocks(), [&](int64_t b) {
-      for (int64_t p = Y.indptr[rb.begin(b)]; p < Y.indptr[rb.end(b)]; ++p)
-        Y.data[p] = clip(static_cast<float>(static_cast<double>(Y.data[p]) * inv[static_cast<size_t>(Y.indices[p])]));
-    });
-    st.X = Matrix(std::move(Y));
-  }
+  if (opt.zero_center) return scale_csr_centred(ctx, view_of(X), opt);
+  CsrF Y = X;
+  ScaleResult st = scale_csr_uncentred(ctx, view_of(Y), opt);
+  st.X = Matrix(std::move(Y));
   return st;
 }
 
@@ -204,8 +252,7 @@ ScaleResult scale(const Context& ctx, Dataset& d, const ScaleOptions& opt) {
     st.X = Matrix();
   }
   M->dtype = DType::f32;
-  d.var.set("mean", Column::numeric(st.mean));
-  d.var.set("std", Column::numeric(st.std));
+  write_scale(d, st);
   return st;
 }
 

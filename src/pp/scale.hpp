@@ -6,6 +6,7 @@
 
 #include "core/dataset.hpp"
 #include "core/matrix.hpp"
+#include "core/matrix_view.hpp"
 #include "exec/context.hpp"
 
 namespace scurry {
@@ -35,6 +36,19 @@ ScaleResult scale(const Context& ctx, const CsrF& X, const ScaleOptions& opt);
 ScaleResult scale(const Context& ctx, const DenseF& X, const ScaleOptions& opt);
 // In place on a dense matrix (no copy); returns mean/std (X left empty in the result).
 ScaleResult scale_inplace(const Context& ctx, DenseF& X, const ScaleOptions& opt);
+// The same on buffers the caller owns (the Python package's numpy/scipy arrays), float32 values:
+// a dense matrix scaled in place; a CSR matrix centred into a new dense result (st.X), or not
+// centred, its stored values scaled in place. Row pointers int64, column indices int32 or int64.
+// The owning overloads above are these on a view of themselves.
+ScaleResult scale_inplace(const Context& ctx, const DenseView<float>& X, const ScaleOptions& opt);
+ScaleResult scale(const Context& ctx, const CsrView<const float, int32_t, int64_t>& X, const ScaleOptions& opt);
+ScaleResult scale(const Context& ctx, const CsrView<const float, int64_t, int64_t>& X, const ScaleOptions& opt);
+ScaleResult scale_inplace(const Context& ctx, const CsrView<float, int32_t, int64_t>& X, const ScaleOptions& opt);
+ScaleResult scale_inplace(const Context& ctx, const CsrView<float, int64_t, int64_t>& X, const ScaleOptions& opt);
+// The checks of the options alone (max_value > 0); `scurry run` calls it before its first step.
+void validate_scale_options(const ScaleOptions& opt);
+// The Dataset overload's var columns: var['mean'], var['std'] (float64).
+void write_scale(Dataset& d, const ScaleResult& st);
 // Dataset level: replaces X (or the layer) with the scaled float32 matrix; writes var['mean'] and
 // var['std'] (float64). CsrD/DenseD inputs are converted to float32 first. At least 2 cells needed.
 ScaleResult scale(const Context& ctx, Dataset& d, const ScaleOptions& opt);

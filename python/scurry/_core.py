@@ -1,0 +1,212 @@
+"""Between AnnData and scurry's C++ Dataset: build the Dataset a step reads, write back what it wrote.
+
+Every wrapper in pp/tl/get follows one pattern (docs/python.md):
+
+1. check the AnnData (not backed; a view becomes actual before an in-place step, as scanpy does);
+2. ``ds = dataset(adata, ...)``: a ``_scurry.Dataset`` holding only the slots the step reads;
+3. call the step's C++ entry point (the one the CLI calls) with its ``XxxOptions``;
+4. ``write_back(adata, ds, ...)``: the slots the step wrote, moved out of the Dataset into the AnnData.
+
+The step runs on the Dataset, never on the AnnData: an error or Ctrl-C in the middle leaves the
+AnnData as it was.
+"""
+from __future__ import annotations
+
+import gc
+
+import numpy as np
+import pandas as pd
+
+from . import _scurry
+
+
+class _Empty:
+    """Marks "not given" where scanpy uses a sentinel (pca's mask_var)."""
+
+    def __repr__(self):
+        return "_empty"
+
+
+_empty = _Empty()
+
+
+def not_implemented(step, name, value, default):
+    """Raises NotImplementedError naming a scanpy parameter scurry does not implement, when it is
+    given a value other than its default."""
+    same = value is default
+    if not same:
+        try:
+            same = bool(value == default)
+        except Exception:  # arrays and the like
+            same = False
+    if not same:
+        raise NotImplementedError(
+            f"{step}: parameter {name}={value!r} is not implemented in scurry (only {name}={default!r})"
+        )
+
+
+def collect_garbage(adata):
+    """A full garbage collection before a step on a large matrix. AnnData objects hold reference
+    cycles, so the old matrices of a replaced AnnData (``adata = adata[:, mask].copy()``) or of a
+    subset (``_inplace_subset_obs``) are freed only by the cyclic collector, which runs by object
+    counts, not bytes: gigabytes can wait for it. A collection takes milliseconds; the steps
+    then start from the memory actually in use."""
+    if adata.n_obs * adata.n_vars > 10_000_000:
+        gc.collect()
+
+
+def check_anndata(adata, step):
+    import anndata
+
+    if not isinstance(adata, anndata.AnnData):
+        raise TypeError(f"{step}: expected an AnnData, got {type(adata).__name__}")
+    if adata.isbacked:
+        raise ValueError(
+            f"{step}: a backed AnnData ({adata.filename}) is not supported: scurry works on data in memory; "
+            "load it with adata = adata.to_memory() or scurry.read_h5ad(path)"
+        )
+    collect_garbage(adata)
+
+
+def actualize(adata):
+    """An in-place step on a view makes the view actual first (scanpy's view_to_actual)."""
+    if adata.is_view:
+        adata._init_as_actual(adata.copy())
+
+
+def matrix_of(adata, layer, step, use_raw=False):
+    if use_raw and layer is not None:
+        raise ValueError(f"{step}: use_raw and layer cannot both be given")
+    if use_raw:
+        if adata.raw is None:
+            raise ValueError(f"{step}: use_raw=True but the AnnData has no raw")
+        return adata.raw.X
+    if layer is not None:
+        if layer not in adata.layers:
+            raise KeyError(f"{step}: layers['{layer}'] is not in the AnnData (layers: {list(adata.layers.keys())})")
+        return adata.layers[layer]
+    if adata.X is None:
+        raise ValueError(f"{step}: the AnnData has no X")
+    return adata.X
+
+
+def dataset(adata, *, step, X=True, layer=None, use_raw=False, obs=(), var=(), obsm=(), obsp=(), uns=(),
+            raw=False):
+    """A Dataset with obs/var names and the slots a step reads. `X`: put the matrix (X, the layer,
+    or raw.X with `use_raw`) in the Dataset's X (or layers[layer]); `obs`/`var`: columns; `obsm`,
+    `obsp`, `uns`: keys (missing ones are left out: the step reports what it needs); `raw`: raw.X and
+    raw.var."""
+    ds = _scurry.Dataset()
+    ds.set_obs_names(adata.obs_names)
+    if use_raw:
+        ds.set_var_names(adata.raw.var_names)
+    else:
+        ds.set_var_names(adata.var_names)
+    if X:
+        m = matrix_of(adata, layer, step, use_raw)
+        if layer is not None:
+            ds.set_layer(layer, m)
+        else:
+            ds.set_X(m)
+    for k in obs:
+        if k not in adata.obs.columns:
+            raise KeyError(f"{step}: obs['{k}'] is not in the AnnData (obs columns: {list(adata.obs.columns)})")
+        ds.set_obs(k, adata.obs[k])
+    source_var = adata.raw.var if use_raw else adata.var
+    for k in var:
+        if k not in source_var.columns:
+            raise KeyError(f"{step}: var['{k}'] is not in the AnnData (var columns: {list(source_var.columns)})")
+        ds.set_var(k, source_var[k])
+    for k in obsm:
+        if k in adata.obsm:
+            v = adata.obsm[k]
+            ds.set_obsm(k, v.to_numpy() if isinstance(v, pd.DataFrame) else v)
+    for k in obsp:
+        if k in adata.obsp:
+            ds.set_obsp(k, adata.obsp[k])
+    for k in uns:
+        if k in adata.uns:
+            ds.set_uns(k, adata.uns[k])
+    if raw and adata.raw is not None:
+        ds.set_raw(adata.raw.X, adata.raw.var)
+    return ds
+
+
+def write_back(adata, ds, *, X=False, layer=None, obs_in=(), var_in=(), uns_in=(), obsm=True, varm=True,
+               obsp=True, uns=True):
+    """Moves what the step wrote from `ds` into `adata`: X (or layers[layer]) when `X`, the obs/var
+    columns that were not inputs, and every obsm/varm/obsp key and the uns keys that were not inputs."""
+    if X:
+        was = adata.layers[layer] if layer is not None else adata.X
+        m = ds.take_layer(layer) if layer is not None else ds.take_X()
+        if getattr(was, "format", None) == "csc" and getattr(m, "format", None) == "csr":
+            m = m.tocsc()  # scanpy keeps a CSC matrix CSC (scurry's steps run on CSR)
+        if layer is not None:
+            adata.layers[layer] = m
+        else:
+            adata.X = m
+    for k in ds.obs_keys():
+        if k not in obs_in:
+            adata.obs[k] = ds.get_obs(k)
+    for k in ds.var_keys():
+        if k not in var_in:
+            adata.var[k] = ds.get_var(k)
+    if obsm:
+        for k in ds.obsm_keys():
+            adata.obsm[k] = ds.take_obsm(k)
+    if varm:
+        for k in ds.varm_keys():
+            adata.varm[k] = ds.take_varm(k)
+    if obsp:
+        for k in ds.obsp_keys():
+            adata.obsp[k] = ds.take_obsp(k)
+    if uns:
+        for k in ds.uns_keys():
+            if k not in uns_in:
+                adata.uns[k] = ds.get_uns(k)
+
+
+def to_anndata(ds):
+    """An AnnData made of a Dataset's slots (moved out of it: the matrices are not copied)."""
+    import anndata
+
+    X = ds.take_X() if ds.has_X() else None
+    obs = ds.obs_df()
+    var = ds.var_df()
+    layers = {k: ds.take_layer(k) for k in ds.layer_keys()}
+    obsm = {k: ds.take_obsm(k) for k in ds.obsm_keys()}
+    varm = {k: ds.take_varm(k) for k in ds.varm_keys()}
+    obsp = {k: ds.take_obsp(k) for k in ds.obsp_keys()}
+    varp = {k: ds.take_varp(k) for k in ds.varp_keys()}
+    uns = {k: ds.get_uns(k) for k in ds.uns_keys()}
+    raw = ds.take_raw()
+    a = new_anndata(X=X, obs=obs, var=var, layers=layers or None, obsm=obsm or None, varm=varm or None,
+                    obsp=obsp or None, varp=varp or None, uns=uns or None)
+    if raw is not None:
+        rX, rvar = raw
+        a.raw = new_anndata(X=rX, obs=pd.DataFrame(index=a.obs_names), var=rvar)
+    return a
+
+
+def new_anndata(**kw):
+    """anndata.AnnData(**kw) keeping X's dtype (anndata < 0.9 converts X to float32 unless told)."""
+    import anndata
+
+    if _anndata_converts() and kw.get("X") is not None:
+        kw["dtype"] = kw["X"].dtype
+    return anndata.AnnData(**kw)
+
+
+def _anndata_converts():
+    import anndata
+
+    major, minor = (int(x) for x in anndata.__version__.split(".")[:2])
+    return (major, minor) < (0, 9)
+
+
+def options(cls, **values):
+    """An XxxOptions with the given fields set (None leaves optional fields unset)."""
+    o = cls()
+    for k, v in values.items():
+        setattr(o, k, v)
+    return o

@@ -1,0 +1,72 @@
+"""scurry.settings: the package's resources (scanpy's sc.settings names where they exist)."""
+from __future__ import annotations
+
+from . import _scurry
+
+
+class _Settings:
+    """n_jobs: CPU threads (0 or -1: all cores); verbosity: 0 silences scurry's messages and progress
+    bars (errors are always raised), 1 or more shows them; device: 'cpu' (the GPU backend of the
+    package comes later: 'gpu' raises NotImplementedError); memory: the GPU memory mode
+    (pool, managed, managed-pool, plain), kept for the GPU backend."""
+
+    _devices = ("cpu", "gpu")
+    _memories = ("pool", "managed", "managed-pool", "plain")
+
+    def __init__(self):
+        self._verbosity = 1
+        self._device = "cpu"
+        self._memory = "pool"
+        self._n_jobs = 0
+
+    @property
+    def n_jobs(self):
+        return self._n_jobs
+
+    @n_jobs.setter
+    def n_jobs(self, n):
+        n = int(n)
+        _scurry.set_threads(0 if n == -1 else n)
+        self._n_jobs = n
+
+    @property
+    def verbosity(self):
+        return self._verbosity
+
+    @verbosity.setter
+    def verbosity(self, v):
+        v = int(v)
+        if v < 0:
+            raise ValueError(f"settings.verbosity: {v} (0 or more)")
+        _scurry.set_quiet(v == 0)
+        self._verbosity = v
+
+    @property
+    def device(self):
+        return self._device
+
+    @device.setter
+    def device(self, d):
+        if d not in self._devices:
+            raise ValueError(f"settings.device: '{d}' is not one of {self._devices}")
+        if d == "gpu":
+            raise NotImplementedError("settings.device='gpu': the package's GPU backend is not built yet "
+                                      "(the CLI's --device gpu is)")
+        self._device = d
+
+    @property
+    def memory(self):
+        return self._memory
+
+    @memory.setter
+    def memory(self, m):
+        if m not in self._memories:
+            raise ValueError(f"settings.memory: '{m}' is not one of {self._memories}")
+        self._memory = m
+
+    def __repr__(self):
+        return (f"scurry.settings(n_jobs={self.n_jobs}, verbosity={self.verbosity}, device='{self.device}', "
+                f"memory='{self.memory}')")
+
+
+settings = _Settings()

@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# `scurry run` checks every step's options before its first step (issue 17 point 8): a bad value of a
+# late step (leiden's resolution, UMAP's min_dist, the kNN's n_neighbors, PCA's n_comps, scale's
+# ...) exits 2 with the step's one-line message before the input is read (no "[1/9] read"
+# line), and leaves no output.
+# usage: test_run_validation.sh <scurry-binary> <repo-root>
+set -euo pipefail
+s=$1
+repo=$2
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+in="$repo/tests/data/pbmc3k_first1000.h5ad"
+
+check() {  # check "EXPECTED MESSAGE PART" OPTIONS...
+  local want=$1
+  shift
+  set +e
+  "$s" run "$in" -o "$tmp/out.h5ad" "$@" 2>"$tmp/err"
+  local rc=$?
+  set -e
+  if [ "$rc" -ne 2 ]; then echo "run $*: exit $rc, expected 2"; cat "$tmp/err"; exit 1; fi
+  if ! grep -q -- "$want" "$tmp/err"; then echo "run $*: no '$want' in:"; cat "$tmp/err"; exit 1; fi
+  if grep -q "\[1/" "$tmp/err"; then echo "run $*: a step ran before the error:"; cat "$tmp/err"; exit 1; fi
+  test "$(wc -l <"$tmp/err")" -eq 1 || { echo "run $*: more than one line:"; cat "$tmp/err"; exit 1; }
+  test ! -e "$tmp/out.h5ad"
+}
+
+check "leiden: resolution = -1 must be positive" --resolution -1
+check "umap: spread = 1, min_dist = -2" --min-dist -2
+check "umap: n_components = 0" --n-components 0
+check "umap: maxiter = -3" --maxiter -3
+check "neighbors: n_neighbors = 1" --n-neighbors 1
+check "pca: n_comps = 0" --n-comps 0
+check "normalize_total: target_sum=-5" --target-sum -5
+check "log1p: base=1" --base 1
+# a good run on the same input still works (the checks reject only bad values)
+"$s" -q run "$in" -o "$tmp/ok.h5ad" --no-markers --maxiter 20
+test -s "$tmp/ok.h5ad"
+echo ok
