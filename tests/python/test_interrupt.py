@@ -53,7 +53,7 @@ def test_progress_bar_on_a_terminal_only_when_verbose(tmp_path):
     for verbosity in ("1", "0"):
         master, slave = pty.openpty()
         p = subprocess.Popen([sys.executable, str(script), "12000", "1", verbosity], stdout=subprocess.PIPE,
-                             stderr=slave, text=True)
+                             stderr=slave, text=True, env={**os.environ, "SCURRY_PROGRESS_AFTER_MS": "0"})
         os.close(slave)
         p.communicate(timeout=300)
         data = b""
