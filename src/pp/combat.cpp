@@ -18,36 +18,11 @@ constexpr int64_t kBlockValues = int64_t{1} << 20;  // values per row block (fix
 constexpr double kConv = 1e-4;                      // scanpy's _it_sol convergence
 constexpr int kMaxIter = 100000;                    // a guard scanpy does not have
 
-// Inverse of a small symmetric positive definite p x p matrix (Gauss-Jordan with partial
-// pivoting, float64), as numpy.linalg.inv in scanpy.
+// Inverse of a small symmetric positive definite p x p matrix, as numpy.linalg.inv in scanpy.
 std::vector<double> invert(std::vector<double> a, int64_t p) {
-  std::vector<double> inv(static_cast<size_t>(p * p), 0.0);
-  for (int64_t i = 0; i < p; ++i) inv[i * p + i] = 1.0;
-  for (int64_t c = 0; c < p; ++c) {
-    int64_t piv = c;
-    for (int64_t r = c + 1; r < p; ++r)
-      if (std::fabs(a[r * p + c]) > std::fabs(a[piv * p + c])) piv = r;
-    if (!(std::fabs(a[piv * p + c]) > 1e-12))
-      fail_input("combat", "the design (batches and covariates) is singular: a covariate is constant, repeats another, or is confounded with the batches");
-    for (int64_t k = 0; k < p; ++k) {
-      std::swap(a[c * p + k], a[piv * p + k]);
-      std::swap(inv[c * p + k], inv[piv * p + k]);
-    }
-    const double d = a[c * p + c];
-    for (int64_t k = 0; k < p; ++k) {
-      a[c * p + k] /= d;
-      inv[c * p + k] /= d;
-    }
-    for (int64_t r = 0; r < p; ++r) {
-      if (r == c) continue;
-      const double f = a[r * p + c];
-      if (f == 0) continue;
-      for (int64_t k = 0; k < p; ++k) {
-        a[r * p + k] -= f * a[c * p + k];
-        inv[r * p + k] -= f * inv[c * p + k];
-      }
-    }
-  }
+  std::vector<double> inv;
+  if (!linalg::invert_gauss_jordan(a, p, inv, 1e-12))
+    fail_input("combat", "the design (batches and covariates) is singular: a covariate is constant, repeats another, or is confounded with the batches");
   return inv;
 }
 

@@ -50,34 +50,10 @@ inline double exp_neg(double x) {
   return p * scale * keep;
 }
 
-// Inverse of a small p x p matrix (Gauss-Jordan, partial pivoting), as numpy.linalg.inv.
+// Inverse of a small p x p matrix, as numpy.linalg.inv.
 void invert_small(std::vector<double>& a, int64_t p, std::vector<double>& inv) {
-  inv.assign(static_cast<size_t>(p * p), 0.0);
-  for (int64_t i = 0; i < p; ++i) inv[i * p + i] = 1.0;
-  for (int64_t c = 0; c < p; ++c) {
-    int64_t piv = c;
-    for (int64_t r = c + 1; r < p; ++r)
-      if (std::fabs(a[r * p + c]) > std::fabs(a[piv * p + c])) piv = r;
-    if (a[piv * p + c] == 0) fail("harmony: singular ridge system (a cluster without weight and lamb = 0)");
-    for (int64_t k = 0; k < p; ++k) {
-      std::swap(a[c * p + k], a[piv * p + k]);
-      std::swap(inv[c * p + k], inv[piv * p + k]);
-    }
-    const double dv = a[c * p + c];
-    for (int64_t k = 0; k < p; ++k) {
-      a[c * p + k] /= dv;
-      inv[c * p + k] /= dv;
-    }
-    for (int64_t r = 0; r < p; ++r) {
-      if (r == c) continue;
-      const double f = a[r * p + c];
-      if (f == 0) continue;
-      for (int64_t k = 0; k < p; ++k) {
-        a[r * p + k] -= f * a[c * p + k];
-        inv[r * p + k] -= f * inv[c * p + k];
-      }
-    }
-  }
+  if (!linalg::invert_gauss_jordan(a, p, inv, 0.0))
+    fail("harmony: singular ridge system (a cluster without weight and lamb = 0)");
 }
 
 double uniform01(std::mt19937_64& rng) { return static_cast<double>(rng() >> 11) * 0x1.0p-53; }

@@ -1,5 +1,8 @@
 #include "pp/linalg.hpp"
 
+#include <cmath>
+#include <utility>
+
 #include <cblas.h>
 
 #include <algorithm>
@@ -30,6 +33,37 @@ void dgesdd_(const char* jobz, const int* m, const int* n, double* a, const int*
 }
 
 namespace scurry::linalg {
+
+bool invert_gauss_jordan(std::vector<double>& a, int64_t p, std::vector<double>& inv, double pivot_min) {
+  inv.assign(static_cast<size_t>(p * p), 0.0);
+  for (int64_t i = 0; i < p; ++i) inv[i * p + i] = 1.0;
+  for (int64_t c = 0; c < p; ++c) {
+    int64_t piv = c;
+    for (int64_t r = c + 1; r < p; ++r)
+      if (std::fabs(a[r * p + c]) > std::fabs(a[piv * p + c])) piv = r;
+    if (!(std::fabs(a[piv * p + c]) > pivot_min)) return false;
+    for (int64_t k = 0; k < p; ++k) {
+      std::swap(a[c * p + k], a[piv * p + k]);
+      std::swap(inv[c * p + k], inv[piv * p + k]);
+    }
+    const double d = a[c * p + c];
+    for (int64_t k = 0; k < p; ++k) {
+      a[c * p + k] /= d;
+      inv[c * p + k] /= d;
+    }
+    for (int64_t r = 0; r < p; ++r) {
+      if (r == c) continue;
+      const double f = a[r * p + c];
+      if (f == 0) continue;
+      for (int64_t k = 0; k < p; ++k) {
+        a[r * p + k] -= f * a[c * p + k];
+        inv[r * p + k] -= f * inv[c * p + k];
+      }
+    }
+  }
+  return true;
+}
+
 namespace {
 
 int to_int(int64_t v, const char* what) {

@@ -9,6 +9,11 @@
 
 namespace scurry::linalg {
 
+// Inverse of a small p x p matrix (Gauss-Jordan elimination with partial pivoting, float64), as
+// numpy.linalg.inv gives it; `a` is overwritten. Returns false (inv unspecified) at the first pivot
+// whose magnitude is not above pivot_min (a singular or near-singular matrix).
+bool invert_gauss_jordan(std::vector<double>& a, int64_t p, std::vector<double>& inv, double pivot_min);
+
 // C (m x n) = alpha * op(A) * op(B) + beta * C, all row-major with leading dimensions lda/ldb/ldc
 // (op(A) is m x k, op(B) is k x n).
 void dgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, double alpha, const double* a,

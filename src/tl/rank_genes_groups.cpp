@@ -18,6 +18,7 @@
 #include "core/error.hpp"
 #include "core/log.hpp"
 #include "exec/parallel.hpp"
+#include "tl/groups.hpp"
 #include "tl/stats.hpp"
 
 namespace scurry {
@@ -31,10 +32,7 @@ constexpr int64_t kGeneBlock = 64;  // genes per parallel work item
 
 // The cells' categories of obs[groupby]: categorical as stored; strings as pandas' categories
 // (sorted unique values), which is what scanpy's sanitize_anndata makes of them.
-struct Grouping {
-  std::vector<std::string> categories;
-  std::vector<int32_t> codes;
-};
+using Grouping = CellGroups;  // tl/groups.hpp
 
 Grouping grouping_of(const Table& obs, const std::string& key) {
   if (key.empty()) throw InputError("rank_genes_groups: groupby is required (an obs column of groups, e.g. leiden)");
@@ -44,22 +42,10 @@ Grouping grouping_of(const Table& obs, const std::string& key) {
     throw InputError("rank_genes_groups: groupby column '" + key + "' is not in obs (columns: " + names + ")");
   }
   const Column& c = obs.at(key);
-  Grouping g;
-  if (const auto* cat = std::get_if<CategoricalColumn>(&c.c)) {
-    g.categories = cat->categories;
-    g.codes = cat->codes;
-  } else if (const auto* s = std::get_if<StringColumn>(&c.c)) {
-    std::set<std::string> u(s->values.begin(), s->values.end());
-    g.categories.assign(u.begin(), u.end());
-    g.codes.resize(s->values.size());
-    for (size_t i = 0; i < s->values.size(); ++i)
-      g.codes[i] = static_cast<int32_t>(std::lower_bound(g.categories.begin(), g.categories.end(), s->values[i]) -
-                                        g.categories.begin());
-  } else {
+  if (!std::holds_alternative<CategoricalColumn>(c.c) && !std::holds_alternative<StringColumn>(c.c))
     throw InputError("rank_genes_groups: groupby column '" + key + "' is " + c.kind() +
                      ", expected a categorical (or string) column of groups");
-  }
-  return g;
+  return cell_groups(obs, key, "rank_genes_groups");
 }
 
 // Gene-major copy of a CSR float matrix, in parallel: the cells in kTransposeBlocks fixed blocks;
