@@ -33,6 +33,7 @@
 
 #include <math_constants.h>
 
+#include "pp/fixed_point.cuh"
 #include "pp/kernels.cuh"
 
 namespace scurry::gpu {
@@ -136,28 +137,7 @@ __global__ void bounds_finish(const unsigned* partial, int n_blocks, int tile, i
   if (kCount) count[j] = static_cast<double>(c);
 }
 
-// acc += q modulo 2^64, the accumulator as two 32-bit words (lo, hi): exact in any order, since each
-// wrap of the low word is seen, as a carry, by exactly the one addition that made it.
-__device__ __forceinline__ void add64(unsigned* lo, unsigned* hi, long long q) {
-  const unsigned ql = static_cast<unsigned>(q);
-  unsigned qh = static_cast<unsigned>(static_cast<unsigned long long>(q) >> 32);
-  const unsigned old = atomicAdd(lo, ql);
-  qh += (old + ql < old) ? 1u : 0u;
-  if (qh) atomicAdd(hi, qh);
-}
-
-// q = rint(f(x) * 2^k) (or f(x)^2 * 2^k), exact for every term the grid holds.
-template <bool kSquares, class V>
-__device__ __forceinline__ long long fixed_term(V x, int k) {
-  if (!isfinite(x)) return 0;  // flagged in pass A
-  const double d = static_cast<double>(x);
-  if constexpr (kSquares) {
-    const int k1 = k / 2;  // two half scalings: d*d may overflow or underflow where the scaled product does not
-    return __double2ll_rn(ldexp(d, k1) * ldexp(d, k - k1));
-  } else {
-    return __double2ll_rn(ldexp(d, k));
-  }
-}
+// add64, fixed_term: pp/fixed_point.cuh
 
 // Pass B over the genes [g0, g0 + tile): the sum of q per gene (uint64, wrap-around), as the words
 // lo[0, tile) and hi[tile, 2 tile) of shared memory.

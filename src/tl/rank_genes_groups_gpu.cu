@@ -36,6 +36,7 @@
 #include "core/error.hpp"
 #include "exec/cuda_resources.cuh"
 #include "exec/device_csr.cuh"
+#include "pp/fixed_point.cuh"
 #include "tl/rank_genes_groups_gpu.hpp"
 
 namespace scurry {
@@ -315,13 +316,6 @@ __global__ void bucket_grids(const unsigned* emax, int64_t n_genes, int* shift) 
   shift[n_genes + j] = 32 - 2 * ex;
 }
 
-__device__ __forceinline__ void add64_words(unsigned* lo, unsigned* hi, long long q) {
-  const unsigned ql = static_cast<unsigned>(q);
-  unsigned qh = static_cast<unsigned>(static_cast<unsigned long long>(q) >> 32);
-  const unsigned old = atomicAdd(lo, ql);
-  qh += (old + ql < old) ? 1u : 0u;
-  if (qh) atomicAdd(hi, qh);
-}
 
 // Pass B: per block, the sum of rint(x 2^k) (or x^2 2^k) per gene as 64 bits in two shared words.
 template <bool kSquares>
@@ -338,16 +332,7 @@ __global__ void __launch_bounds__(kSumThreads) bucket_fixed(const int32_t* idx, 
     if (static_cast<uint32_t>(g) >= static_cast<uint32_t>(tile)) continue;
     const float x = val[p];
     if (x == 0.0f) continue;
-    const double d = static_cast<double>(x);
-    const int k = shift[g];
-    long long q;
-    if constexpr (kSquares) {
-      const int k1 = k / 2;
-      q = __double2ll_rn(ldexp(d, k1) * ldexp(d, k - k1));
-    } else {
-      q = __double2ll_rn(ldexp(d, k));
-    }
-    add64_words(&acc[g], &acc[tile + g], q);
+    gpu::add64(&acc[g], &acc[tile + g], gpu::fixed_term<kSquares>(x, shift[g]));
   }
   __syncthreads();
   unsigned long long* out = partial + static_cast<int64_t>(blockIdx.x) * tile;
