@@ -377,6 +377,9 @@ std::vector<Step> build_pipeline(const RunOptions& o) {
                  if (o.gpus.size() > 1) return preprocess_gpu_sharded(o.gpus, d, o.preprocess, &t);
                  PreprocessOptions po = o.preprocess;
                  po.background_x = true;  // the GPU's scaled X comes back while the graph steps run
+                 // ... and stays on the device for the markers when they test X, not raw
+                 po.keep_device_x = o.graph && o.markers && o.rank_genes_groups.layer.empty() &&
+                                    !(po.raw && o.rank_genes_groups.use_raw.value_or(true));
                  preprocess(ctx, d, po, &t);
                },
                true});
@@ -423,10 +426,14 @@ std::vector<Step> build_pipeline(const RunOptions& o) {
                                          o.rank_genes_groups.layer.empty();
                      if (!on_raw) d.settle();
                      rank_genes_groups_inplace(d, o.rank_genes_groups, ctx);  // on the GPU in a GPU run
+                     d.device_x.reset();
                    }});
   }
   // The rest of the scaled X's copy back from the GPU (what the graph steps did not hide).
-  p.push_back({"wait_x", [](Context&, Dataset& d, Timings&) { d.settle(); }});
+  p.push_back({"wait_x", [](Context&, Dataset& d, Timings&) {
+                 d.settle();
+                 d.device_x.reset();
+               }});
   p.push_back({"write", [&o, st](Context& ctx, Dataset& d, Timings&) {
                  if (!o.graph) gather_rows(ctx, d, 0);  // with the graph: gathered by neighbors
                  if (ctx.comm().rank() != 0) return;

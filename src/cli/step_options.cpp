@@ -164,7 +164,7 @@ void add_neighbors_options(CLI::App& cmd, NeighborsOptions& o) {
   cmd.add_option("--metric", o.metric, "neighbors: euclidean or cosine")
       ->check(CLI::IsMember({"euclidean", "cosine"}))
       ->capture_default_str();
-  cmd.add_option("--knn-algorithm", o.algorithm, "neighbors: exact, hnsw (approximate) or auto")
+  cmd.add_option("--knn-algorithm", o.algorithm, "neighbors: exact, hnsw (approximate; IVF-Flat on the GPU) or auto (exact up to 50,000 cells, on the GPU up to 500,000; approximate above)")
       ->check(CLI::IsMember({"exact", "hnsw", "auto"}))
       ->capture_default_str();
 }

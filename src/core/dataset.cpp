@@ -218,6 +218,7 @@ void select_cols(Matrix& m, const std::vector<int64_t>& keep) {
 }  // namespace
 
 void Dataset::subset_obs(const std::vector<int64_t>& keep) {
+  device_x.reset();
   if (!X.empty()) select_rows(X, keep);
   for (auto& [k, m] : layers) select_rows(m, keep);
   for (auto& [k, m] : obsm) m = take_rows(m, keep);
@@ -226,6 +227,7 @@ void Dataset::subset_obs(const std::vector<int64_t>& keep) {
 }
 
 void Dataset::subset_vars(const std::vector<int64_t>& keep) {
+  device_x.reset();
   if (!X.empty()) select_cols(X, keep);
   for (auto& [k, m] : layers) select_cols(m, keep);
   for (auto& [k, m] : varm) m = take_rows(m, keep);

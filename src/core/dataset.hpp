@@ -15,6 +15,16 @@
 
 namespace scurry {
 
+// A copy of a matrix's values on a GPU: row-major float32, n_rows x n_cols, on CUDA device
+// `device`, complete once the work queued so far on that device's main stream has run; `keep` owns
+// the memory.
+struct DeviceMatrix {
+  const float* data = nullptr;
+  int64_t n_rows = 0, n_cols = 0;
+  int device = -1;
+  std::shared_ptr<void> keep;
+};
+
 struct Dataset {
   Matrix X;
   std::map<std::string, Matrix> layers;
@@ -27,6 +37,10 @@ struct Dataset {
   // writers and the steps that read X refuse a dataset with pending work (an internal error: the
   // caller settles first). Copies of the dataset share it; the first to settle takes X.
   std::shared_ptr<std::future<Matrix>> pending_x;
+  // X's values still on the GPU (a GPU run keeps its scaled dense X there for the markers step:
+  // PreprocessOptions::keep_device_x). It describes X only while X is unchanged: the step that made
+  // X sets it, subset_obs/subset_vars drop it, and whoever else changes X must reset it.
+  std::shared_ptr<const DeviceMatrix> device_x;
 
   // Waits for pending_x and moves it into X (rethrowing its error); a no-op when there is none.
   void settle() {

@@ -34,8 +34,10 @@ NeighborsResult neighbors(const Context& ctx, const DenseF& X, const NeighborsOp
   const KnnMetric metric = parse_knn_metric(opt.metric, kWhere);
   NeighborsResult res;
   const bool gpu = ctx.backend() == Backend::cuda;
-  // On the GPU the exact search is the default at any size ("hnsw" there means IVF-Flat).
-  res.algorithm = opt.algorithm == "auto" ? (gpu || X.n_rows <= opt.auto_exact_max_cells ? "exact" : "hnsw") : opt.algorithm;
+  // ("hnsw" on the GPU means IVF-Flat)
+  res.algorithm = opt.algorithm == "auto" ? (X.n_rows <= (gpu ? opt.auto_exact_max_cells_gpu : opt.auto_exact_max_cells)
+                                                 ? "exact" : "hnsw")
+                                          : opt.algorithm;
   if (res.algorithm == "exact") {
     KnnExactGpuOptions exact_opt;
     exact_opt.sharding = opt.gpu_sharding;
@@ -80,7 +82,9 @@ NeighborsResult neighbors_sharded(const Context& ctx, const DenseF& local, const
   check_options(opt, n);
   const KnnMetric metric = parse_knn_metric(opt.metric, kWhere);
   NeighborsResult res;
-  res.algorithm = opt.algorithm == "auto" ? (gpu || n <= opt.auto_exact_max_cells ? "exact" : "hnsw") : opt.algorithm;
+  res.algorithm = opt.algorithm == "auto" ? (n <= (gpu ? opt.auto_exact_max_cells_gpu : opt.auto_exact_max_cells)
+                                                 ? "exact" : "hnsw")
+                                          : opt.algorithm;
   Knn mine;
   if (gpu && res.algorithm == "exact") {
     mine = knn_exact_gpu_rows(ctx, X, opt.n_neighbors, metric, begin, begin + local.n_rows);

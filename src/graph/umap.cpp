@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "core/error.hpp"
+#include "core/memory.hpp"
 #include "core/log.hpp"
 #include "exec/parallel.hpp"
 #include "graph/spectral.hpp"
@@ -234,8 +235,8 @@ CsrF prune_graph(const Context& ctx, const CsrF& graph, float threshold) {
     }
   });
   for (int64_t i = 0; i < n; ++i) g.indptr[i + 1] += g.indptr[i];
-  g.indices.resize(static_cast<size_t>(g.indptr[n]));
-  g.data.resize(static_cast<size_t>(g.indptr[n]));
+  resize_large(g.indices, static_cast<size_t>(g.indptr[n]));  // (pages faulted in on several threads)
+  resize_large(g.data, static_cast<size_t>(g.indptr[n]));
   parallel_for(ctx.threads(), n_blocks, [&](int64_t blk) {
     const int64_t r1 = std::min(n, (blk + 1) * kRowsPerBlock);
     for (int64_t i = blk * kRowsPerBlock; i < r1; ++i) {
@@ -263,6 +264,7 @@ UmapResult umap(const Context& ctx, const CsrF& graph, const UmapOptions& opt, c
   umap_mark("weights checked");
 
   UmapResult res;
+  res.max_weight = wmax_all;
   if (opt.a && opt.b) {
     res.a = *opt.a;
     res.b = *opt.b;
@@ -272,6 +274,7 @@ UmapResult umap(const Context& ctx, const CsrF& graph, const UmapOptions& opt, c
   const int64_t default_epochs = n <= 10000 ? 500 : 200;
   const int64_t n_epochs = opt.maxiter ? *opt.maxiter : default_epochs;
   res.n_epochs = n_epochs;
+  umap_mark("a and b");
 
   // Prune weak edges: below max / n_epochs (max / default_epochs when n_epochs <= 10). Not needed
   // without epochs (the GPU path asks for the start layout only) unless the spectral layout uses it.
@@ -279,7 +282,7 @@ UmapResult umap(const Context& ctx, const CsrF& graph, const UmapOptions& opt, c
   const float wmax = need_graph ? wmax_all : 0.0f;
   const float threshold = wmax / static_cast<float>(n_epochs > 10 ? n_epochs : default_epochs);
   const CsrF g = need_graph ? prune_graph(ctx, graph, threshold) : CsrF::zeros(0, 0);
-  umap_mark("a, b and the pruned graph");
+  umap_mark("the pruned graph");
 
   // Initial layout.
   Rng rng(opt.random_state);
@@ -405,6 +408,59 @@ UmapResult umap(const Context& ctx, const CsrF& graph, const UmapOptions& opt, c
   return res;
 }
 
+namespace {
+
+// validate_csr's checks, the column indices on the threads (the first bad position is reported,
+// whatever the thread count).
+void validate_csr_threads(const Context& ctx, const CsrF& a, const std::string& where) {
+  if (a.n_rows < 0 || a.n_cols < 0 || static_cast<int64_t>(a.indptr.size()) != a.n_rows + 1 ||
+      a.indices.size() != a.data.size() || a.indptr[0] != 0 ||
+      a.indptr[a.n_rows] != static_cast<int64_t>(a.data.size()))
+    return validate_csr(a, where);
+  for (int64_t r = 0; r < a.n_rows; ++r)
+    if (a.indptr[r + 1] < a.indptr[r]) return validate_csr(a, where);
+  const int64_t n = static_cast<int64_t>(a.indices.size());
+  constexpr int64_t kPiece = int64_t(1) << 20;
+  const int64_t pieces = (n + kPiece - 1) / kPiece;
+  std::vector<int64_t> first_bad(static_cast<size_t>(pieces), -1);
+  parallel_for(ctx.threads(), pieces, [&](int64_t b) {
+    const int64_t p1 = std::min(n, (b + 1) * kPiece);
+    for (int64_t p = b * kPiece; p < p1; ++p)
+      if (a.indices[p] < 0 || a.indices[p] >= a.n_cols) {
+        first_bad[b] = p;
+        return;
+      }
+  });
+  for (int64_t p : first_bad)
+    if (p >= 0)
+      fail_input(where, "column index ", a.indices[p], " at position ", p, " is out of range [0, ", a.n_cols, ")");
+}
+
+}  // namespace
+
+const CsrF& neighbors_graph(const Context& ctx, const Dataset& d, const std::string& neighbors_key,
+                            const std::string& step, CsrF& storage) {
+  std::string key = neighbors_key == "neighbors" ? "connectivities" : neighbors_key + "_connectivities";
+  auto u = d.uns.find(neighbors_key);
+  if (u != d.uns.end() && u->second.is_dict()) {
+    const Dict& nd = u->second.dict();
+    auto ck = nd.find("connectivities_key");
+    if (ck != nd.end() && std::holds_alternative<std::string>(ck->second.v)) key = std::get<std::string>(ck->second.v);
+  }
+  auto it = d.obsp.find(key);
+  if (it == d.obsp.end())
+    fail_input(step, "obsp['", key, "'] is missing (neighbors_key '", neighbors_key,
+               "'); run neighbors first");
+  const CsrF* in_place = std::get_if<CsrF>(&it->second.m);
+  if (!in_place) storage = to_csr_f(it->second);
+  const CsrF& g = in_place ? *in_place : storage;
+  validate_csr_threads(ctx, g, step + ": obsp['" + key + "']");
+  if (g.n_rows != g.n_cols || (d.n_obs() > 0 && g.n_rows != d.n_obs()))
+    fail_input(step, "obsp['", key, "'] is ", g.n_rows, " x ", g.n_cols, " but the dataset has ", d.n_obs(),
+               " cells; recompute the neighbours");
+  return g;
+}
+
 CsrF neighbors_graph(const Dataset& d, const std::string& neighbors_key, const std::string& step) {
   std::string key = neighbors_key == "neighbors" ? "connectivities" : neighbors_key + "_connectivities";
   auto u = d.uns.find(neighbors_key);
@@ -427,8 +483,9 @@ CsrF neighbors_graph(const Dataset& d, const std::string& neighbors_key, const s
 
 UmapResult umap(const Context& ctx, Dataset& d, const UmapOptions& opt) {
   umap_mark("umap called");
-  const CsrF g = neighbors_graph(d, opt.neighbors_key, kWhere);
-  umap_mark("graph copied and validated");
+  CsrF storage;
+  const CsrF& g = neighbors_graph(ctx, d, opt.neighbors_key, kWhere, storage);
+  umap_mark("graph validated (in place)");
   DenseF init;
   const DenseF* init_ptr = nullptr;
   if (opt.init_pos != "spectral" && opt.init_pos != "random") {

@@ -58,6 +58,7 @@ struct UmapResult {
   double a = 0, b = 0;
   int64_t n_epochs = 0;
   std::string init;  // the initialisation used: "spectral", "random" or the obsm key
+  float max_weight = 0;  // the graph's largest weight (every weight checked finite and >= 0)
   double init_seconds = 0, epochs_seconds = 0;  // wall time of the start layout and of the epochs
 };
 
@@ -95,5 +96,9 @@ void write_umap(Dataset& d, const UmapResult& res, const UmapOptions& opt);
 // The connectivities matrix a step on uns[neighbors_key] uses, as float32 CSR (InputError when
 // absent, naming `step`).
 CsrF neighbors_graph(const Dataset& d, const std::string& neighbors_key, const std::string& step);
+// The same without a copy where obsp holds a float CSR (else converted into storage), checked on
+// ctx's threads; valid while d's obsp is unchanged.
+const CsrF& neighbors_graph(const Context& ctx, const Dataset& d, const std::string& neighbors_key,
+                            const std::string& step, CsrF& storage);
 
 }  // namespace scurry

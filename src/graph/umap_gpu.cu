@@ -14,6 +14,9 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <limits>
 #include <vector>
 
@@ -51,8 +54,20 @@ struct EpochItems {
   int64_t group_begin[umap_sgd::kSubRounds + 1] = {};  // items of group s: [group_begin[s], group_begin[s + 1])
 };
 
+// Edges per item on the GPU: umap_sgd::kChunk, or SCURRY_UMAP_GPU_CHUNK (an experiment knob: a
+// shorter chain per thread, more threads).
+int64_t gpu_chunk() {
+  static const int64_t c = [] {
+    const char* e = std::getenv("SCURRY_UMAP_GPU_CHUNK");
+    const long long v = e ? std::atoll(e) : 0;
+    return v > 0 ? static_cast<int64_t>(v) : umap_sgd::kChunk;
+  }();
+  return c;
+}
+
 EpochItems epoch_items(const CsrF& g) {
   EpochItems it;
+  const int64_t chunk = gpu_chunk();
   const int64_t n = g.n_rows;
   it.first.resize(static_cast<size_t>(n));
   for (int s = 0; s < umap_sgd::kSubRounds; ++s) {
@@ -60,7 +75,7 @@ EpochItems epoch_items(const CsrF& g) {
     for (int64_t i = s; i < n; i += umap_sgd::kSubRounds) {
       it.first[i] = static_cast<int64_t>(it.vertex.size());
       const int64_t b = g.indptr[i], e = g.indptr[i + 1];
-      for (int64_t c = b; c == b || c < e; c += umap_sgd::kChunk) {
+      for (int64_t c = b; c == b || c < e; c += chunk) {
         it.vertex.push_back(static_cast<int32_t>(i));
         it.begin.push_back(c);
       }
@@ -77,13 +92,117 @@ __global__ void __launch_bounds__(kBlock) chunk_kernel(const float* __restrict__
                                                        const int32_t* __restrict__ tail, const float* __restrict__ eps,
                                                        const int32_t* __restrict__ item_vertex,
                                                        const int64_t* __restrict__ item_begin, int64_t i0, int64_t i1,
-                                                       umap_sgd::EpochParams p) {
+                                                       int64_t chunk, umap_sgd::EpochParams p) {
   const int64_t q = i0 + blockIdx.x * static_cast<int64_t>(kBlock) + threadIdx.x;
   if (q >= i1) return;
   const int32_t v = item_vertex[q];
   const int64_t b = item_begin[q], row_end = indptr[v + 1];
-  const int64_t e = row_end - b < umap_sgd::kChunk ? row_end : b + umap_sgd::kChunk;
+  const int64_t e = row_end - b < chunk ? row_end : b + chunk;
   umap_sgd::chunk_moves<D>(pos, tail, eps, b, e, v, p, delta + q * p.dim);
+}
+
+// chunk_moves with the next due edge's tail position loaded before the current edge's moves (its
+// index, tail and position do not depend on them), so that the loads of one edge overlap the
+// arithmetic of the one before: the same arithmetic in the same order, so the same bits.
+template <int D>
+__device__ __forceinline__ int64_t next_due(const float* __restrict__ eps, int64_t e, int64_t end,
+                                            const umap_sgd::EpochParams& p, int64_t& n_neg) {
+  for (; e < end; ++e) {
+    n_neg = umap_sgd::due_negatives(eps[e], p.epoch, p.neg_rate);
+    if (n_neg >= 0) return e;
+  }
+  return end;
+}
+
+template <int D>
+__device__ __forceinline__ void chunk_moves_prefetch(const float* __restrict__ in, const int32_t* __restrict__ tail,
+                                                     const float* __restrict__ eps, int64_t begin, int64_t end,
+                                                     int32_t i, const umap_sgd::EpochParams& p,
+                                                     float* __restrict__ delta) {
+  float c[D];
+  const float* ci = in + static_cast<int64_t>(i) * p.dim;
+#pragma unroll
+  for (int d = 0; d < D; ++d) c[d] = d < p.dim ? ci[d] : 0.0f;
+  constexpr int kBatch = D <= 3 ? 8 : 1;
+  int64_t n_neg = -1;
+  int64_t e = next_due<D>(eps, begin, end, p, n_neg);
+  int32_t j = e < end ? tail[e] : 0;
+  float o[D];
+#pragma unroll
+  for (int d = 0; d < D; ++d) o[d] = (e < end && d < p.dim) ? in[static_cast<int64_t>(j) * p.dim + d] : 0.0f;
+  while (e < end) {
+    // the next due edge and its tail's position, ahead of this edge's moves
+    int64_t n_neg2 = -1;
+    const int64_t e2 = next_due<D>(eps, e + 1, end, p, n_neg2);
+    const int32_t j2 = e2 < end ? tail[e2] : 0;
+    float o2[D];
+#pragma unroll
+    for (int d = 0; d < D; ++d) o2[d] = (e2 < end && d < p.dim) ? in[static_cast<int64_t>(j2) * p.dim + d] : 0.0f;
+    umap_sgd::attract<D>(c, o, p);  // as the head of (i, j)
+    for (int64_t s0 = 0; s0 < n_neg; s0 += kBatch) {
+      float qv[kBatch][D];
+      bool use[kBatch];
+#pragma unroll
+      for (int t = 0; t < kBatch; ++t) {
+        const int64_t s2 = s0 + t;
+        use[t] = false;
+        if (s2 < n_neg) {
+          const uint32_t k = umap_sgd::random_vertex(p.seed, i, j, p.epoch, s2, p.n_vertices);
+          use[t] = static_cast<int32_t>(k) != i;
+          const float* q = in + static_cast<int64_t>(k) * p.dim;
+#pragma unroll
+          for (int d = 0; d < D; ++d) qv[t][d] = d < p.dim ? q[d] : 0.0f;
+        }
+      }
+#pragma unroll
+      for (int t = 0; t < kBatch; ++t) {
+        if (!use[t]) continue;
+        float diff[D];
+        float dn = 0.0f;
+#pragma unroll
+        for (int d = 0; d < D; ++d) {
+          diff[d] = d < p.dim ? c[d] - qv[t][d] : 0.0f;
+          dn += diff[d] * diff[d];
+        }
+        float gr = 0.0f;
+        if (dn > 0.0f) gr = 2.0f * p.gamma * p.b / ((0.001f + dn) * (p.a * umap_sgd::pow_pos(dn, p.b) + 1.0f));
+#pragma unroll
+        for (int d = 0; d < D; ++d)
+          if (d < p.dim) c[d] += p.alpha * (gr > 0.0f ? umap_sgd::clip4(gr * diff[d]) : umap_sgd::kClip);
+      }
+    }
+    umap_sgd::attract<D>(c, o, p);  // as the tail of (j, i)
+    e = e2, j = j2, n_neg = n_neg2;
+#pragma unroll
+    for (int d = 0; d < D; ++d) o[d] = o2[d];
+  }
+#pragma unroll
+  for (int d = 0; d < D; ++d) delta[d] = d < p.dim ? c[d] - ci[d] : 0.0f;
+}
+
+template <int D>
+__global__ void __launch_bounds__(kBlock) chunk_kernel_prefetch(const float* __restrict__ pos, float* __restrict__ delta,
+                                                                const int64_t* __restrict__ indptr,
+                                                                const int32_t* __restrict__ tail,
+                                                                const float* __restrict__ eps,
+                                                                const int32_t* __restrict__ item_vertex,
+                                                                const int64_t* __restrict__ item_begin, int64_t i0,
+                                                                int64_t i1, int64_t chunk, umap_sgd::EpochParams p) {
+  const int64_t q = i0 + blockIdx.x * static_cast<int64_t>(kBlock) + threadIdx.x;
+  if (q >= i1) return;
+  const int32_t v = item_vertex[q];
+  const int64_t b = item_begin[q], row_end = indptr[v + 1];
+  const int64_t e = row_end - b < chunk ? row_end : b + chunk;
+  chunk_moves_prefetch<D>(pos, tail, eps, b, e, v, p, delta + q * p.dim);
+}
+
+// SCURRY_UMAP_GPU_KERNEL=plain: umap_sgd::chunk_moves as it is (the A/B of the prefetching loop).
+bool plain_kernel() {
+  static const bool plain = [] {
+    const char* e = std::getenv("SCURRY_UMAP_GPU_KERNEL");
+    return e && std::strcmp(e, "plain") == 0;
+  }();
+  return plain;
 }
 
 // One thread per vertex of group s: its items' displacements added in order to its position
@@ -110,27 +229,40 @@ struct DeviceItems {
   const int64_t* group_begin;
 };
 
+// SCURRY_UMAP_TIMES: the kernels of one epoch timed with events (`ev`: 2 x kSubRounds + 1 events).
 template <int D>
 void launch_epoch_d(CudaResources& r, float* pos, const DeviceItems& it, const int64_t* indptr, const int32_t* tail,
-                    const float* eps, int64_t n, const umap_sgd::EpochParams& p) {
+                    const float* eps, int64_t n, const umap_sgd::EpochParams& p, cudaEvent_t* ev) {
+  if (ev) SCURRY_CUDA(cudaEventRecord(ev[0], r.stream));
   for (int s = 0; s < umap_sgd::kSubRounds; ++s) {
     const int64_t q0 = it.group_begin[s], q1 = it.group_begin[s + 1];
     const int64_t m = (n - s + umap_sgd::kSubRounds - 1) / umap_sgd::kSubRounds;
-    if (m <= 0) continue;
-    chunk_kernel<D><<<static_cast<int>((q1 - q0 + kBlock - 1) / kBlock), kBlock, 0, r.stream>>>(
-        pos, it.delta.data(), indptr, tail, eps, it.vertex.data(), it.begin.data(), q0, q1, p);
-    SCURRY_CUDA_LAUNCH();
-    combine_kernel<D><<<static_cast<int>((m + kBlock - 1) / kBlock), kBlock, 0, r.stream>>>(
-        pos, it.delta.data(), it.first.data(), n, s, q1, p.dim);
-    SCURRY_CUDA_LAUNCH();
+    if (m > 0) {
+      const int grid = static_cast<int>((q1 - q0 + kBlock - 1) / kBlock);
+      if (plain_kernel())
+        chunk_kernel<D><<<grid, kBlock, 0, r.stream>>>(pos, it.delta.data(), indptr, tail, eps, it.vertex.data(),
+                                                       it.begin.data(), q0, q1, gpu_chunk(), p);
+      else
+        chunk_kernel_prefetch<D><<<grid, kBlock, 0, r.stream>>>(pos, it.delta.data(), indptr, tail, eps,
+                                                                it.vertex.data(), it.begin.data(), q0, q1,
+                                                                gpu_chunk(), p);
+      SCURRY_CUDA_LAUNCH();
+    }
+    if (ev) SCURRY_CUDA(cudaEventRecord(ev[2 * s + 1], r.stream));
+    if (m > 0) {
+      combine_kernel<D><<<static_cast<int>((m + kBlock - 1) / kBlock), kBlock, 0, r.stream>>>(
+          pos, it.delta.data(), it.first.data(), n, s, q1, p.dim);
+      SCURRY_CUDA_LAUNCH();
+    }
+    if (ev) SCURRY_CUDA(cudaEventRecord(ev[2 * s + 2], r.stream));
   }
 }
 
 void launch_epoch(CudaResources& r, float* pos, const DeviceItems& it, const int64_t* indptr, const int32_t* tail,
-                  const float* eps, int64_t n, const umap_sgd::EpochParams& p) {
-  if (p.dim == 2) launch_epoch_d<2>(r, pos, it, indptr, tail, eps, n, p);
-  else if (p.dim == 3) launch_epoch_d<3>(r, pos, it, indptr, tail, eps, n, p);
-  else launch_epoch_d<kMaxGenericDim>(r, pos, it, indptr, tail, eps, n, p);
+                  const float* eps, int64_t n, const umap_sgd::EpochParams& p, cudaEvent_t* ev = nullptr) {
+  if (p.dim == 2) launch_epoch_d<2>(r, pos, it, indptr, tail, eps, n, p, ev);
+  else if (p.dim == 3) launch_epoch_d<3>(r, pos, it, indptr, tail, eps, n, p, ev);
+  else launch_epoch_d<kMaxGenericDim>(r, pos, it, indptr, tail, eps, n, p, ev);
 }
 
 template <class T>
@@ -140,7 +272,12 @@ void to_device(CudaResources& r, DeviceArray<T>& d, const T* h, size_t n) {
 
 }  // namespace
 
-UmapResult umap_gpu(const Context& ctx, const CsrF& graph, const DenseF& init, const UmapOptions& opt) {
+namespace {
+
+// The epochs from the start layout init; known_wmax: the graph's largest weight when already
+// checked (negative: check it here).
+UmapResult umap_gpu_epochs(const Context& ctx, const CsrF& graph, const DenseF& init, const UmapOptions& opt,
+                           float known_wmax) {
   CudaResources* rp = ctx.cuda();
   if (!rp) fail_input(kWhere, "needs a GPU context; use --device gpu, or the CPU umap");
   CudaResources& r = *rp;
@@ -166,7 +303,7 @@ UmapResult umap_gpu(const Context& ctx, const CsrF& graph, const DenseF& init, c
     fail_input(kWhere, "the initial coordinates are ", init.n_rows, " x ", init.n_cols, "; need ", n, " x ", dim);
   if (static_cast<int64_t>(graph.indptr.size()) != n + 1 || graph.indptr.back() != graph.nnz())
     fail_input(kWhere, "the graph's row pointers do not match its entries; recompute the neighbours");
-  const float wmax = checked_max_weight(ctx, graph);
+  const float wmax = known_wmax >= 0 ? known_wmax : checked_max_weight(ctx, graph);
   umap_mark("gpu: weights checked");
 
   UmapResult res;
@@ -217,10 +354,35 @@ UmapResult umap_gpu(const Context& ctx, const CsrF& graph, const DenseF& init, c
     to_device(r, dit.first, items.first.data(), items.first.size());
     SCURRY_CUDA(cudaStreamSynchronize(r.stream));
     umap_mark("gpu: items uploaded");
+    const bool timed = std::getenv("SCURRY_UMAP_TIMES") != nullptr;
+    constexpr int kEv = 2 * umap_sgd::kSubRounds + 1;
+    cudaEvent_t ev[kEv] = {};
+    if (timed) {
+      for (auto& e : ev) SCURRY_CUDA(cudaEventCreate(&e));
+      std::fprintf(stderr, "[umap] gpu: %lld edges, %lld items of <= %lld edges, groups of %lld items\n",
+                   static_cast<long long>(n_edges), static_cast<long long>(items.vertex.size()),
+                   static_cast<long long>(gpu_chunk()),
+                   static_cast<long long>(items.group_begin[1] - items.group_begin[0]));
+    }
     for (int64_t ep = 1; ep < n_epochs; ++ep) {
       umap_sgd::set_epoch(p, ep, opt.alpha, n_epochs);
-      launch_epoch(r, cur, dit, indptr.data(), tail.data(), eps.data(), n, p);
+      const bool sample = timed && (ep == 1 || ep == n_epochs / 2);
+      launch_epoch(r, cur, dit, indptr.data(), tail.data(), eps.data(), n, p, sample ? ev : nullptr);
+      if (sample) {
+        SCURRY_CUDA(cudaEventSynchronize(ev[kEv - 1]));
+        float chunk_ms = 0, comb_ms = 0, t = 0;
+        for (int s2 = 0; s2 < umap_sgd::kSubRounds; ++s2) {
+          SCURRY_CUDA(cudaEventElapsedTime(&t, ev[2 * s2], ev[2 * s2 + 1]));
+          chunk_ms += t;
+          SCURRY_CUDA(cudaEventElapsedTime(&t, ev[2 * s2 + 1], ev[2 * s2 + 2]));
+          comb_ms += t;
+        }
+        std::fprintf(stderr, "[umap] gpu: epoch %lld: chunk kernels %.3f ms, combine kernels %.3f ms\n",
+                     static_cast<long long>(ep), chunk_ms, comb_ms);
+      }
     }
+    if (timed)
+      for (auto& e : ev) cudaEventDestroy(e);
     SCURRY_CUDA(cudaStreamSynchronize(r.stream));
     umap_mark("gpu: epochs");
   }
@@ -233,6 +395,12 @@ UmapResult umap_gpu(const Context& ctx, const CsrF& graph, const DenseF& init, c
   return res;
 }
 
+}  // namespace
+
+UmapResult umap_gpu(const Context& ctx, const CsrF& graph, const DenseF& init, const UmapOptions& opt) {
+  return umap_gpu_epochs(ctx, graph, init, opt, -1.0f);
+}
+
 UmapResult umap_gpu(const Context& ctx, const CsrF& graph, const UmapOptions& opt, const DenseF* init) {
   if (!ctx.cuda()) fail_input(kWhere, "needs a GPU context; use --device gpu, or the CPU umap");
   // The CPU path with no epochs: validation, a, b, pruning and the initial layout (scaled to [0, 10]).
@@ -242,7 +410,7 @@ UmapResult umap_gpu(const Context& ctx, const CsrF& graph, const UmapOptions& op
   UmapOptions o = opt;
   o.a = start.a;
   o.b = start.b;
-  UmapResult res = umap_gpu(ctx, graph, start.embedding, o);
+  UmapResult res = umap_gpu_epochs(ctx, graph, start.embedding, o, start.max_weight);
   res.init = start.init;
   res.init_seconds = start.init_seconds;
   return res;

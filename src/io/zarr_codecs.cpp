@@ -7,6 +7,7 @@
 #include <array>
 #include <cstring>
 #include <limits>
+#include <memory>
 
 #include "core/error.hpp"
 
@@ -211,6 +212,30 @@ Bytes decode(const Codec& c, const Bytes& in, size_t expected, const std::string
     }
   }
   fail("zarr: unknown codec");
+}
+
+bool decode_into(const Codec& c, const Bytes& in, uint8_t* dst, size_t n, const std::string& where) {
+  if (c.kind == Codec::Kind::zstd) {
+    if (ZSTD_getFrameContentSize(in.data(), in.size()) != n || n == 0) return false;
+    // one decompression context per thread, kept (ZSTD_decompress would make one per chunk)
+    thread_local std::unique_ptr<ZSTD_DCtx, size_t (*)(ZSTD_DCtx*)> dctx(ZSTD_createDCtx(), ZSTD_freeDCtx);
+    const size_t r = ZSTD_decompressDCtx(dctx.get(), dst, n, in.data(), in.size());
+    if (ZSTD_isError(r) || r != n)
+      fail_input(where, "corrupt zstd data (", ZSTD_isError(r) ? ZSTD_getErrorName(r) : "short frame",
+                 "); rewrite the store");
+    return true;
+  }
+  if (c.kind == Codec::Kind::blosc) {
+    size_t nbytes = 0;
+    if (in.size() < BLOSC_MIN_HEADER_LENGTH || blosc_cbuffer_validate(in.data(), in.size(), &nbytes) != 0 ||
+        nbytes != n || n == 0)
+      return false;
+    const int r = blosc_decompress_ctx(in.data(), dst, n, 1);
+    if (r <= 0 || static_cast<size_t>(r) != n)
+      fail_input(where, "corrupt blosc data (decompression failed); the store is damaged, rewrite it");
+    return true;
+  }
+  return false;
 }
 
 Bytes encode(const Codec& c, const Bytes& in) {

@@ -24,6 +24,10 @@ struct Codec {
 // Decodes `in` (one codec). `expected` is the decoded size when known (0 = unknown).
 Bytes decode(const Codec& c, const Bytes& in, size_t expected, const std::string& where);
 Bytes encode(const Codec& c, const Bytes& in);
+// Decodes `in` straight into dst when the codec (blosc, zstd with the size in its frame) states a
+// decoded size of exactly n bytes; returns false, dst untouched, where it cannot (another codec, or
+// another size: the caller decodes with decode(), which reports the problem).
+bool decode_into(const Codec& c, const Bytes& in, uint8_t* dst, size_t n, const std::string& where);
 
 // vlen-utf8: u32le count, then per item u32le byte length and the UTF-8 bytes.
 std::vector<std::string> decode_vlen_utf8(const Bytes& in, int64_t count, const std::string& where);

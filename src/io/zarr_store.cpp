@@ -3,6 +3,7 @@
 #include "core/memory.hpp"
 
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -11,6 +12,7 @@
 #include <type_traits>
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "core/error.hpp"
@@ -30,14 +32,21 @@ std::string join(const std::string& a, const std::string& b) {
 }
 
 std::optional<Bytes> read_file(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  if (!in) return std::nullopt;
-  in.seekg(0, std::ios::end);
-  const std::streamoff n = in.tellg();
-  in.seekg(0);
-  Bytes b(static_cast<size_t>(std::max<std::streamoff>(n, 0)));
-  if (n > 0) in.read(reinterpret_cast<char*>(b.data()), n);
-  if (!in) return std::nullopt;
+  const int fd = ::open(p.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return std::nullopt;
+  struct Close {
+    int fd;
+    ~Close() { ::close(fd); }
+  } close_fd{fd};
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size < 0) return std::nullopt;
+  Bytes b(static_cast<size_t>(st.st_size));
+  for (size_t got = 0; got < b.size();) {
+    const ssize_t r = ::read(fd, b.data() + got, b.size() - got);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) return std::nullopt;  // (shorter than its size: changed while read)
+    got += static_cast<size_t>(r);
+  }
   return b;
 }
 
@@ -370,6 +379,16 @@ T cast_checked(S v, const std::string& where) {
   } else {
     return static_cast<T>(v);
   }
+}
+
+// The DType whose elements are T's bytes (boolean for none: u8 arrays may hold bools).
+template <class T>
+constexpr DType native_dtype() {
+  if constexpr (std::is_same_v<T, float>) return DType::f32;
+  else if constexpr (std::is_same_v<T, double>) return DType::f64;
+  else if constexpr (std::is_same_v<T, int32_t>) return DType::i32;
+  else if constexpr (std::is_same_v<T, int64_t>) return DType::i64;
+  else return DType::boolean;
 }
 
 template <class T>
@@ -798,6 +817,11 @@ std::vector<T> Array::read_rows(int64_t begin, int64_t end, int threads) const {
       }
       const std::string cw = chunk_where(w, idx);
       const size_t want = static_cast<size_t>(ch) * static_cast<size_t>(m_.itemsize);
+      // a whole chunk of T's own type under one codec: decoded straight into its place
+      if (lo == idx[0] * ch && hi == lo + ch && m_.codecs.size() == 1 && dt == native_dtype<T>() &&
+          !m_.big_endian && sizeof(T) == static_cast<size_t>(m_.itemsize) &&
+          decode_into(m_.codecs[0], *raw, reinterpret_cast<uint8_t*>(out.data() + (lo - begin)), want, cw))
+        return;
       const Bytes b = decode_chain(m_, *raw, want, cw);
       if (b.size() != want)
         fail_input(cw, ": decoded to ", b.size(), " bytes but the chunk shape needs ", want, " (wrong chunk size)");

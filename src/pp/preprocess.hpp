@@ -39,6 +39,10 @@ struct PreprocessOptions {
   // empty and Dataset::pending_x set (settle() moves X in). `scurry run` sets it, so that the copy
   // overlaps the graph steps.
   bool background_x = false;
+  // With background_x: also keep the scaled X on the device (Dataset::device_x) for a later step on
+  // the GPU (run's markers test X there when it does not test raw), where it takes at most a quarter
+  // of the device's memory.
+  bool keep_device_x = false;
   // Steps to leave out (by name: qc, filter_cells, filter_genes, normalize_total, log1p,
   // highly_variable_genes, scale, pca).
   std::vector<std::string> skip;

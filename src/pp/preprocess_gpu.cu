@@ -438,6 +438,15 @@ void preprocess_chain(Context& ctx, Dataset& d, const PreprocessOptions& o, Timi
       const size_t bytes = static_cast<size_t>(n) * static_cast<size_t>(g) * 4;
       auto src = std::make_shared<DeviceArray<float>>(std::move(dense));
       const float* sp = src->data();
+      if (o.keep_device_x) {
+        size_t free_b = 0, total_b = 0;
+        SCURRY_CUDA(cudaMemGetInfo(&free_b, &total_b));
+        if (bytes <= total_b / 4) {
+          auto dx = std::make_shared<DeviceMatrix>();
+          dx->data = sp, dx->n_rows = n, dx->n_cols = g, dx->device = r.device, dx->keep = src;
+          d.device_x = std::move(dx);
+        }
+      }
       auto copy = deferred_copy_to_host(r, sp, bytes, std::move(src));
       d.X = Matrix();
       d.pending_x = std::make_shared<std::future<Matrix>>(

@@ -547,9 +547,27 @@ RankGenesGroupsResult rank_genes_groups(const Dataset& d, const RankGenesGroupsO
   };
   // The tested cells x genes matrix as CSR float: X itself when it already is one and every gene
   // is tested, else a copy of the tested genes.
+  // A GPU run's scaled X still on the device (Dataset::device_x) is tested there: no host copy.
+  RankGenesGroupsGpu dev;
+  bool dev_done = false, dev_counts = false;
+  const bool dev_x = method != "logreg" && ctx.backend() == Backend::cuda && gpus.size() <= 1 && X == &d.X &&
+                     o.mask_var.empty() && d.device_x && d.device_x->n_rows == N && d.device_x->n_cols == G &&
+                     ctx.cuda();  // (another device's copy: rank_genes_groups_gpu declines it)
+  std::vector<int32_t> rank_fields;  // the fields (groups less the reference)
+  for (int32_t c : sel)
+    if (c != ref) rank_fields.push_back(c);
+  if (dev_x) {
+    dev_done = rank_genes_groups_gpu(ctx, *d.device_x, gr.codes, n_cat, method == "wilcoxon", ref, rank_fields, dev,
+                                     dev_counts);
+    if (dev_done && dev.has_nan) dev_done = false;  // the CPU's NaN handling, on the host's copy
+    lap(dev_done ? "stats and ranks (gpu, the device's X)" : "the device's X: not used");
+  }
   CsrF copy;
-  const CsrF* xp = std::get_if<CsrF>(&X->m);
-  if (!xp) {  // (a dense or float64 matrix: converted once, no second copy)
+  const CsrF* xp = dev_done ? nullptr : std::get_if<CsrF>(&X->m);
+  if (dev_done) {
+    if (dev_counts)
+      log::warn("rank_genes_groups: the data look like raw counts (non-negative integers); logarithmize them first");
+  } else if (!xp) {  // (a dense or float64 matrix: converted once, no second copy)
     copy = to_csr_f(*X);
     if (!o.mask_var.empty()) copy = take_cols(copy, genes);
     xp = &copy;
@@ -557,9 +575,10 @@ RankGenesGroupsResult rank_genes_groups(const Dataset& d, const RankGenesGroupsO
     copy = take_cols(*xp, genes);
     xp = &copy;
   }
-  const CsrF& xc = *xp;
+  static const CsrF kNone;
+  const CsrF& xc = xp ? *xp : kNone;  // (not read when the device's X was tested)
   lap("matrix");
-  if (method != "logreg") {
+  if (method != "logreg" && !dev_done) {
     // scanpy warns when the data look like counts
     bool ints = true;
     for (size_t q = 0; q < xc.data.size() && ints; ++q) ints = xc.data[q] >= 0 && xc.data[q] == std::floor(xc.data[q]);
@@ -569,12 +588,8 @@ RankGenesGroupsResult rank_genes_groups(const Dataset& d, const RankGenesGroupsO
   lap("count check");
   // On the GPU: the statistics and the wilcoxon rank sums (rank_genes_groups_gpu.hpp); a matrix
   // holding NaN (which these skip) and logreg's statistics are computed here.
-  std::vector<int32_t> rank_fields;  // the fields (groups less the reference)
-  for (int32_t c : sel)
-    if (c != ref) rank_fields.push_back(c);
-  RankGenesGroupsGpu dev;
-  bool on_gpu = ctx.backend() == Backend::cuda && method != "logreg";
-  if (on_gpu) {
+  bool on_gpu = dev_done || (ctx.backend() == Backend::cuda && method != "logreg");
+  if (on_gpu && !dev_done) {
     std::vector<const Context*> devices{&ctx};
     if (gpus.size() > 1) devices.assign(gpus.begin(), gpus.end());
     dev = rank_genes_groups_gpu(devices, xc, gr.codes, n_cat, method == "wilcoxon", ref, rank_fields);

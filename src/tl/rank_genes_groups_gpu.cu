@@ -31,6 +31,7 @@
 #include <cstring>
 #include <exception>
 #include <numeric>
+#include <optional>
 #include <thread>
 
 #include "core/error.hpp"
@@ -66,6 +67,50 @@ __global__ void gather_rows(const int64_t* src_ptr, const int32_t* src_idx, cons
   for (int64_t k = lane; k < n; k += 32) {
     dst_idx[d + k] = src_idx[s + k];
     dst_val[d + k] = src_val[s + k];
+  }
+}
+
+// A dense row-major matrix (n_cols columns) on the device, its rows in the order perm: per row the
+// nonzeros (counts[i]) and, in *not_counts, 1 once a value is negative or not an integer. One warp
+// per row.
+__global__ void dense_row_counts(const float* __restrict__ x, int64_t n_cols, const int64_t* __restrict__ perm,
+                                 int64_t n_rows, int64_t* __restrict__ counts, unsigned* __restrict__ not_counts) {
+  const int64_t w = (blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x) / 32;
+  const int lane = threadIdx.x & 31;
+  if (w >= n_rows) return;
+  const float* row = x + perm[w] * n_cols;
+  int c = 0;
+  bool odd = false;
+  for (int64_t j = lane; j < n_cols; j += 32) {
+    const float v = row[j];
+    c += v != 0.0f;
+    odd = odd || !(v >= 0.0f && v == floorf(v));
+  }
+  for (int o = 16; o > 0; o >>= 1) c += __shfl_down_sync(0xffffffffu, c, o);
+  if (__any_sync(0xffffffffu, odd) && lane == 0) atomicOr(not_counts, 1u);
+  if (lane == 0) counts[w] = c;
+}
+
+// The nonzeros of the rows perm[i] of the dense matrix, in column order, into CSR row i (row
+// pointers ptr). One warp per row: a ballot per 32 columns keeps their order.
+__global__ void dense_gather_nonzeros(const float* __restrict__ x, int64_t n_cols, const int64_t* __restrict__ perm,
+                                      int64_t n_rows, const int64_t* __restrict__ ptr, int32_t* __restrict__ idx,
+                                      float* __restrict__ val) {
+  const int64_t w = (blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x) / 32;
+  const int lane = threadIdx.x & 31;
+  if (w >= n_rows) return;
+  const float* row = x + perm[w] * n_cols;
+  int64_t out = ptr[w];
+  for (int64_t j0 = 0; j0 < n_cols; j0 += 32) {
+    const int64_t j = j0 + lane;
+    const float v = j < n_cols ? row[j] : 0.0f;
+    const unsigned m = __ballot_sync(0xffffffffu, v != 0.0f);
+    if (v != 0.0f) {
+      const int64_t q = out + __popc(m & ((1u << lane) - 1u));
+      idx[q] = static_cast<int32_t>(j);
+      val[q] = v;
+    }
+    out += __popc(m);
   }
 }
 
@@ -398,7 +443,7 @@ class BucketRows {
   // fast as gathering on the host) and gather them on the device, holding the matrix twice briefly.
   BucketRows(CudaResources& r, const CsrF& x, const std::vector<int64_t>& perm, const std::vector<int64_t>& yptr,
              int64_t chunk_nnz, bool device_gather)
-      : r_(r), x_(x), perm_(perm), yptr_(yptr), device_gather_(device_gather) {
+      : r_(r), x_(&x), perm_(perm), yptr_(yptr), device_gather_(device_gather) {
     const int64_t N = x.n_rows;
     for (int64_t r0 = 0; r0 < N || chunks_.empty();) {
       int64_t r1 = r0;
@@ -415,6 +460,27 @@ class BucketRows {
     idx_ = DeviceArray<int32_t>(r, std::max<int64_t>(most, 1), "rank_genes_groups: column indices (bucket order)");
     val_ = DeviceArray<float>(r, std::max<int64_t>(most, 1), "rank_genes_groups: values (bucket order)");
     ptr_ = DeviceArray<int64_t>(r, most_rows + 1, "rank_genes_groups: row pointers (bucket order)");
+  }
+  // The nonzeros of a dense row-major matrix on the device (n_cols columns), rows in the order
+  // d_perm (perm on the device), row pointers yptr: one resident chunk, gathered on the device.
+  BucketRows(CudaResources& r, const float* d_x, int64_t n_cols, const DeviceArray<int64_t>& d_perm,
+             const std::vector<int64_t>& perm, const std::vector<int64_t>& yptr)
+      : r_(r), x_(nullptr), perm_(perm), yptr_(yptr) {
+    const int64_t N = static_cast<int64_t>(perm.size()), nnz = yptr[N];
+    chunks_.push_back({0, N, 0, nnz});
+    idx_ = DeviceArray<int32_t>(r, std::max<int64_t>(nnz, 1), "rank_genes_groups: column indices (bucket order)");
+    val_ = DeviceArray<float>(r, std::max<int64_t>(nnz, 1), "rank_genes_groups: values (bucket order)");
+    ptr_ = DeviceArray<int64_t>(r, N + 1, "rank_genes_groups: row pointers (bucket order)");
+    const double t0 = now();
+    SCURRY_CUDA(cudaMemcpyAsync(ptr_.data(), yptr.data(), yptr.size() * 8, cudaMemcpyHostToDevice, r.stream));
+    if (N > 0) {
+      dense_gather_nonzeros<<<static_cast<unsigned>((N * 32 + 255) / 256), 256, 0, r.stream>>>(
+          d_x, n_cols, d_perm.data(), N, ptr_.data(), idx_.data(), val_.data());
+      SCURRY_CUDA_LAUNCH();
+    }
+    SCURRY_CUDA(cudaStreamSynchronize(r.stream));
+    loaded_ = 0;
+    upload_s_ = now() - t0;
   }
   ~BucketRows() {
     for (int i = 0; i < 2; ++i) {
@@ -436,10 +502,12 @@ class BucketRows {
   const int64_t* ptr() const { return ptr_.data(); }
   void load(int64_t c) {
     if (c == loaded_) return;
+    if (!x_) fail("rank_genes_groups (gpu): the device matrix has one chunk only");
+    const CsrF& x = *x_;
     const double t0 = now();
     const Chunk& ch = chunks_[c];
     if (device_gather_ && chunks_.size() == 1) {
-      DeviceCsr d = upload(r_, x_);
+      DeviceCsr d = upload(r_, x);
       SCURRY_CUDA(cudaMemcpyAsync(ptr_.data(), yptr_.data(), yptr_.size() * 8, cudaMemcpyHostToDevice, r_.stream));
       DeviceArray<int64_t> d_perm(r_, std::max<size_t>(perm_.size(), 1), "rank_genes_groups: row order");
       SCURRY_CUDA(cudaMemcpyAsync(d_perm.data(), perm_.data(), perm_.size() * 8, cudaMemcpyHostToDevice, r_.stream));
@@ -479,9 +547,9 @@ class BucketRows {
       const int64_t base = yptr_[a];
 #pragma omp parallel for schedule(dynamic, 256)
       for (int64_t i = a; i < b; ++i) {
-        const int64_t src = x_.indptr[perm_[i]], len = x_.indptr[perm_[i] + 1] - src, dst = yptr_[i] - base;
-        std::memcpy(bi + dst, x_.indices.data() + src, static_cast<size_t>(len) * 4);
-        std::memcpy(bv + dst, x_.data.data() + src, static_cast<size_t>(len) * 4);
+        const int64_t src = x.indptr[perm_[i]], len = x.indptr[perm_[i] + 1] - src, dst = yptr_[i] - base;
+        std::memcpy(bi + dst, x.indices.data() + src, static_cast<size_t>(len) * 4);
+        std::memcpy(bv + dst, x.data.data() + src, static_cast<size_t>(len) * 4);
       }
       const int64_t off = base - ch.p0;
       if (n > 0) {
@@ -500,7 +568,7 @@ class BucketRows {
  private:
   static constexpr size_t kStageBytes = size_t(256) << 20;
   CudaResources& r_;
-  const CsrF& x_;
+  const CsrF* x_;  // null: rows gathered from a device matrix at construction
   const std::vector<int64_t>& perm_;
   const std::vector<int64_t>& yptr_;
   std::vector<Chunk> chunks_;
@@ -783,12 +851,16 @@ void wilcoxon_batches(CudaResources& r, BucketRows& rows, const std::vector<C>& 
 namespace {
 
 // One device's share: the genes [ga, gb) of every statistic (res sized by the caller).
-void rank_genes_groups_range(CudaResources& r, const CsrF& x, const std::vector<int32_t>& codes,
+// The matrix is the host's CSR x or, with dx (x null), a dense one on this device; for dx, *fits
+// is set false (nothing computed) where its nonzeros would not fit, and *not_counts true where a
+// value is negative or not an integer.
+void rank_genes_groups_range(CudaResources& r, const CsrF* x, const DeviceMatrix* dx, const std::vector<int32_t>& codes,
                              int64_t n_categories, bool ranks, int32_t ref, const std::vector<int32_t>& fields,
-                             int64_t ga, int64_t gb, RankGenesGroupsGpu& res, bool& has_nan) {
+                             int64_t ga, int64_t gb, RankGenesGroupsGpu& res, bool& has_nan, bool* fits = nullptr,
+                             bool* not_counts = nullptr) {
   SCURRY_CUDA(cudaSetDevice(r.device));
   const bool verbose = std::getenv("SCURRY_RGG_TIMES") != nullptr;
-  const int64_t N = x.n_rows, G = x.n_cols, B = n_categories + 1;
+  const int64_t N = x ? x->n_rows : dx->n_rows, G = x ? x->n_cols : dx->n_cols, B = n_categories + 1;
   GeneGroupStats& st = res.st;
   // bucket order (a stable counting sort of the rows)
   std::vector<int64_t> start(static_cast<size_t>(B) + 1, 0);
@@ -796,13 +868,43 @@ void rank_genes_groups_range(CudaResources& r, const CsrF& x, const std::vector<
   for (int64_t b = 0; b < B; ++b) start[b + 1] += start[b];
   std::vector<int64_t> perm(static_cast<size_t>(N)), pos(start.begin(), start.end() - 1), yptr(static_cast<size_t>(N) + 1, 0);
   for (int64_t i = 0; i < N; ++i) perm[pos[codes[i] < 0 ? n_categories : codes[i]]++] = i;
-  for (int64_t i = 0; i < N; ++i) yptr[i + 1] = yptr[i] + x.row_nnz(perm[i]);
+  const double avail0 = static_cast<double>(available_bytes(r)) * 0.85;
+  const double per_item = 3.0 * (4.0 + (B <= 65535 ? 2.0 : 4.0)) + 8.0;  // wilcoxon: keys, sort, pair copy
+  std::optional<DeviceArray<int64_t>> d_perm;
+  if (x) {
+    for (int64_t i = 0; i < N; ++i) yptr[i + 1] = yptr[i] + x->row_nnz(perm[i]);
+  } else {  // the rows' nonzeros counted on the device
+    const double t0 = now();
+    d_perm.emplace(r, std::max<int64_t>(N, 1), "rank_genes_groups: row order");
+    DeviceArray<int64_t> d_counts(r, std::max<int64_t>(N, 1), "rank_genes_groups: row counts");
+    DeviceArray<unsigned> d_odd(r, 1, "rank_genes_groups: counts flag");
+    SCURRY_CUDA(cudaMemcpyAsync(d_perm->data(), perm.data(), N * 8, cudaMemcpyHostToDevice, r.stream));
+    SCURRY_CUDA(cudaMemsetAsync(d_odd.data(), 0, 4, r.stream));
+    if (N > 0) {
+      dense_row_counts<<<static_cast<unsigned>((N * 32 + 255) / 256), 256, 0, r.stream>>>(
+          dx->data, G, d_perm->data(), N, d_counts.data(), d_odd.data());
+      SCURRY_CUDA_LAUNCH();
+    }
+    std::vector<int64_t> counts(static_cast<size_t>(N));
+    unsigned odd = 0;
+    SCURRY_CUDA(cudaMemcpyAsync(counts.data(), d_counts.data(), N * 8, cudaMemcpyDeviceToHost, r.stream));
+    SCURRY_CUDA(cudaMemcpyAsync(&odd, d_odd.data(), 4, cudaMemcpyDeviceToHost, r.stream));
+    SCURRY_CUDA(cudaStreamSynchronize(r.stream));
+    for (int64_t i = 0; i < N; ++i) yptr[i + 1] = yptr[i] + counts[i];
+    if (not_counts) *not_counts = odd != 0;
+    const double nz = static_cast<double>(yptr[N]) * 8.0 + static_cast<double>(N) * 16.0;
+    if (nz > 0.6 * avail0) {
+      if (fits) *fits = false;
+      return;
+    }
+    if (verbose) std::fprintf(stderr, "[rgg gpu] device matrix: %lld nonzeros counted %.4f s\n",
+                              static_cast<long long>(yptr[N]), now() - t0);
+  }
 
   // Resident when the matrix and a wilcoxon batch of a fair size fit; else streamed in chunks of a
   // quarter of the free memory (SCURRY_RGG_GPU_CHUNK: entries per chunk, to test the streamed path).
-  const double avail = static_cast<double>(available_bytes(r)) * 0.85;
-  const double per_item = 3.0 * (4.0 + (B <= 65535 ? 2.0 : 4.0)) + 8.0;  // wilcoxon: keys, sort, pair copy
-  const int64_t nnz = x.nnz();
+  const double avail = avail0;
+  const int64_t nnz = yptr[N];
   const double matrix_bytes = static_cast<double>(nnz) * 8.0 + static_cast<double>(N) * 16.0;
   const double batch_want = ranks ? std::min(static_cast<double>(nnz), 2.0e9) * per_item : 0.0;
   int64_t chunk_nnz = nnz;
@@ -811,12 +913,17 @@ void rank_genes_groups_range(CudaResources& r, const CsrF& x, const std::vector<
   if (const char* e = std::getenv("SCURRY_RGG_GPU_CHUNK")) chunk_nnz = std::max<int64_t>(1, std::atoll(e));
   const bool device_gather = chunk_nnz >= nnz && 2.0 * matrix_bytes + batch_want <= avail;
   double t0 = now();
-  BucketRows rows(r, x, perm, yptr, chunk_nnz, device_gather);
+  std::optional<BucketRows> rows_store;
+  if (x) rows_store.emplace(r, *x, perm, yptr, chunk_nnz, device_gather);
+  else rows_store.emplace(r, dx->data, G, *d_perm, perm, yptr);
+  d_perm.reset();
+  BucketRows& rows = *rows_store;
   if (verbose)
     std::fprintf(stderr, "[rgg gpu] genes %lld-%lld: %lld chunk(s) of at most %lld entries (%s)\n",
                  static_cast<long long>(ga), static_cast<long long>(gb), static_cast<long long>(rows.n_chunks()),
                  static_cast<long long>(chunk_nnz),
-                 rows.streamed() ? "streamed" : device_gather ? "resident, gathered on the device" : "resident");
+                 !x ? "from the device's dense matrix" : rows.streamed() ? "streamed"
+                 : device_gather ? "resident, gathered on the device" : "resident");
   has_nan = bucket_stats(r, rows, start, yptr, B, G, ga, gb, st);
   if (verbose) {
     std::fprintf(stderr, "[rgg gpu] per-group sums %.4f s (of it uploads %.4f s, %.2f GB)\n", now() - t0,
@@ -848,17 +955,19 @@ void rank_genes_groups_range(CudaResources& r, const CsrF& x, const std::vector<
 
 }  // namespace
 
-RankGenesGroupsGpu rank_genes_groups_gpu(const std::vector<const Context*>& devices, const CsrF& x,
-                                         const std::vector<int32_t>& codes, int64_t n_categories, bool ranks,
-                                         int32_t ref, const std::vector<int32_t>& fields) {
-  if (devices.empty()) fail("rank_genes_groups (gpu): no device");
-  for (const Context* c : devices)
-    if (!c || !c->cuda()) fail("rank_genes_groups (gpu): a context has no CUDA device");
-  const int64_t N = x.n_rows, G = x.n_cols, B = n_categories + 1;
+namespace {
+
+void check_codes(const std::vector<int32_t>& codes, int64_t N, int64_t G, int64_t n_categories) {
   if (static_cast<int64_t>(codes.size()) != N) fail("rank_genes_groups (gpu): ", codes.size(), " codes for ", N, " rows");
   if (G >= (int64_t{1} << 31)) fail("rank_genes_groups (gpu): more than 2^31 genes");
   for (int32_t c : codes)
     if (c >= n_categories) fail("rank_genes_groups (gpu): a category code is out of range");
+}
+
+// The result's arrays at their sizes, zero, and the categories' cell counts.
+RankGenesGroupsGpu sized_result(const std::vector<int32_t>& codes, int64_t n_categories, int64_t G, bool ranks,
+                                int32_t ref, const std::vector<int32_t>& fields) {
+  const int64_t B = n_categories + 1;
   RankGenesGroupsGpu res;
   GeneGroupStats& st = res.st;
   st.n_genes = G;
@@ -876,6 +985,52 @@ RankGenesGroupsGpu rank_genes_groups_gpu(const std::vector<const Context*>& devi
       res.rank2.assign(static_cast<size_t>(B * G), 0), res.n_neg.assign(G, 0), res.ties.assign(G, 0.0);
     }
   }
+  return res;
+}
+
+}  // namespace
+
+std::shared_ptr<const DeviceMatrix> device_matrix(const Context& ctx, const DenseF& x) {
+  if (!ctx.cuda()) fail("device_matrix: the context has no CUDA device");
+  CudaResources& r = *ctx.cuda();
+  SCURRY_CUDA(cudaSetDevice(r.device));
+  auto a = std::make_shared<DeviceArray<float>>(r, std::max<size_t>(x.data.size(), 1), "a matrix on the device");
+  if (!x.data.empty())
+    SCURRY_CUDA(cudaMemcpyAsync(a->data(), x.data.data(), x.data.size() * 4, cudaMemcpyHostToDevice, r.stream));
+  SCURRY_CUDA(cudaStreamSynchronize(r.stream));
+  auto m = std::make_shared<DeviceMatrix>();
+  m->data = a->data(), m->n_rows = x.n_rows, m->n_cols = x.n_cols, m->device = r.device, m->keep = a;
+  return m;
+}
+
+bool rank_genes_groups_gpu(const Context& ctx, const DeviceMatrix& x, const std::vector<int32_t>& codes,
+                           int64_t n_categories, bool ranks, int32_t ref, const std::vector<int32_t>& fields,
+                           RankGenesGroupsGpu& out, bool& looks_like_counts) {
+  if (!ctx.cuda()) fail("rank_genes_groups (gpu): the context has no CUDA device");
+  CudaResources& r = *ctx.cuda();
+  if (!x.data || x.device != r.device) return false;  // (not on this context's device)
+  const int64_t N = x.n_rows, G = x.n_cols;
+  check_codes(codes, N, G, n_categories);
+  RankGenesGroupsGpu res = sized_result(codes, n_categories, G, ranks, ref, fields);
+  bool has_nan = false, fits = true, not_counts = true;
+  rank_genes_groups_range(r, nullptr, &x, codes, n_categories, ranks, ref, fields, 0, G, res, has_nan, &fits,
+                          &not_counts);
+  if (!fits) return false;
+  res.has_nan = has_nan;
+  looks_like_counts = !not_counts && N > 0 && G > 0;
+  out = std::move(res);
+  return true;
+}
+
+RankGenesGroupsGpu rank_genes_groups_gpu(const std::vector<const Context*>& devices, const CsrF& x,
+                                         const std::vector<int32_t>& codes, int64_t n_categories, bool ranks,
+                                         int32_t ref, const std::vector<int32_t>& fields) {
+  if (devices.empty()) fail("rank_genes_groups (gpu): no device");
+  for (const Context* c : devices)
+    if (!c || !c->cuda()) fail("rank_genes_groups (gpu): a context has no CUDA device");
+  const int64_t N = x.n_rows, G = x.n_cols;
+  check_codes(codes, N, G, n_categories);
+  RankGenesGroupsGpu res = sized_result(codes, n_categories, G, ranks, ref, fields);
   // the genes split evenly over the devices; each reads every row (its own upload or stream) and
   // computes its genes alone: the results do not depend on the number of devices
   const size_t D = devices.size();
@@ -884,7 +1039,7 @@ RankGenesGroupsGpu rank_genes_groups_gpu(const std::vector<const Context*>& devi
   auto work = [&](size_t k) {
     try {
       bool h = false;
-      rank_genes_groups_range(*devices[k]->cuda(), x, codes, n_categories, ranks, ref, fields,
+      rank_genes_groups_range(*devices[k]->cuda(), &x, nullptr, codes, n_categories, ranks, ref, fields,
                               G * static_cast<int64_t>(k) / static_cast<int64_t>(D),
                               G * static_cast<int64_t>(k + 1) / static_cast<int64_t>(D), res, h);
       nan[k] = h;

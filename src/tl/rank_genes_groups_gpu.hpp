@@ -10,8 +10,10 @@
 // fixed tree.
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <vector>
 
+#include "core/dataset.hpp"
 #include "exec/context.hpp"
 #include "tl/rank_genes_groups.hpp"
 
@@ -37,6 +39,17 @@ struct RankGenesGroupsGpu {
 RankGenesGroupsGpu rank_genes_groups_gpu(const Context& ctx, const CsrF& x, const std::vector<int32_t>& codes,
                                          int64_t n_categories, bool ranks, int32_t ref,
                                          const std::vector<int32_t>& fields);
+// The same for a dense row-major float32 matrix already on ctx's device (Dataset::device_x): its
+// nonzeros are gathered in bucket order on the device, as the CSR path holds them, so the results
+// are the CSR path's bits for to_csr_f of the same values. Returns false (res untouched) where the
+// device has not the memory for them or x is on another device (the caller then tests the host's
+// copy); looks_like_counts
+// tells whether every value is a non-negative integer (rank_genes_groups' warning).
+bool rank_genes_groups_gpu(const Context& ctx, const DeviceMatrix& x, const std::vector<int32_t>& codes,
+                           int64_t n_categories, bool ranks, int32_t ref, const std::vector<int32_t>& fields,
+                           RankGenesGroupsGpu& res, bool& looks_like_counts);
+// A DeviceMatrix holding a copy of x on ctx's device (for the tests and callers that keep X there).
+std::shared_ptr<const DeviceMatrix> device_matrix(const Context& ctx, const DenseF& x);
 // The same over several GPUs (or several contexts on one): the genes split evenly between them, each
 // device reading every row; the results do not depend on the number of devices.
 RankGenesGroupsGpu rank_genes_groups_gpu(const std::vector<const Context*>& devices, const CsrF& x,

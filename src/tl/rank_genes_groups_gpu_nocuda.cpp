@@ -14,4 +14,13 @@ RankGenesGroupsGpu rank_genes_groups_gpu(const std::vector<const Context*>&, con
   fail_input("rank_genes_groups (gpu)", "this scurry was built without CUDA; use --device cpu");
 }
 
+bool rank_genes_groups_gpu(const Context&, const DeviceMatrix&, const std::vector<int32_t>&, int64_t, bool, int32_t,
+                           const std::vector<int32_t>&, RankGenesGroupsGpu&, bool&) {
+  fail_input("rank_genes_groups (gpu)", "this scurry was built without CUDA; use --device cpu");
+}
+
+std::shared_ptr<const DeviceMatrix> device_matrix(const Context&, const DenseF&) {
+  fail_input("rank_genes_groups (gpu)", "this scurry was built without CUDA; use --device cpu");
+}
+
 }  // namespace scurry
