@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
-#include <memory>
 #include <optional>
 #include <sstream>
 #include <cstring>
@@ -13,7 +12,6 @@
 #include <type_traits>
 
 #include <fcntl.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -724,45 +722,7 @@ std::optional<ContiguousBytes> contiguous_bytes(const Dataset& d, size_t n) {
   return ContiguousBytes{std::move(name), static_cast<uint64_t>(off)};
 }
 
-// Whether most of the file's bytes [off, off + n) are in the page cache (sampled with mincore).
-bool mostly_cached(int fd, uint64_t off, size_t n) {
-  const long pg = ::sysconf(_SC_PAGESIZE);
-  if (pg <= 0 || n == 0) return false;
-  const uint64_t a = off / static_cast<uint64_t>(pg) * static_cast<uint64_t>(pg);
-  const size_t len = static_cast<size_t>(off + n - a);
-  void* m = ::mmap(nullptr, len, PROT_READ, MAP_SHARED, fd, static_cast<off_t>(a));
-  if (m == MAP_FAILED) return false;
-  std::vector<unsigned char> vec((len + static_cast<size_t>(pg) - 1) / static_cast<size_t>(pg));
-  size_t resident = 0;
-  if (::mincore(m, len, vec.data()) == 0)
-    for (unsigned char v : vec) resident += v & 1u;
-  ::munmap(m, len);
-  return resident * 2 > vec.size();
-}
-
-// Reads [a, b) of the dataset's bytes (file offset off) into dst with O_DIRECT through an aligned
-// bounce buffer of kPreadPiece + 2 blocks: false where the file system refuses (the caller reads
-// through the page cache instead).
-constexpr size_t kDirectAlign = 4096;
-bool pread_direct(int dfd, char* bounce, char* dst, uint64_t off, size_t a, size_t b) {
-  const uint64_t lo = (off + a) / kDirectAlign * kDirectAlign;
-  const uint64_t hi = (off + b + kDirectAlign - 1) / kDirectAlign * kDirectAlign;
-  size_t got = 0;
-  while (got < hi - lo) {
-    const ssize_t r = ::pread(dfd, bounce + got, static_cast<size_t>(hi - lo) - got, static_cast<off_t>(lo + got));
-    if (r < 0 && errno == EINTR) continue;
-    if (r <= 0) break;  // (EOF inside the last block: the bytes wanted may still all be there)
-    got += static_cast<size_t>(r);
-    if (got % kDirectAlign) break;  // a short read ends at EOF
-  }
-  if (lo + got < off + b) return false;
-  std::memcpy(dst + a, bounce + (off + a - lo), b - a);
-  return true;
-}
-
 // Reads `bytes` at `where` into out on kPreadThreads threads; false if the file cannot be opened.
-// Data not in the page cache is read with O_DIRECT (SCURRY_H5_DIRECT=0: never; =force: always): the page cache's
-// copy and readahead cost what the disk could otherwise deliver (bench/RESULTS.md section 25).
 bool read_contiguous_parallel(const Dataset& d, const ContiguousBytes& where, size_t bytes, void* out) {
   const int fd = ::open(where.file.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return false;
@@ -770,42 +730,26 @@ bool read_contiguous_parallel(const Dataset& d, const ContiguousBytes& where, si
   std::atomic<bool> failed{false};
   std::atomic<size_t> next{0};
   char* dst = reinterpret_cast<char*>(out);
-  const char* de = std::getenv("SCURRY_H5_DIRECT");
-  int dfd = -1;
-  // (=force: whatever the page cache holds, for the tests)
-  if (!(de && std::strcmp(de, "0") == 0) && ((de && std::strcmp(de, "force") == 0) || !mostly_cached(fd, off, bytes)))
-    dfd = ::open(where.file.c_str(), O_RDONLY | O_CLOEXEC | O_DIRECT);
-  int threads = kPreadThreads;
-  if (const char* te = std::getenv("SCURRY_H5_PREAD_THREADS")) threads = std::clamp(std::atoi(te), 1, 64);
-  // one piece through the page cache
-  auto buffered_piece = [&](size_t a, size_t b) {
-    for (size_t p = a; p < b;) {
-      const ssize_t got = ::pread(fd, dst + p, b - p, static_cast<off_t>(off + p));
-      if (got <= 0) {
-        if (got < 0 && errno == EINTR) continue;
-        failed = true;
-        return;
-      }
-      p += static_cast<size_t>(got);
-    }
-  };
   auto work = [&] {
-    char* bounce = nullptr;
-    if (dfd >= 0 && ::posix_memalign(reinterpret_cast<void**>(&bounce), kDirectAlign, kPreadPiece + 2 * kDirectAlign))
-      bounce = nullptr;
-    std::unique_ptr<char, void (*)(void*)> own(bounce, std::free);
     for (size_t a; !failed && (a = next.fetch_add(kPreadPiece)) < bytes;) {
       const size_t b = std::min(bytes, a + kPreadPiece);
-      if (!bounce || !pread_direct(dfd, bounce, dst, off, a, b)) buffered_piece(a, b);
+      for (size_t p = a; p < b;) {
+        const ssize_t got = ::pread(fd, dst + p, b - p, static_cast<off_t>(off + p));
+        if (got <= 0) {
+          if (got < 0 && errno == EINTR) continue;
+          failed = true;
+          break;
+        }
+        p += static_cast<size_t>(got);
+      }
     }
   };
   {
     std::vector<std::thread> pool;
-    for (int t = 1; t < threads; ++t) pool.emplace_back(work);
+    for (int t = 1; t < kPreadThreads; ++t) pool.emplace_back(work);
     work();
     for (auto& t : pool) t.join();
   }
-  if (dfd >= 0) ::close(dfd);
   ::close(fd);
   if (failed) fail_h5(d.file(), "cannot read the data (file corrupt or truncated?)", d.path());
   return true;
