@@ -170,14 +170,38 @@ void validate_csr(const Csr<T>& a, const std::string& where) {
   if (a.indices.size() != a.data.size())
     fail_input(where, "indices (", a.indices.size(), ") and data (", a.data.size(), ") differ in length");
   if (a.indptr[0] != 0) fail_input(where, "row pointers must start at 0, found ", a.indptr[0]);
-  for (int64_t r = 0; r < a.n_rows; ++r)
-    if (a.indptr[r + 1] < a.indptr[r])
-      fail_input(where, "row pointers decrease at row ", r, " (", a.indptr[r], " > ", a.indptr[r + 1], ")");
+  // (pieces on the OpenMP threads; the first bad row or position is reported, whatever the threads)
+  constexpr int64_t kPiece = int64_t(1) << 20;
+  const int64_t row_pieces = (a.n_rows + kPiece - 1) / kPiece;
+  std::vector<int64_t> bad_row(static_cast<size_t>(row_pieces), -1);
+#pragma omp parallel for schedule(static)
+  for (int64_t b = 0; b < row_pieces; ++b) {
+    const int64_t r1 = std::min(a.n_rows, (b + 1) * kPiece);
+    for (int64_t r = b * kPiece; r < r1; ++r)
+      if (a.indptr[r + 1] < a.indptr[r]) {
+        bad_row[b] = r;
+        break;
+      }
+  }
+  for (int64_t r : bad_row)
+    if (r >= 0) fail_input(where, "row pointers decrease at row ", r, " (", a.indptr[r], " > ", a.indptr[r + 1], ")");
   if (a.indptr[a.n_rows] != static_cast<int64_t>(a.data.size()))
     fail_input(where, "last row pointer ", a.indptr[a.n_rows], " does not equal the number of stored values ",
                a.data.size());
-  for (size_t p = 0; p < a.indices.size(); ++p)
-    if (a.indices[p] < 0 || a.indices[p] >= a.n_cols)
+  const int64_t n = static_cast<int64_t>(a.indices.size());
+  const int64_t pieces = (n + kPiece - 1) / kPiece;
+  std::vector<int64_t> bad(static_cast<size_t>(pieces), -1);
+#pragma omp parallel for schedule(static)
+  for (int64_t b = 0; b < pieces; ++b) {
+    const int64_t p1 = std::min(n, (b + 1) * kPiece);
+    for (int64_t p = b * kPiece; p < p1; ++p)
+      if (a.indices[p] < 0 || a.indices[p] >= a.n_cols) {
+        bad[b] = p;
+        break;
+      }
+  }
+  for (int64_t p : bad)
+    if (p >= 0)
       fail_input(where, "column index ", a.indices[p], " at position ", p, " is out of range [0, ", a.n_cols, ")");
 }
 template void validate_csr(const CsrF&, const std::string&);

@@ -408,37 +408,7 @@ UmapResult umap(const Context& ctx, const CsrF& graph, const UmapOptions& opt, c
   return res;
 }
 
-namespace {
-
-// validate_csr's checks, the column indices on the threads (the first bad position is reported,
-// whatever the thread count).
-void validate_csr_threads(const Context& ctx, const CsrF& a, const std::string& where) {
-  if (a.n_rows < 0 || a.n_cols < 0 || static_cast<int64_t>(a.indptr.size()) != a.n_rows + 1 ||
-      a.indices.size() != a.data.size() || a.indptr[0] != 0 ||
-      a.indptr[a.n_rows] != static_cast<int64_t>(a.data.size()))
-    return validate_csr(a, where);
-  for (int64_t r = 0; r < a.n_rows; ++r)
-    if (a.indptr[r + 1] < a.indptr[r]) return validate_csr(a, where);
-  const int64_t n = static_cast<int64_t>(a.indices.size());
-  constexpr int64_t kPiece = int64_t(1) << 20;
-  const int64_t pieces = (n + kPiece - 1) / kPiece;
-  std::vector<int64_t> first_bad(static_cast<size_t>(pieces), -1);
-  parallel_for(ctx.threads(), pieces, [&](int64_t b) {
-    const int64_t p1 = std::min(n, (b + 1) * kPiece);
-    for (int64_t p = b * kPiece; p < p1; ++p)
-      if (a.indices[p] < 0 || a.indices[p] >= a.n_cols) {
-        first_bad[b] = p;
-        return;
-      }
-  });
-  for (int64_t p : first_bad)
-    if (p >= 0)
-      fail_input(where, "column index ", a.indices[p], " at position ", p, " is out of range [0, ", a.n_cols, ")");
-}
-
-}  // namespace
-
-const CsrF& neighbors_graph(const Context& ctx, const Dataset& d, const std::string& neighbors_key,
+const CsrF& neighbors_graph([[maybe_unused]] const Context& ctx, const Dataset& d, const std::string& neighbors_key,
                             const std::string& step, CsrF& storage) {
   std::string key = neighbors_key == "neighbors" ? "connectivities" : neighbors_key + "_connectivities";
   auto u = d.uns.find(neighbors_key);
@@ -454,7 +424,7 @@ const CsrF& neighbors_graph(const Context& ctx, const Dataset& d, const std::str
   const CsrF* in_place = std::get_if<CsrF>(&it->second.m);
   if (!in_place) storage = to_csr_f(it->second);
   const CsrF& g = in_place ? *in_place : storage;
-  validate_csr_threads(ctx, g, step + ": obsp['" + key + "']");
+  validate_csr(g, step + ": obsp['" + key + "']");  // (on the threads)
   if (g.n_rows != g.n_cols || (d.n_obs() > 0 && g.n_rows != d.n_obs()))
     fail_input(step, "obsp['", key, "'] is ", g.n_rows, " x ", g.n_cols, " but the dataset has ", d.n_obs(),
                " cells; recompute the neighbours");

@@ -96,8 +96,8 @@ void write_umap(Dataset& d, const UmapResult& res, const UmapOptions& opt);
 // The connectivities matrix a step on uns[neighbors_key] uses, as float32 CSR (InputError when
 // absent, naming `step`).
 CsrF neighbors_graph(const Dataset& d, const std::string& neighbors_key, const std::string& step);
-// The same without a copy where obsp holds a float CSR (else converted into storage), checked on
-// ctx's threads; valid while d's obsp is unchanged.
+// The same without a copy where obsp holds a float CSR (else converted into storage); valid while
+// d's obsp is unchanged.
 const CsrF& neighbors_graph(const Context& ctx, const Dataset& d, const std::string& neighbors_key,
                             const std::string& step, CsrF& storage);
 
