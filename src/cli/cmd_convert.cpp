@@ -67,6 +67,10 @@ void add_convert_command(CLI::App& app, GlobalOptions& g) {
   cmd->add_option("--compressor", o->codec, "zarr output: compressor of every chunk: blosc-lz4 (anndata's default), zstd, gzip or none")
       ->default_val("blosc-lz4");
   cmd->add_option("--level", o->zarr.level, "zarr output: compression level (-1: the compressor's default)")->default_val(-1);
+  cmd->add_option("--chunk-elems", o->zarr.chunk_elems,
+                  "zarr output: values per chunk of the 1-D arrays (CSR data, indices, indptr; columns); 0: 2^18")
+      ->default_val(0)
+      ->check(CLI::NonNegativeNumber);
   cmd->add_option("--zarr-format", o->zarr.format, "zarr output: zarr format 2 (every anndata) or 3 (anndata >= 0.11)")
       ->default_val(2);
   cmd->add_option("--gex-only", o->read.tenx.gex_only,
