@@ -18,6 +18,8 @@
 #include <atomic>
 #include <cerrno>
 #include <cstdlib>
+#include <cstdio>
+#include <chrono>
 #include <thread>
 #include <unordered_map>
 
@@ -762,9 +764,17 @@ std::vector<T> Dataset::read() const {
   const size_t n = static_cast<size_t>(size());
   if constexpr (std::is_arithmetic_v<T> && !std::is_same_v<T, bool>) {
     if (auto where = contiguous_bytes<T>(*this, n)) {
+      const auto t0 = std::chrono::steady_clock::now();
       std::vector<T> out;
       resize_large(out, n);
-      if (read_contiguous_parallel(*this, *where, n * sizeof(T), out.data())) return out;
+      const auto t1 = std::chrono::steady_clock::now();
+      if (read_contiguous_parallel(*this, *where, n * sizeof(T), out.data())) {
+        if (std::getenv("SCURRY_H5_TIMES"))  // the buffer's allocation and the reads, on stderr
+          std::fprintf(stderr, "[h5] %s: %zu bytes, buffer %.3f s, pread %.3f s\n", path_.c_str(), n * sizeof(T),
+                       std::chrono::duration<double>(t1 - t0).count(),
+                       std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count());
+        return out;
+      }
     }
   }
   return read_selection<T>(*this, H5S_ALL, H5S_ALL, n);

@@ -10,6 +10,9 @@
 #include <optional>
 #include <random>
 #include <sstream>
+#include <chrono>
+#include <ctime>
+#include <cstdlib>
 #include <thread>
 #include <type_traits>
 
@@ -111,9 +114,25 @@ Csr<T> read_compressed(const Reader& r, const std::string& p, int64_t major, int
                " (wrong indptr length)");
   if (data.size() != indices.size())
     fail_input(r.where(p), ": data (", data.size(), ") and indices (", indices.size(), ") differ in length");
+  // SCURRY_ZARR_TIMES=1: each array's wall and CPU seconds on stderr
+  const bool timed = std::getenv("SCURRY_ZARR_TIMES") != nullptr;
+  auto t0 = std::chrono::steady_clock::now();
+  std::clock_t c0 = std::clock();
+  auto lap = [&](const char* what) {
+    if (!timed) return;
+    const auto t1 = std::chrono::steady_clock::now();
+    const std::clock_t c1 = std::clock();
+    std::fprintf(stderr, "[zarr] %s %s: %.3f s wall, %.3f s cpu (%d threads)\n", p.c_str(), what,
+                 std::chrono::duration<double>(t1 - t0).count(), static_cast<double>(c1 - c0) / CLOCKS_PER_SEC,
+                 r.threads);
+    t0 = t1, c0 = c1;
+  };
   m.indices = indices.read_all<int32_t>(r.threads);
+  lap("indices");
   m.data = data.read_all<T>(r.threads);
+  lap("data");
   validate_csr(m, r.where(p));
+  lap("validated");
   return m;
 }
 
