@@ -54,11 +54,15 @@ def calculate_qc_metrics(adata, *, expr_type="counts", var_type="genes", qc_vars
         qc_vars = [qc_vars]
     qc_vars = list(qc_vars)
     pt = [] if percent_top is None else [int(n) for n in percent_top]
-    ds = dataset(adata, step=step, layer=layer, use_raw=use_raw, var=qc_vars)
-    _scurry.check_counts(ds, layer or "", step)
     opt = options(_scurry.QcOptions, qc_vars=qc_vars, percent_top=pt, log1p=bool(log1p),
-                  layer=layer or "", expr_type=expr_type, var_type=var_type)
-    _scurry.calculate_qc_metrics(ds, opt)
+                  layer="", expr_type=expr_type, var_type=var_type)
+    # on the AnnData's own buffers (no copy) when their layout allows it, else on a copy
+    ds = dataset(adata, step=step, X=False, use_raw=use_raw, var=qc_vars)
+    if not _scurry.calculate_qc_metrics_view(ds, matrix_of(adata, layer, step, use_raw), opt):
+        ds = dataset(adata, step=step, layer=layer, use_raw=use_raw, var=qc_vars)
+        _scurry.check_counts(ds, layer or "", step)
+        opt.layer = layer or ""
+        _scurry.calculate_qc_metrics(ds, opt)
     obs = pd.DataFrame({k: ds.get_obs(k) for k in ds.obs_keys()}, index=adata.obs_names)
     var_names = adata.raw.var_names if use_raw else adata.var_names
     var = pd.DataFrame({k: ds.get_var(k) for k in ds.var_keys() if k not in qc_vars}, index=var_names)
@@ -95,9 +99,14 @@ def filter_cells(data, *, min_counts=None, min_genes=None, max_counts=None, max_
                             max_genes=max_genes, inplace=False)
     check_anndata(data, step)
     adata = data.copy() if copy else data
-    ds = dataset(adata, step=step)
-    keep, n_genes, n_counts = _scurry.filter_cells(ds, opt)
-    ds.take_X()  # the Dataset's copy, dropped before the AnnData is subset (peak memory)
+    # the statistics on the AnnData's own buffers (no copy) when their layout allows it
+    ds = dataset(adata, step=step, X=False)
+    r = _scurry.filter_cells_view(ds, matrix_of(adata, None, step), opt)
+    if r is None:
+        ds = dataset(adata, step=step)
+        r = _scurry.filter_cells(ds, opt)
+        ds.take_X()  # the Dataset's copy, dropped before the AnnData is subset (peak memory)
+    keep, n_genes, n_counts = r
     number = n_genes if (min_genes is not None or max_genes is not None) else n_counts
     if not inplace:
         return keep, number
@@ -122,9 +131,13 @@ def filter_genes(data, *, min_counts=None, min_cells=None, max_counts=None, max_
                             max_cells=max_cells, inplace=False)
     check_anndata(data, step)
     adata = data.copy() if copy else data
-    ds = dataset(adata, step=step)
-    keep, n_cells, n_counts = _scurry.filter_genes(ds, opt)
-    ds.take_X()
+    ds = dataset(adata, step=step, X=False)
+    r = _scurry.filter_genes_view(ds, matrix_of(adata, None, step), opt)
+    if r is None:
+        ds = dataset(adata, step=step)
+        r = _scurry.filter_genes(ds, opt)
+        ds.take_X()
+    keep, n_cells, n_counts = r
     number = n_cells if (min_cells is not None or max_cells is not None) else n_counts
     if not inplace:
         return keep, number
