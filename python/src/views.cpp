@@ -16,10 +16,10 @@
 #include "convert.hpp"
 #include "runtime.hpp"
 #include "core/matrix_view.hpp"
-#include "pp/filter.hpp"
+#include "pp/filter_view.hpp"
 #include "pp/log1p.hpp"
 #include "pp/normalize.hpp"
-#include "pp/qc.hpp"
+#include "pp/qc_view.hpp"
 #include "pp/scale.hpp"
 
 namespace scurry::py_binding {

@@ -1,4 +1,5 @@
 #include "pp/filter.hpp"
+#include "pp/filter_view.hpp"
 
 #include <algorithm>
 #include <functional>

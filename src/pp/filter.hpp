@@ -6,7 +6,6 @@
 
 #include "core/dataset.hpp"
 #include "core/matrix.hpp"
-#include "core/matrix_view.hpp"
 #include "exec/context.hpp"
 
 namespace scurry {
@@ -46,20 +45,6 @@ FilterCellsResult filter_cells(const Context& ctx, const CsrF& X, const FilterCe
 FilterCellsResult filter_cells(const Context& ctx, const DenseF& X, const FilterCellsOptions& opt);
 FilterGenesResult filter_genes(const Context& ctx, const CsrF& X, const FilterGenesOptions& opt);
 FilterGenesResult filter_genes(const Context& ctx, const DenseF& X, const FilterGenesOptions& opt);
-// The same over views of buffers the caller owns (core/matrix_view.hpp: the Python package's
-// scipy/numpy matrices, read in place); the owning overloads above delegate to these.
-FilterCellsResult filter_cells(const Context& ctx, const CsrView<const float, int32_t, int64_t>& X, const FilterCellsOptions& opt);
-FilterCellsResult filter_cells(const Context& ctx, const CsrView<const float, int64_t, int64_t>& X, const FilterCellsOptions& opt);
-FilterCellsResult filter_cells(const Context& ctx, const CsrView<const double, int32_t, int64_t>& X, const FilterCellsOptions& opt);
-FilterCellsResult filter_cells(const Context& ctx, const CsrView<const double, int64_t, int64_t>& X, const FilterCellsOptions& opt);
-FilterCellsResult filter_cells(const Context& ctx, const DenseView<const float>& X, const FilterCellsOptions& opt);
-FilterCellsResult filter_cells(const Context& ctx, const DenseView<const double>& X, const FilterCellsOptions& opt);
-FilterGenesResult filter_genes(const Context& ctx, const CsrView<const float, int32_t, int64_t>& X, const FilterGenesOptions& opt);
-FilterGenesResult filter_genes(const Context& ctx, const CsrView<const float, int64_t, int64_t>& X, const FilterGenesOptions& opt);
-FilterGenesResult filter_genes(const Context& ctx, const CsrView<const double, int32_t, int64_t>& X, const FilterGenesOptions& opt);
-FilterGenesResult filter_genes(const Context& ctx, const CsrView<const double, int64_t, int64_t>& X, const FilterGenesOptions& opt);
-FilterGenesResult filter_genes(const Context& ctx, const DenseView<const float>& X, const FilterGenesOptions& opt);
-FilterGenesResult filter_genes(const Context& ctx, const DenseView<const double>& X, const FilterGenesOptions& opt);
 
 // Dataset level (on X): writes obs 'n_genes' (int64) and/or 'n_counts' (float32, float64 for
 // float64 data) for all cells, then keeps the passing cells in every obs-indexed slot (and in raw.X

@@ -1,4 +1,5 @@
 #include "pp/qc.hpp"
+#include "pp/qc_view.hpp"
 
 #include <algorithm>
 #include <cmath>

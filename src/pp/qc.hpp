@@ -7,7 +7,6 @@
 
 #include "core/dataset.hpp"
 #include "core/matrix.hpp"
-#include "core/matrix_view.hpp"
 #include "exec/context.hpp"
 
 namespace scurry {
@@ -47,20 +46,6 @@ struct QcResult {
 QcResult calculate_qc_metrics(const Context& ctx, const CsrF& X, const QcOptions& opt,
                               const std::vector<std::vector<uint8_t>>& qc_masks = {});
 QcResult calculate_qc_metrics(const Context& ctx, const DenseF& X, const QcOptions& opt,
-                              const std::vector<std::vector<uint8_t>>& qc_masks = {});
-// The same over views of buffers the caller owns (core/matrix_view.hpp: the Python package's
-// scipy/numpy matrices, read in place); the owning overloads above delegate to these.
-QcResult calculate_qc_metrics(const Context& ctx, const CsrView<const float, int32_t, int64_t>& X, const QcOptions& opt,
-                              const std::vector<std::vector<uint8_t>>& qc_masks = {});
-QcResult calculate_qc_metrics(const Context& ctx, const CsrView<const float, int64_t, int64_t>& X, const QcOptions& opt,
-                              const std::vector<std::vector<uint8_t>>& qc_masks = {});
-QcResult calculate_qc_metrics(const Context& ctx, const CsrView<const double, int32_t, int64_t>& X, const QcOptions& opt,
-                              const std::vector<std::vector<uint8_t>>& qc_masks = {});
-QcResult calculate_qc_metrics(const Context& ctx, const CsrView<const double, int64_t, int64_t>& X, const QcOptions& opt,
-                              const std::vector<std::vector<uint8_t>>& qc_masks = {});
-QcResult calculate_qc_metrics(const Context& ctx, const DenseView<const float>& X, const QcOptions& opt,
-                              const std::vector<std::vector<uint8_t>>& qc_masks = {});
-QcResult calculate_qc_metrics(const Context& ctx, const DenseView<const double>& X, const QcOptions& opt,
                               const std::vector<std::vector<uint8_t>>& qc_masks = {});
 // Dataset level: reads X (or the layer; CsrF, CsrD, DenseF or DenseD) and var[qc_vars] (bool
 // columns; InputError if absent or not bool); writes obs columns n_<var>_by_<expr> (int32),
