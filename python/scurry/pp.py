@@ -15,7 +15,8 @@ from . import _scurry
 from ._core import (_empty, actualize, check_anndata, dataset, matrix_of, not_implemented, options, write_back)
 
 __all__ = ["calculate_qc_metrics", "filter_cells", "filter_genes", "normalize_total", "log1p",
-           "highly_variable_genes", "scale", "pca", "neighbors"]
+           "highly_variable_genes", "scale", "pca", "neighbors", "harmony_integrate", "combat", "regress_out",
+           "scrublet"]
 
 _QC = _scurry.QcOptions()
 _NORM = _scurry.NormalizeTotalOptions()
@@ -23,6 +24,9 @@ _HVG = _scurry.HvgOptions()
 _SCALE = _scurry.ScaleOptions()
 _PCA = _scurry.PcaOptions()
 _NN = _scurry.NeighborsOptions()
+_HARMONY = _scurry.HarmonyOptions()
+_COMBAT = _scurry.CombatOptions()
+_SCRUB = _scurry.ScrubletOptions()
 
 
 def _is_anndata(x):
@@ -50,11 +54,15 @@ def calculate_qc_metrics(adata, *, expr_type="counts", var_type="genes", qc_vars
         qc_vars = [qc_vars]
     qc_vars = list(qc_vars)
     pt = [] if percent_top is None else [int(n) for n in percent_top]
-    ds = dataset(adata, step=step, layer=layer, use_raw=use_raw, var=qc_vars)
-    _scurry.check_counts(ds, layer or "", step)
     opt = options(_scurry.QcOptions, qc_vars=qc_vars, percent_top=pt, log1p=bool(log1p),
-                  layer=layer or "", expr_type=expr_type, var_type=var_type)
-    _scurry.calculate_qc_metrics(ds, opt)
+                  layer="", expr_type=expr_type, var_type=var_type)
+    # on the AnnData's own buffers (no copy) when their layout allows it, else on a copy
+    ds = dataset(adata, step=step, X=False, use_raw=use_raw, var=qc_vars)
+    if not _scurry.calculate_qc_metrics_view(ds, matrix_of(adata, layer, step, use_raw), opt):
+        ds = dataset(adata, step=step, layer=layer, use_raw=use_raw, var=qc_vars)
+        _scurry.check_counts(ds, layer or "", step)
+        opt.layer = layer or ""
+        _scurry.calculate_qc_metrics(ds, opt)
     obs = pd.DataFrame({k: ds.get_obs(k) for k in ds.obs_keys()}, index=adata.obs_names)
     var_names = adata.raw.var_names if use_raw else adata.var_names
     var = pd.DataFrame({k: ds.get_var(k) for k in ds.var_keys() if k not in qc_vars}, index=var_names)
@@ -91,9 +99,14 @@ def filter_cells(data, *, min_counts=None, min_genes=None, max_counts=None, max_
                             max_genes=max_genes, inplace=False)
     check_anndata(data, step)
     adata = data.copy() if copy else data
-    ds = dataset(adata, step=step)
-    keep, n_genes, n_counts = _scurry.filter_cells(ds, opt)
-    ds.take_X()  # the Dataset's copy, dropped before the AnnData is subset (peak memory)
+    # the statistics on the AnnData's own buffers (no copy) when their layout allows it
+    ds = dataset(adata, step=step, X=False)
+    r = _scurry.filter_cells_view(ds, matrix_of(adata, None, step), opt)
+    if r is None:
+        ds = dataset(adata, step=step)
+        r = _scurry.filter_cells(ds, opt)
+        ds.take_X()  # the Dataset's copy, dropped before the AnnData is subset (peak memory)
+    keep, n_genes, n_counts = r
     number = n_genes if (min_genes is not None or max_genes is not None) else n_counts
     if not inplace:
         return keep, number
@@ -118,9 +131,13 @@ def filter_genes(data, *, min_counts=None, min_cells=None, max_counts=None, max_
                             max_cells=max_cells, inplace=False)
     check_anndata(data, step)
     adata = data.copy() if copy else data
-    ds = dataset(adata, step=step)
-    keep, n_cells, n_counts = _scurry.filter_genes(ds, opt)
-    ds.take_X()
+    ds = dataset(adata, step=step, X=False)
+    r = _scurry.filter_genes_view(ds, matrix_of(adata, None, step), opt)
+    if r is None:
+        ds = dataset(adata, step=step)
+        r = _scurry.filter_genes(ds, opt)
+        ds.take_X()
+    keep, n_cells, n_counts = r
     number = n_cells if (min_cells is not None or max_cells is not None) else n_counts
     if not inplace:
         return keep, number
@@ -355,4 +372,143 @@ def neighbors(adata, n_neighbors=_NN.n_neighbors, n_pcs=None, *, use_rep=None, k
                   key_added=key_added or "neighbors")
     _scurry.neighbors(ds, opt)
     write_back(adata, ds, obsm=False)
+    return adata if copy else None
+
+
+# ---- the batch tools (issue 21): scanpy.external.pp.harmony_integrate, pp.combat, pp.regress_out,
+# pp.scrublet (scanpy 1.10). The C++ steps are those of `scurry harmony-integrate | combat |
+# regress-out | scrublet` (src/cli/cmd_integrate.cpp), on the CPU.
+
+# harmonypy.run_harmony's keyword arguments that scurry implements (HarmonyOptions' fields), and
+# those that only change its logging.
+_HARMONY_KW = ("theta", "lamb", "sigma", "nclust", "tau", "block_size", "max_iter_harmony", "max_iter_kmeans",
+               "epsilon_cluster", "epsilon_harmony", "random_state")
+
+
+def _per_key(name, v):
+    return [float(x) for x in (v if isinstance(v, (list, tuple, np.ndarray)) else [v])]
+
+
+def harmony_integrate(adata, key, *, basis="X_pca", adjusted_basis="X_pca_harmony", **kwargs):
+    """scanpy.external.pp.harmony_integrate: Harmony (Korsunsky et al. 2019) on obsm[basis], the
+    result in obsm[adjusted_basis]. `key`: an obs column or a list of them; kwargs: harmonypy's
+    run_harmony parameters theta, lamb, sigma, nclust, tau, block_size, max_iter_harmony,
+    max_iter_kmeans, epsilon_cluster, epsilon_harmony, random_state (verbose: logging only)."""
+    step = "harmony_integrate"
+    check_anndata(adata, step)
+    keys = [key] if isinstance(key, str) else list(key)
+    extra = dict(kwargs)
+    extra.pop("verbose", None)
+    unknown = sorted(k for k in extra if k not in _HARMONY_KW)
+    if unknown:
+        raise NotImplementedError(f"harmony_integrate: keyword arguments {unknown} are not implemented in scurry "
+                                  f"(harmonypy's {', '.join(_HARMONY_KW)} are)")
+    if basis not in adata.obsm:
+        raise KeyError(f"harmony_integrate: obsm['{basis}'] is not in the AnnData (obsm: {list(adata.obsm.keys())})")
+    vals = {}
+    for k, v in extra.items():
+        if v is None:
+            continue  # harmonypy's None: its default
+        if k in ("theta", "lamb"):
+            vals[k] = _per_key(k, v)
+        elif k in ("nclust", "max_iter_harmony", "max_iter_kmeans", "random_state"):
+            vals[k] = int(v)
+        else:
+            vals[k] = float(v)
+    ds = dataset(adata, step=step, X=False, obs=keys, obsm=[basis])
+    opt = options(_scurry.HarmonyOptions, keys=keys, basis=basis, adjusted_basis=adjusted_basis, **vals)
+    _scurry.harmony_integrate(ds, opt)
+    adata.obsm[adjusted_basis] = ds.take_obsm(adjusted_basis)
+
+
+def combat(adata, key=_COMBAT.key, *, covariates=None, inplace=True):
+    """sc.pp.combat: ComBat (Johnson et al. 2007) on X, batches in obs[key], covariates kept in the
+    model; X becomes the dense corrected matrix, or ``inplace=False`` returns it."""
+    step = "combat"
+    check_anndata(adata, step)
+    covariates = [] if covariates is None else ([covariates] if isinstance(covariates, str) else list(covariates))
+    if key not in adata.obs.columns:
+        raise ValueError(f"Could not find the key {key!r} in adata.obs")
+    for c in covariates:
+        if c not in adata.obs.columns:
+            raise ValueError(f"Could not find the covariate {c!r} in adata.obs")
+    ds = dataset(adata, step=step, obs=[key] + [c for c in covariates if c != key])
+    _scurry.combat(ds, options(_scurry.CombatOptions, key=key, covariates=covariates))
+    X = ds.take_X()
+    if not inplace:
+        return X
+    actualize(adata)
+    adata.X = X
+    return None
+
+
+def regress_out(adata, keys, *, layer=None, n_jobs=None, copy=False):
+    """sc.pp.regress_out: X (or the layer) becomes the least-squares residuals on obs[keys] (numeric
+    columns, or one categorical). n_jobs: the threads of this call (results are identical for any)."""
+    step = "regress_out"
+    check_anndata(adata, step)
+    keys = [keys] if isinstance(keys, str) else list(keys)
+    adata = adata.copy() if copy else adata
+    for k in keys:
+        if k not in adata.obs.columns:
+            raise KeyError(f"regress_out: obs['{k}'] is not in the AnnData (obs columns: {list(adata.obs.columns)})")
+    ds = dataset(adata, step=step, layer=layer, obs=keys)
+    opt = options(_scurry.RegressOutOptions, keys=keys, layer=layer or "")
+    with _threads(n_jobs):
+        _scurry.regress_out(ds, opt)
+    actualize(adata)
+    write_back(adata, ds, X=True, layer=layer, obs_in=keys)
+    return adata if copy else None
+
+
+class _threads:
+    """A step's own thread count (scanpy's per-call n_jobs), settings.n_jobs again afterwards."""
+
+    def __init__(self, n):
+        self.n = n
+
+    def __enter__(self):
+        if self.n is not None:
+            from ._settings import settings
+
+            self.old = settings.n_jobs
+            _scurry.set_threads(0 if int(self.n) == -1 else int(self.n))
+
+    def __exit__(self, *exc):
+        if self.n is not None:
+            _scurry.set_threads(0 if self.old == -1 else self.old)
+
+
+def scrublet(adata, adata_sim=None, *, batch_key=None, sim_doublet_ratio=_SCRUB.sim_doublet_ratio,
+             expected_doublet_rate=_SCRUB.expected_doublet_rate, stdev_doublet_rate=_SCRUB.stdev_doublet_rate,
+             synthetic_doublet_umi_subsampling=_SCRUB.synthetic_doublet_umi_subsampling,
+             knn_dist_metric=_SCRUB.knn_dist_metric, normalize_variance=_SCRUB.normalize_variance,
+             log_transform=_SCRUB.log_transform, mean_center=_SCRUB.mean_center, n_prin_comps=_SCRUB.n_prin_comps,
+             use_approx_neighbors=True, get_doublet_neighbor_parents=False, n_neighbors=None, threshold=None,
+             verbose=True, copy=False, random_state=_SCRUB.random_state):
+    """sc.pp.scrublet (scanpy 1.10): Scrublet (Wolock et al. 2019) on the raw counts in X:
+    obs['doublet_score'], obs['predicted_doublet'], uns['scrublet']. use_approx_neighbors=True (scanpy
+    1.10's default): scurry's approximate kNN (hnsw); False: the exact search. verbose: logging only."""
+    step = "scrublet"
+    check_anndata(adata, step)
+    not_implemented(step, "adata_sim", adata_sim, None)
+    not_implemented(step, "get_doublet_neighbor_parents", get_doublet_neighbor_parents, False)
+    if batch_key is not None and batch_key not in adata.obs.columns:
+        raise ValueError("`batch_key` must be a column of .obs in the input annData object.")
+    if not isinstance(knn_dist_metric, str):
+        raise NotImplementedError("scrublet: knn_dist_metric as a function is not implemented in scurry "
+                                  "('euclidean' or 'cosine')")
+    adata = adata.copy() if copy else adata
+    ds = dataset(adata, step=step, obs=[batch_key] if batch_key is not None else [])
+    opt = options(_scurry.ScrubletOptions, batch_key=batch_key or "", sim_doublet_ratio=float(sim_doublet_ratio),
+                  expected_doublet_rate=float(expected_doublet_rate), stdev_doublet_rate=float(stdev_doublet_rate),
+                  synthetic_doublet_umi_subsampling=float(synthetic_doublet_umi_subsampling),
+                  knn_dist_metric=knn_dist_metric, normalize_variance=bool(normalize_variance),
+                  log_transform=bool(log_transform), mean_center=bool(mean_center), n_prin_comps=int(n_prin_comps),
+                  use_approx_neighbors=bool(use_approx_neighbors),
+                  n_neighbors=None if n_neighbors is None else int(n_neighbors),
+                  threshold=None if threshold is None else float(threshold), random_state=int(random_state))
+    _scurry.scrublet(ds, opt)
+    ds.take_X()
+    write_back(adata, ds, obs_in=[batch_key] if batch_key is not None else [])
     return adata if copy else None

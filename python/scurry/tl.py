@@ -1,5 +1,6 @@
 """scanpy.tl's tools on scurry's C++ core: umap, leiden, rank_genes_groups,
-filter_rank_genes_groups, score_genes, score_genes_cell_cycle (scanpy 1.10's signatures)."""
+filter_rank_genes_groups, score_genes, score_genes_cell_cycle, tsne, diffmap, dpt, paga, dendrogram,
+embedding_density (scanpy 1.10's signatures)."""
 from __future__ import annotations
 
 import numpy as np
@@ -8,13 +9,19 @@ from . import _scurry
 from ._core import check_anndata, dataset, not_implemented, options, write_back
 
 __all__ = ["umap", "leiden", "rank_genes_groups", "filter_rank_genes_groups", "score_genes",
-           "score_genes_cell_cycle"]
+           "score_genes_cell_cycle", "tsne", "diffmap", "dpt", "paga", "dendrogram", "embedding_density"]
 
 _UMAP = _scurry.UmapOptions()
 _LEIDEN = _scurry.LeidenOptions()
 _RGG = _scurry.RankGenesGroupsOptions()
 _FRGG = _scurry.FilterRankGenesGroupsOptions()
 _SCORE = _scurry.ScoreGenesOptions()
+_TSNE = _scurry.TsneOptions()
+_DIFFMAP = _scurry.DiffmapOptions()
+_DPT = _scurry.DptOptions()
+_PAGA = _scurry.PagaOptions()
+_DENDRO = _scurry.DendrogramOptions()
+_DENSITY = _scurry.EmbeddingDensityOptions()
 
 
 def _graph_keys(adata, neighbors_key, step):
@@ -199,3 +206,151 @@ def score_genes_cell_cycle(adata, *, s_genes, g2m_genes, copy=False, **kwargs):
     _scurry.score_genes_cell_cycle(ds, [str(g) for g in s_genes], [str(g) for g in g2m_genes], base)
     write_back(adata, ds)
     return adata if copy else None
+
+
+# ---- the embedding and graph tools (issue 22): the C++ steps of `scurry tsne | diffmap | dpt | paga |
+# dendrogram | embedding-density` (src/cli/cmd_tl.cpp), on the CPU.
+
+def _representation(adata, use_rep, step):
+    """What choose_representation reads: X when use_rep is 'X' or there is no X_pca, else the obsm key."""
+    if use_rep not in (None, "X") and use_rep not in adata.obsm:
+        raise KeyError(f"{step}: use_rep '{use_rep}' is not in obsm (keys: {list(adata.obsm.keys())})")
+    use_x = use_rep == "X" or (use_rep is None and "X_pca" not in adata.obsm)
+    return use_x, ([] if use_x else [use_rep or "X_pca"])
+
+
+def tsne(adata, n_pcs=None, *, use_rep=None, perplexity=_TSNE.perplexity, metric=_TSNE.metric,
+         early_exaggeration=_TSNE.early_exaggeration, learning_rate=_TSNE.learning_rate,
+         random_state=_TSNE.random_state, use_fast_tsne=False, n_jobs=None, copy=False):
+    """sc.tl.tsne: obsm['X_tsne'] and uns['tsne'] (params); sklearn's TSNE as scanpy calls it
+    (exaggerated phase, then the rest; FFT-interpolated repulsion, Linderman et al. 2019)."""
+    step = "tsne"
+    check_anndata(adata, step)
+    not_implemented(step, "use_fast_tsne", use_fast_tsne, False)
+    if random_state is None:
+        raise NotImplementedError("tsne: random_state=None is not implemented in scurry (an int seed)")
+    adata = adata.copy() if copy else adata
+    use_x, obsm = _representation(adata, use_rep, step)
+    ds = dataset(adata, step=step, X=use_x, obsm=obsm)
+    opt = options(_scurry.TsneOptions, n_pcs=n_pcs, use_rep=use_rep or "", perplexity=float(perplexity),
+                  early_exaggeration=float(early_exaggeration), learning_rate=float(learning_rate),
+                  random_state=int(random_state), n_jobs=0 if n_jobs is None else int(n_jobs), metric=metric)
+    _scurry.tsne(ds, opt)
+    adata.obsm["X_tsne"] = ds.take_obsm("X_tsne")
+    adata.uns["tsne"] = ds.get_uns("tsne")
+    return adata if copy else None
+
+
+def _graph_dataset(adata, neighbors_key, step, **kw):
+    key, obsp = _graph_keys(adata, neighbors_key, step)
+    return key, dataset(adata, step=step, X=False, obsp=obsp, uns=[key] + list(kw.pop("uns", ())), **kw)
+
+
+def diffmap(adata, n_comps=_DIFFMAP.n_comps, *, neighbors_key=None, random_state=_DIFFMAP.random_state, copy=False):
+    """sc.tl.diffmap: the diffusion map of the neighbours graph (Coifman et al. 2005, Haghverdi et al.
+    2015): obsm['X_diffmap'], uns['diffmap_evals']."""
+    step = "diffmap"
+    check_anndata(adata, step)
+    if n_comps <= 2:
+        raise ValueError("Provide any value greater than 2 for `n_comps`. ")
+    adata = adata.copy() if copy else adata
+    key, ds = _graph_dataset(adata, neighbors_key, step)
+    _scurry.diffmap(ds, options(_scurry.DiffmapOptions, n_comps=int(n_comps), neighbors_key=key,
+                                random_state=int(random_state)))
+    adata.obsm["X_diffmap"] = ds.take_obsm("X_diffmap")
+    adata.uns["diffmap_evals"] = ds.get_uns("diffmap_evals")
+    return adata if copy else None
+
+
+def dpt(adata, n_dcs=_DPT.n_dcs, *, n_branchings=0, min_group_size=0.01, allow_kendall_tau_shift=True,
+        neighbors_key=None, copy=False):
+    """sc.tl.dpt: diffusion pseudotime (Haghverdi et al. 2016) from the root cell uns['iroot']:
+    obs['dpt_pseudotime']; runs diffmap first when obsm has no X_diffmap. Branching detection
+    (n_branchings > 0) is not implemented; min_group_size and allow_kendall_tau_shift only act on
+    branchings (in scanpy too)."""
+    step = "dpt"
+    check_anndata(adata, step)
+    not_implemented(step, "n_branchings", n_branchings, 0)
+    if "iroot" not in adata.uns:
+        raise ValueError("dpt: no root cell: set adata.uns['iroot'] to a cell index first")
+    adata = adata.copy() if copy else adata
+    key, ds = _graph_dataset(adata, neighbors_key, step, obsm=["X_diffmap"], uns=["diffmap_evals", "iroot"])
+    _scurry.dpt(ds, options(_scurry.DptOptions, n_dcs=int(n_dcs), neighbors_key=key))
+    adata.obs["dpt_pseudotime"] = ds.get_obs("dpt_pseudotime")
+    if "X_diffmap" not in adata.obsm:  # computed on the way (scanpy's fallback)
+        adata.obsm["X_diffmap"] = ds.take_obsm("X_diffmap")
+        adata.uns["diffmap_evals"] = ds.get_uns("diffmap_evals")
+    return adata if copy else None
+
+
+def paga(adata, groups=None, *, use_rna_velocity=False, model=_PAGA.model, neighbors_key=None, copy=False):
+    """sc.tl.paga (Wolf et al. 2019, model v1.2): uns['paga'] (connectivities, connectivities_tree,
+    groups) and uns['<groups>_sizes']."""
+    step = "paga"
+    check_anndata(adata, step)
+    not_implemented(step, "use_rna_velocity", use_rna_velocity, False)
+    if model != "v1.2":
+        raise ValueError(f"`model` {model!r} needs to be one of ('v1.2',) in scurry (v1.0 is not implemented)")
+    if groups is None:
+        groups = "leiden" if "leiden" in adata.obs.columns else "louvain" if "louvain" in adata.obs.columns else None
+        if groups is None:
+            raise ValueError("You need to run `tl.leiden` or `tl.louvain` to compute community labels, "
+                             "or specify `groups='an_existing_key'`")
+    elif groups not in adata.obs.columns:
+        raise KeyError(f"`groups` key {groups!r} not found in `adata.obs`.")
+    adata = adata.copy() if copy else adata
+    key, ds = _graph_dataset(adata, neighbors_key, step, obs=[groups])
+    _scurry.paga(ds, options(_scurry.PagaOptions, groups=groups, model=model, neighbors_key=key))
+    write_back(adata, ds, obs_in=[groups], uns_in=[key], obsm=False, varm=False, obsp=False)
+    return adata if copy else None
+
+
+def dendrogram(adata, groupby, *, n_pcs=None, use_rep=None, var_names=None, use_raw=None,
+               cor_method=_DENDRO.cor_method, linkage_method=_DENDRO.linkage_method, optimal_ordering=False,
+               key_added=None, inplace=True):
+    """sc.tl.dendrogram: hierarchical clustering of the groups' mean representation
+    (uns['dendrogram_<groupby>']); ``inplace=False`` returns that dict."""
+    step = "dendrogram"
+    check_anndata(adata, step)
+    not_implemented(step, "var_names", var_names, None)
+    not_implemented(step, "optimal_ordering", optimal_ordering, False)
+    not_implemented(step, "use_raw", use_raw, None)  # acts with var_names only (scanpy)
+    groupby = [groupby] if isinstance(groupby, str) else list(groupby)
+    if len(groupby) != 1:
+        raise NotImplementedError("dendrogram: several groupby columns are not implemented in scurry (one)")
+    for g in groupby:
+        if g not in adata.obs.columns:
+            raise ValueError(f"groupby has to be a valid observation. Given value: {g}, "
+                             f"valid observations: {list(adata.obs.columns)}")
+    use_x, obsm = _representation(adata, use_rep, step)
+    ds = dataset(adata, step=step, X=use_x, obs=groupby, obsm=obsm)
+    k = key_added or f"dendrogram_{groupby[0]}"
+    _scurry.dendrogram(ds, options(_scurry.DendrogramOptions, groupby=groupby[0], n_pcs=n_pcs, use_rep=use_rep or "",
+                                   cor_method=cor_method, linkage_method=linkage_method, key_added=k))
+    dat = ds.get_uns(k)
+    if not inplace:
+        return dat
+    adata.uns[k] = dat
+    return None
+
+
+def embedding_density(adata, basis=_DENSITY.basis, *, groupby=None, key_added=None, components=None):
+    """sc.tl.embedding_density: Gaussian kernel density of the cells in obsm['X_<basis>'] (within each
+    category of obs[groupby]), scaled to [0, 1]: obs['<basis>_density[_<groupby>]'] and its uns params."""
+    step = "embedding_density"
+    check_anndata(adata, step)
+    b = "draw_graph_fa" if basis == "fa" else basis
+    if f"X_{b}" not in adata.obsm:
+        raise ValueError(f"Cannot find the embedded representation `adata.obsm['X_{b}']`. Compute the embedding first.")
+    if groupby is not None and groupby not in adata.obs.columns:
+        raise ValueError(f"Could not find {groupby!r} `.obs` column.")
+    if components is None:
+        comps = _DENSITY.components
+    elif isinstance(components, str):
+        comps = components
+    else:
+        comps = ",".join(str(int(c)) for c in components)
+    ds = dataset(adata, step=step, X=False, obs=[groupby] if groupby is not None else [], obsm=[f"X_{b}"])
+    _scurry.embedding_density(ds, options(_scurry.EmbeddingDensityOptions, basis=basis, groupby=groupby or "",
+                                          key_added=key_added or "", components=comps))
+    write_back(adata, ds, obs_in=[groupby] if groupby is not None else [], obsm=False, varm=False, obsp=False)

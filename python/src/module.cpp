@@ -52,6 +52,8 @@ State& state() {
   return s;
 }
 void bind_views(py::module_& m);  // views.cpp
+void bind_tools(py::module_& m);  // tools.cpp
+void bind_cnmf(py::module_& m);   // cnmf.cpp
 }  // namespace scurry::py_binding
 
 namespace {
@@ -371,4 +373,6 @@ PYBIND11_MODULE(_scurry, m) {
   bind_steps(m);
   bind_io(m);
   bind_views(m);
+  bind_tools(m);
+  bind_cnmf(m);
 }

@@ -1,7 +1,8 @@
 // scurry Python binding: the in-place steps on the caller's own buffers (issue 17 point 3). A
 // scipy CSR matrix (float32/float64 values, int32/int64 indices and row pointers) or a C-contiguous
 // numpy array is viewed, not copied (core/matrix_view.hpp), and normalize_total, log1p and scale
-// write into it. Each function returns None when the matrix is not of a layout it can view (CSC
+// write into it; calculate_qc_metrics and the filters read it (no copy of X into the scratch
+// Dataset). Each function returns None when the matrix is not of a layout it can view (CSC
 // for normalize_total and scale, integer values, read-only or strided arrays): the wrapper then
 // takes the copying path, which gives the same values.
 #include <pybind11/numpy.h>
@@ -15,8 +16,10 @@
 #include "convert.hpp"
 #include "runtime.hpp"
 #include "core/matrix_view.hpp"
+#include "pp/filter_view.hpp"
 #include "pp/log1p.hpp"
 #include "pp/normalize.hpp"
+#include "pp/qc_view.hpp"
 #include "pp/scale.hpp"
 
 namespace scurry::py_binding {
@@ -102,6 +105,49 @@ bool all_counts(const T* v, int64_t n) {
   return ok;
 }
 
+// Calls f with the read-only view of b (CSR with int32 or int64 indices, or dense; float32/float64).
+template <class F>
+void with_const_view(const Buffers& b, F&& f) {
+  if (b.dense) {
+    if (b.value == 'f') f(DenseView<const float>{b.rows, b.cols, static_cast<const float*>(b.data.data())});
+    else f(DenseView<const double>{b.rows, b.cols, static_cast<const double*>(b.data.data())});
+    return;
+  }
+  const auto ptr = indptr64(b);
+  if (b.value == 'f') with_csr<const float>(b, ptr, f);
+  else with_csr<const double>(b, ptr, f);
+}
+
+// The buffers of x when a read-only step can view them: CSR or dense, float values, shaped as the
+// Dataset's obs x var, and (`counts`) every value finite and >= 0 (otherwise the copying path runs
+// and raises the CLI's message naming the first bad value).
+std::optional<Buffers> readable(const Dataset& d, py::handle x, bool counts) {
+  auto b = buffers_of(x, false);
+  if (!b || b->rows != d.n_obs() || b->cols != d.n_vars()) return std::nullopt;
+  if (counts) {
+    const int64_t n = static_cast<int64_t>(b->data.size());
+    bool ok = false;
+    {
+      py::gil_scoped_release release;
+      ok = b->value == 'f' ? all_counts(static_cast<const float*>(b->data.data()), n)
+                           : all_counts(static_cast<const double*>(b->data.data()), n);
+    }
+    if (!ok) return std::nullopt;
+  }
+  return b;
+}
+
+py::array_t<bool> bools(const std::vector<uint8_t>& v) {
+  py::array_t<bool> a(static_cast<py::ssize_t>(v.size()));
+  auto* p = a.mutable_data();
+  for (size_t i = 0; i < v.size(); ++i) p[i] = v[i] != 0;
+  return a;
+}
+template <class T>
+py::array_t<T> numbers(const std::vector<T>& v) {
+  return py::array_t<T>(static_cast<py::ssize_t>(v.size()), v.data());
+}
+
 }  // namespace
 
 void bind_views(py::module_& m) {
@@ -137,6 +183,38 @@ void bind_views(py::module_& m) {
     py::gil_scoped_release release;
     return b->value == 'f' ? all_counts(static_cast<const float*>(b->data.data()), n)
                            : all_counts(static_cast<const double*>(b->data.data()), n);
+  });
+  // The read-only steps on X's buffers: calculate_qc_metrics writes its obs/var columns into `d`
+  // (which holds obs/var names and the qc_vars columns only) as the Dataset overload does; the
+  // filters write their count column and subset `d` (apply_filter_*), and return (keep, numbers,
+  // counts) as the copying bindings do. Each returns False / None when the matrix is not viewable
+  // (or, for QC, holds a value that is not a count).
+  m.def("calculate_qc_metrics_view", [context](Dataset& d, py::handle x, const QcOptions& o) {
+    auto b = readable(d, x, true);
+    if (!b) return false;
+    const auto masks = qc_var_masks(d, o);
+    QcResult r;
+    run_step("calculate qc metrics", [&] {
+      with_const_view(*b, [&](const auto& v) { r = calculate_qc_metrics(context(), v, o, masks); });
+    });
+    write_qc_metrics(d, r, o, b->value == 'f');
+    return true;
+  });
+  m.def("filter_cells_view", [context](Dataset& d, py::handle x, const FilterCellsOptions& o) -> py::object {
+    auto b = readable(d, x, false);
+    if (!b) return py::none();
+    FilterCellsResult r;
+    run_step("filter cells", [&] { with_const_view(*b, [&](const auto& v) { r = filter_cells(context(), v, o); }); });
+    apply_filter_cells(d, r, b->value == 'f');
+    return py::make_tuple(bools(r.keep), numbers(r.n_genes), numbers(r.n_counts));
+  });
+  m.def("filter_genes_view", [context](Dataset& d, py::handle x, const FilterGenesOptions& o) -> py::object {
+    auto b = readable(d, x, false);
+    if (!b) return py::none();
+    FilterGenesResult r;
+    run_step("filter genes", [&] { with_const_view(*b, [&](const auto& v) { r = filter_genes(context(), v, o); }); });
+    apply_filter_genes(d, r, b->value == 'f');
+    return py::make_tuple(bools(r.keep), numbers(r.n_cells), numbers(r.n_counts));
   });
   // log1p in place on the stored values (CSR, CSC or dense); writes uns['log1p'] into `d`.
   m.def("log1p_inplace", [context](Dataset& d, py::handle x, const Log1pOptions& o) {

@@ -1,4 +1,5 @@
 #include "pp/filter.hpp"
+#include "pp/filter_view.hpp"
 
 #include <algorithm>
 #include <functional>
@@ -18,19 +19,22 @@ namespace {
 constexpr int64_t kBlockNnz = int64_t{1} << 18;
 
 
+// The kernels read views (core/matrix_view.hpp): the owning Csr/Dense overloads pass view_of(X),
+// the Python package the buffers of a scipy/numpy matrix; same blocks, same results.
+template <class T, class I, class P>
+RowBlocks blocks_of(const CsrView<T, I, P>& X) { return row_blocks_by_nnz(X.indptr, X.n_rows, kBlockNnz); }
 template <class T>
-RowBlocks blocks_of(const Csr<T>& X) { return RowBlocks::by_nnz(X.indptr, kBlockNnz); }
-template <class T>
-RowBlocks blocks_of(const Dense<T>& X) {
+RowBlocks blocks_of(const DenseView<T>& X) {
   return RowBlocks::uniform(X.n_rows, std::max<int64_t>(1, kBlockNnz / std::max<int64_t>(1, X.n_cols)));
 }
 // Calls f(col, value) for each stored entry of row r (dense: every entry).
-template <class T, class F>
-void for_row(const Csr<T>& X, int64_t r, F&& f) {
-  for (int64_t p = X.indptr[r]; p < X.indptr[r + 1]; ++p) f(X.indices[p], static_cast<double>(X.data[p]));
+template <class T, class I, class P, class F>
+void for_row(const CsrView<T, I, P>& X, int64_t r, F&& f) {
+  for (int64_t p = X.row_begin(r); p < X.row_end(r); ++p)
+    f(static_cast<int32_t>(X.indices[p]), static_cast<double>(X.data[p]));
 }
 template <class T, class F>
-void for_row(const Dense<T>& X, int64_t r, F&& f) {
+void for_row(const DenseView<T>& X, int64_t r, F&& f) {
   const T* p = X.row(r);
   for (int64_t c = 0; c < X.n_cols; ++c) f(static_cast<int32_t>(c), static_cast<double>(p[c]));
 }
@@ -208,17 +212,35 @@ double round_to(double v, bool single) { return single ? static_cast<double>(sta
 }  // namespace
 
 FilterCellsResult filter_cells(const Context& ctx, const CsrF& X, const FilterCellsOptions& opt) {
-  return cells_impl(ctx, X, opt);
+  return cells_impl(ctx, view_of(X), opt);
 }
 FilterCellsResult filter_cells(const Context& ctx, const DenseF& X, const FilterCellsOptions& opt) {
-  return cells_impl(ctx, X, opt);
+  return cells_impl(ctx, view_of(X), opt);
 }
 FilterGenesResult filter_genes(const Context& ctx, const CsrF& X, const FilterGenesOptions& opt) {
-  return genes_impl(ctx, X, opt);
+  return genes_impl(ctx, view_of(X), opt);
 }
 FilterGenesResult filter_genes(const Context& ctx, const DenseF& X, const FilterGenesOptions& opt) {
-  return genes_impl(ctx, X, opt);
+  return genes_impl(ctx, view_of(X), opt);
 }
+using CsrViewF32 = CsrView<const float, int32_t, int64_t>;
+using CsrViewF64 = CsrView<const float, int64_t, int64_t>;
+using CsrViewD32 = CsrView<const double, int32_t, int64_t>;
+using CsrViewD64 = CsrView<const double, int64_t, int64_t>;
+#define SCURRY_FILTER_VIEWS(V)                                                                    \
+  FilterCellsResult filter_cells(const Context& ctx, const V& X, const FilterCellsOptions& opt) { \
+    return cells_impl(ctx, X, opt);                                                               \
+  }                                                                                               \
+  FilterGenesResult filter_genes(const Context& ctx, const V& X, const FilterGenesOptions& opt) { \
+    return genes_impl(ctx, X, opt);                                                               \
+  }
+SCURRY_FILTER_VIEWS(CsrViewF32)
+SCURRY_FILTER_VIEWS(CsrViewF64)
+SCURRY_FILTER_VIEWS(CsrViewD32)
+SCURRY_FILTER_VIEWS(CsrViewD64)
+SCURRY_FILTER_VIEWS(DenseView<const float>)
+SCURRY_FILTER_VIEWS(DenseView<const double>)
+#undef SCURRY_FILTER_VIEWS
 
 FilterCellsResult filter_cells_from_stats(std::vector<int64_t> n_genes, std::vector<double> n_counts,
                                           const FilterCellsOptions& opt, Comm* comm) {
@@ -230,7 +252,7 @@ FilterGenesResult filter_genes_from_stats(std::vector<int64_t> n_cells, std::vec
 }
 
 FilterCellsResult filter_cells(const Context& ctx, Dataset& d, const FilterCellsOptions& opt) {
-  FilterCellsResult r = visit_x<FilterCellsResult>(d, "filter_cells", [&](const auto& x) { return cells_impl(ctx, x, opt); });
+  FilterCellsResult r = visit_x<FilterCellsResult>(d, "filter_cells", [&](const auto& x) { return cells_impl(ctx, view_of(x), opt); });
   apply_filter_cells(d, r, std::holds_alternative<CsrF>(d.X.m) || std::holds_alternative<DenseF>(d.X.m));
   return r;
 }
@@ -252,7 +274,7 @@ void apply_filter_cells(Dataset& d, const FilterCellsResult& r, bool single) {
 }
 
 FilterGenesResult filter_genes(const Context& ctx, Dataset& d, const FilterGenesOptions& opt) {
-  FilterGenesResult r = visit_x<FilterGenesResult>(d, "filter_genes", [&](const auto& x) { return genes_impl(ctx, x, opt); });
+  FilterGenesResult r = visit_x<FilterGenesResult>(d, "filter_genes", [&](const auto& x) { return genes_impl(ctx, view_of(x), opt); });
   apply_filter_genes(d, r, std::holds_alternative<CsrF>(d.X.m) || std::holds_alternative<DenseF>(d.X.m));
   return r;
 }

@@ -1,4 +1,5 @@
 #include "pp/qc.hpp"
+#include "pp/qc_view.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -18,30 +19,33 @@ namespace {
 constexpr int64_t kBlockNnz = int64_t{1} << 18;
 
 
-template <class T>
+template <class T, class I = int32_t>
 struct RowRef {
-  const int32_t* idx;
+  const I* idx;
   const T* val;
   int64_t n;
 };
 
-template <class T>
+// The kernel reads views (core/matrix_view.hpp): the owning Csr/Dense overloads pass view_of(X),
+// the Python package the buffers of a scipy/numpy matrix. Same blocks (row_blocks_by_nnz is
+// RowBlocks::by_nnz's rule), same results.
+template <class T, class I>
 struct CsrAccess {
   using value_type = T;
-  const Csr<T>& X;
+  CsrView<const T, I, int64_t> X;
   int64_t rows() const { return X.n_rows; }
   int64_t cols() const { return X.n_cols; }
-  RowBlocks blocks() const { return RowBlocks::by_nnz(X.indptr, kBlockNnz); }
-  RowRef<T> row(int64_t r, std::vector<int32_t>&, std::vector<T>&) const {
-    const int64_t s = X.indptr[r];
-    return {X.indices.data() + s, X.data.data() + s, X.row_nnz(r)};
+  RowBlocks blocks() const { return row_blocks_by_nnz(X.indptr, X.n_rows, kBlockNnz); }
+  RowRef<T, I> row(int64_t r, std::vector<int32_t>&, std::vector<T>&) const {
+    const int64_t s = X.row_begin(r);
+    return {X.indices + s, X.data + s, X.row_end(r) - s};
   }
 };
 
 template <class T>
 struct DenseAccess {
   using value_type = T;
-  const Dense<T>& X;
+  DenseView<const T> X;
   int64_t rows() const { return X.n_rows; }
   int64_t cols() const { return X.n_cols; }
   RowBlocks blocks() const {
@@ -104,7 +108,7 @@ QcResult qc_impl(const Context& ctx, const Acc& A, const QcOptions& opt,
     std::vector<T> sv;
     std::vector<double> top, qt(nq);
     for (int64_t r = rb.begin(b); r < rb.end(b); ++r) {
-      const RowRef<T> row = A.row(r, si, sv);
+      const auto row = A.row(r, si, sv);
       int64_t nz = 0;
       double tot = 0.0;
       std::fill(qt.begin(), qt.end(), 0.0);
@@ -184,11 +188,29 @@ std::vector<double> as_double(const std::vector<I>& v) {
 
 QcResult calculate_qc_metrics(const Context& ctx, const CsrF& X, const QcOptions& opt,
                               const std::vector<std::vector<uint8_t>>& qc_masks) {
-  return qc_impl(ctx, CsrAccess<float>{X}, opt, qc_masks);
+  return calculate_qc_metrics(ctx, view_of(X), opt, qc_masks);
 }
 QcResult calculate_qc_metrics(const Context& ctx, const DenseF& X, const QcOptions& opt,
                               const std::vector<std::vector<uint8_t>>& qc_masks) {
+  return calculate_qc_metrics(ctx, view_of(X), opt, qc_masks);
+}
+#define SCURRY_QC_CSR_VIEW(T, I)                                                                   \
+  QcResult calculate_qc_metrics(const Context& ctx, const CsrView<const T, I, int64_t>& X,           \
+                                const QcOptions& opt, const std::vector<std::vector<uint8_t>>& qc_masks) { \
+    return qc_impl(ctx, CsrAccess<T, I>{X}, opt, qc_masks);                                          \
+  }
+SCURRY_QC_CSR_VIEW(float, int32_t)
+SCURRY_QC_CSR_VIEW(float, int64_t)
+SCURRY_QC_CSR_VIEW(double, int32_t)
+SCURRY_QC_CSR_VIEW(double, int64_t)
+#undef SCURRY_QC_CSR_VIEW
+QcResult calculate_qc_metrics(const Context& ctx, const DenseView<const float>& X, const QcOptions& opt,
+                              const std::vector<std::vector<uint8_t>>& qc_masks) {
   return qc_impl(ctx, DenseAccess<float>{X}, opt, qc_masks);
+}
+QcResult calculate_qc_metrics(const Context& ctx, const DenseView<const double>& X, const QcOptions& opt,
+                              const std::vector<std::vector<uint8_t>>& qc_masks) {
+  return qc_impl(ctx, DenseAccess<double>{X}, opt, qc_masks);
 }
 
 std::vector<std::vector<uint8_t>> qc_var_masks(const Dataset& d, const QcOptions& opt) {
@@ -226,8 +248,8 @@ QcResult calculate_qc_metrics(const Context& ctx, Dataset& d, const QcOptions& o
         using X = std::decay_t<decltype(x)>;
         if constexpr (std::is_same_v<X, std::monostate>) fail("internal: empty matrix");
         else if constexpr (std::is_same_v<X, CsrF> || std::is_same_v<X, CsrD>)
-          return qc_impl(ctx, CsrAccess<typename decltype(x.data)::value_type>{x}, opt, masks);
-        else return qc_impl(ctx, DenseAccess<typename decltype(x.data)::value_type>{x}, opt, masks);
+          return qc_impl(ctx, CsrAccess<typename decltype(x.data)::value_type, int32_t>{view_of(x)}, opt, masks);
+        else return qc_impl(ctx, DenseAccess<typename decltype(x.data)::value_type>{view_of(x)}, opt, masks);
       },
       M->m);
   // scanpy writes float32 sums for float32 data (float64 for float64 data).

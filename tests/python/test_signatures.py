@@ -2,7 +2,10 @@
 hand from scanpy 1.10's source (scanpy/preprocessing/_qc.py, _simple.py, _normalization.py,
 _highly_variable_genes.py, _scale.py, _pca.py, neighbors/__init__.py, tools/_umap.py, _leiden.py,
 _rank_genes_groups.py, _score_genes.py, get/_aggregated.py, get/get.py, readwrite.py; anndata's
-read_h5ad). REQUIRED marks a parameter without default, SENTINEL scanpy's `_empty`."""
+read_h5ad; session 9: external/pp/_harmony_integrate.py, preprocessing/_combat.py, _simple.py
+(regress_out), _scrublet/__init__.py, tools/_tsne.py, _diffmap.py, _dpt.py, _paga.py, _dendrogram.py,
+_density.py), and cNMF 1.7's cNMF class (dylkot/cNMF src/cnmf/cnmf.py). REQUIRED marks a parameter
+without default, SENTINEL scanpy's `_empty`."""
 import inspect
 import math
 from types import MappingProxyType
@@ -59,11 +62,70 @@ SCANPY_1_10 = {
                           obsm=None, varm=None),
     "get.rank_genes_groups_df": dict(adata=REQUIRED, group=REQUIRED, key="rank_genes_groups", pval_cutoff=None,
                                      log2fc_min=None, log2fc_max=None, gene_symbols=None),
+    "pp.harmony_integrate": dict(adata=REQUIRED, key=REQUIRED, basis="X_pca", adjusted_basis="X_pca_harmony",
+                                 kwargs=VARKW),
+    "external.pp.harmony_integrate": dict(adata=REQUIRED, key=REQUIRED, basis="X_pca",
+                                          adjusted_basis="X_pca_harmony", kwargs=VARKW),
+    "pp.combat": dict(adata=REQUIRED, key="batch", covariates=None, inplace=True),
+    "pp.regress_out": dict(adata=REQUIRED, keys=REQUIRED, layer=None, n_jobs=None, copy=False),
+    "pp.scrublet": dict(adata=REQUIRED, adata_sim=None, batch_key=None, sim_doublet_ratio=2.0,
+                        expected_doublet_rate=0.05, stdev_doublet_rate=0.02, synthetic_doublet_umi_subsampling=1.0,
+                        knn_dist_metric="euclidean", normalize_variance=True, log_transform=False, mean_center=True,
+                        n_prin_comps=30, use_approx_neighbors=True, get_doublet_neighbor_parents=False,
+                        n_neighbors=None, threshold=None, verbose=True, copy=False, random_state=0),
+    "tl.tsne": dict(adata=REQUIRED, n_pcs=None, use_rep=None, perplexity=30, metric="euclidean",
+                    early_exaggeration=12, learning_rate=1000, random_state=0, use_fast_tsne=False, n_jobs=None,
+                    copy=False),
+    "tl.diffmap": dict(adata=REQUIRED, n_comps=15, neighbors_key=None, random_state=0, copy=False),
+    "tl.dpt": dict(adata=REQUIRED, n_dcs=10, n_branchings=0, min_group_size=0.01, allow_kendall_tau_shift=True,
+                   neighbors_key=None, copy=False),
+    "tl.paga": dict(adata=REQUIRED, groups=None, use_rna_velocity=False, model="v1.2", neighbors_key=None,
+                    copy=False),
+    "tl.dendrogram": dict(adata=REQUIRED, groupby=REQUIRED, n_pcs=None, use_rep=None, var_names=None, use_raw=None,
+                          cor_method="pearson", linkage_method="complete", optimal_ordering=False, key_added=None,
+                          inplace=True),
+    "tl.embedding_density": dict(adata=REQUIRED, basis="umap", groupby=None, key_added=None, components=None),
     "read_h5ad": dict(filename=REQUIRED, backed=None, as_sparse=(), as_sparse_fmt=sp.csr_matrix, chunk_size=6000),
     "read_10x_h5": dict(filename=REQUIRED, genome=None, gex_only=True, backup_url=None),
     "read_10x_mtx": dict(path=REQUIRED, var_names="gene_symbols", make_unique=True, cache=False,
                          cache_compression=SENTINEL, gex_only=True, prefix=None),
 }
+
+
+# cNMF 1.7's methods (self left out); scurry's own keyword-only extras after them are allowed
+# (EXTRA lists them).
+CNMF_1_7 = {
+    "__init__": dict(output_dir=".", name=None),
+    "prepare": dict(counts_fn=REQUIRED, components=REQUIRED, n_iter=100, densify=False, tpm_fn=None, seed=None,
+                    beta_loss="frobenius", num_highvar_genes=2000, genes_file=None, alpha_usage=0.0,
+                    alpha_spectra=0.0, init="random", max_NMF_iter=1000),
+    "factorize": dict(worker_i=0, total_workers=1, skip_completed_runs=False),
+    "combine": dict(components=None, skip_missing_files=False),
+    "k_selection_plot": dict(close_fig=False),
+    "consensus": dict(k=REQUIRED, density_threshold=0.5, local_neighborhood_size=0.30, show_clustering=True,
+                      build_ref=True, skip_density_and_return_after_stats=False, close_clustergram_fig=False,
+                      refit_usage=True, normalize_tpm_spectra=False, norm_counts=None),
+    "load_results": dict(K=REQUIRED, density_threshold=REQUIRED, n_top_genes=100, norm_usage=True),
+}
+EXTRA = {"__init__": {"device"}, "factorize": {"gpus", "tf32"}}
+
+
+@pytest.mark.parametrize("method", sorted(CNMF_1_7))
+def test_cnmf_signature_matches_cnmf(method):
+    params = dict(inspect.signature(getattr(sc.cnmf.cNMF, method)).parameters)
+    params.pop("self")
+    table = CNMF_1_7[method]
+    extra = EXTRA.get(method, set())
+    assert list(params)[:len(table)] == list(table), f"cNMF.{method}: {list(params)} vs cNMF's {list(table)}"
+    assert set(params) - set(table) == extra
+    for p in extra:
+        assert params[p].kind == inspect.Parameter.KEYWORD_ONLY, f"cNMF.{method}({p}) is scurry's: keyword-only"
+    for p, want in table.items():
+        d = params[p].default
+        if want is REQUIRED:
+            assert d is inspect.Parameter.empty, f"cNMF.{method}({p}) is required"
+        else:
+            assert d == want and type(d) is type(want), f"cNMF.{method}({p}): {d!r} vs cNMF's {want!r}"
 
 
 def _resolve(name):
@@ -97,6 +159,7 @@ def test_signature_matches_scanpy(name):
 def test_table_covers_every_public_function():
     public = {f"{m}.{f}" for m in ("pp", "tl", "get") for f in getattr(sc, m).__all__}
     public |= {"read_h5ad", "read_10x_h5", "read_10x_mtx"}
+    public |= {f"external.pp.{f}" for f in sc.external.pp.__all__}
     assert public <= set(SCANPY_1_10), f"functions without a scanpy entry: {public - set(SCANPY_1_10)}"
 
 
@@ -114,6 +177,12 @@ def test_unimplemented_parameters_raise_naming_them(counts):
         (lambda: sc.get.aggregate(counts, "group", "sum", axis=1), "axis"),
         (lambda: sc.tl.rank_genes_groups(counts, "group", bogus=1), "bogus"),
         (lambda: sc.pp.pca(counts, chunked=True), "chunked"),
+        (lambda: sc.pp.scrublet(counts, get_doublet_neighbor_parents=True), "get_doublet_neighbor_parents"),
+        (lambda: sc.external.pp.harmony_integrate(counts, "group", bogus=1), "bogus"),
+        (lambda: sc.tl.tsne(counts, use_fast_tsne=True), "use_fast_tsne"),
+        (lambda: sc.tl.dpt(counts, n_branchings=2), "n_branchings"),
+        (lambda: sc.tl.paga(counts, use_rna_velocity=True), "use_rna_velocity"),
+        (lambda: sc.tl.dendrogram(counts, "group", optimal_ordering=True), "optimal_ordering"),
     ]
     for call, param in cases:
         with pytest.raises((NotImplementedError, ValueError, KeyError)) as e:

@@ -223,3 +223,42 @@ def test_read_h5ad_equals_anndata(chain):
     for k in e.obsp:
         assert_same_matrix(a.obsp[k], e.obsp[k], f"obsp['{k}']")
     assert set(a.uns.keys()) == set(e.uns.keys())
+
+
+def test_read_only_steps_on_every_layout(chain):
+    """QC and the filters read the AnnData's buffers in place (CSR with int32 or int64 indices,
+    dense float32/float64) or copy them (CSC): the same columns as on the CLI's input every time."""
+    import scipy.sparse as sp
+
+    base = before(chain, "qc")
+    base.var["mt"] = base.var_names.str.startswith("MT-")
+    ref = base.copy()
+    sc.pp.calculate_qc_metrics(ref, qc_vars=["mt"], percent_top=[20, 50], inplace=True)
+    X = base.X
+    x64 = X.copy()
+    x64.indices, x64.indptr = x64.indices.astype(np.int64), x64.indptr.astype(np.int64)
+    for what, m in [("int64 indices", x64), ("dense float32", X.toarray()), ("dense float64", X.toarray().astype(np.float64)),
+                    ("csc", sp.csc_matrix(X))]:
+        a = base.copy()
+        a.X = m
+        sc.pp.calculate_qc_metrics(a, qc_vars=["mt"], percent_top=[20, 50], inplace=True)
+        for k in ("n_genes_by_counts", "pct_counts_mt", "pct_counts_in_top_20_genes", "n_cells_by_counts"):
+            col = a.obs[k] if k in a.obs else a.var[k]
+            want = ref.obs[k] if k in ref.obs else ref.var[k]
+            if m.dtype == np.float64 and col.dtype.kind == "f":
+                assert np.array_equal(col.to_numpy(), want.to_numpy().astype(np.float64)) or np.allclose(col, want), k
+            else:
+                assert_same_column(col, want, f"{what}: {k}")
+        b = base.copy()
+        b.X = m
+        sc.pp.filter_cells(b, min_genes=MIN_GENES[0])
+        sc.pp.filter_genes(b, min_cells=MIN_CELLS[0])
+        e = expect(chain, "filter_genes")
+        assert list(b.obs_names) == list(e.obs_names) and list(b.var_names) == list(e.var_names), what
+        assert np.array_equal(b.obs["n_genes"].to_numpy(), e.obs["n_genes"].to_numpy()), what
+        assert np.array_equal(b.var["n_cells"].to_numpy(), e.var["n_cells"].to_numpy()), what
+    bad = base.copy()
+    bad.X = X.copy()
+    bad.X.data[3] = -1
+    with pytest.raises(ValueError, match="negative"):
+        sc.pp.calculate_qc_metrics(bad, inplace=True)
