@@ -43,7 +43,15 @@ void build_tree(const std::vector<double>& y, const std::vector<double>& mass, s
   regions.push_back(root);
   for (size_t r = 0; r < regions.size(); ++r) {
     const int64_t b = regions[r].begin, e = regions[r].end;
-    if (e - b < 2) continue;
+    if (e - b < 2) {  // a node: its own position and mass (read without the indirection)
+      if (e - b == 1) {
+        const int64_t i = perm[b];
+        regions[r].mass = mass[i];
+        regions[r].cx = y[2 * i];
+        regions[r].cy = y[2 * i + 1];
+      }
+      continue;
+    }
     double m = 0, sx = 0, sy = 0;
     for (int64_t p = b; p < e; ++p) {
       const int64_t i = perm[p];
@@ -162,6 +170,7 @@ void fa2_repulsion(const std::vector<double>& y, const std::vector<double>& mass
   std::vector<int64_t> perm, scratch;
   std::vector<Region> regions;
   build_tree(y, mass, perm, scratch, regions);
+  const double theta2 = theta * theta;
   parallel_for(threads, n_blocks, [&](int64_t blk) {
     const int64_t hi = std::min(n, (blk + 1) * kNodeBlock);
     std::vector<int64_t> stack;
@@ -173,20 +182,10 @@ void fa2_repulsion(const std::vector<double>& y, const std::vector<double>& mass
       while (!stack.empty()) {
         const Region& r = regions[stack.back()];
         stack.pop_back();
-        if (r.end - r.begin < 2) {
-          const int64_t j = perm[r.begin];
-          const double dx = xi - y[2 * j], dy = yi - y[2 * j + 1];
-          const double d2 = dx * dx + dy * dy;
-          if (d2 > 0) {
-            const double factor = kr * mi * mass[j] / d2;
-            fx += dx * factor;
-            fy += dy * factor;
-          }
-          continue;
-        }
         const double dx = xi - r.cx, dy = yi - r.cy;
         const double d2 = dx * dx + dy * dy;
-        if (std::sqrt(d2) * theta > r.size) {
+        // A node, or a region far enough: one body (distance * theta > size, squared: both >= 0).
+        if (r.end - r.begin < 2 || d2 * theta2 > r.size * r.size) {
           if (d2 > 0) {
             const double factor = kr * mi * r.mass / d2;
             fx += dx * factor;
