@@ -14,7 +14,8 @@
 //   flavor='igraph', its announced future default with n_iterations=2): python-igraph's
 //   Graph.community_leiden(objective_function='modularity', ...) = the same igraph call with
 //   n_iterations handed to igraph as given (negative: igraph's own rule) and igraph's membership
-//   numbers kept as igraph returns them; directed must be false (scanpy raises otherwise);
+//   numbers kept as igraph returns them; directed must be false (scanpy raises otherwise). On the
+//   GPU (`--device gpu`) both flavors run scurry's own kernels (labels by size, as leidenalg);
 // - several resolutions in one call (`resolutions`): the graph is read and its igraph copy built
 //   once, each resolution written to obs[key_added + "_" + repr(resolution)] (rapids-singlecell's
 //   pattern, e.g. leiden_0.5, leiden_1.0) with its own uns entry;
