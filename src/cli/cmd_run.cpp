@@ -28,6 +28,7 @@
 #include "cli/step_options.hpp"
 #include "cli/run.hpp"
 #include "tl/paga.hpp"
+#include "tl/draw_graph.hpp"
 #include "tl/tsne.hpp"
 #include "core/error.hpp"
 #include "core/log.hpp"
@@ -284,6 +285,8 @@ void add_run_options(CLI::App& cmd, RunOptions& o) {
   cmd.add_flag("!--no-graph", o.graph, "Stop after PCA (no neighbors, UMAP, Leiden)");
   cmd.add_flag("--tsne", o.tsne, "Also t-SNE after Leiden (obsm X_tsne; CPU; scurry tsne's defaults)");
   cmd.add_flag("--paga", o.paga, "Also PAGA of the Leiden clusters (uns paga)");
+  cmd.add_flag("--draw-graph", o.draw_graph,
+               "Also ForceAtlas2 of the graph after Leiden (obsm X_draw_graph_fa; CPU; scurry draw-graph's defaults)");
   add_rank_genes_groups_options(cmd, o.rank_genes_groups, o.markers_tsv, true, &o.markers);
   add_run_integrate_options(cmd, o);
   cmd.add_flag("--stream,!--no-stream", o.stream,
@@ -474,6 +477,10 @@ std::vector<Step> build_pipeline(const RunOptions& o) {
                      PagaOptions po;
                      po.groups = o.leiden.key_added;
                      if (ctx.comm().rank() == 0) paga(ctx, d, po);
+                   }});
+    if (o.draw_graph)
+      p.push_back({"draw_graph", [](Context& ctx, Dataset& d, Timings&) {
+                     if (ctx.comm().rank() == 0) draw_graph(Context::cpu(ctx.threads()), d, DrawGraphOptions{});
                    }});
     if (o.markers)
       p.push_back({"rank_genes_groups", [&o](Context& ctx, Dataset& d, Timings&) {

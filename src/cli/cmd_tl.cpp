@@ -10,6 +10,7 @@
 #include "io/read.hpp"
 #include "tl/dendrogram.hpp"
 #include "tl/diffmap.hpp"
+#include "tl/draw_graph.hpp"
 #include "tl/embedding_density.hpp"
 #include "tl/kmeans.hpp"
 #include "tl/paga.hpp"
@@ -29,6 +30,19 @@ void add_tsne_options(CLI::App& c, TsneOptions& o, const std::string& prefix) {
   c.add_option("--" + prefix + "metric", o.metric, "tsne: euclidean or cosine")->capture_default_str();
   c.add_option("--" + prefix + "n-iter", o.n_iter, "tsne: iterations")->capture_default_str();
   c.add_option("--" + prefix + "init", o.init, "tsne: pca or random")->capture_default_str();
+}
+
+void add_draw_graph_options(CLI::App& c, DrawGraphOptions& o, const std::string& prefix) {
+  c.add_option("--" + prefix + "layout", o.layout, "draw_graph: layout (fa: ForceAtlas2; igraph's are not implemented)")
+      ->capture_default_str();
+  c.add_option("--" + prefix + "init-pos", o.init_pos, "draw_graph: obsm key of start coordinates (default: random)");
+  c.add_option("--" + prefix + "root", o.root, "draw_graph: root of igraph's tree layouts (unused by fa)");
+  c.add_option("--" + prefix + "random-state", o.random_state, "draw_graph: seed of the random start")->capture_default_str();
+  c.add_option("--" + prefix + "n-jobs", o.n_jobs, "draw_graph: threads (0: --threads)")->capture_default_str();
+  c.add_option("--" + prefix + "neighbors-key", o.neighbors_key, "draw_graph: uns key of the neighbours")->capture_default_str();
+  c.add_option("--" + prefix + "obsp", o.obsp, "draw_graph: obsp key of the graph (instead of the neighbours')");
+  c.add_option("--" + prefix + "key-added-ext", o.key_added_ext, "draw_graph: obsm key X_draw_graph_<ext> (default: the layout)");
+  c.add_option("--" + prefix + "iterations", o.iterations, "draw_graph: ForceAtlas2 iterations")->capture_default_str();
 }
 
 namespace {
@@ -112,6 +126,10 @@ void add_tl_commands(CLI::App& app, GlobalOptions& g) {
         c.add_option("--components", o.components, "two 1-based components")->capture_default_str();
       },
       [](Context& ctx, Dataset& d, const EmbeddingDensityOptions& o) { embedding_density(ctx, d, o); });
+  add_tool<DrawGraphOptions>(
+      app, g, "draw-graph", "draw_graph: ForceAtlas2 layout of the neighbours graph (obsm X_draw_graph_fa), as scanpy's layout='fa'",
+      [](CLI::App& c, DrawGraphOptions& o) { add_draw_graph_options(c, o, ""); },
+      [](Context& ctx, Dataset& d, const DrawGraphOptions& o) { draw_graph(ctx, d, o); });
   add_tool<KmeansClusterOptions>(app, g, "kmeans", "kmeans: k-means clusters of cells in X_pca (obs kmeans)",
                                  [](CLI::App& c, KmeansClusterOptions& o) {
                                    c.add_option("--n-clusters", o.n_clusters, "clusters")->capture_default_str();

@@ -42,6 +42,7 @@ struct RunOptions {
   bool graph = true;  // --no-graph: stop after PCA
   bool tsne = false;  // --tsne: also t-SNE (obsm X_tsne, tl/tsne.hpp's defaults), after Leiden
   bool paga = false;  // --paga: also PAGA of the Leiden clusters (uns paga), after Leiden
+  bool draw_graph = false;  // --draw-graph: also ForceAtlas2 (obsm X_draw_graph_fa, tl/draw_graph.hpp's defaults)
   // --markers METHOD / --no-markers: end with rank_genes_groups by leiden (scanpy's default method,
   // t-test); --markers-tsv: also its rank_genes_groups_df table.
   bool markers = true;

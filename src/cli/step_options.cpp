@@ -186,7 +186,55 @@ void add_umap_options(CLI::App& cmd, UmapOptions& o, bool prefixed) {
 }
 
 void add_leiden_options(CLI::App& cmd, LeidenOptions& o, bool prefixed) {
-  cmd.add_option("--resolution", o.resolution, "leiden: higher gives more, smaller clusters")->capture_default_str();
+  if (prefixed) {
+    cmd.add_option("--resolution", o.resolution, "leiden: higher gives more, smaller clusters")->capture_default_str();
+  } else {
+    // Several resolutions in one call: --resolution 0.5,1.0,2.0 writes leiden_0.5, leiden_1.0, ...
+    cmd.add_option_function<std::vector<double>>(
+           "--resolution",
+           [&o](const std::vector<double>& v) {
+             if (v.size() == 1) {
+               o.resolution = v[0];
+               o.resolutions.clear();
+             } else {
+               o.resolutions = v;
+             }
+           },
+           "leiden: higher gives more, smaller clusters; several (0.5,1.0,2.0) write obs <key-added>_<resolution>")
+        ->delimiter(',')
+        ->default_str(std::to_string(o.resolution));
+    cmd.add_option_function<std::string>(
+        "--restrict-to",
+        [&o](const std::string& v) {
+          const size_t colon = v.find(':');
+          if (colon == std::string::npos || colon == 0 || colon + 1 == v.size())
+            fail_input("--restrict-to", "'", v, "' is not KEY:CAT[,CAT...] (an obs key and its categories)");
+          o.restrict_key = v.substr(0, colon);
+          o.restrict_categories.clear();
+          std::string rest = v.substr(colon + 1);
+          size_t start = 0;
+          while (start <= rest.size()) {
+            const size_t comma = rest.find(',', start);
+            const std::string c = rest.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+            if (c.empty()) fail_input("--restrict-to", "'", v, "' has an empty category");
+            o.restrict_categories.push_back(c);
+            if (comma == std::string::npos) break;
+            start = comma + 1;
+          }
+        },
+        "leiden: KEY:CAT[,CAT...]: cluster only the cells of those categories of obs KEY (labels \"CAT,<new>\"; "
+        "key leiden_R by default)");
+    cmd.add_option("--obsp", o.obsp, "leiden: obsp key of the graph (instead of the neighbours' connectivities)");
+  }
+  cmd.add_option(prefixed ? "--leiden-flavor" : "--flavor", o.flavor,
+                 "leiden: leidenalg (scanpy's default) or igraph (scanpy 1.10's flavor='igraph'; with --n-iterations 2 "
+                 "its future default)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"leidenalg", "igraph"}));
+  cmd.add_option(prefixed ? "--leiden-directed" : "--directed", o.directed,
+                 "leiden: treat the graph as directed (default: true for leidenalg, false for igraph; igraph needs false)");
+  cmd.add_option(prefixed ? "--leiden-use-weights" : "--use-weights", o.use_weights, "leiden: use the edge weights")
+      ->capture_default_str();
   cmd.add_option("--n-iterations", o.n_iterations, "leiden: iterations (negative: until stable)")->capture_default_str();
   cmd.add_option(prefixed ? "--leiden-random-state" : "--random-state", o.random_state, "leiden: seed")
       ->capture_default_str();

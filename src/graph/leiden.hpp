@@ -9,12 +9,29 @@
 // 10,000): igraph 0.10.2's own negative n_iterations stops after one iteration (pbmc3k: modularity
 // 0.620 instead of 0.632).
 //
+// As users call it now (issue 22 point 4):
+// - flavor "leidenalg" (scanpy 1.9's and 1.10's default, above) or "igraph" (scanpy 1.10's
+//   flavor='igraph', its announced future default with n_iterations=2): python-igraph's
+//   Graph.community_leiden(objective_function='modularity', ...) = the same igraph call with
+//   n_iterations handed to igraph as given (negative: igraph's own rule) and igraph's membership
+//   numbers kept as igraph returns them; directed must be false (scanpy raises otherwise). On the
+//   GPU (`--device gpu`) both flavors run scurry's own kernels (labels by size, as leidenalg);
+// - several resolutions in one call (`resolutions`): the graph is read and its igraph copy built
+//   once, each resolution written to obs[key_added + "_" + repr(resolution)] (rapids-singlecell's
+//   pattern, e.g. leiden_0.5, leiden_1.0) with its own uns entry;
+// - restrict_to (restrict_key, restrict_categories): only the cells of those categories are
+//   clustered, on the graph restricted to them; scanpy's rename_groups labels them
+//   "<cat1-cat2...>,<new>" and every other cell keeps its label; the key becomes <key_added>_R when
+//   key_added is the default 'leiden' (scanpy); categories in natsort order;
+// - obsp: the graph of obsp[obsp] instead of the neighbours' connectivities.
+//
 // Differences from scanpy: scanpy 1.9.6 hands leidenalg a directed graph holding both directions of
 // every edge; for a symmetric graph its quality function is the same modularity, but the search
 // (and so the partition found) differs. Labels are renumbered by decreasing cluster size, ties by
 // the first cell of the cluster ("0" = largest), as leidenalg numbers them.
 #pragma once
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -32,6 +49,12 @@ struct LeidenOptions {
   double beta = 0.01;         // randomness of the refinement step (leidenalg's default)
   std::string key_added = "leiden";
   std::string neighbors_key = "neighbors";  // Dataset level: which neighbours' connectivities
+  std::string flavor = "leidenalg";          // "leidenalg" | "igraph" (see above)
+  std::optional<bool> directed;              // scanpy's None: true for leidenalg, false for igraph
+  std::vector<double> resolutions;           // Dataset level: several at once (empty: `resolution`)
+  std::string restrict_key;                  // Dataset level: restrict_to's obs key ("" = all cells)
+  std::vector<std::string> restrict_categories;  // ... and its categories
+  std::string obsp;                          // Dataset level: obsp key of the graph ("" = neighbours')
 };
 
 struct LeidenResult {
@@ -43,14 +66,22 @@ struct LeidenResult {
 // Low level: clusters of a symmetric weighted graph (n x n CSR; obsp['connectivities']; the upper
 // triangle is read, diagonal entries are self-loops).
 LeidenResult leiden(const Context& ctx, const CsrF& graph, const LeidenOptions& opt);
-// Dataset level: reads the connectivities of uns[neighbors_key] (InputError when missing: run
-// neighbors first); writes obs[key_added] (categorical, categories "0", "1", ...) and
-// uns[key_added] = {params: {resolution, random_state, n_iterations}}.
+// The same at each of `resolutions` (opt.resolution ignored), the igraph graph built once.
+std::vector<LeidenResult> leiden(const Context& ctx, const CsrF& graph, const LeidenOptions& opt,
+                                 const std::vector<double>& resolutions);
+// Dataset level: reads the connectivities of uns[neighbors_key] or obsp[obsp] (InputError when
+// missing: run neighbors first); writes obs[key_added] (categorical, categories "0", "1", ...) and
+// uns[key_added] = {params: {resolution, random_state, n_iterations}}; with restrict_to and
+// several resolutions as above. Returns the (first resolution's) result on the clustered cells.
 // The checks of the options alone (no data): InputError naming the bad value. `scurry run` calls it
 // before its first step; leiden() calls it too.
 void validate_leiden_options(const LeidenOptions& opt);
 LeidenResult leiden(const Context& ctx, Dataset& d, const LeidenOptions& opt);
 void write_leiden(Dataset& d, const LeidenResult& res, const LeidenOptions& opt);
+// The obs key of one of several resolutions: key_added + "_" + Python's repr of the float.
+std::string leiden_resolution_key(const std::string& key_added, double resolution);
+// natsort's default order of strings (digit runs compared as integers), as scanpy sorts categories.
+bool natural_less(const std::string& a, const std::string& b);
 
 // Modularity of a partition of a symmetric weighted graph (both triangles stored, as
 // connectivities): Q = 1/(2m) sum_ij [A_ij - resolution k_i k_j / (2m)] delta(c_i, c_j),

@@ -43,7 +43,8 @@ DenseF golden_matrix(const std::string& name) {
 }  // namespace
 
 TEST(Tsne, FftRepulsionMatchesExactSums) {
-  for (double scale : {0.5, 5.0, 40.0}) {
+  // The grid sizes: 384 (3 x 2^7, the least boxes), 512 (2^9) and 768 (3 x 2^8).
+  for (double scale : {0.5, 5.0, 25.0, 40.0}) {
     const int64_t n = 1500;
     const std::vector<double> y = random_layout(n, scale, 7 + static_cast<uint64_t>(scale));
     TsneOptions fo, eo;
