@@ -76,8 +76,10 @@ void validate_umap_options(const UmapOptions& opt);
 // The batched epochs' constants from the options and res.a, res.b (the CPU and GPU paths).
 umap_sgd::EpochParams epoch_params(const UmapOptions& opt, const UmapResult& res, int64_t n);
 // The batched epochs 1 .. n_epochs - 1 on the CPU threads, from and into res.embedding (the
-// start layout), with res.a, res.b, res.n_epochs set; g is the pruned graph.
-void umap_batched_epochs(const Context& ctx, const CsrF& g, const UmapOptions& opt, UmapResult& res);
+// start layout), with res.a, res.b, res.n_epochs set; g is the pruned graph. 2-D layouts run in
+// lanes (umap.cpp), the same bits as umap_sgd::vertex_epoch, which `reference` uses instead (tests).
+void umap_batched_epochs(const Context& ctx, const CsrF& g, const UmapOptions& opt, UmapResult& res,
+                         bool reference = false);
 
 // umap's find_ab_params: least-squares fit of 1 / (1 + a x^(2b)) to 1 for x < min_dist and
 // exp(-(x - min_dist) / spread) above, on 300 points of [0, 3 spread] (Levenberg-Marquardt from
