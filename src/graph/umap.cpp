@@ -16,6 +16,7 @@
 #include "core/log.hpp"
 #include "exec/parallel.hpp"
 #include "graph/spectral.hpp"
+#include "graph/spectral_rng.hpp"
 #include "graph/umap_sgd.hpp"
 
 namespace scurry {
@@ -38,12 +39,11 @@ struct Tau {
   }
 };
 
-// Seeded uniforms and normals (53-bit uniforms, Box-Muller: the same sequence on every platform).
+// Seeded uniforms (53 bits: the same sequence on every platform).
 struct Rng {
   std::mt19937_64 g;
   explicit Rng(uint64_t seed) : g(seed) {}
   double uniform() { return (static_cast<double>(g() >> 11) + 0.5) * 0x1.0p-53; }
-  double normal() { return std::sqrt(-2.0 * std::log(uniform())) * std::cos(2.0 * M_PI * uniform()); }
 };
 
 double clip(double v) { return std::clamp(v, -kClip, kClip); }
@@ -54,6 +54,7 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 
 constexpr int64_t kRowsPerBlock = 2048;  // prune_graph: rows per parallel block
 constexpr int64_t kEpochBlock = 512;     // batched epochs: vertices of a group per parallel block
+constexpr int64_t kNoisePiece = 65536;   // start layout: entries (rows) per parallel piece
 
 // ---- The batched epoch for 2-D layouts in lanes (the CPU's form of umap_sgd::vertex_epoch<2>) ----
 //
@@ -524,24 +525,53 @@ UmapResult umap(const Context& ctx, const CsrF& graph, const UmapOptions& opt, c
       if (!spec) log::info("umap: the graph is not connected; random initialisation instead of spectral");
     }
     if (spec) {
+      // On the threads, in fixed pieces: the largest |x| (a maximum: exact in any order), then the
+      // scaled layout plus noise, the noise counter-based (spectral::gaussian_at(seed, entry),
+      // Box-Muller of splitmix64 uniforms) so that every piece draws its own entries' values.
+      const int64_t total = static_cast<int64_t>(emb.data.size()), pieces = (total + kNoisePiece - 1) / kNoisePiece;
+      std::vector<double> piece_max(static_cast<size_t>(pieces), 0.0);
+      parallel_for(ctx.threads(), pieces, [&](int64_t b) {
+        double m = 0;
+        for (int64_t q = b * kNoisePiece; q < std::min(total, (b + 1) * kNoisePiece); ++q) m = std::max(m, std::fabs(spec->data[q]));
+        piece_max[b] = m;
+      });
       double m = 0;
-      for (double v : spec->data) m = std::max(m, std::fabs(v));
+      for (double v : piece_max) m = std::max(m, v);
       const double expansion = m > 0 ? kInitScale / m : 1.0;
-      for (size_t i = 0; i < emb.data.size(); ++i)
-        emb.data[i] = static_cast<float>(spec->data[i] * expansion) + static_cast<float>(kInitNoise * rng.normal());
+      const uint64_t noise_seed = umap_sgd::mix64(opt.random_state ^ 0x6e6f697365ULL);
+      parallel_for(ctx.threads(), pieces, [&](int64_t b) {
+        for (int64_t q = b * kNoisePiece; q < std::min(total, (b + 1) * kNoisePiece); ++q)
+          emb.data[q] = static_cast<float>(spec->data[q] * expansion) +
+                        static_cast<float>(kInitNoise * spectral::gaussian_at(noise_seed, static_cast<uint64_t>(q)));
+      });
       res.init = "spectral";
     } else {
       for (double& v : emb.data) v = static_cast<float>(-10.0 + 20.0 * rng.uniform());
       res.init = "random";
     }
   }
-  // Each column to [0, 10].
+  // Each column to [0, 10]: the columns' minima and maxima over fixed row pieces on the threads
+  // (exact in any order), then the rows.
   DenseF e(n, dim);
-  for (int64_t c = 0; c < dim; ++c) {
-    double lo = std::numeric_limits<double>::infinity(), hi = -lo;
-    for (int64_t i = 0; i < n; ++i) lo = std::min(lo, emb(i, c)), hi = std::max(hi, emb(i, c));
-    const double span = hi - lo > 0 ? hi - lo : 1.0;
-    for (int64_t i = 0; i < n; ++i) e(i, c) = static_cast<float>(kInitScale * (emb(i, c) - lo) / span);
+  {
+    const int64_t pieces = (n + kNoisePiece - 1) / kNoisePiece;
+    const double inf = std::numeric_limits<double>::infinity();
+    std::vector<double> lo_p(static_cast<size_t>(pieces * dim), inf), hi_p(static_cast<size_t>(pieces * dim), -inf);
+    parallel_for(ctx.threads(), pieces, [&](int64_t b) {
+      for (int64_t i = b * kNoisePiece; i < std::min(n, (b + 1) * kNoisePiece); ++i)
+        for (int64_t c = 0; c < dim; ++c)
+          lo_p[b * dim + c] = std::min(lo_p[b * dim + c], emb(i, c)), hi_p[b * dim + c] = std::max(hi_p[b * dim + c], emb(i, c));
+    });
+    std::vector<double> lo(static_cast<size_t>(dim), inf), span(static_cast<size_t>(dim));
+    for (int64_t c = 0; c < dim; ++c) {
+      double hi = -inf;
+      for (int64_t b = 0; b < pieces; ++b) lo[c] = std::min(lo[c], lo_p[b * dim + c]), hi = std::max(hi, hi_p[b * dim + c]);
+      span[c] = hi - lo[c] > 0 ? hi - lo[c] : 1.0;
+    }
+    parallel_for(ctx.threads(), pieces, [&](int64_t b) {
+      for (int64_t i = b * kNoisePiece; i < std::min(n, (b + 1) * kNoisePiece); ++i)
+        for (int64_t c = 0; c < dim; ++c) e(i, c) = static_cast<float>(kInitScale * (emb(i, c) - lo[c]) / span[c]);
+    });
   }
 
   res.init_seconds = seconds_since(t_start);

@@ -9,11 +9,13 @@
 // one with repulsion 2 gamma b / ((0.001 + d^2)(1 + a d^(2b))), every gradient component clipped to
 // [-4, 4], learning rate alpha (1 - epoch / n_epochs).
 //
-// Determinism: the SGD runs single-threaded in a fixed order (umap's non-parallel mode), so a seed
-// gives the same embedding for any thread count. Random numbers (documented, not numpy's): the
-// random initial layout and the noise come from std::mt19937_64 (seed random_state) through
-// Box-Muller / 53-bit uniforms; negative samples from umap's three-component Tausworthe generator
-// (tau_rand_int, 32-bit) seeded from the same stream. Results therefore differ from umap-learn's
+// Determinism: a seed gives the same embedding for any thread count (the batched SGD: fixed groups
+// and orders, umap_sgd.hpp; the sequential one: one thread in umap's order). Random numbers (documented, not numpy's): the
+// random initial layout comes from std::mt19937_64 (seed random_state) through 53-bit uniforms,
+// the spectral layout's noise from counter-based normals (spectral::gaussian_at, one per entry, so
+// that it is drawn on the threads); the sequential SGD's negative samples from umap's
+// three-component Tausworthe generator (tau_rand_int, 32-bit) seeded from the mt19937_64 stream,
+// the batched SGD's from a counter-based hash (umap_sgd.hpp). Results therefore differ from umap-learn's
 // value by value but not in distribution.
 //
 // Differences from umap-learn: a disconnected graph is initialised at random (umap lays out each
