@@ -1,3 +1,8 @@
+// (GCC's ABI note for 32-byte vectors in functions compiled without AVX does not apply: the AVX2
+// instances of the 2-D lanes are inlined into run_lanes_avx2 only.)
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wpsabi"
+#endif
 #include "graph/umap.hpp"
 
 #include "graph/umap_gpu.hpp"
@@ -156,56 +161,115 @@ struct Vec4 {
   }
   static I seli(M c, I a, I b) { return (a & c) | (b & ~c); }
 };
-constexpr int kVecs = kLanes / 4;
 
-v4f load4(const float* p) {
-  v4f v;
+template <class V>
+V load_v(const float* p) {
+  V v;
   std::memcpy(&v, p, sizeof v);
   return v;
 }
-v4i load4(const int32_t* p) {
-  v4i v;
+template <class V>
+V load_vi(const int32_t* p) {
+  V v;
   std::memcpy(&v, p, sizeof v);
   return v;
 }
-void store4(float* p, v4f v) { std::memcpy(p, &v, sizeof v); }
+template <class V>
+void store_v(float* p, V v) {
+  std::memcpy(p, &v, sizeof v);
+}
 
-// kLanes chains for `steps` steps: lane l's operations at [t * kLanes + l], four lanes to a vector,
-// every operation's arithmetic computed for every lane and the result selected by its kind.
-void run_lanes(const float* __restrict ox, const float* __restrict oy, const int32_t* __restrict kind, int64_t steps,
-               const umap_sgd::EpochParams& p, float* __restrict rx, float* __restrict ry) {
-  using T = Vec4;
-  v4f cx[kVecs], cy[kVecs], ix[kVecs], iy[kVecs], ax[kVecs], ay[kVecs];
+// kLanes chains for `steps` steps: lane l's operations at [t * kLanes + l], T::F's lanes to a
+// vector, every operation's arithmetic computed for every lane and the result selected by its kind.
+template <class T, int W>
+__attribute__((always_inline)) inline void run_lanes_body(const float* __restrict ox, const float* __restrict oy,
+                                                          const int32_t* __restrict kind, int64_t steps,
+                                                          const umap_sgd::EpochParams& p, float* __restrict rx,
+                                                          float* __restrict ry) {
+  using F = typename T::F;
+  using I = typename T::I;
+  constexpr int kVecs = kLanes / W;
+  F cx[kVecs], cy[kVecs], ix[kVecs], iy[kVecs], ax[kVecs], ay[kVecs];
   for (int l = 0; l < kVecs; ++l) cx[l] = cy[l] = ix[l] = iy[l] = ax[l] = ay[l] = T::f(0.0f);
-  const v4f a = T::f(p.a), b = T::f(p.b), gamma = T::f(p.gamma), alpha = T::f(p.alpha), zero = T::f(0.0f),
-            clip = T::f(umap_sgd::kClip);
+  const F a = T::f(p.a), b = T::f(p.b), gamma = T::f(p.gamma), alpha = T::f(p.alpha), zero = T::f(0.0f),
+          clip = T::f(umap_sgd::kClip);
   for (int64_t t = 0; t < steps; ++t) {
     for (int l = 0; l < kVecs; ++l) {
-      const int64_t o = t * kLanes + 4 * l;
-      const v4f qx = load4(ox + o), qy = load4(oy + o);
-      const v4i k = load4(kind + o);
-      const v4f dx = cx[l] - qx, dy = cy[l] - qy;
-      const v4f d2 = dx * dx + dy * dy;
-      const v4f pb = umap_sgd::pow_pos_t<T>(d2, b);
-      const v4f gc = umap_sgd::attract_coef_pb_t<T>(d2, pb, a, b);
-      const v4i pos = d2 > zero;
-      const v4f gr = T::sel(pos, umap_sgd::repulse_coef_pb_t<T>(d2, pb, a, b, gamma), zero);
-      const v4i grp = gr > zero;
-      const v4f mx = cx[l] + alpha * umap_sgd::clip4_t<T>(gc * dx), my = cy[l] + alpha * umap_sgd::clip4_t<T>(gc * dy);
-      const v4f rxx = cx[l] + alpha * T::sel(grp, umap_sgd::clip4_t<T>(gr * dx), clip);
-      const v4f ryy = cy[l] + alpha * T::sel(grp, umap_sgd::clip4_t<T>(gr * dy), clip);
-      const v4i att = (k == T::i(kAttract)) & pos, rep = k == T::i(kRepulse),
-                sum = (k == T::i(kChunk)) | (k == T::i(kEnd)), start = k == T::i(kStart);
-      const v4f nax = T::sel(sum, ax[l] + (cx[l] - ix[l]), T::sel(start, zero, ax[l]));
-      const v4f nay = T::sel(sum, ay[l] + (cy[l] - iy[l]), T::sel(start, zero, ay[l]));
-      const v4f nix = T::sel(start, qx, ix[l]), niy = T::sel(start, qy, iy[l]);
-      const v4f ncx = T::sel(start, qx, T::sel(sum, ix[l], T::sel(att, mx, T::sel(rep, rxx, cx[l]))));
-      const v4f ncy = T::sel(start, qy, T::sel(sum, iy[l], T::sel(att, my, T::sel(rep, ryy, cy[l]))));
+      const int64_t o = t * kLanes + W * l;
+      const F qx = load_v<F>(ox + o), qy = load_v<F>(oy + o);
+      const I k = load_vi<I>(kind + o);
+      const F dx = cx[l] - qx, dy = cy[l] - qy;
+      const F d2 = dx * dx + dy * dy;
+      const F pb = umap_sgd::pow_pos_t<T>(d2, b);
+      const F gc = umap_sgd::attract_coef_pb_t<T>(d2, pb, a, b);
+      const I pos = d2 > zero;
+      const F gr = T::sel(pos, umap_sgd::repulse_coef_pb_t<T>(d2, pb, a, b, gamma), zero);
+      const I grp = gr > zero;
+      const F mx = cx[l] + alpha * umap_sgd::clip4_t<T>(gc * dx), my = cy[l] + alpha * umap_sgd::clip4_t<T>(gc * dy);
+      const F rxx = cx[l] + alpha * T::sel(grp, umap_sgd::clip4_t<T>(gr * dx), clip);
+      const F ryy = cy[l] + alpha * T::sel(grp, umap_sgd::clip4_t<T>(gr * dy), clip);
+      const I att = (k == T::i(kAttract)) & pos, rep = k == T::i(kRepulse),
+              sum = (k == T::i(kChunk)) | (k == T::i(kEnd)), start = k == T::i(kStart);
+      const F nax = T::sel(sum, ax[l] + (cx[l] - ix[l]), T::sel(start, zero, ax[l]));
+      const F nay = T::sel(sum, ay[l] + (cy[l] - iy[l]), T::sel(start, zero, ay[l]));
+      const F nix = T::sel(start, qx, ix[l]), niy = T::sel(start, qy, iy[l]);
+      const F ncx = T::sel(start, qx, T::sel(sum, ix[l], T::sel(att, mx, T::sel(rep, rxx, cx[l]))));
+      const F ncy = T::sel(start, qy, T::sel(sum, iy[l], T::sel(att, my, T::sel(rep, ryy, cy[l]))));
       ax[l] = nax, ay[l] = nay, ix[l] = nix, iy[l] = niy, cx[l] = ncx, cy[l] = ncy;
-      store4(rx + o, nix + nax);
-      store4(ry + o, niy + nay);
+      store_v<F>(rx + o, nix + nax);
+      store_v<F>(ry + o, niy + nay);
     }
   }
+}
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+// Eight floats in an AVX register, for the CPUs that have AVX2 (chosen at run time): the same
+// operations as Vec4 (no FMA: the target has none, so nothing is contracted and the bits are the
+// same), half the instructions.
+typedef float v8f __attribute__((vector_size(32)));
+typedef int32_t v8i __attribute__((vector_size(32)));
+typedef uint32_t v8u __attribute__((vector_size(32)));
+struct Vec8 {
+  using F = v8f;
+  using I = v8i;
+  using U = v8u;
+  using M = v8i;
+  __attribute__((always_inline)) static F f(float v) { return F{v, v, v, v, v, v, v, v}; }
+  __attribute__((always_inline)) static I i(int32_t v) { return I{v, v, v, v, v, v, v, v}; }
+  __attribute__((always_inline)) static U u(uint32_t v) { return U{v, v, v, v, v, v, v, v}; }
+  __attribute__((always_inline)) static U bits(F x) { return reinterpret_cast<U>(x); }
+  __attribute__((always_inline)) static F from_bits(U v) { return reinterpret_cast<F>(v); }
+  __attribute__((always_inline)) static F to_f(I v) { return __builtin_convertvector(v, F); }
+  __attribute__((always_inline)) static I to_i(F v) { return __builtin_convertvector(v, I); }
+  __attribute__((always_inline)) static U as_u(I v) { return reinterpret_cast<U>(v); }
+  __attribute__((always_inline)) static I as_i(U v) { return reinterpret_cast<I>(v); }
+  __attribute__((always_inline)) static F sel(M c, F a, F b) {
+    const U m = reinterpret_cast<U>(c);
+    return reinterpret_cast<F>((reinterpret_cast<U>(a) & m) | (reinterpret_cast<U>(b) & ~m));
+  }
+  __attribute__((always_inline)) static I seli(M c, I a, I b) { return (a & c) | (b & ~c); }
+};
+__attribute__((target("avx2"), flatten)) void run_lanes_avx2(const float* ox, const float* oy, const int32_t* kind,
+                                                             int64_t steps, const umap_sgd::EpochParams& p, float* rx,
+                                                             float* ry) {
+  run_lanes_body<Vec8, 8>(ox, oy, kind, steps, p, rx, ry);
+}
+const bool kHaveAvx2 = __builtin_cpu_supports("avx2");
+#else
+const bool kHaveAvx2 = false;
+#endif
+
+bool g_lanes_sse_only = false;  // umap_lanes_sse_only (tests: both paths, the same bits)
+
+void run_lanes(const float* ox, const float* oy, const int32_t* kind, int64_t steps, const umap_sgd::EpochParams& p,
+               float* rx, float* ry) {
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+  if (kHaveAvx2 && !g_lanes_sse_only) {
+    run_lanes_avx2(ox, oy, kind, steps, p, rx, ry);
+    return;
+  }
+#endif
+  run_lanes_body<Vec4, 4>(ox, oy, kind, steps, p, rx, ry);
 }
 
 // Vertices s + t kSubRounds, t in [t0, t1), of a group: their positions after the epoch into out.
@@ -283,6 +347,10 @@ void batched_epoch(const Context& ctx, const CsrF& g, const std::vector<float>& 
 }
 
 }  // namespace
+
+// Tests only (declared in tests/graph/test_umap.cpp): the 2-D lanes on SSE2 even where AVX2 is
+// available, to check that both paths give the same bits.
+void umap_lanes_sse_only(bool on) { g_lanes_sse_only = on; }
 
 void validate_umap_options(const UmapOptions& opt) {
   check_sgd(opt);

@@ -17,6 +17,7 @@
 #include "testlib.hpp"
 
 namespace scurry {
+void umap_lanes_sse_only(bool on);  // umap.cpp (tests only)
 namespace {
 
 const Dataset& golden() {
@@ -205,11 +206,15 @@ TEST(Umap, LanesEqualVertexEpoch) {
   for (float& v : start.embedding.data) v = pos(rng);
   UmapResult ref = start;
   umap_batched_epochs(Context::cpu(2), g, o, ref, /*reference=*/true);
-  for (int threads : {1, 2, 3}) {
-    UmapResult lanes = start;
-    umap_batched_epochs(Context::cpu(threads), g, o, lanes);
-    ASSERT_EQ(lanes.embedding.data, ref.embedding.data) << threads << " threads";
+  for (bool sse : {false, true}) {  // AVX2 where the CPU has it, and SSE2
+    umap_lanes_sse_only(sse);
+    for (int threads : {1, 2, 3}) {
+      UmapResult lanes = start;
+      umap_batched_epochs(Context::cpu(threads), g, o, lanes);
+      ASSERT_EQ(lanes.embedding.data, ref.embedding.data) << threads << " threads, sse only " << sse;
+    }
   }
+  umap_lanes_sse_only(false);
   EXPECT_NE(ref.embedding.data, start.embedding.data);
 }
 
