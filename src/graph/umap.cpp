@@ -1,3 +1,8 @@
+// (GCC's ABI note for 32-byte vectors in functions compiled without AVX does not apply: the AVX2
+// instances of the 2-D lanes are inlined into run_lanes_avx2 only.)
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wpsabi"
+#endif
 #include "graph/umap.hpp"
 
 #include "graph/umap_gpu.hpp"
@@ -7,6 +12,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <limits>
 #include <random>
 #include <vector>
@@ -16,6 +22,7 @@
 #include "core/log.hpp"
 #include "exec/parallel.hpp"
 #include "graph/spectral.hpp"
+#include "graph/spectral_rng.hpp"
 #include "graph/umap_sgd.hpp"
 
 namespace scurry {
@@ -38,12 +45,11 @@ struct Tau {
   }
 };
 
-// Seeded uniforms and normals (53-bit uniforms, Box-Muller: the same sequence on every platform).
+// Seeded uniforms (53 bits: the same sequence on every platform).
 struct Rng {
   std::mt19937_64 g;
   explicit Rng(uint64_t seed) : g(seed) {}
   double uniform() { return (static_cast<double>(g() >> 11) + 0.5) * 0x1.0p-53; }
-  double normal() { return std::sqrt(-2.0 * std::log(uniform())) * std::cos(2.0 * M_PI * uniform()); }
 };
 
 double clip(double v) { return std::clamp(v, -kClip, kClip); }
@@ -52,30 +58,297 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
-constexpr int64_t kRowsPerBlock = 2048;  // batched epochs: vertices per parallel block
+constexpr int64_t kRowsPerBlock = 2048;  // prune_graph: rows per parallel block
+constexpr int64_t kEpochBlock = 512;     // batched epochs: vertices of a group per parallel block
+constexpr int64_t kNoisePiece = 65536;   // start layout: entries (rows) per parallel piece
+
+// ---- The batched epoch for 2-D layouts in lanes (the CPU's form of umap_sgd::vertex_epoch<2>) ----
+//
+// A vertex's moves in an epoch are a chain: each move starts from the position the previous one
+// reached, and one move (a fast pow, two divisions) takes ~100 cycles of latency, so walking one
+// vertex after the other leaves the core idle. Here the vertices of a block are first turned into
+// lists of operations (the other end's or the negative sample's position, read from the positions
+// the group found: the same reads vertex_epoch makes), the lists dealt to kLanes lanes (each vertex
+// to the shortest lane, in vertex order) and the lanes stepped together, one operation per lane
+// per step, with selects instead of branches: kLanes independent chains that the compiler
+// vectorises and the core overlaps. Each operation is umap_sgd's arithmetic in vertex_epoch's
+// order (attract_coef_pb, repulse_coef_pb, clip4, the chunk sums), so the result is the same bits as
+// vertex_epoch<2> (tests: Umap.LanesEqualVertexEpoch) and independent of the thread count.
+constexpr int kLanes = 16;
+enum : int32_t { kNop = 0, kAttract = 1, kRepulse = 2, kChunk = 3, kStart = 4, kEnd = 5 };
+
+struct LaneScratch {
+  std::vector<float> ox, oy;   // operations, vertex after vertex
+  std::vector<int32_t> kind;
+  std::vector<int64_t> first;  // first operation of each vertex of the block (and the end)
+  std::vector<float> lx, ly, rx, ry;  // the lanes' operations (step-major) and results
+  std::vector<int32_t> lk;
+  std::vector<int64_t> at;     // each vertex's kEnd slot in the lanes
+};
+
+// The first epoch after n at which an edge of eps epochs per sample is due in umap_sgd's schedule
+// (due_negatives: due at m when F(m) > F(m - 1), F(m) = floor(m / eps) in double), exactly: F is
+// non-decreasing (a correctly rounded quotient is monotone in m), so the next due epoch is the
+// smallest m > n with F(m) >= F(n) + 1: a guess from ceil((F(n) + 1) eps), corrected by a step or
+// two with the same expression. INT32_MAX when never (eps <= 0, or beyond 2^31 epochs). The lanes
+// keep it per edge, so an epoch tests each edge with one comparison instead of the quotients.
+int32_t next_due(float eps_f, int64_t n) {
+  const double eps = eps_f;
+  if (!(eps > 0)) return std::numeric_limits<int32_t>::max();
+  auto F = [&](int64_t m) { return umap_sgd::floor_pos(static_cast<double>(m) / eps); };
+  const double target = F(n) + 1.0, guess = target * eps;
+  if (!(guess < 2e9)) return std::numeric_limits<int32_t>::max();
+  int64_t m = std::max<int64_t>(n + 1, static_cast<int64_t>(umap_sgd::ceil_pos(guess)));
+  while (m - 1 > n && F(m - 1) >= target) --m;
+  while (F(m) < target) ++m;
+  return m > std::numeric_limits<int32_t>::max() ? std::numeric_limits<int32_t>::max() : static_cast<int32_t>(m);
+}
+
+// The operations of vertex i (vertex_epoch<2>'s reads, in its order); next: each edge's next due
+// epoch (next_due), advanced here for the edges due now.
+void vertex_ops(const float* in, const int32_t* tail, const float* eps, int32_t* next, int64_t begin, int64_t end,
+                int32_t i, const umap_sgd::EpochParams& p, LaneScratch& sc) {
+  auto push = [&](float x, float y, int32_t k) {
+    sc.ox.push_back(x);
+    sc.oy.push_back(y);
+    sc.kind.push_back(k);
+  };
+  push(in[2 * static_cast<int64_t>(i)], in[2 * static_cast<int64_t>(i) + 1], kStart);
+  for (int64_t b = begin; b < end; b += umap_sgd::kChunk) {
+    if (b > begin) push(0.0f, 0.0f, kChunk);
+    const int64_t e1 = end - b < umap_sgd::kChunk ? end : b + umap_sgd::kChunk;
+    for (int64_t e = b; e < e1; ++e) {
+      if (next[e] != p.epoch) continue;
+      const int64_t n_neg = umap_sgd::due_negatives(eps[e], p.epoch, p.neg_rate);
+      next[e] = next_due(eps[e], p.epoch);
+      if (n_neg < 0) continue;  // (cannot happen: due by construction)
+      const int32_t j = tail[e];
+      const float jx = in[2 * static_cast<int64_t>(j)], jy = in[2 * static_cast<int64_t>(j) + 1];
+      push(jx, jy, kAttract);
+      const uint64_t key = umap_sgd::edge_key(p.seed, i, j);
+      for (int64_t s = 0; s < n_neg; ++s) {
+        const uint32_t k = umap_sgd::random_vertex_of(key, p.epoch, s, p.n_vertices);
+        if (static_cast<int32_t>(k) == i) continue;
+        push(in[2 * static_cast<int64_t>(k)], in[2 * static_cast<int64_t>(k) + 1], kRepulse);
+      }
+      push(jx, jy, kAttract);
+    }
+  }
+  push(0.0f, 0.0f, kEnd);
+}
+
+// Four floats in an SSE register (GCC/Clang vector extensions; x86-64's baseline), as a lane type
+// of umap_sgd's templates.
+typedef float v4f __attribute__((vector_size(16)));
+typedef int32_t v4i __attribute__((vector_size(16)));
+typedef uint32_t v4u __attribute__((vector_size(16)));
+struct Vec4 {
+  using F = v4f;
+  using I = v4i;
+  using U = v4u;
+  using M = v4i;  // comparison results: all ones or zero per lane
+  static F f(float v) { return F{v, v, v, v}; }
+  static I i(int32_t v) { return I{v, v, v, v}; }
+  static U u(uint32_t v) { return U{v, v, v, v}; }
+  static U bits(F x) { return reinterpret_cast<U>(x); }
+  static F from_bits(U v) { return reinterpret_cast<F>(v); }
+  static F to_f(I v) { return __builtin_convertvector(v, F); }
+  static I to_i(F v) { return __builtin_convertvector(v, I); }  // truncates
+  static U as_u(I v) { return reinterpret_cast<U>(v); }
+  static I as_i(U v) { return reinterpret_cast<I>(v); }
+  static F sel(M c, F a, F b) {
+    const U m = reinterpret_cast<U>(c);
+    return reinterpret_cast<F>((reinterpret_cast<U>(a) & m) | (reinterpret_cast<U>(b) & ~m));
+  }
+  static I seli(M c, I a, I b) { return (a & c) | (b & ~c); }
+};
+
+template <class V>
+V load_v(const float* p) {
+  V v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+template <class V>
+V load_vi(const int32_t* p) {
+  V v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+template <class V>
+void store_v(float* p, V v) {
+  std::memcpy(p, &v, sizeof v);
+}
+
+// kLanes chains for `steps` steps: lane l's operations at [t * kLanes + l], T::F's lanes to a
+// vector, every operation's arithmetic computed for every lane and the result selected by its kind.
+template <class T, int W>
+__attribute__((always_inline)) inline void run_lanes_body(const float* __restrict ox, const float* __restrict oy,
+                                                          const int32_t* __restrict kind, int64_t steps,
+                                                          const umap_sgd::EpochParams& p, float* __restrict rx,
+                                                          float* __restrict ry) {
+  using F = typename T::F;
+  using I = typename T::I;
+  constexpr int kVecs = kLanes / W;
+  F cx[kVecs], cy[kVecs], ix[kVecs], iy[kVecs], ax[kVecs], ay[kVecs];
+  for (int l = 0; l < kVecs; ++l) cx[l] = cy[l] = ix[l] = iy[l] = ax[l] = ay[l] = T::f(0.0f);
+  const F a = T::f(p.a), b = T::f(p.b), gamma = T::f(p.gamma), alpha = T::f(p.alpha), zero = T::f(0.0f),
+          clip = T::f(umap_sgd::kClip);
+  for (int64_t t = 0; t < steps; ++t) {
+    for (int l = 0; l < kVecs; ++l) {
+      const int64_t o = t * kLanes + W * l;
+      const F qx = load_v<F>(ox + o), qy = load_v<F>(oy + o);
+      const I k = load_vi<I>(kind + o);
+      const F dx = cx[l] - qx, dy = cy[l] - qy;
+      const F d2 = dx * dx + dy * dy;
+      const F pb = umap_sgd::pow_pos_t<T>(d2, b);
+      const F gc = umap_sgd::attract_coef_pb_t<T>(d2, pb, a, b);
+      const I pos = d2 > zero;
+      const F gr = T::sel(pos, umap_sgd::repulse_coef_pb_t<T>(d2, pb, a, b, gamma), zero);
+      const I grp = gr > zero;
+      const F mx = cx[l] + alpha * umap_sgd::clip4_t<T>(gc * dx), my = cy[l] + alpha * umap_sgd::clip4_t<T>(gc * dy);
+      const F rxx = cx[l] + alpha * T::sel(grp, umap_sgd::clip4_t<T>(gr * dx), clip);
+      const F ryy = cy[l] + alpha * T::sel(grp, umap_sgd::clip4_t<T>(gr * dy), clip);
+      const I att = (k == T::i(kAttract)) & pos, rep = k == T::i(kRepulse),
+              sum = (k == T::i(kChunk)) | (k == T::i(kEnd)), start = k == T::i(kStart);
+      const F nax = T::sel(sum, ax[l] + (cx[l] - ix[l]), T::sel(start, zero, ax[l]));
+      const F nay = T::sel(sum, ay[l] + (cy[l] - iy[l]), T::sel(start, zero, ay[l]));
+      const F nix = T::sel(start, qx, ix[l]), niy = T::sel(start, qy, iy[l]);
+      const F ncx = T::sel(start, qx, T::sel(sum, ix[l], T::sel(att, mx, T::sel(rep, rxx, cx[l]))));
+      const F ncy = T::sel(start, qy, T::sel(sum, iy[l], T::sel(att, my, T::sel(rep, ryy, cy[l]))));
+      ax[l] = nax, ay[l] = nay, ix[l] = nix, iy[l] = niy, cx[l] = ncx, cy[l] = ncy;
+      store_v<F>(rx + o, nix + nax);
+      store_v<F>(ry + o, niy + nay);
+    }
+  }
+}
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+// Eight floats in an AVX register, for the CPUs that have AVX2 (chosen at run time): the same
+// operations as Vec4 (no FMA: the target has none, so nothing is contracted and the bits are the
+// same), half the instructions.
+typedef float v8f __attribute__((vector_size(32)));
+typedef int32_t v8i __attribute__((vector_size(32)));
+typedef uint32_t v8u __attribute__((vector_size(32)));
+struct Vec8 {
+  using F = v8f;
+  using I = v8i;
+  using U = v8u;
+  using M = v8i;
+  __attribute__((always_inline)) static F f(float v) { return F{v, v, v, v, v, v, v, v}; }
+  __attribute__((always_inline)) static I i(int32_t v) { return I{v, v, v, v, v, v, v, v}; }
+  __attribute__((always_inline)) static U u(uint32_t v) { return U{v, v, v, v, v, v, v, v}; }
+  __attribute__((always_inline)) static U bits(F x) { return reinterpret_cast<U>(x); }
+  __attribute__((always_inline)) static F from_bits(U v) { return reinterpret_cast<F>(v); }
+  __attribute__((always_inline)) static F to_f(I v) { return __builtin_convertvector(v, F); }
+  __attribute__((always_inline)) static I to_i(F v) { return __builtin_convertvector(v, I); }
+  __attribute__((always_inline)) static U as_u(I v) { return reinterpret_cast<U>(v); }
+  __attribute__((always_inline)) static I as_i(U v) { return reinterpret_cast<I>(v); }
+  __attribute__((always_inline)) static F sel(M c, F a, F b) {
+    const U m = reinterpret_cast<U>(c);
+    return reinterpret_cast<F>((reinterpret_cast<U>(a) & m) | (reinterpret_cast<U>(b) & ~m));
+  }
+  __attribute__((always_inline)) static I seli(M c, I a, I b) { return (a & c) | (b & ~c); }
+};
+__attribute__((target("avx2"), flatten)) void run_lanes_avx2(const float* ox, const float* oy, const int32_t* kind,
+                                                             int64_t steps, const umap_sgd::EpochParams& p, float* rx,
+                                                             float* ry) {
+  run_lanes_body<Vec8, 8>(ox, oy, kind, steps, p, rx, ry);
+}
+const bool kHaveAvx2 = __builtin_cpu_supports("avx2");
+#else
+const bool kHaveAvx2 = false;
+#endif
+
+bool g_lanes_sse_only = false;  // umap_lanes_sse_only (tests: both paths, the same bits)
+
+void run_lanes(const float* ox, const float* oy, const int32_t* kind, int64_t steps, const umap_sgd::EpochParams& p,
+               float* rx, float* ry) {
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+  if (kHaveAvx2 && !g_lanes_sse_only) {
+    run_lanes_avx2(ox, oy, kind, steps, p, rx, ry);
+    return;
+  }
+#endif
+  run_lanes_body<Vec4, 4>(ox, oy, kind, steps, p, rx, ry);
+}
+
+// Vertices s + t kSubRounds, t in [t0, t1), of a group: their positions after the epoch into out.
+void lanes_block(const float* in, const CsrF& g, const float* eps, int32_t* next, int64_t s, int64_t t0, int64_t t1,
+                 const umap_sgd::EpochParams& p, float* out) {
+  thread_local LaneScratch sc;
+  sc.ox.clear(), sc.oy.clear(), sc.kind.clear(), sc.first.clear();
+  for (int64_t t = t0; t < t1; ++t) {
+    const int64_t i = s + t * umap_sgd::kSubRounds;
+    sc.first.push_back(static_cast<int64_t>(sc.kind.size()));
+    vertex_ops(in, g.indices.data(), eps, next, g.indptr[i], g.indptr[i + 1], static_cast<int32_t>(i), p, sc);
+  }
+  const int64_t nv = t1 - t0;
+  sc.first.push_back(static_cast<int64_t>(sc.kind.size()));
+  // Deal the vertices to the lanes: each to the shortest so far (the first such lane).
+  int64_t len[kLanes] = {};
+  std::vector<int32_t> lane(static_cast<size_t>(nv));
+  std::vector<int64_t> slot(static_cast<size_t>(nv));
+  for (int64_t v = 0; v < nv; ++v) {
+    int best = 0;
+    for (int l = 1; l < kLanes; ++l)
+      if (len[l] < len[best]) best = l;
+    lane[v] = best;
+    slot[v] = len[best];
+    len[best] += sc.first[v + 1] - sc.first[v];
+  }
+  int64_t steps = 0;
+  for (int l = 0; l < kLanes; ++l) steps = std::max(steps, len[l]);
+  const size_t cells = static_cast<size_t>(steps * kLanes);
+  sc.lx.assign(cells, 0.0f), sc.ly.assign(cells, 0.0f), sc.lk.assign(cells, kNop);
+  sc.rx.resize(cells), sc.ry.resize(cells);
+  for (int64_t v = 0; v < nv; ++v)
+    for (int64_t q = sc.first[v], t = slot[v]; q < sc.first[v + 1]; ++q, ++t) {
+      const size_t c = static_cast<size_t>(t * kLanes + lane[v]);
+      sc.lx[c] = sc.ox[q], sc.ly[c] = sc.oy[q], sc.lk[c] = sc.kind[q];
+    }
+  run_lanes(sc.lx.data(), sc.ly.data(), sc.lk.data(), steps, p, sc.rx.data(), sc.ry.data());
+  for (int64_t v = 0; v < nv; ++v) {
+    const int64_t i = s + (t0 + v) * umap_sgd::kSubRounds;
+    const size_t c = static_cast<size_t>((slot[v] + sc.first[v + 1] - sc.first[v] - 1) * kLanes + lane[v]);
+    out[2 * i] = sc.rx[c];
+    out[2 * i + 1] = sc.ry[c];
+  }
+}
 
 // One batched epoch (umap_sgd.hpp): the groups one after the other, each computed into `tmp` from
-// `pos` and copied back.
+// `pos` and copied back. 2-D layouts in lanes (lanes_block) unless `reference`; others vertex by
+// vertex (umap_sgd::vertex_epoch, the GPU kernel's code).
 template <int D>
-void batched_epoch(const Context& ctx, const CsrF& g, const std::vector<float>& eps, const umap_sgd::EpochParams& p,
-                   float* pos, float* tmp) {
+void batched_epoch(const Context& ctx, const CsrF& g, const std::vector<float>& eps, int32_t* next,
+                   const umap_sgd::EpochParams& p, float* pos, float* tmp, bool reference) {
   const int64_t n = g.n_rows, dim = p.dim;
   for (int64_t s = 0; s < umap_sgd::kSubRounds; ++s) {
     const int64_t m = (n - s + umap_sgd::kSubRounds - 1) / umap_sgd::kSubRounds;  // the group's vertices
-    parallel_for(ctx.threads(), (m + kRowsPerBlock - 1) / kRowsPerBlock, [&](int64_t blk) {
-      const int64_t t1 = std::min(m, (blk + 1) * kRowsPerBlock);
-      for (int64_t t = blk * kRowsPerBlock; t < t1; ++t) {
+    parallel_for(ctx.threads(), (m + kEpochBlock - 1) / kEpochBlock, [&](int64_t blk) {
+      const int64_t t0 = blk * kEpochBlock, t1 = std::min(m, (blk + 1) * kEpochBlock);
+      if (D == 2 && dim == 2 && !reference) {
+        lanes_block(pos, g, eps.data(), next, s, t0, t1, p, tmp);
+        return;
+      }
+      for (int64_t t = t0; t < t1; ++t) {
         const int64_t i = s + t * umap_sgd::kSubRounds;
         umap_sgd::vertex_epoch<D>(pos, g.indices.data(), eps.data(), g.indptr[i], g.indptr[i + 1],
                                   static_cast<int32_t>(i), p, tmp + i * dim);
       }
     });
+    // (serial: n / 8 positions, microseconds; a second parallel region per group would cost a
+    // barrier more)
     for (int64_t i = s; i < n; i += umap_sgd::kSubRounds)
       for (int64_t c = 0; c < dim; ++c) pos[i * dim + c] = tmp[i * dim + c];
   }
 }
 
 }  // namespace
+
+// Tests only (declared in tests/graph/test_umap.cpp): the 2-D lanes on SSE2 even where AVX2 is
+// available, to check that both paths give the same bits.
+void umap_lanes_sse_only(bool on) { g_lanes_sse_only = on; }
 
 void validate_umap_options(const UmapOptions& opt) {
   check_sgd(opt);
@@ -107,21 +380,35 @@ umap_sgd::EpochParams epoch_params(const UmapOptions& opt, const UmapResult& res
   return p;
 }
 
-void umap_batched_epochs(const Context& ctx, const CsrF& g, const UmapOptions& opt, UmapResult& res) {
+void umap_batched_epochs(const Context& ctx, const CsrF& g, const UmapOptions& opt, UmapResult& res, bool reference) {
   const int64_t n = g.n_rows, dim = opt.n_components, n_edges = g.nnz();
+  constexpr int64_t kPiece = int64_t(1) << 18;  // edges per parallel piece
+  const int64_t pieces = (n_edges + kPiece - 1) / kPiece;
+  std::vector<float> piece_max(static_cast<size_t>(pieces), 0.0f);
+  parallel_for(ctx.threads(), pieces, [&](int64_t b) {
+    float m = 0;
+    for (int64_t q = b * kPiece; q < std::min(n_edges, (b + 1) * kPiece); ++q) m = std::max(m, g.data[q]);
+    piece_max[b] = m;
+  });
   float wmax = 0;
-  for (float w : g.data) wmax = std::max(wmax, w);
+  for (float m : piece_max) wmax = std::max(wmax, m);
   if (n_edges == 0 || !(wmax > 0) || res.n_epochs <= 1) return;
   std::vector<float> eps(static_cast<size_t>(n_edges));
-  for (int64_t p = 0; p < n_edges; ++p) eps[p] = umap_sgd::epochs_per_sample(g.data[p], 0.0f, wmax);
+  std::vector<int32_t> next(static_cast<size_t>(n_edges));
+  parallel_for(ctx.threads(), pieces, [&](int64_t b) {
+    for (int64_t q = b * kPiece; q < std::min(n_edges, (b + 1) * kPiece); ++q) {
+      eps[q] = umap_sgd::epochs_per_sample(g.data[q], 0.0f, wmax);
+      next[q] = next_due(eps[q], 0);
+    }
+  });
   umap_sgd::EpochParams p = epoch_params(opt, res, n);
   std::vector<float> tmp(res.embedding.data.size());
   float* pos = res.embedding.data.data();
   for (int64_t ep = 1; ep < res.n_epochs; ++ep) {
     umap_sgd::set_epoch(p, ep, opt.alpha, res.n_epochs);
-    if (dim == 2) batched_epoch<2>(ctx, g, eps, p, pos, tmp.data());
-    else if (dim == 3) batched_epoch<3>(ctx, g, eps, p, pos, tmp.data());
-    else batched_epoch<umap_sgd::kMaxDim>(ctx, g, eps, p, pos, tmp.data());
+    if (dim == 2) batched_epoch<2>(ctx, g, eps, next.data(), p, pos, tmp.data(), reference);
+    else if (dim == 3) batched_epoch<3>(ctx, g, eps, next.data(), p, pos, tmp.data(), reference);
+    else batched_epoch<umap_sgd::kMaxDim>(ctx, g, eps, next.data(), p, pos, tmp.data(), reference);
   }
 }
 
@@ -306,24 +593,53 @@ UmapResult umap(const Context& ctx, const CsrF& graph, const UmapOptions& opt, c
       if (!spec) log::info("umap: the graph is not connected; random initialisation instead of spectral");
     }
     if (spec) {
+      // On the threads, in fixed pieces: the largest |x| (a maximum: exact in any order), then the
+      // scaled layout plus noise, the noise counter-based (spectral::gaussian_at(seed, entry),
+      // Box-Muller of splitmix64 uniforms) so that every piece draws its own entries' values.
+      const int64_t total = static_cast<int64_t>(emb.data.size()), pieces = (total + kNoisePiece - 1) / kNoisePiece;
+      std::vector<double> piece_max(static_cast<size_t>(pieces), 0.0);
+      parallel_for(ctx.threads(), pieces, [&](int64_t b) {
+        double m = 0;
+        for (int64_t q = b * kNoisePiece; q < std::min(total, (b + 1) * kNoisePiece); ++q) m = std::max(m, std::fabs(spec->data[q]));
+        piece_max[b] = m;
+      });
       double m = 0;
-      for (double v : spec->data) m = std::max(m, std::fabs(v));
+      for (double v : piece_max) m = std::max(m, v);
       const double expansion = m > 0 ? kInitScale / m : 1.0;
-      for (size_t i = 0; i < emb.data.size(); ++i)
-        emb.data[i] = static_cast<float>(spec->data[i] * expansion) + static_cast<float>(kInitNoise * rng.normal());
+      const uint64_t noise_seed = umap_sgd::mix64(opt.random_state ^ 0x6e6f697365ULL);
+      parallel_for(ctx.threads(), pieces, [&](int64_t b) {
+        for (int64_t q = b * kNoisePiece; q < std::min(total, (b + 1) * kNoisePiece); ++q)
+          emb.data[q] = static_cast<float>(spec->data[q] * expansion) +
+                        static_cast<float>(kInitNoise * spectral::gaussian_at(noise_seed, static_cast<uint64_t>(q)));
+      });
       res.init = "spectral";
     } else {
       for (double& v : emb.data) v = static_cast<float>(-10.0 + 20.0 * rng.uniform());
       res.init = "random";
     }
   }
-  // Each column to [0, 10].
+  // Each column to [0, 10]: the columns' minima and maxima over fixed row pieces on the threads
+  // (exact in any order), then the rows.
   DenseF e(n, dim);
-  for (int64_t c = 0; c < dim; ++c) {
-    double lo = std::numeric_limits<double>::infinity(), hi = -lo;
-    for (int64_t i = 0; i < n; ++i) lo = std::min(lo, emb(i, c)), hi = std::max(hi, emb(i, c));
-    const double span = hi - lo > 0 ? hi - lo : 1.0;
-    for (int64_t i = 0; i < n; ++i) e(i, c) = static_cast<float>(kInitScale * (emb(i, c) - lo) / span);
+  {
+    const int64_t pieces = (n + kNoisePiece - 1) / kNoisePiece;
+    const double inf = std::numeric_limits<double>::infinity();
+    std::vector<double> lo_p(static_cast<size_t>(pieces * dim), inf), hi_p(static_cast<size_t>(pieces * dim), -inf);
+    parallel_for(ctx.threads(), pieces, [&](int64_t b) {
+      for (int64_t i = b * kNoisePiece; i < std::min(n, (b + 1) * kNoisePiece); ++i)
+        for (int64_t c = 0; c < dim; ++c)
+          lo_p[b * dim + c] = std::min(lo_p[b * dim + c], emb(i, c)), hi_p[b * dim + c] = std::max(hi_p[b * dim + c], emb(i, c));
+    });
+    std::vector<double> lo(static_cast<size_t>(dim), inf), span(static_cast<size_t>(dim));
+    for (int64_t c = 0; c < dim; ++c) {
+      double hi = -inf;
+      for (int64_t b = 0; b < pieces; ++b) lo[c] = std::min(lo[c], lo_p[b * dim + c]), hi = std::max(hi, hi_p[b * dim + c]);
+      span[c] = hi - lo[c] > 0 ? hi - lo[c] : 1.0;
+    }
+    parallel_for(ctx.threads(), pieces, [&](int64_t b) {
+      for (int64_t i = b * kNoisePiece; i < std::min(n, (b + 1) * kNoisePiece); ++i)
+        for (int64_t c = 0; c < dim; ++c) e(i, c) = static_cast<float>(kInitScale * (emb(i, c) - lo[c]) / span[c]);
+    });
   }
 
   res.init_seconds = seconds_since(t_start);

@@ -9,11 +9,13 @@
 // one with repulsion 2 gamma b / ((0.001 + d^2)(1 + a d^(2b))), every gradient component clipped to
 // [-4, 4], learning rate alpha (1 - epoch / n_epochs).
 //
-// Determinism: the SGD runs single-threaded in a fixed order (umap's non-parallel mode), so a seed
-// gives the same embedding for any thread count. Random numbers (documented, not numpy's): the
-// random initial layout and the noise come from std::mt19937_64 (seed random_state) through
-// Box-Muller / 53-bit uniforms; negative samples from umap's three-component Tausworthe generator
-// (tau_rand_int, 32-bit) seeded from the same stream. Results therefore differ from umap-learn's
+// Determinism: a seed gives the same embedding for any thread count (the batched SGD: fixed groups
+// and orders, umap_sgd.hpp; the sequential one: one thread in umap's order). Random numbers (documented, not numpy's): the
+// random initial layout comes from std::mt19937_64 (seed random_state) through 53-bit uniforms,
+// the spectral layout's noise from counter-based normals (spectral::gaussian_at, one per entry, so
+// that it is drawn on the threads); the sequential SGD's negative samples from umap's
+// three-component Tausworthe generator (tau_rand_int, 32-bit) seeded from the mt19937_64 stream,
+// the batched SGD's from a counter-based hash (umap_sgd.hpp). Results therefore differ from umap-learn's
 // value by value but not in distribution.
 //
 // Differences from umap-learn: a disconnected graph is initialised at random (umap lays out each
@@ -77,8 +79,10 @@ void validate_umap_options(const UmapOptions& opt);
 // The batched epochs' constants from the options and res.a, res.b (the CPU and GPU paths).
 umap_sgd::EpochParams epoch_params(const UmapOptions& opt, const UmapResult& res, int64_t n);
 // The batched epochs 1 .. n_epochs - 1 on the CPU threads, from and into res.embedding (the
-// start layout), with res.a, res.b, res.n_epochs set; g is the pruned graph.
-void umap_batched_epochs(const Context& ctx, const CsrF& g, const UmapOptions& opt, UmapResult& res);
+// start layout), with res.a, res.b, res.n_epochs set; g is the pruned graph. 2-D layouts run in
+// lanes (umap.cpp), the same bits as umap_sgd::vertex_epoch, which `reference` uses instead (tests).
+void umap_batched_epochs(const Context& ctx, const CsrF& g, const UmapOptions& opt, UmapResult& res,
+                         bool reference = false);
 
 // umap's find_ab_params: least-squares fit of 1 / (1 + a x^(2b)) to 1 for x < min_dist and
 // exp(-(x - min_dist) / spread) above, on 300 points of [0, 3 spread] (Levenberg-Marquardt from

@@ -59,16 +59,164 @@ using gpu::mix64;
 
 // Vertex for negative sample s of edge (i, j) in epoch `epoch`, uniform in [0, n). Keyed by the
 // edge's ends, not its position, so that pruning the graph or not draws the same samples.
-SCURRY_UMAP_HD inline uint32_t random_vertex(uint64_t seed, int32_t i, int32_t j, int epoch, int64_t s, uint32_t n) {
+// The edge's key, hashed once per edge (edge_key), then one mix64 per sample (random_vertex_of).
+SCURRY_UMAP_HD inline uint64_t edge_key(uint64_t seed, int32_t i, int32_t j) {
   const uint64_t edge = (static_cast<uint64_t>(static_cast<uint32_t>(i)) << 32) | static_cast<uint32_t>(j);
-  const uint64_t h = mix64(mix64(seed ^ edge) ^ ((static_cast<uint64_t>(epoch) << 32) + static_cast<uint64_t>(s)));
+  return mix64(seed ^ edge);
+}
+SCURRY_UMAP_HD inline uint32_t random_vertex_of(uint64_t key, int epoch, int64_t s, uint32_t n) {
+  const uint64_t h = mix64(key ^ ((static_cast<uint64_t>(epoch) << 32) + static_cast<uint64_t>(s)));
   return static_cast<uint32_t>(((h >> 32) * static_cast<uint64_t>(n)) >> 32);
 }
+SCURRY_UMAP_HD inline uint32_t random_vertex(uint64_t seed, int32_t i, int32_t j, int epoch, int64_t s, uint32_t n) {
+  return random_vertex_of(edge_key(seed, i, j), epoch, s, n);
+}
 
-SCURRY_UMAP_HD inline float clip4(float v) { return fminf(fmaxf(v, -kClip), kClip); }
+// Bit casts without memcpy or std:: (host and device).
+SCURRY_UMAP_HD inline uint32_t float_bits(float x) {
+#if defined(__CUDA_ARCH__)
+  return __float_as_uint(x);
+#else
+  union {
+    float f;
+    uint32_t u;
+  } v;
+  v.f = x;
+  return v.u;
+#endif
+}
+SCURRY_UMAP_HD inline float bits_float(uint32_t u) {
+#if defined(__CUDA_ARCH__)
+  return __uint_as_float(u);
+#else
+  union {
+    uint32_t u;
+    float f;
+  } v;
+  v.u = u;
+  return v.f;
+#endif
+}
 
-// x^b for x > 0 without a pow call: 2^(b log2 x).
-SCURRY_UMAP_HD inline float pow_pos(float x, float b) { return exp2f(b * log2f(x)); }
+// The fast log2 and exp2 below are written once for any "lane type" T: T = Scalar (float, the GPU
+// kernel and the scalar CPU code) or a SIMD vector of floats (umap.cpp's lanes, GCC/Clang vector
+// extensions), with T's helpers for the bit casts, conversions and selects, so that every lane
+// computes exactly the scalar function's operations.
+struct Scalar {
+  using F = float;
+  using I = int32_t;
+  using U = uint32_t;
+  using M = bool;
+  SCURRY_UMAP_HD static F f(float v) { return v; }
+  SCURRY_UMAP_HD static I i(int32_t v) { return v; }
+  SCURRY_UMAP_HD static U u(uint32_t v) { return v; }
+  SCURRY_UMAP_HD static U bits(F x) { return float_bits(x); }
+  SCURRY_UMAP_HD static F from_bits(U v) { return bits_float(v); }
+  SCURRY_UMAP_HD static F to_f(I v) { return static_cast<float>(v); }
+  SCURRY_UMAP_HD static I to_i(F v) { return static_cast<int32_t>(v); }  // truncates
+  SCURRY_UMAP_HD static U as_u(I v) { return static_cast<uint32_t>(v); }
+  SCURRY_UMAP_HD static I as_i(U v) { return static_cast<int32_t>(v); }
+  // c ? a : b with both sides computed (a blend of the bits: the compiler cannot move one side's
+  // work into a branch, which under -ftrapping-math keeps a loop from vectorising).
+  SCURRY_UMAP_HD static F sel(M c, F a, F b) {
+    const uint32_t m = c ? 0xffffffffu : 0u;
+    return bits_float((float_bits(a) & m) | (float_bits(b) & ~m));
+  }
+  SCURRY_UMAP_HD static I seli(M c, I a, I b) { return c ? a : b; }
+};
+
+// Polynomial coefficients (fitted in float for minimal error, see fast_log2_t / fast_exp2_t).
+constexpr float kLog2Q0 = 2.88539124f, kLog2Q1 = 0.961470783f, kLog2Q2 = 0.598975599f;
+constexpr float kExp2P0 = 0.693147004f, kExp2P1 = 0.240222424f, kExp2P2 = 0.0555073358f, kExp2P3 = 0.00967151299f,
+                kExp2P4 = 0.00132647238f;
+
+// log2 x for finite x >= 0 (x = 0 gives -1e30, so that b log2 x is a large negative number for
+// b > 0), no libm call: x = 2^e m with m in [sqrt(1/2), sqrt(2)) read from the bits (denormals
+// scaled by 2^24 first), log2 m = s Q(s^2) with s = (m - 1) / (m + 1), |s| <= 0.1716, Q a degree-2
+// polynomial fitted for minimal absolute error (3e-8) to the series 2/ln2 atanh(s) / s
+// (Abramowitz & Stegun 4.1.27). Branch-free (selects only).
+template <class T>
+SCURRY_UMAP_HD inline typename T::F fast_log2_t(typename T::F x) {
+  using F = typename T::F;
+  using I = typename T::I;
+  using U = typename T::U;
+  const auto tiny = x < T::f(1.17549435e-38f);  // denormal or zero
+  const F xs = x * T::sel(tiny, T::f(16777216.0f), T::f(1.0f));
+  const U u = T::bits(xs);
+  const I e0 = T::as_i((u >> T::u(23)) & T::u(255u)) - T::i(127) - T::seli(tiny, T::i(24), T::i(0));
+  const F m0 = T::from_bits((u & T::u(0x007fffffu)) | T::u(0x3f800000u));  // [1, 2)
+  const auto high = m0 > T::f(1.41421356f);
+  const F m = m0 * T::sel(high, T::f(0.5f), T::f(1.0f));
+  const F e = T::to_f(e0 + T::seli(high, T::i(1), T::i(0)));
+  const F s = (m - T::f(1.0f)) / (m + T::f(1.0f)), z = s * s;
+  const F l = e + s * (T::f(kLog2Q0) + z * (T::f(kLog2Q1) + z * T::f(kLog2Q2)));
+  return T::sel(x > T::f(0.0f), l, T::f(-1e30f));
+}
+
+// 2^y, no libm call: y clamped to [-150, 128] (below: 0; 128: inf), y = k + f with k = round(y),
+// |f| <= 1/2 (to the rounding of y + 256.5), 2^f = 1 + f P(f) with P of degree 4 fitted for minimal
+// relative error (2e-7 in float), times 2^k built from the exponent bits in two factors (2^(k/2)
+// 2^(k - k/2), so that the results between 2^-150 and 2^-126 come out as correctly scaled
+// denormals and 2^128 as inf). Branch-free.
+template <class T>
+SCURRY_UMAP_HD inline typename T::F fast_exp2_t(typename T::F y) {
+  using F = typename T::F;
+  using I = typename T::I;
+  const F lo = T::sel(y < T::f(-150.0f), T::f(-150.0f), y);
+  const F yc = T::sel(lo > T::f(128.0f), T::f(128.0f), lo);
+  const I k = T::to_i(yc + T::f(256.5f)) - T::i(256);  // round(yc): the cast truncates a positive number
+  const F f = yc - T::to_f(k);                           // exact, |f| <= 1/2 + 2^-15
+  const F p = T::f(1.0f) + f * (T::f(kExp2P0) + f * (T::f(kExp2P1) + f * (T::f(kExp2P2) + f * (T::f(kExp2P3) + f * T::f(kExp2P4)))));
+  const I k1 = k >> T::i(1), k2 = k - k1;  // both in [-75, 64]
+  const F s1 = T::from_bits(T::as_u(k1 + T::i(127)) << T::u(23)), s2 = T::from_bits(T::as_u(k2 + T::i(127)) << T::u(23));
+  return p * s1 * s2;
+}
+
+template <class T>
+SCURRY_UMAP_HD inline typename T::F pow_pos_t(typename T::F x, typename T::F b) {
+  return fast_exp2_t<T>(b * fast_log2_t<T>(x));
+}
+
+SCURRY_UMAP_HD inline float fast_log2(float x) { return fast_log2_t<Scalar>(x); }
+SCURRY_UMAP_HD inline float fast_exp2(float y) { return fast_exp2_t<Scalar>(y); }
+
+// x^b for finite x >= 0 and b > 0 (pow_pos(0, b) = 0) without a libm call: 2^(b log2 x) with the
+// two functions above. Relative error against std::pow (tests/graph/test_umap.cpp): below 2e-6 for
+// results above 1e-30 and x up to 1e30 (mostly the float rounding of b log2 x), far below the
+// layout's own noise; umap-learn computes the same expressions in double with pow.
+SCURRY_UMAP_HD inline float pow_pos(float x, float b) { return pow_pos_t<Scalar>(x, b); }
+
+// The attractive gradient coefficient -2ab d2^(b-1) / (1 + a d2^b) for d2 > 0, from pb = d2^b (one
+// pow: d2^(b-1) = pb / d2).
+template <class T>
+SCURRY_UMAP_HD inline typename T::F attract_coef_pb_t(typename T::F d2, typename T::F pb, typename T::F a,
+                                                      typename T::F b) {
+  return T::f(-2.0f) * a * b * (pb / d2) / (a * pb + T::f(1.0f));
+}
+// The repulsive one, 2 gamma b / ((0.001 + d2)(1 + a d2^b)) for d2 > 0, from pb = d2^b.
+template <class T>
+SCURRY_UMAP_HD inline typename T::F repulse_coef_pb_t(typename T::F d2, typename T::F pb, typename T::F a,
+                                                      typename T::F b, typename T::F gamma) {
+  return T::f(2.0f) * gamma * b / ((T::f(0.001f) + d2) * (a * pb + T::f(1.0f)));
+}
+// Clip to [-4, 4] with plain comparisons, not fminf/fmaxf (a libm call on x86-64 without
+// -ffinite-math-only); equal to them for every non-NaN v.
+template <class T>
+SCURRY_UMAP_HD inline typename T::F clip4_t(typename T::F v) {
+  const typename T::F t = T::sel(v < T::f(-kClip), T::f(-kClip), v);
+  return T::sel(t > T::f(kClip), T::f(kClip), t);
+}
+SCURRY_UMAP_HD inline float clip4(float v) { return clip4_t<Scalar>(v); }
+SCURRY_UMAP_HD inline float attract_coef_pb(float d2, float pb, float a, float b) {
+  return attract_coef_pb_t<Scalar>(d2, pb, a, b);
+}
+SCURRY_UMAP_HD inline float repulse_coef_pb(float d2, float pb, float a, float b, float gamma) {
+  return repulse_coef_pb_t<Scalar>(d2, pb, a, b, gamma);
+}
+SCURRY_UMAP_HD inline float attract_coef(float d2, float a, float b) { return attract_coef_pb(d2, pow_pos(d2, b), a, b); }
+SCURRY_UMAP_HD inline float repulse_coef(float d2, float a, float b, float gamma) {
+  return repulse_coef_pb(d2, pow_pos(d2, b), a, b, gamma);
+}
 
 // The epochs-per-sample of an edge of weight w: w_max / w as float, 0 below threshold or for an
 // explicit zero (never sampled). The CPU path (on the pruned graph, threshold 0) and the GPU kernel
@@ -83,18 +231,27 @@ inline void set_epoch(EpochParams& p, int64_t ep, double alpha, int64_t n_epochs
   p.alpha = static_cast<float>(alpha * (1.0 - static_cast<double>(ep - 1) / static_cast<double>(n_epochs)));
 }
 
+// floor and ceil of x in [0, 2^62] (the schedule's quotients) by an integer cast.
+SCURRY_UMAP_HD inline double floor_pos(double x) { return static_cast<double>(static_cast<int64_t>(x)); }
+SCURRY_UMAP_HD inline double ceil_pos(double x) {
+  const double t = static_cast<double>(static_cast<int64_t>(x));
+  return t < x ? t + 1.0 : t;
+}
+
 // Negative samples edge eps draws in epoch n (>= 1), or -1 when the edge is not due (or pruned).
 SCURRY_UMAP_HD inline int64_t due_negatives(float eps_f, int n_epoch, double neg_rate) {
   const double eps = eps_f;
   if (!(eps > 0)) return -1;
   const double n = n_epoch;
-  const double j = floor(n / eps), jprev = floor((n - 1) / eps);
+  // floor and ceil of the non-negative quotients by casts (the same values; no libm call).
+  const double j = floor_pos(n / eps), jprev = floor_pos((n - 1) / eps);
   if (!(j > jprev)) return -1;
   if (!(neg_rate > 0)) return 0;
   const double eps_neg = eps / neg_rate;
-  const double prev_epoch = jprev > 0 ? ceil(jprev * eps) : 0.0;  // epoch of the previous sample
-  const double before = jprev > 0 ? fmax(0.0, floor(prev_epoch / eps_neg) - 1) : 0.0;
-  const double now = fmax(0.0, floor(n / eps_neg) - 1);
+  const double prev_epoch = jprev > 0 ? ceil_pos(jprev * eps) : 0.0;  // epoch of the previous sample
+  const double fb = floor_pos(prev_epoch / eps_neg) - 1, fn = floor_pos(n / eps_neg) - 1;
+  const double before = jprev > 0 ? (fb > 0.0 ? fb : 0.0) : 0.0;
+  const double now = fn > 0.0 ? fn : 0.0;
   return now > before ? static_cast<int64_t>(now - before) : 0;
 }
 
@@ -109,8 +266,7 @@ SCURRY_UMAP_UNROLL
     d2 += diff[d] * diff[d];
   }
   if (!(d2 > 0.0f)) return;
-  const float pb = pow_pos(d2, p.b);
-  const float gc = -2.0f * p.a * p.b * (pb / d2) / (p.a * pb + 1.0f);
+  const float gc = attract_coef(d2, p.a, p.b);
 SCURRY_UMAP_UNROLL
   for (int d = 0; d < D; ++d)
     if (d < p.dim) c[d] += p.alpha * clip4(gc * diff[d]);
@@ -140,6 +296,7 @@ SCURRY_UMAP_UNROLL
 SCURRY_UMAP_UNROLL
     for (int d = 0; d < D; ++d) o[d] = d < p.dim ? op[d] : 0.0f;
     attract<D>(c, o, p);  // as the head of (i, j)
+    const uint64_t key = edge_key(p.seed, i, j);
     for (int64_t s0 = 0; s0 < n_neg; s0 += kBatch) {
       float qv[kBatch][D];
       bool use[kBatch];
@@ -148,7 +305,7 @@ SCURRY_UMAP_UNROLL
         const int64_t s = s0 + t;
         use[t] = false;
         if (s < n_neg) {
-          const uint32_t k = random_vertex(p.seed, i, j, p.epoch, s, p.n_vertices);
+          const uint32_t k = random_vertex_of(key, p.epoch, s, p.n_vertices);
           use[t] = static_cast<int32_t>(k) != i;
           const float* q = in + static_cast<int64_t>(k) * p.dim;
 SCURRY_UMAP_UNROLL
@@ -166,7 +323,7 @@ SCURRY_UMAP_UNROLL
           dn += diff[d] * diff[d];
         }
         float gr = 0.0f;
-        if (dn > 0.0f) gr = 2.0f * p.gamma * p.b / ((0.001f + dn) * (p.a * pow_pos(dn, p.b) + 1.0f));
+        if (dn > 0.0f) gr = repulse_coef(dn, p.a, p.b, p.gamma);
 SCURRY_UMAP_UNROLL
         for (int d = 0; d < D; ++d)
           if (d < p.dim) c[d] += p.alpha * (gr > 0.0f ? clip4(gr * diff[d]) : kClip);

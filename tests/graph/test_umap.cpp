@@ -17,6 +17,7 @@
 #include "testlib.hpp"
 
 namespace scurry {
+void umap_lanes_sse_only(bool on);  // umap.cpp (tests only)
 namespace {
 
 const Dataset& golden() {
@@ -117,6 +118,104 @@ TEST(Umap, BatchedEpochsAsGoodAsSequentialAndThreadIndependent) {
   EXPECT_EQ(b1.embedding.data, b.embedding.data);  // any thread count: the same bits
   o.sgd = "hogwild";
   EXPECT_THROW(umap(ctx2, nb.connectivities, o), InputError);
+}
+
+TEST(Umap, FastPowMatchesStdPow) {
+  // umap_sgd::pow_pos (bit tricks and two short polynomials, no libm) against std::pow in double
+  // over the whole float range the layout can meet: 0, denormals, tiny, ordinary and huge squared
+  // distances, for exponents around umap's b (and b - 1 < 0, and b < 1).
+  const uint64_t seed = test::fresh_seed();
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<double> lg(-149.0, 127.99);
+  std::vector<float> xs = {0.0f, 1.4e-45f, 3e-44f, 1e-40f, 1.17549435e-38f, 1.1754942e-38f, 1e-30f, 1e-12f, 1e-4f,
+                           0.001f, 0.5f, 0.70710677f, 0.7071068f, 1.0f, 1.4142135f, 1.4142137f, 2.0f, 3.0f, 10.0f,
+                           1e4f, 1e12f, 1e30f, 3.4e38f};
+  for (int r = 0; r < 200000; ++r) xs.push_back(static_cast<float>(std::exp2(lg(rng))));
+  double worst = 0;
+  for (float b : {1.33417f, 0.895f, 0.5f, 1.0f, 1.9f, 0.33417f, -0.66583f}) {
+    for (float x : xs) {
+      const float got = umap_sgd::pow_pos(x, b);
+      const double want = std::pow(static_cast<double>(x), static_cast<double>(b));
+      if (x == 0.0f) {
+        if (b > 0) {
+          EXPECT_EQ(got, 0.0f);
+        }
+        continue;
+      }
+      ASSERT_FALSE(std::isnan(got)) << "x " << x << " b " << b;
+      if (want > 3.4e38) {
+        EXPECT_TRUE(std::isinf(got) || got > 3.3e38f) << "x " << x << " b " << b;
+      } else if (want >= 1.2e-38 && want <= 3.3e38) {  // normal results: relative error
+        const double rel = std::fabs(got / want - 1.0);
+        worst = std::max(worst, rel);
+        // the polynomials (3e-7) and the float rounding of log2 x and of y = b log2 x, each half an
+        // ulp of y (2^-24 |y|, times ln 2 in the result): 1.3e-5 at most (|y| <= 128), 1e-6 for
+        // squared distances in [1e-4, 1e4]
+        const double y = std::fabs(static_cast<double>(b) * std::log2(static_cast<double>(x)));
+        const double tol = 3e-7 + 1e-7 * y;
+        ASSERT_LE(rel, tol) << "x " << x << " b " << b << " got " << got << " want " << want;
+      } else {  // denormal or zero results: absolute error within a few denormal steps
+        ASSERT_LE(std::fabs(got - want), 4e-45 + 1e-5 * want) << "x " << x << " b " << b;
+      }
+    }
+  }
+  std::printf("fast pow: largest relative error %.3g over %zu x values\n", worst, xs.size());
+  // log2 and exp2 alone.
+  for (float x : {1e-45f, 1e-38f, 0.3f, 1.0f, 7.0f, 1e38f}) EXPECT_NEAR(umap_sgd::fast_log2(x), std::log2(x), 1e-5);
+  for (float y : {-149.0f, -126.5f, -10.3f, -0.5f, 0.0f, 0.49f, 0.51f, 3.7f, 127.9f})
+    EXPECT_NEAR(umap_sgd::fast_exp2(y) / std::exp2(y), 1.0, y < -126 ? 1e-2 : 3e-7) << y;
+  EXPECT_TRUE(std::isinf(umap_sgd::fast_exp2(200.0f)));
+  EXPECT_EQ(umap_sgd::fast_exp2(-200.0f), 0.0f);
+}
+
+TEST(Umap, LanesEqualVertexEpoch) {
+  // The CPU's 2-D batched epochs in lanes (umap.cpp) against umap_sgd::vertex_epoch, the scalar
+  // code the GPU kernel runs: the same bits, on 1, 2 and 3 threads, on a graph with hubs (rows
+  // longer than a chunk) and isolated rows, from a random start.
+  const uint64_t seed = test::fresh_seed();
+  const int64_t n = 3000;
+  std::mt19937_64 rng(seed);
+  std::vector<std::vector<std::pair<int32_t, float>>> rows(n);
+  std::uniform_real_distribution<float> u(0.02f, 1.0f);
+  for (int64_t e = 0; e < 8 * n; ++e) {
+    const int64_t i = static_cast<int64_t>(rng() % (n - 10)), j = e % 7 == 0 ? static_cast<int64_t>(rng() % 5) : static_cast<int64_t>(rng() % (n - 10));
+    if (i == j) continue;
+    const float w = u(rng);
+    rows[i].emplace_back(static_cast<int32_t>(j), w);
+    rows[j].emplace_back(static_cast<int32_t>(i), w);
+  }
+  for (auto& r : rows) {  // one entry per pair
+    std::sort(r.begin(), r.end());
+    r.erase(std::unique(r.begin(), r.end(), [](auto& x, auto& y) { return x.first == y.first; }), r.end());
+  }
+  CsrF g = test::csr_from_rows(rows, n);
+  // csr_from_rows keeps both directions with their own weights only if symmetric: make it so.
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t p = g.indptr[i]; p < g.indptr[i + 1]; ++p) {
+      const int32_t j = g.indices[p];
+      for (int64_t q = g.indptr[j]; q < g.indptr[j + 1]; ++q)
+        if (g.indices[q] == i) g.data[q] = g.data[p];
+    }
+  UmapOptions o;
+  o.random_state = seed;
+  UmapResult start;
+  std::tie(start.a, start.b) = find_ab_params(1.0, 0.5);
+  start.n_epochs = 60;
+  start.embedding = DenseF(n, 2);
+  std::uniform_real_distribution<float> pos(0.0f, 10.0f);
+  for (float& v : start.embedding.data) v = pos(rng);
+  UmapResult ref = start;
+  umap_batched_epochs(Context::cpu(2), g, o, ref, /*reference=*/true);
+  for (bool sse : {false, true}) {  // AVX2 where the CPU has it, and SSE2
+    umap_lanes_sse_only(sse);
+    for (int threads : {1, 2, 3}) {
+      UmapResult lanes = start;
+      umap_batched_epochs(Context::cpu(threads), g, o, lanes);
+      ASSERT_EQ(lanes.embedding.data, ref.embedding.data) << threads << " threads, sse only " << sse;
+    }
+  }
+  umap_lanes_sse_only(false);
+  EXPECT_NE(ref.embedding.data, start.embedding.data);
 }
 
 TEST(Umap, DisconnectedGraphFallsBackToRandomInit) {
