@@ -101,9 +101,10 @@ __global__ void __launch_bounds__(kBlock) chunk_kernel(const float* __restrict__
   umap_sgd::chunk_moves<D>(pos, tail, eps, b, e, v, p, delta + q * p.dim);
 }
 
-// chunk_moves with the next due edge's tail position loaded before the current edge's moves (its
-// index, tail and position do not depend on them), so that the loads of one edge overlap the
-// arithmetic of the one before: the same arithmetic in the same order, so the same bits.
+// umap_sgd::chunk_moves with the next due edge's tail position loaded before the current edge's
+// moves (its index, tail and position do not depend on them), so that the loads of one edge overlap
+// the arithmetic of the one before: the same arithmetic in the same order, so the same bits (keep
+// the two in step; the device call of session 9 compared them: identical X_umap).
 template <int D>
 __device__ __forceinline__ int64_t next_due(const float* __restrict__ eps, int64_t e, int64_t end,
                                             const umap_sgd::EpochParams& p, int64_t& n_neg) {
@@ -139,6 +140,7 @@ __device__ __forceinline__ void chunk_moves_prefetch(const float* __restrict__ i
 #pragma unroll
     for (int d = 0; d < D; ++d) o2[d] = (e2 < end && d < p.dim) ? in[static_cast<int64_t>(j2) * p.dim + d] : 0.0f;
     umap_sgd::attract<D>(c, o, p);  // as the head of (i, j)
+    const uint64_t key = umap_sgd::edge_key(p.seed, i, j);
     for (int64_t s0 = 0; s0 < n_neg; s0 += kBatch) {
       float qv[kBatch][D];
       bool use[kBatch];
@@ -147,7 +149,7 @@ __device__ __forceinline__ void chunk_moves_prefetch(const float* __restrict__ i
         const int64_t s2 = s0 + t;
         use[t] = false;
         if (s2 < n_neg) {
-          const uint32_t k = umap_sgd::random_vertex(p.seed, i, j, p.epoch, s2, p.n_vertices);
+          const uint32_t k = umap_sgd::random_vertex_of(key, p.epoch, s2, p.n_vertices);
           use[t] = static_cast<int32_t>(k) != i;
           const float* q = in + static_cast<int64_t>(k) * p.dim;
 #pragma unroll
@@ -165,7 +167,7 @@ __device__ __forceinline__ void chunk_moves_prefetch(const float* __restrict__ i
           dn += diff[d] * diff[d];
         }
         float gr = 0.0f;
-        if (dn > 0.0f) gr = 2.0f * p.gamma * p.b / ((0.001f + dn) * (p.a * umap_sgd::pow_pos(dn, p.b) + 1.0f));
+        if (dn > 0.0f) gr = umap_sgd::repulse_coef(dn, p.a, p.b, p.gamma);
 #pragma unroll
         for (int d = 0; d < D; ++d)
           if (d < p.dim) c[d] += p.alpha * (gr > 0.0f ? umap_sgd::clip4(gr * diff[d]) : umap_sgd::kClip);
