@@ -1,7 +1,7 @@
 // scurry: Harmony on the GPU (harmony_gpu.hpp says what and how; harmony.cpp is the CPU path and
 // the oracle). Everything row-major; a row-major product is one column-major cuBLAS call with the
 // operands swapped (rm_dgemm / rm_sgemm). Sums over cells: each block of a kernel writes its
-// partial sums into a [output][chunk] array, and reduce_columns adds the chunks of every output in
+// partial sums into a [output][chunk] array, and gpu::reduce_partials adds the chunks of every output in
 // a fixed order (strided per thread, then a fixed tree), so the same inputs give the same bits.
 #include <cub/device/device_radix_sort.cuh>
 
@@ -16,30 +16,30 @@
 #include "exec/cuda_resources.cuh"
 #include "graph/mix64.cuh"
 #include "pp/harmony_gpu.hpp"
+#include "pp/fixed_order_sums.cuh"
 #include "pp/linalg.hpp"
 
 namespace scurry {
 namespace {
 
+using gpu::as_grid;
+using gpu::chunk_for;
+using gpu::grid_for;
+using gpu::n_chunks;
+
+void reduce(CudaResources& r, const double* part, int64_t n_out, int64_t n, double* out) {
+  gpu::reduce_partials(r, part, n_out, n, out);
+}
+
 constexpr int kThreads = 256;        // element-wise kernels
-constexpr int kReduceThreads = 128;  // threads per output of reduce_columns (a power of two)
+constexpr int kReduceThreads = 128;  // threads per segment of segment_sums (a power of two)
 constexpr int kSumThreads = 128;     // threads over clusters (or columns) of the chunk-sum kernels
 constexpr int kWarps = 8;            // warps per block of the warp-per-cell kernels
 constexpr int64_t kRChunk = 64;      // cells per block of the R-update sums (at least)
 constexpr int64_t kObjCells = 32;    // cells per warp of the objective
 constexpr int64_t kScanChunk = 2048; // cells per segment of the k-means++ sampling sums
-constexpr int64_t kMaxPartials = int64_t{1} << 25;  // doubles of per-chunk partials at most (256 MB)
 constexpr int kWindow = 3;           // harmonypy's window_size
 
-unsigned grid_for(int64_t n, int threads) {
-  const int64_t b = (n + threads - 1) / threads;
-  if (b > std::numeric_limits<int32_t>::max()) fail("harmony (gpu): ", n, " work items exceed a CUDA grid");
-  return static_cast<unsigned>(std::max<int64_t>(b, 1));
-}
-unsigned as_grid(int64_t n) {
-  if (n < 1 || n > std::numeric_limits<int32_t>::max()) fail("harmony (gpu): bad grid size ", n);
-  return static_cast<unsigned>(n);
-}
 int as_int(int64_t v, const char* what) {
   if (v > std::numeric_limits<int>::max()) fail("harmony (gpu): ", what, " = ", v, " exceeds cuBLAS' 32-bit sizes");
   return static_cast<int>(v);
@@ -81,26 +81,6 @@ __device__ __forceinline__ double warp_sum(double v) {
 __device__ __forceinline__ double warp_max(double v) {
   for (int o = 16; o > 0; o >>= 1) v = fmax(v, __shfl_xor_sync(0xffffffffu, v, o));
   return v;
-}
-
-// out[w] = sum over j < n of part[w * n + j]: one block per output.
-__global__ void reduce_columns(const double* part, int64_t n, double* out) {
-  __shared__ double sh[kReduceThreads];
-  const int64_t w = blockIdx.x;
-  double s = 0;
-  for (int64_t j = threadIdx.x; j < n; j += kReduceThreads) s += part[w * n + j];
-  sh[threadIdx.x] = s;
-  __syncthreads();
-  for (int h = kReduceThreads / 2; h > 0; h >>= 1) {
-    if (static_cast<int>(threadIdx.x) < h) sh[threadIdx.x] += sh[threadIdx.x + h];
-    __syncthreads();
-  }
-  if (threadIdx.x == 0) out[w] = sh[0];
-}
-void reduce(CudaResources& r, const double* part, int64_t n_out, int64_t n, double* out) {
-  if (n_out == 0) return;
-  reduce_columns<<<as_grid(n_out), kReduceThreads, 0, r.stream>>>(part, n, out);
-  SCURRY_CUDA_LAUNCH();
 }
 
 // out[row * nseg + s] = sum of x[row * n + j] over segment s (j in [s * seg, (s + 1) * seg)).
@@ -444,15 +424,6 @@ __global__ void centre_sums(const float* X, const int32_t* lab, const uint8_t* d
 }
 
 double uniform01(std::mt19937_64& rng) { return static_cast<double>(rng() >> 11) * 0x1.0p-53; }
-
-// Chunks for a per-chunk partial array of `width` outputs over n items: at least `min_chunk` items
-// a chunk, the partials under kMaxPartials doubles. Depends on the sizes only.
-int64_t chunk_for(int64_t n, int64_t width, int64_t min_chunk) {
-  const int64_t max_nch = std::max<int64_t>(1, kMaxPartials / std::max<int64_t>(1, width));
-  const int64_t nch = std::max<int64_t>(1, std::min((n + min_chunk - 1) / min_chunk, max_nch));
-  return std::max<int64_t>(1, (n + nch - 1) / nch);
-}
-int64_t n_chunks(int64_t n, int64_t chunk) { return std::max<int64_t>(1, (n + chunk - 1) / chunk); }
 
 struct Kmeans {
   CudaResources& r;
