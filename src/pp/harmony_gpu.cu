@@ -39,6 +39,7 @@ constexpr int64_t kRChunk = 64;      // cells per block of the R-update sums (at
 constexpr int64_t kObjCells = 32;    // cells per warp of the objective
 constexpr int64_t kScanChunk = 2048; // cells per segment of the k-means++ sampling sums
 constexpr int kWindow = 3;           // harmonypy's window_size
+constexpr size_t kMaxShared = 48 * 1024;  // dynamic shared memory without opting in
 
 int as_int(int64_t v, const char* what) {
   if (v > std::numeric_limits<int>::max()) fail("harmony (gpu): ", what, " = ", v, " exceeds cuBLAS' 32-bit sizes");
@@ -176,20 +177,30 @@ __global__ void update_R_block(const int64_t* cells, int64_t len, const double* 
 
 // Sums of R and of R Phi^T over cells[0, len) in chunks of `chunk` cells, one block per chunk,
 // threads over clusters: part[w * nch + ch], w = k (sum of R_k) or K + k B + c (over the cells of
-// one-hot column c). The O entries must be zero beforehand.
-__global__ void r_sums(const int64_t* cells, int64_t len, int64_t chunk, const double* R, const int32_t* col, int64_t V,
-                       int64_t K, int64_t B, int64_t nch, double* part) {
+// one-hot column c). kShared: the K x B accumulators in shared memory (dynamic, K B doubles);
+// otherwise in part itself, which must then be zero beforehand. Each accumulator has one owner
+// thread, which adds the chunk's cells in order.
+template <bool kShared>
+__global__ void r_sums(const int64_t* __restrict__ cells, int64_t len, int64_t chunk, const double* __restrict__ R,
+                       const int32_t* __restrict__ col, int64_t V, int64_t K, int64_t B, int64_t nch,
+                       double* __restrict__ part) {
+  extern __shared__ double sh[];
   const int64_t ch = blockIdx.x, t0 = ch * chunk, t1 = min(len, t0 + chunk);
   for (int64_t k = threadIdx.x; k < K; k += blockDim.x) {
     double tot = 0;
-    double* o = part + (K + k * B) * nch + ch;
+    double* o = kShared ? sh + k * B : part + (K + k * B) * nch + ch;
+    const int64_t stride = kShared ? 1 : nch;
+    if (kShared)
+      for (int64_t c = 0; c < B; ++c) o[c] = 0;
     for (int64_t t = t0; t < t1; ++t) {
       const int64_t i = cells[t];
       const double r = R[i * K + k];
       tot += r;
-      for (int64_t v = 0; v < V; ++v) o[static_cast<int64_t>(col[i * V + v]) * nch] += r;
+      for (int64_t v = 0; v < V; ++v) o[static_cast<int64_t>(col[i * V + v]) * stride] += r;
     }
     part[k * nch + ch] = tot;
+    if (kShared)
+      for (int64_t c = 0; c < B; ++c) part[(K + k * B + c) * nch + ch] = o[c];
   }
 }
 
@@ -247,8 +258,9 @@ __global__ void objective_part(const double* R, const double* dist, const double
 // The ridge systems: per cluster k the (B+1) x (B+1) sums of R_ik a_i a_i^T, a_i the cell's
 // intercept and one-hot columns: part[(k P1 P1 + a P1 + c) * nch + ch] (zero beforehand), one block
 // per chunk of cells, threads over clusters.
-__global__ void ridge_sums(const double* R, const int32_t* col, int64_t N, int64_t K, int64_t V, int64_t P1,
-                           int64_t chunk, int64_t nch, double* part) {
+__global__ void ridge_sums(const double* __restrict__ R, const int32_t* __restrict__ col, int64_t N, int64_t K,
+                           int64_t V, int64_t P1,
+                           int64_t chunk, int64_t nch, double* __restrict__ part) {
   const int64_t ch = blockIdx.x, i0 = ch * chunk, i1 = min(N, i0 + chunk);
   for (int64_t k = threadIdx.x; k < K; k += blockDim.x) {
     double* base = part + k * P1 * P1 * nch + ch;
@@ -410,8 +422,9 @@ __global__ void float_column_sums(const float* x, int64_t n, int64_t cols, int64
 
 // Lloyd centre sums: part[((r k + lab) (d + 1) + q) * nch + ch] += X[i, q] (q < d) or 1 (q = d), for
 // the restarts still moving. Zero beforehand; threads over (r, q).
-__global__ void centre_sums(const float* X, const int32_t* lab, const uint8_t* done, int64_t n, int64_t d,
-                            int64_t n_init, int64_t k, int64_t chunk, int64_t nch, double* part) {
+__global__ void centre_sums(const float* __restrict__ X, const int32_t* __restrict__ lab,
+                            const uint8_t* __restrict__ done, int64_t n, int64_t d,
+                            int64_t n_init, int64_t k, int64_t chunk, int64_t nch, double* __restrict__ part) {
   const int64_t ch = blockIdx.x, i0 = ch * chunk, i1 = min(n, i0 + chunk);
   for (int64_t j = threadIdx.x; j < n_init * (d + 1); j += blockDim.x) {
     const int64_t r = j / (d + 1), q = j % (d + 1);
@@ -715,8 +728,15 @@ struct Gpu {
   double* block_sums(const int64_t* cells, int64_t len, int64_t chunk) {
     const int64_t width = K + K * B, nch = n_chunks(len, chunk);
     double* pp = partials(width * nch);
-    zero(r, pp, static_cast<size_t>(width * nch) * sizeof(double));
-    r_sums<<<as_grid(nch), kSumThreads, 0, r.stream>>>(cells, len, chunk, R.data(), col.data(), V, K, B, nch, pp);
+    const size_t shared = static_cast<size_t>(K * B) * sizeof(double);
+    if (shared <= kMaxShared) {
+      r_sums<true><<<as_grid(nch), kSumThreads, shared, r.stream>>>(cells, len, chunk, R.data(), col.data(), V, K, B,
+                                                                     nch, pp);
+    } else {
+      zero(r, pp, static_cast<size_t>(width * nch) * sizeof(double));
+      r_sums<false><<<as_grid(nch), kSumThreads, 0, r.stream>>>(cells, len, chunk, R.data(), col.data(), V, K, B, nch,
+                                                                 pp);
+    }
     SCURRY_CUDA_LAUNCH();
     double* a = sums(width);
     reduce(r, pp, width, nch, a);
