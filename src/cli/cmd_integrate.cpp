@@ -1,6 +1,6 @@
 // scurry harmony-integrate | combat | regress-out | scrublet IN -o OUT.h5ad: the batch-correction and
 // doublet steps alone (read, the step on --device's backend, write), issue 21. Harmony, ComBat and
-// regress_out run on the GPU under --device gpu; Scrublet runs on the CPU (no GPU version yet).
+// regress_out run on the GPU under --device gpu; Scrublet its exact kNN (the rest on the CPU).
 #include <memory>
 #include <sstream>
 
@@ -140,7 +140,7 @@ void add_run_integrate_options(CLI::App& cmd, RunOptions& o) {
 void run_scrublet(const Context& ctx, Dataset& d, const RunOptions& o) {
   ScrubletOptions s = o.scrublet_opt;
   s.batch_key = o.preprocess.hvg.batch_key;
-  in_file(o.input, [&] { scrublet(ctx.backend() == Backend::cpu ? ctx : Context::cpu(ctx.threads()), d, s); });
+  in_file(o.input, [&] { scrublet(ctx, d, s); });  // --device gpu: its exact kNN on the GPU where it fits
 }
 
 void run_harmony(const Context& ctx, Dataset& d, const RunOptions& o) {
@@ -203,8 +203,7 @@ void add_integrate_commands(CLI::App& app, GlobalOptions& g) {
       app, g, "scrublet", "scrublet: doublet scores of the raw counts in X (obs doublet_score, predicted_doublet)",
       [](CLI::App& c, ScrubletOptions& o) { add_scrublet_options(c, o, ""); },
       [](const Context& ctx, Dataset& d, const ScrubletOptions& o, const std::string& in) {
-        if (ctx.backend() != Backend::cpu) log::info("scrublet: no GPU version yet; running on the CPU");
-        in_file(in, [&] { scrublet(ctx.backend() == Backend::cpu ? ctx : Context::cpu(ctx.threads()), d, o); });
+        in_file(in, [&] { scrublet(ctx, d, o); });  // --device gpu: its exact kNN on the GPU where it fits
       });
 }
 

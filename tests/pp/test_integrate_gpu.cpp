@@ -8,7 +8,10 @@
 //   seeds on these data: overlap 0.980-0.987, largest difference 0.13-0.31% of the spread); and
 //   two GPU runs give the same bits;
 // - regress_out (numeric design; one categorical key), ComBat (with and without a covariate): within
-//   1e-4 of the CPU, the same bits twice; the Dataset-level entry points dispatch to the GPU.
+//   1e-4 of the CPU, the same bits twice; the Dataset-level entry points dispatch to the GPU;
+// - Scrublet with a GPU context (its exact kNN on the device): the doublet scores of the CPU run on
+//   >= 99.5% of the cells (an exact search either way; equal distances may order differently) and
+//   the same predicted doublets on >= 99.5%.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -25,6 +28,7 @@
 #include "pp/harmony.hpp"
 #include "pp/harmony_gpu.hpp"
 #include "pp/regress_out.hpp"
+#include "pp/scrublet.hpp"
 #include "testlib.hpp"
 
 using namespace scurry;
@@ -253,3 +257,27 @@ TEST(IntegrateGpu, CombatMatchesCpu) {
   }
 }
 
+
+TEST(IntegrateGpu, ScrubletKnnOnTheGpuMatchesCpu) {
+  SCURRY_REQUIRE_GPU();
+  const Context gpu = test::gpu_context(), cpu = Context::cpu(0);
+  Dataset a = test::simulated_counts(3000, 1500, 300), b = a;
+  ScrubletOptions o;
+  scrublet(gpu, a, o);
+  scrublet(cpu, b, o);
+  const auto& sa = std::get<NumericColumn>(a.obs.at("doublet_score").c).values;
+  const auto& sb = std::get<NumericColumn>(b.obs.at("doublet_score").c).values;
+  const auto& pa = std::get<BoolColumn>(a.obs.at("predicted_doublet").c).values;
+  const auto& pb = std::get<BoolColumn>(b.obs.at("predicted_doublet").c).values;
+  ASSERT_EQ(sa.size(), sb.size());
+  int64_t same_score = 0, same_pred = 0, finite = 0;
+  for (size_t i = 0; i < sa.size(); ++i) {
+    if (std::isnan(sb[i])) continue;
+    ++finite;
+    same_score += std::fabs(sa[i] - sb[i]) <= 1e-12 * std::max(1.0, std::fabs(sb[i]));
+    same_pred += pa[i] == pb[i];
+  }
+  ASSERT_GT(finite, 2900);
+  EXPECT_GE(static_cast<double>(same_score), 0.995 * finite);
+  EXPECT_GE(static_cast<double>(same_pred), 0.995 * finite);
+}
