@@ -64,6 +64,8 @@ struct BenchOptions {
   std::string stream_file;          // --stream-file FILE.h5ad: written once, then streamed from disk
   std::vector<std::string> markers;  // --markers: time rank_genes_groups with these methods instead
   int marker_groups = 30;            // --marker-groups
+  std::string integrate;             // --integrate harmony|regress-out|combat: time that step instead
+  int integrate_batches = 8;         // --integrate-batches
   PreprocessOptions pp = [] {
     PreprocessOptions p;
     p.qc_vars = {"mt"};
@@ -75,6 +77,9 @@ struct BenchOptions {
 };
 
 }  // namespace
+// bench_integrate.cpp
+void bench_integrate(Context& ctx, const std::string& step, int64_t cells, int64_t cols, int batches, int repeat,
+                     uint64_t seed, const std::string& json);
 // bench_markers.cpp
 void bench_markers(Context& ctx, Dataset& base, const std::vector<std::string>& methods, int n_groups, int repeat,
                    uint64_t seed, const std::string& json);
@@ -289,6 +294,8 @@ void run_bench(const GlobalOptions& g, BenchOptions& o) {
   }
   o.sim.n_cells = cells;
   o.sim.n_genes = genes;
+  if (!o.integrate.empty())
+    return bench_integrate(ctx, o.integrate, cells, genes, o.integrate_batches, o.repeat, o.sim.seed, o.json);
   if (o.repeat < (o.on_device ? 0 : 1))
     throw InputError(o.on_device ? "--repeat must be at least 0" : "--repeat must be at least 1 (0 only with --on-device)");
   if (o.on_device && ctx.backend() != Backend::cuda) throw InputError("--on-device needs --device gpu");
@@ -478,6 +485,11 @@ void add_bench_command(CLI::App& app, GlobalOptions& g) {
                   "instead of the pipeline (groups: --marker-groups, vs rest)")
       ->expected(1, -1);
   cmd->add_option("--marker-groups", o->marker_groups, "With --markers: number of groups (cells assigned at random)")
+      ->capture_default_str();
+  cmd->add_option("--integrate", o->integrate,
+                  "Time harmony, regress-out or combat on synthetic data instead (--synthetic CELLSxCOLS: COLS = PCs "
+                  "for harmony, genes otherwise)");
+  cmd->add_option("--integrate-batches", o->integrate_batches, "With --integrate: number of batches")
       ->capture_default_str();
   cmd->add_option("--read", o->read, "Time reading this file (h5ad, zarr, 10x) instead of the pipeline");
   cmd->add_flag("--on-device", o->on_device, "Simulate on the GPU (nothing big on the host); each run starts from a device copy");

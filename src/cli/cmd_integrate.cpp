@@ -1,5 +1,6 @@
 // scurry harmony-integrate | combat | regress-out | scrublet IN -o OUT.h5ad: the batch-correction and
-// doublet steps alone (read, the step on the CPU, write), issue 21.
+// doublet steps alone (read, the step on --device's backend, write), issue 21. Harmony, ComBat and
+// regress_out run on the GPU under --device gpu; Scrublet its exact kNN (the rest on the CPU).
 #include <memory>
 #include <sstream>
 
@@ -26,7 +27,7 @@ std::vector<std::string> split_list(const std::string& s) {
   return out;
 }
 
-// One subcommand: IN, -o OUT, the step's options, then read -> step on the CPU -> write.
+// One subcommand: IN, -o OUT, the step's options, then read -> step (on the --device context) -> write.
 template <class Opt, class Bind, class Run>
 void add_cmd(CLI::App& app, GlobalOptions& g, const char* name, const char* help, Bind bind, Run run) {
   struct Cmd {
@@ -43,7 +44,7 @@ void add_cmd(CLI::App& app, GlobalOptions& g, const char* name, const char* help
     log::set_quiet(g.quiet);
     check_output_path(o->output, ".h5ad", "-o/--output");
     check_free_space(o->output, input_bytes(o->input), true);
-    const Context ctx = Context::cpu(g.context.threads);  // CPU steps (the GPU versions come later)
+    const Context ctx = make_context(g);
     Dataset d = read_any(o->input, o->read);
     run(ctx, d, o->opt, o->input);
     make_parent_dirs(o->output);
@@ -139,7 +140,7 @@ void add_run_integrate_options(CLI::App& cmd, RunOptions& o) {
 void run_scrublet(const Context& ctx, Dataset& d, const RunOptions& o) {
   ScrubletOptions s = o.scrublet_opt;
   s.batch_key = o.preprocess.hvg.batch_key;
-  in_file(o.input, [&] { scrublet(ctx.backend() == Backend::cpu ? ctx : Context::cpu(ctx.threads()), d, s); });
+  in_file(o.input, [&] { scrublet(ctx, d, s); });  // --device gpu: its exact kNN on the GPU where it fits
 }
 
 void run_harmony(const Context& ctx, Dataset& d, const RunOptions& o) {
@@ -148,7 +149,7 @@ void run_harmony(const Context& ctx, Dataset& d, const RunOptions& o) {
   if (h.keys.empty()) fail_input(o.input, "--integrate harmony needs the batches: give --batch-key or --harmony-key");
   if (ctx.comm().size() > 1) fail_input(o.input, "--integrate harmony runs on one rank");
   HarmonyResult r;
-  in_file(o.input, [&] { r = harmony_integrate(ctx.backend() == Backend::cpu ? ctx : Context::cpu(ctx.threads()), d, h); });
+  in_file(o.input, [&] { r = harmony_integrate(ctx, d, h); });  // on the GPU under --device gpu
   log::info(detail::concat("harmony: ", r.iterations, " iteration(s), ", r.converged ? "converged" : "stopped before convergence"));
 }
 
@@ -202,7 +203,7 @@ void add_integrate_commands(CLI::App& app, GlobalOptions& g) {
       app, g, "scrublet", "scrublet: doublet scores of the raw counts in X (obs doublet_score, predicted_doublet)",
       [](CLI::App& c, ScrubletOptions& o) { add_scrublet_options(c, o, ""); },
       [](const Context& ctx, Dataset& d, const ScrubletOptions& o, const std::string& in) {
-        in_file(in, [&] { scrublet(ctx, d, o); });
+        in_file(in, [&] { scrublet(ctx, d, o); });  // --device gpu: its exact kNN on the GPU where it fits
       });
 }
 

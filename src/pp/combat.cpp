@@ -28,63 +28,29 @@ std::vector<double> invert(std::vector<double> a, int64_t p) {
 
 }  // namespace
 
-CombatResult combat_dense(const Context& ctx, DenseF& Y, const std::vector<int32_t>& codes, int32_t nb,
-                          const DenseD& cov) {
-  const int64_t n = Y.n_rows, g = Y.n_cols, nc = cov.n_cols, p = nb + nc;
-  if (static_cast<int64_t>(codes.size()) != n || (nc > 0 && cov.n_rows != n))
-    fail("combat: codes/covariates do not match the matrix rows");
-  std::vector<double> nbatch(static_cast<size_t>(nb), 0.0);
-  for (int32_t c : codes) nbatch[c] += 1.0;
-  for (int32_t b = 0; b < nb; ++b)
-    if (nbatch[b] < 2) fail_input("combat", "batch ", b, " has fewer than 2 cells; ComBat needs at least 2 cells per batch");
-  const RowBlocks rb = RowBlocks::uniform(n, std::max<int64_t>(1, kBlockValues / std::max<int64_t>(1, g)));
+namespace detail {
+
+// From pass 1's D^T Y (p x g) and D^T D (p x p), acc = [D^T Y, D^T D]: B_hat = (D^T D)^-1 D^T Y and
+// the grand mean per gene (the batch rows of B weighted by the batch shares).
+void combat_fit(const std::vector<double>& acc, const std::vector<double>& nbatch, int64_t n, int64_t g, int64_t p,
+                std::vector<double>& B, std::vector<double>& grand) {
+  const int64_t nb = static_cast<int64_t>(nbatch.size());
   const size_t G = static_cast<size_t>(g);
-  // Design row i: [one-hot(codes[i]), cov(i, :)].
-  auto design_row = [&](int64_t i, double* out) {
-    std::fill(out, out + nb, 0.0);
-    out[codes[i]] = 1.0;
-    for (int64_t c = 0; c < nc; ++c) out[nb + c] = cov(i, c);
-  };
-  linalg::SingleThreadedBlas single;
-  // Pass 1: D^T Y (p x g) and D^T D (p x p).
-  std::vector<double> acc;
-  reduce_blocks(ctx.threads(), rb.n_blocks(), static_cast<size_t>(p * g + p * p), acc, [&](int64_t b, double* part) {
-    const int64_t r0 = rb.begin(b), m = rb.end(b) - r0;
-    std::vector<double> Db(static_cast<size_t>(m * p)), yb(Y.data.begin() + r0 * g, Y.data.begin() + (r0 + m) * g);
-    for (int64_t i = 0; i < m; ++i) design_row(r0 + i, Db.data() + i * p);
-    linalg::dgemm(true, false, p, g, m, 1.0, Db.data(), p, yb.data(), g, 0.0, part, g);
-    linalg::dgemm(true, false, p, p, m, 1.0, Db.data(), p, Db.data(), p, 0.0, part + p * g, p);
-  });
-  const std::vector<double> DtDinv = invert(std::vector<double>(acc.begin() + p * g, acc.end()), p);
-  std::vector<double> B(static_cast<size_t>(p * g), 0.0);  // B_hat = (D^T D)^-1 D^T Y
+  const std::vector<double> DtDinv = invert(std::vector<double>(acc.begin() + p * g, acc.begin() + p * g + p * p), p);
+  B.assign(static_cast<size_t>(p * g), 0.0);
   linalg::dgemm(false, false, p, g, p, 1.0, DtDinv.data(), p, acc.data(), g, 0.0, B.data(), g);
-  std::vector<double> grand(G, 0.0);
-  for (int32_t b = 0; b < nb; ++b)
+  grand.assign(G, 0.0);
+  for (int64_t b = 0; b < nb; ++b)
     for (size_t j = 0; j < G; ++j) grand[j] += nbatch[b] / static_cast<double>(n) * B[b * G + j];
-  // Fitted values: the batch part B[code] plus the covariate part cov(i,:) B[nb:], per block.
-  auto fit_block = [&](int64_t r0, int64_t m, std::vector<double>& covfit) {
-    covfit.assign(static_cast<size_t>(m * g), 0.0);
-    if (nc > 0) linalg::dgemm(false, false, m, g, nc, 1.0, cov.row(r0), nc, B.data() + nb * G, g, 0.0, covfit.data(), g);
-  };
-  // Pass 2: per batch and gene, sum and sum of squares of the residuals r = Y - D B.
-  std::vector<double> rs;
-  reduce_blocks(ctx.threads(), rb.n_blocks(), 2 * static_cast<size_t>(nb) * G, rs, [&](int64_t b, double* part) {
-    const int64_t r0 = rb.begin(b), m = rb.end(b) - r0;
-    std::vector<double> cf;
-    fit_block(r0, m, cf);
-    for (int64_t i = 0; i < m; ++i) {
-      const int32_t c = codes[r0 + i];
-      const float* y = Y.row(r0 + i);
-      const double* bb = B.data() + c * G;
-      double* s1 = part + 2 * c * G;
-      double* s2 = s1 + G;
-      for (size_t j = 0; j < G; ++j) {
-        const double r = static_cast<double>(y[j]) - bb[j] - cf[i * G + j];
-        s1[j] += r;
-        s2[j] += r * r;
-      }
-    }
-  });
+}
+
+// From pass 2's per-batch residual sums rs ([2 b G + j]: sum, [(2 b + 1) G + j]: sum of squares):
+// the pooled variance, the standardised data's per-batch moments, the priors and the
+// empirical-Bayes iteration: gamma*, delta*, var_pooled, iterations.
+CombatResult combat_eb(const std::vector<double>& rs, const std::vector<double>& B, const std::vector<double>& grand,
+                       const std::vector<double>& nbatch, int64_t n, int64_t g) {
+  const int64_t nb = static_cast<int64_t>(nbatch.size());
+  const size_t G = static_cast<size_t>(g);
   CombatResult res;
   res.var_pooled.assign(G, 0.0);
   for (int32_t b = 0; b < nb; ++b)
@@ -163,6 +129,65 @@ CombatResult combat_dense(const Context& ctx, DenseF& Y, const std::vector<int32
     std::copy(d_old.begin(), d_old.end(), res.delta_star.begin() + b * G);
     res.iterations[b] = it;
   }
+  return res;
+}
+
+}  // namespace detail
+
+CombatResult combat_dense(const Context& ctx, DenseF& Y, const std::vector<int32_t>& codes, int32_t nb,
+                          const DenseD& cov) {
+  const int64_t n = Y.n_rows, g = Y.n_cols, nc = cov.n_cols, p = nb + nc;
+  if (static_cast<int64_t>(codes.size()) != n || (nc > 0 && cov.n_rows != n))
+    fail("combat: codes/covariates do not match the matrix rows");
+  std::vector<double> nbatch(static_cast<size_t>(nb), 0.0);
+  for (int32_t c : codes) nbatch[c] += 1.0;
+  for (int32_t b = 0; b < nb; ++b)
+    if (nbatch[b] < 2) fail_input("combat", "batch ", b, " has fewer than 2 cells; ComBat needs at least 2 cells per batch");
+  const RowBlocks rb = RowBlocks::uniform(n, std::max<int64_t>(1, kBlockValues / std::max<int64_t>(1, g)));
+  const size_t G = static_cast<size_t>(g);
+  // Design row i: [one-hot(codes[i]), cov(i, :)].
+  auto design_row = [&](int64_t i, double* out) {
+    std::fill(out, out + nb, 0.0);
+    out[codes[i]] = 1.0;
+    for (int64_t c = 0; c < nc; ++c) out[nb + c] = cov(i, c);
+  };
+  linalg::SingleThreadedBlas single;
+  // Pass 1: D^T Y (p x g) and D^T D (p x p).
+  std::vector<double> acc;
+  reduce_blocks(ctx.threads(), rb.n_blocks(), static_cast<size_t>(p * g + p * p), acc, [&](int64_t b, double* part) {
+    const int64_t r0 = rb.begin(b), m = rb.end(b) - r0;
+    std::vector<double> Db(static_cast<size_t>(m * p)), yb(Y.data.begin() + r0 * g, Y.data.begin() + (r0 + m) * g);
+    for (int64_t i = 0; i < m; ++i) design_row(r0 + i, Db.data() + i * p);
+    linalg::dgemm(true, false, p, g, m, 1.0, Db.data(), p, yb.data(), g, 0.0, part, g);
+    linalg::dgemm(true, false, p, p, m, 1.0, Db.data(), p, Db.data(), p, 0.0, part + p * g, p);
+  });
+  std::vector<double> B, grand;
+  detail::combat_fit(acc, nbatch, n, g, p, B, grand);
+  // Fitted values: the batch part B[code] plus the covariate part cov(i,:) B[nb:], per block.
+  auto fit_block = [&](int64_t r0, int64_t m, std::vector<double>& covfit) {
+    covfit.assign(static_cast<size_t>(m * g), 0.0);
+    if (nc > 0) linalg::dgemm(false, false, m, g, nc, 1.0, cov.row(r0), nc, B.data() + nb * G, g, 0.0, covfit.data(), g);
+  };
+  // Pass 2: per batch and gene, sum and sum of squares of the residuals r = Y - D B.
+  std::vector<double> rs;
+  reduce_blocks(ctx.threads(), rb.n_blocks(), 2 * static_cast<size_t>(nb) * G, rs, [&](int64_t b, double* part) {
+    const int64_t r0 = rb.begin(b), m = rb.end(b) - r0;
+    std::vector<double> cf;
+    fit_block(r0, m, cf);
+    for (int64_t i = 0; i < m; ++i) {
+      const int32_t c = codes[r0 + i];
+      const float* y = Y.row(r0 + i);
+      const double* bb = B.data() + c * G;
+      double* s1 = part + 2 * c * G;
+      double* s2 = s1 + G;
+      for (size_t j = 0; j < G; ++j) {
+        const double r = static_cast<double>(y[j]) - bb[j] - cf[i * G + j];
+        s1[j] += r;
+        s2[j] += r * r;
+      }
+    }
+  });
+  CombatResult res = detail::combat_eb(rs, B, grand, nbatch, n, g);
   // Pass 3: adjusted = (s - gamma*[b]) / sqrt(delta*[b]) * sqrt(var_pooled) + stand_mean.
   std::vector<double> sig(G), mult(static_cast<size_t>(nb) * G);
   for (size_t j = 0; j < G; ++j) sig[j] = std::sqrt(res.var_pooled[j]);
@@ -221,7 +246,8 @@ CombatResult combat(const Context& ctx, Dataset& d, const CombatOptions& opt) {
   for (size_t c = 0; c < cols.size(); ++c)
     for (int64_t i = 0; i < n; ++i) cov(i, static_cast<int64_t>(c)) = cols[c][i];
   DenseF Y = to_dense_f(d.X);
-  CombatResult res = combat_dense(ctx, Y, gr.codes, gr.n(), cov);
+  CombatResult res = ctx.backend() == Backend::cuda ? combat_dense_gpu(ctx, Y, gr.codes, gr.n(), cov)
+                                                    : combat_dense(ctx, Y, gr.codes, gr.n(), cov);
   res.batches = gr.names;
   d.X = Matrix(std::move(Y), DType::f32);
   return res;

@@ -39,7 +39,24 @@ struct CombatResult {
 CombatResult combat_dense(const Context& ctx, DenseF& Y, const std::vector<int32_t>& codes, int32_t n_batches,
                           const DenseD& covariates);
 
-// Dataset level: X becomes the corrected dense float32 matrix (sparse X is densified, as scanpy).
+// The same on ctx's GPU (combat_gpu.cu): the three passes over the matrix as device kernels
+// (per-batch and per-covariate sums in float64, fixed chunks added in a fixed order), the small
+// gene x batch math on the host with the CPU path's code (detail:: below). Throws scurry::Error
+// without a CUDA build or device.
+CombatResult combat_dense_gpu(const Context& ctx, DenseF& Y, const std::vector<int32_t>& codes, int32_t n_batches,
+                              const DenseD& covariates);
+
+namespace detail {
+// The host math between the passes, shared by the CPU and GPU paths. acc = [D^T Y (p x g), D^T D
+// (p x p)] -> B_hat (p x g) and the grand mean per gene; rs = per-batch residual sums and sums of
+// squares ([2 b g + j], [(2 b + 1) g + j]) -> var_pooled, gamma*, delta*, iterations.
+void combat_fit(const std::vector<double>& acc, const std::vector<double>& nbatch, int64_t n, int64_t g, int64_t p,
+                std::vector<double>& B, std::vector<double>& grand);
+CombatResult combat_eb(const std::vector<double>& rs, const std::vector<double>& B, const std::vector<double>& grand,
+                       const std::vector<double>& nbatch, int64_t n, int64_t g);
+}  // namespace detail
+
+// Dataset level (CPU or GPU by ctx.backend()): X becomes the corrected dense float32 matrix (sparse X is densified, as scanpy).
 // Throws InputError for a missing key or covariate (named), a covariate equal to the key,
 // repeated covariates, or a batch of fewer than 2 cells.
 CombatResult combat(const Context& ctx, Dataset& d, const CombatOptions& opt);

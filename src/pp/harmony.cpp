@@ -9,6 +9,7 @@
 #include "core/error.hpp"
 #include "core/row_blocks.hpp"
 #include "exec/parallel.hpp"
+#include "pp/harmony_gpu.hpp"
 #include "pp/linalg.hpp"
 #include "pp/obs_groups.hpp"
 
@@ -598,8 +599,10 @@ void moe_correct_ridge(State& s) {
 
 }  // namespace
 
-HarmonyResult harmony(const Context& ctx, const DenseD& Z, const std::vector<std::vector<int32_t>>& codes,
-                      const std::vector<int32_t>& n_levels, const HarmonyOptions& opt) {
+namespace detail {
+
+HarmonySetup harmony_setup(const DenseD& Z, const std::vector<std::vector<int32_t>>& codes,
+                           const std::vector<int32_t>& n_levels, const HarmonyOptions& opt) {
   const char* where = "harmony_integrate";
   const int64_t N = Z.n_rows, d = Z.n_cols, V = static_cast<int64_t>(codes.size());
   if (V == 0) fail_input(where, "no batch key given");
@@ -609,6 +612,7 @@ HarmonyResult harmony(const Context& ctx, const DenseD& Z, const std::vector<std
   if (!(opt.block_size > 0 && opt.block_size <= 1)) fail_input(where, "block_size=", opt.block_size, " must be in (0, 1]");
   if (!(opt.sigma > 0)) fail_input(where, "sigma=", opt.sigma, " must be positive");
   if (opt.max_iter_kmeans < 1) fail_input(where, "max_iter_kmeans must be at least 1");
+  if (static_cast<int64_t>(n_levels.size()) != V) fail("harmony: ", n_levels.size(), " level counts for ", V, " batch keys");
   auto per_key = [&](const std::vector<double>& v, const char* name) {
     if (v.size() != 1 && static_cast<int64_t>(v.size()) != V)
       fail_input(where, name, " has ", v.size(), " values for ", V, " batch keys (give one, or one per key)");
@@ -617,33 +621,47 @@ HarmonyResult harmony(const Context& ctx, const DenseD& Z, const std::vector<std
       for (int32_t l = 0; l < n_levels[k]; ++l) out.push_back(v.size() == 1 ? v[0] : v[k]);
     return out;
   };
+  HarmonySetup st;
+  st.N = N, st.d = d, st.V = V;
   int64_t K = opt.nclust > 0 ? opt.nclust : std::min<int64_t>(static_cast<int64_t>(std::nearbyint(N / 30.0)), 100);
   K = std::max<int64_t>(K, 1);
   if (K > N) fail_input(where, "nclust=", K, " exceeds the ", N, " cells");
-  State s{ctx, N, d, K, 0, V, {}, {}, {}, {}, {}, RowBlocks::uniform(N, kCellsPerBlock), {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, std::mt19937_64(opt.random_state)};
+  st.K = K;
   std::vector<int32_t> offset(static_cast<size_t>(V));
   for (int64_t v = 0; v < V; ++v) {
-    offset[v] = static_cast<int32_t>(s.B);
-    s.B += n_levels[v];
+    offset[v] = static_cast<int32_t>(st.B);
+    st.B += n_levels[v];
   }
-  s.col.resize(static_cast<size_t>(N * V));
-  std::vector<double> nb(static_cast<size_t>(s.B), 0.0);
-  for (int64_t v = 0; v < V; ++v)
+  st.col.resize(static_cast<size_t>(N * V));
+  std::vector<double> nb(static_cast<size_t>(st.B), 0.0);
+  for (int64_t v = 0; v < V; ++v) {
+    if (static_cast<int64_t>(codes[v].size()) != N) fail("harmony: ", codes[v].size(), " batch codes for ", N, " cells");
     for (int64_t i = 0; i < N; ++i) {
       const int32_t c = codes[v][i];
       if (c < 0 || c >= n_levels[v]) fail("harmony: batch code out of range");
-      s.col[i * V + v] = offset[v] + c;
+      st.col[i * V + v] = offset[v] + c;
       nb[offset[v] + c] += 1;
     }
-  s.theta = per_key(opt.theta, "theta");
-  s.lamb = per_key(opt.lamb, "lamb");
-  s.Pr.resize(nb.size());
-  for (size_t c = 0; c < nb.size(); ++c) s.Pr[c] = nb[c] / static_cast<double>(N);
+  }
+  st.theta = per_key(opt.theta, "theta");
+  st.lamb = per_key(opt.lamb, "lamb");
+  st.Pr.resize(nb.size());
+  for (size_t c = 0; c < nb.size(); ++c) st.Pr[c] = nb[c] / static_cast<double>(N);
   if (opt.tau > 0)
     for (size_t c = 0; c < nb.size(); ++c) {
       const double q = nb[c] / (static_cast<double>(K) * opt.tau);
-      s.theta[c] *= 1 - std::exp(-q * q);
+      st.theta[c] *= 1 - std::exp(-q * q);
     }
+  return st;
+}
+
+}  // namespace detail
+
+HarmonyResult harmony(const Context& ctx, const DenseD& Z, const std::vector<std::vector<int32_t>>& codes,
+                      const std::vector<int32_t>& n_levels, const HarmonyOptions& opt) {
+  detail::HarmonySetup st = detail::harmony_setup(Z, codes, n_levels, opt);
+  const int64_t N = st.N, d = st.d, K = st.K, V = st.V;
+  State s{ctx, N, d, K, st.B, V, std::move(st.col), std::move(st.Pr), std::move(st.theta), std::move(st.lamb), {}, RowBlocks::uniform(N, kCellsPerBlock), {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, std::mt19937_64(opt.random_state)};
   s.sigma.assign(static_cast<size_t>(K), opt.sigma);
   s.Zorig = Z;
   s.Zcorr = Z;
@@ -705,7 +723,7 @@ HarmonyResult harmony_integrate(const Context& ctx, Dataset& d, const HarmonyOpt
     codes.push_back(std::move(g.codes));
     levels.push_back(g.n());
   }
-  HarmonyResult res = harmony(ctx, Z, codes, levels, opt);
+  HarmonyResult res = ctx.backend() == Backend::cuda ? harmony_gpu(ctx, Z, codes, levels, opt) : harmony(ctx, Z, codes, levels, opt);
   DenseF out(res.Z_corr.n_rows, res.Z_corr.n_cols);
   for (size_t k = 0; k < out.data.size(); ++k) out.data[k] = static_cast<float>(res.Z_corr.data[k]);
   d.obsm[opt.adjusted_basis] = Matrix(std::move(out), DType::f32);

@@ -58,7 +58,20 @@ struct HarmonyResult {
 HarmonyResult harmony(const Context& ctx, const DenseD& Z, const std::vector<std::vector<int32_t>>& codes,
                       const std::vector<int32_t>& n_levels, const HarmonyOptions& opt);
 
-// Dataset level: reads obsm[basis] and obs[keys], writes obsm[adjusted_basis] (float32, as the
+namespace detail {
+// What harmony() checks and derives from its inputs, shared by the CPU and GPU paths: sizes (K from
+// nclust), each cell's one-hot column per batch variable (N x V), and per one-hot column the batch
+// share Pr, theta (tau applied) and lamb. Throws InputError for a bad parameter.
+struct HarmonySetup {
+  int64_t N = 0, d = 0, K = 0, B = 0, V = 0;  // cells, dims, clusters, one-hot columns, variables
+  std::vector<int32_t> col;
+  std::vector<double> Pr, theta, lamb;
+};
+HarmonySetup harmony_setup(const DenseD& Z, const std::vector<std::vector<int32_t>>& codes,
+                           const std::vector<int32_t>& n_levels, const HarmonyOptions& opt);
+}  // namespace detail
+
+// Dataset level (CPU or GPU by ctx.backend()): reads obsm[basis] and obs[keys], writes obsm[adjusted_basis] (float32, as the
 // basis is stored). Throws InputError naming a missing key or basis, or a bad parameter.
 HarmonyResult harmony_integrate(const Context& ctx, Dataset& d, const HarmonyOptions& opt);
 

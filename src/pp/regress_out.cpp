@@ -37,6 +37,10 @@ std::vector<uint8_t> varying_genes(const Context& ctx, const DenseF& Y, const Ro
   return out;
 }
 
+}  // namespace
+
+namespace detail {
+
 // Orthonormal basis of the design's columns (n x q, q <= p), modified Gram-Schmidt applied twice
 // per column ("twice is enough", Giraud et al. 2005); columns whose remainder is below 1e-10 of
 // their norm are dropped.
@@ -71,7 +75,40 @@ DenseD orthonormal_basis(const DenseD& D) {
   return Q;
 }
 
-}  // namespace
+std::vector<double> categorical_fit(const std::vector<double>& S, const std::vector<double>& nc,
+                                    const std::vector<uint8_t>& vary, int64_t n, int32_t k, int64_t g) {
+  // Per gene: the category means m_c (rounded to float32, as scanpy's regressors), then OLS of y on
+  // [1, m]: b = cov(m, y) / var(m), a = mean(y) - b mean(m); fitted value of category c: a + b m_c.
+  std::vector<double> fitted(static_cast<size_t>(k * g), 0.0);
+  const double dn = static_cast<double>(n);
+  for (int64_t j = 0; j < g; ++j) {
+    if (!vary[j]) continue;
+    double ybar = 0, mbar = 0;
+    std::vector<double> m(static_cast<size_t>(k), 0.0);
+    for (int32_t c = 0; c < k; ++c) {
+      if (nc[c] == 0) continue;
+      m[c] = static_cast<double>(static_cast<float>(S[c * g + j] / nc[c]));
+      ybar += S[c * g + j];
+      mbar += nc[c] * m[c];
+    }
+    ybar /= dn;
+    mbar /= dn;
+    double cov = 0, var = 0;
+    for (int32_t c = 0; c < k; ++c) {
+      if (nc[c] == 0) continue;
+      const double dm = m[c] - mbar;
+      cov += dm * (S[c * g + j] - nc[c] * ybar);
+      var += nc[c] * dm * dm;
+    }
+    // m constant (within rounding): the design is rank one and the fit is the mean.
+    const double scale = std::max(1.0, std::fabs(mbar));
+    const double slope = var > 1e-24 * dn * scale * scale ? cov / var : 0.0;
+    for (int32_t c = 0; c < k; ++c) fitted[c * g + j] = ybar + slope * (m[c] - mbar);
+  }
+  return fitted;
+}
+
+}  // namespace detail
 
 void regress_out_design(const Context& ctx, DenseF& Y, const DenseD& design) {
   const int64_t n = Y.n_rows, g = Y.n_cols;
@@ -80,7 +117,7 @@ void regress_out_design(const Context& ctx, DenseF& Y, const DenseD& design) {
   for (double v : design.data)
     if (!std::isfinite(v)) fail_input("regress_out", "a regressor has a missing or infinite value");
   if (n == 0 || g == 0) return;
-  const DenseD Q = orthonormal_basis(design);
+  const DenseD Q = detail::orthonormal_basis(design);
   const int64_t q = Q.n_cols;
   const RowBlocks rb = blocks_for(Y);
   const std::vector<uint8_t> vary = varying_genes(ctx, Y, rb);
@@ -121,34 +158,7 @@ void regress_out_categorical(const Context& ctx, DenseF& Y, const std::vector<in
   });
   std::vector<double> nc(static_cast<size_t>(k), 0.0);
   for (int32_t c : codes) nc[c] += 1.0;
-  // Per gene: the category means m_c (rounded to float32, as scanpy's regressors), then OLS of y on
-  // [1, m]: b = cov(m, y) / var(m), a = mean(y) - b mean(m); fitted value of category c: a + b m_c.
-  std::vector<double> fitted(static_cast<size_t>(k * g), 0.0);
-  const double dn = static_cast<double>(n);
-  for (int64_t j = 0; j < g; ++j) {
-    if (!vary[j]) continue;
-    double ybar = 0, mbar = 0;
-    std::vector<double> m(static_cast<size_t>(k), 0.0);
-    for (int32_t c = 0; c < k; ++c) {
-      if (nc[c] == 0) continue;
-      m[c] = static_cast<double>(static_cast<float>(S[c * g + j] / nc[c]));
-      ybar += S[c * g + j];
-      mbar += nc[c] * m[c];
-    }
-    ybar /= dn;
-    mbar /= dn;
-    double cov = 0, var = 0;
-    for (int32_t c = 0; c < k; ++c) {
-      if (nc[c] == 0) continue;
-      const double dm = m[c] - mbar;
-      cov += dm * (S[c * g + j] - nc[c] * ybar);
-      var += nc[c] * dm * dm;
-    }
-    // m constant (within rounding): the design is rank one and the fit is the mean.
-    const double scale = std::max(1.0, std::fabs(mbar));
-    const double slope = var > 1e-24 * dn * scale * scale ? cov / var : 0.0;
-    for (int32_t c = 0; c < k; ++c) fitted[c * g + j] = ybar + slope * (m[c] - mbar);
-  }
+  const std::vector<double> fitted = detail::categorical_fit(S, nc, vary, n, k, g);
   parallel_for(ctx.threads(), rb.n_blocks(), [&](int64_t b) {
     for (int64_t r = rb.begin(b); r < rb.end(b); ++r) {
       float* y = Y.row(r);
@@ -179,7 +189,10 @@ void regress_out(const Context& ctx, Dataset& d, const RegressOutOptions& opt) {
     if (opt.keys.size() > 1)
       fail_input(where, "key '", opt.keys[0], "' is categorical: regress out one categorical key alone, or numeric keys only");
     const ObsGroups gr = obs_groups(d.obs, opt.keys[0], where);
-    regress_out_categorical(ctx, Y, gr.codes, gr.n());
+    if (ctx.backend() == Backend::cuda)
+      regress_out_categorical_gpu(ctx, Y, gr.codes, gr.n());
+    else
+      regress_out_categorical(ctx, Y, gr.codes, gr.n());
   } else {
     DenseD D(n, static_cast<int64_t>(opt.keys.size()) + 1);
     for (int64_t i = 0; i < n; ++i) D(i, 0) = 1.0;
@@ -195,7 +208,10 @@ void regress_out(const Context& ctx, Dataset& d, const RegressOutOptions& opt) {
       for (int64_t i = 0; i < n; ++i)
         if (!std::isfinite(D(i, c + 1))) fail_input(where, "obs column '", opt.keys[c], "' has a missing or infinite value at cell ", i);
     }
-    regress_out_design(ctx, Y, D);
+    if (ctx.backend() == Backend::cuda)
+      regress_out_design_gpu(ctx, Y, D);
+    else
+      regress_out_design(ctx, Y, D);
   }
   *slot = Matrix(std::move(Y), DType::f32);
 }

@@ -11,6 +11,7 @@
 #include "core/row_blocks.hpp"
 #include "exec/parallel.hpp"
 #include "graph/knn.hpp"
+#include "graph/knn_gpu.hpp"
 #include "pp/filter.hpp"
 #include "pp/hvg.hpp"
 #include "pp/linalg.hpp"
@@ -21,6 +22,8 @@
 
 namespace scurry {
 namespace {
+
+constexpr int64_t kGpuKnnMaxK = 513;  // knn_exact_gpu's largest k
 
 constexpr int64_t kRowsPerBlock = 2048;
 
@@ -167,8 +170,14 @@ std::optional<double> threshold_minimum(const std::vector<double>& values, int n
   return centres[best];
 }
 
-ScrubletBatchResult scrublet_counts(const Context& ctx, const CsrF& counts0, const ScrubletOptions& opt, uint64_t seed) {
+ScrubletBatchResult scrublet_counts(const Context& ctx_in, const CsrF& counts0, const ScrubletOptions& opt,
+                                    uint64_t seed) {
   const char* where = "scrublet";
+  // Every step on the host but the exact kNN, which runs on ctx_in's GPU when it has one and the
+  // search fits knn_exact_gpu (k_adj <= kGpuKnnMaxK): the same neighbours (an exact search; ties
+  // between equal distances aside).
+  const Context host = Context::cpu(ctx_in.threads());
+  const Context& ctx = host;
   ScrubletBatchResult res;
   const int64_t n_in = counts0.n_rows;
   res.doublet_scores_obs.assign(static_cast<size_t>(n_in), std::numeric_limits<double>::quiet_NaN());
@@ -284,7 +293,10 @@ ScrubletBatchResult scrublet_counts(const Context& ctx, const CsrF& counts0, con
   const int64_t k_adj = std::min<int64_t>(static_cast<int64_t>(std::nearbyint(k * (1 + r))), n + n_sim);
   const KnnMetric metric = parse_knn_metric(opt.knn_dist_metric, where);
   const bool approx = opt.use_approx_neighbors.value_or(false);
-  const Knn nn = approx ? knn_hnsw(ctx, all, k_adj, metric, HnswOptions{16, 200, 0, seed}) : knn_exact(ctx, all, k_adj, metric);
+  const bool gpu_knn = !approx && ctx_in.backend() == Backend::cuda && k_adj <= kGpuKnnMaxK && k_adj < n + n_sim;
+  const Knn nn = approx    ? knn_hnsw(ctx, all, k_adj, metric, HnswOptions{16, 200, 0, seed})
+                 : gpu_knn ? knn_exact_gpu(ctx_in, all, k_adj, metric)
+                           : knn_exact(ctx, all, k_adj, metric);
   // The cell itself (column 0) is not counted: scanpy 1.10.4's scores of the simulated doublets are
   // those of their k_adj - 1 other neighbours (checked against its stored scores), N stays k_adj.
   const int64_t first = 1;

@@ -62,7 +62,9 @@ struct ScrubletBatchResult {
 // between them). Unset when two maxima are never found.
 std::optional<double> threshold_minimum(const std::vector<double>& values, int nbins = 256, int max_iter = 10000);
 
-// Kernel: counts of one batch (cells x genes, raw counts).
+// Kernel: counts of one batch (cells x genes, raw counts). With a CUDA ctx, the exact kNN (the
+// dominant cost) runs on the GPU where k_adj <= 513 (knn_exact_gpu's limit); every other step, and
+// larger searches, on the host.
 ScrubletBatchResult scrublet_counts(const Context& ctx, const CsrF& counts, const ScrubletOptions& opt, uint64_t seed);
 
 // Dataset level on the raw counts in X: writes obs['doublet_score'] (float64) and

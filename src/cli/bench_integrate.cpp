@@ -1,0 +1,148 @@
+// scurry bench --integrate harmony|regress-out|combat: the batch tools' kernels on synthetic data
+// made in memory (no file), on --device's backend (issue 21 point 5). --synthetic CELLSxCOLS: COLS
+// are the PCs for harmony (X_pca: 12 cell types in CELLS x COLS float64, each --integrate-batches
+// batch shifted by its own offset), the genes for regress-out (two numeric covariates, the design
+// [1, c1, c2]) and combat (dense float32 with per-batch location and scale effects). One untimed
+// run, then --repeat timed runs of the whole call (host arrays in and out: on the GPU the upload
+// and download are part of it); the median is reported, with regress-out's device time alone (CUDA
+// events, upload and download left out) and the floor of the bytes each must move. A shortcut
+// against the user's command (`scurry harmony-integrate IN -o OUT --key batch --device gpu`): no
+// file read or write, no Dataset.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "core/error.hpp"
+#include "core/matrix.hpp"
+#include "exec/context.hpp"
+#include "pp/combat.hpp"
+#include "pp/harmony.hpp"
+#include "pp/harmony_gpu.hpp"
+#include "pp/regress_out.hpp"
+
+namespace scurry::cli {
+
+namespace {
+
+constexpr double kBandwidth = 4.3e12;  // one H200's device copy rate (read + write), as cmd_bench.cpp
+constexpr int kTypes = 12;
+
+double median_of(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t m = v.size() / 2;
+  return v.size() % 2 ? v[m] : 0.5 * (v[m - 1] + v[m]);
+}
+
+}  // namespace
+
+void bench_integrate(Context& ctx, const std::string& step, int64_t cells, int64_t cols, int batches, int repeat,
+                     uint64_t seed, const std::string& json) {
+  if (batches < 2) throw InputError("--integrate-batches must be at least 2");
+  if (repeat < 1) throw InputError("--repeat must be at least 1");
+  if (step != "harmony" && step != "regress-out" && step != "combat")
+    throw InputError("--integrate " + step + ": give harmony, regress-out or combat");
+  const bool gpu = ctx.backend() == Backend::cuda;
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<double> nd(0, 1);
+  std::vector<int32_t> batch(static_cast<size_t>(cells)), type(static_cast<size_t>(cells));
+  for (int64_t i = 0; i < cells; ++i) {
+    batch[i] = static_cast<int32_t>(rng() % static_cast<uint64_t>(batches));
+    type[i] = static_cast<int32_t>(rng() % kTypes);
+  }
+  std::vector<double> times, device_times;
+  nlohmann::json j;
+  j["step"] = step;
+  j["cells"] = cells;
+  j["cols"] = cols;
+  j["batches"] = batches;
+  j["device"] = ctx.describe();
+  double floor = 0;
+  if (step == "harmony") {
+    DenseD Z(cells, cols);
+    std::vector<double> centre(static_cast<size_t>(kTypes * cols)), shift(static_cast<size_t>(batches * cols));
+    for (auto& x : centre) x = 3 * nd(rng);
+    for (auto& x : shift) x = 1.5 * nd(rng);
+    for (int64_t i = 0; i < cells; ++i)
+      for (int64_t q = 0; q < cols; ++q)
+        Z(i, q) = centre[type[i] * cols + q] + shift[batch[i] * cols + q] + nd(rng);
+    HarmonyOptions opt;
+    opt.keys = {"batch"};
+    HarmonyResult res;
+    for (int rep = 0; rep <= repeat; ++rep) {
+      const auto t0 = std::chrono::steady_clock::now();
+      res = gpu ? harmony_gpu(ctx, Z, {batch}, {batches}, opt) : harmony(ctx, Z, {batch}, {batches}, opt);
+      const double t = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      if (rep > 0) times.push_back(t);
+    }
+    int rounds = 0;
+    for (int r : res.kmeans_rounds) rounds += r + 1;
+    const double K = std::min(100.0, std::nearbyint(static_cast<double>(cells) / 30.0));
+    // Per k-means round at least: the R update reads dist and R and writes R, its sums read R twice.
+    floor = rounds * 5.0 * static_cast<double>(cells) * K * 8 / kBandwidth;
+    j["harmony_iterations"] = res.iterations;
+    j["kmeans_rounds"] = rounds;
+    j["converged"] = res.converged;
+    std::printf("harmony: %d iteration(s), %d k-means rounds, %s\n", res.iterations, rounds,
+                res.converged ? "converged" : "not converged");
+  } else {
+    DenseF Y(cells, cols);
+    std::vector<double> mu(static_cast<size_t>(kTypes * cols)), loc(static_cast<size_t>(batches * cols)),
+        scale(static_cast<size_t>(batches * cols));
+    for (auto& x : mu) x = 2 + nd(rng);
+    for (auto& x : loc) x = 0.5 * nd(rng);
+    for (auto& x : scale) x = std::exp(0.3 * nd(rng));
+    std::vector<double> c1(static_cast<size_t>(cells)), c2(static_cast<size_t>(cells));
+    for (int64_t i = 0; i < cells; ++i) {
+      c1[i] = 1000 + 300 * nd(rng);
+      c2[i] = 5 + nd(rng);
+      for (int64_t q = 0; q < cols; ++q)
+        Y(i, q) = static_cast<float>(mu[type[i] * cols + q] + loc[batch[i] * cols + q] +
+                                     scale[batch[i] * cols + q] * nd(rng) + 1e-4 * c1[i] + 0.01 * c2[i]);
+    }
+    DenseD design(cells, step == "regress-out" ? 3 : 0);
+    if (step == "regress-out")
+      for (int64_t i = 0; i < cells; ++i) design(i, 0) = 1, design(i, 1) = c1[i], design(i, 2) = c2[i];
+    for (int rep = 0; rep <= repeat; ++rep) {
+      DenseF W = Y;
+      double dev = 0;
+      const auto t0 = std::chrono::steady_clock::now();
+      if (step == "regress-out") {
+        if (gpu) regress_out_design_gpu(ctx, W, design, &dev);
+        else regress_out_design(ctx, W, design);
+      } else {
+        if (gpu) combat_dense_gpu(ctx, W, batch, batches, design);
+        else combat_dense(ctx, W, batch, batches, design);
+      }
+      const double t = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      if (rep > 0) times.push_back(t), device_times.push_back(dev);
+    }
+    const double bytes = static_cast<double>(cells) * cols * 4;
+    floor = (step == "regress-out" ? 3 : 4) * bytes / kBandwidth;  // passes: read, read + write (combat: one more read)
+  }
+  const double med = median_of(times);
+  j["median_s"] = med;
+  j["times_s"] = times;
+  j["floor_s"] = floor;
+  std::printf("%s: %lld cells x %lld, %d batches, %s: median %.4f s of %d run(s) (host arrays in and out)", step.c_str(),
+              static_cast<long long>(cells), static_cast<long long>(cols), batches, ctx.describe().c_str(), med, repeat);
+  if (step == "regress-out" && gpu) {
+    const double dm = median_of(device_times);
+    j["device_median_s"] = dm;
+    std::printf("; on the device %.4f s (CUDA events)", dm);
+  }
+  std::printf("; floor %.4f s\n", floor);
+  if (!json.empty()) {
+    std::ofstream f(json);
+    if (!f) throw InputError("cannot write " + json);
+    f << j.dump(2) << "\n";
+  }
+}
+
+}  // namespace scurry::cli
