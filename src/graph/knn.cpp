@@ -26,6 +26,7 @@
 
 #include "core/error.hpp"
 #include "exec/parallel.hpp"
+#include "graph/knn_detail.hpp"
 #include "graph/knn_gpu.hpp"
 #include "pp/linalg.hpp"
 
@@ -37,7 +38,6 @@ constexpr int64_t kQueryBlock = 256;   // query rows per task
 constexpr int64_t kRefTile = 2048;     // reference rows per GEMM tile
 constexpr int64_t kMinMargin = 8;      // extra float32 candidates re-ranked in float64 (at least)
 
-using Cand = std::pair<double, int32_t>;  // (distance, index): lexicographic order breaks ties
 
 // hnswlib's distance functions: fn(a, b, &d) for two vectors of d floats. The sums are float32 (the
 // order of the search); finish_row recomputes every returned neighbour's distance in float64.
@@ -112,6 +112,10 @@ class HnswSpace final : public hnswlib::SpaceInterface<float> {
   hnswlib::DISTFUNC<float> fn_;
 };
 
+}  // namespace
+
+namespace knn_detail {
+
 void check_input(const DenseF& X, int64_t k, const char* where) {
   if (X.n_rows < 1) fail_input(where, "the embedding has no rows; nothing to search");
   if (k < 1 || k > X.n_rows)
@@ -157,7 +161,7 @@ double exact_distance(const DenseF& X, const std::vector<double>& nrm, KnnMetric
 // Writes the result for cell i into row i - row0 of `out`: self first, then the best k - 1 of
 // `cands` (self excluded), re-ranked by exact float64 distance.
 void finish_row(const DenseF& X, const std::vector<double>& nrm, KnnMetric metric, int64_t i,
-                std::vector<Cand>& cands, Knn& out, int64_t row0 = 0) {
+                std::vector<Cand>& cands, Knn& out, int64_t row0) {
   for (Cand& c : cands) c.first = exact_distance(X, nrm, metric, i, c.second);
   const size_t want = static_cast<size_t>(out.k - 1);
   const size_t take = std::min(want, cands.size());
@@ -196,7 +200,9 @@ DenseF normalized_rows(const DenseF& X, const std::vector<double>& nrm) {
   return y;
 }
 
-}  // namespace
+}  // namespace knn_detail
+
+using namespace knn_detail;
 
 Knn join_rows(int64_t n, int64_t k, const std::vector<std::vector<int32_t>>& cells, const std::vector<Knn>& parts) {
   if (cells.size() != parts.size()) fail("internal: join_rows: ", cells.size(), " cell lists for ", parts.size(), " parts");
