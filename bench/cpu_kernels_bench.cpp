@@ -22,7 +22,9 @@
 #include "exec/context.hpp"
 #include "graph/knn.hpp"
 #include "io/read.hpp"
+#include "pp/linalg.hpp"
 #include "pp/pca.hpp"
+#include <sys/resource.h>
 
 extern "C" void openblas_set_num_threads(int);
 
@@ -77,6 +79,43 @@ double recall(const Knn& a, const Knn& exact, int64_t row0_exact, int64_t rows) 
     tot += exact.k - 1;
   }
   return static_cast<double>(hit) / static_cast<double>(tot);
+}
+
+double cpu_now() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return u.ru_utime.tv_sec + u.ru_stime.tv_sec + 1e-6 * (u.ru_utime.tv_usec + u.ru_stime.tv_usec);
+}
+
+// n x g dense, scaled-like: 12 clusters on a 40-dim signal plus unit noise, columns centred and
+// scaled to unit variance, clipped at 10 (as sc.pp.scale).
+DenseF scaled_like(int64_t n, int64_t g, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> nd(0.f, 1.f);
+  const int C = 12, r = 40;
+  std::vector<float> load(static_cast<size_t>(r * g)), cen(static_cast<size_t>(C * r));
+  for (auto& v : load) v = nd(rng) * 0.3f;
+  for (int c = 0; c < C; ++c)
+    for (int j = 0; j < r; ++j) cen[c * r + j] = nd(rng) * 3.f / std::sqrt(1.f + j);
+  DenseF x(n, g);
+  std::vector<float> z(r);
+  for (int64_t i = 0; i < n; ++i) {
+    const int c = static_cast<int>(rng() % C);
+    for (int j = 0; j < r; ++j) z[j] = cen[c * r + j] + 0.5f * nd(rng);
+    float* row = x.row(i);
+    for (int64_t k = 0; k < g; ++k) row[k] = nd(rng);
+    for (int j = 0; j < r; ++j) {
+      const float* l = load.data() + j * g;
+      for (int64_t k = 0; k < g; ++k) row[k] += z[j] * l[k];
+    }
+  }
+  for (int64_t k = 0; k < g; ++k) {
+    double s = 0, ss = 0;
+    for (int64_t i = 0; i < n; ++i) s += x(i, k), ss += double(x(i, k)) * x(i, k);
+    const double m = s / n, sd = std::sqrt(std::max(1e-12, ss / n - m * m));
+    for (int64_t i = 0; i < n; ++i) x(i, k) = static_cast<float>(std::min(10.0, (x(i, k) - m) / sd));
+  }
+  return x;
 }
 
 }  // namespace
@@ -144,7 +183,7 @@ int main(int argc, char** argv) {
       if (m == "exact") {
         t0 = now();
         Knn e = knn_exact(ctx, x, k, KnnMetric::euclidean);
-        std::printf("exact: %.2f s, recall %.4f (%.1f GFLOP/s of GEMM work)\n", now() - t0, recall(e, exact_rows, 0, sample),
+        std::printf("exact: %.2f s wall, recall %.4f (%.1f GFLOP/s of GEMM work)\n", now() - t0, recall(e, exact_rows, 0, sample),
                     2.0 * n * n * x.n_cols / (now() - t0) / 1e9);
       } else if (m == "hnsw") {
         t0 = now();
@@ -161,6 +200,62 @@ int main(int argc, char** argv) {
                       recall(v, exact_rows, 0, sample));
         }
       }
+    }
+    return 0;
+  }
+  if (mode == "pca" && argc >= 4) {
+    const int64_t n = std::atol(argv[2]), g = std::atol(argv[3]);
+    const std::string solver = argc >= 5 ? argv[4] : "auto";
+    const int threads = argc >= 6 ? std::atoi(argv[5]) : 2;
+    double t0 = now();
+    const DenseF x = scaled_like(n, g, 1);
+    std::printf("data %ld x %ld: %.1f s\n", n, g, now() - t0);
+    {
+      std::mt19937_64 rng(3);
+      std::normal_distribution<double> nd;
+      DenseD a(g, g);
+      for (auto& v : a.data) v = nd(rng);
+      linalg::SingleThreadedBlas guard;
+      t0 = now();
+      const double c0 = cpu_now();
+      linalg::SymEigen e = linalg::eigh_top(a, 50);
+      std::printf("eigh_top(%ld, 50), 1 thread: %.2f s wall, %.2f s cpu\n", g, now() - t0, cpu_now() - c0);
+    }
+    const Context ctx = Context::cpu(threads);
+    PcaOptions ref_opt;
+    ref_opt.svd_solver = "gram";
+    ref_opt.gram_float32 = false;
+    t0 = now();
+    double c0 = cpu_now();
+    const PcaResult ref = pca(ctx, x, ref_opt);
+    std::printf("pca gram float64 Gram (reference): %.2f s wall, %.2f s cpu\n", now() - t0, cpu_now() - c0);
+    for (int refine : {0, 1}) {
+      PcaOptions o;
+      o.svd_solver = solver;
+      o.gram_refine = refine;
+      t0 = now();
+      c0 = cpu_now();
+      const PcaResult r = pca(ctx, x, o);
+      const double tw = now() - t0, tc = cpu_now() - c0;
+      double worst_var = 0, worst_r = 1;
+      for (int64_t c = 0; c < 50; ++c) {
+        worst_var = std::max(worst_var, std::fabs(r.variance[c] - ref.variance[c]) / ref.variance[c]);
+        double dot = 0, na = 0, nb = 0;
+        for (int64_t j = 0; j < g; ++j)
+          dot += r.components(j, c) * ref.components(j, c), na += r.components(j, c) * r.components(j, c),
+              nb += ref.components(j, c) * ref.components(j, c);
+        if (c < 20) worst_r = std::min(worst_r, std::fabs(dot) / std::sqrt(na * nb));
+      }
+      std::printf("pca %s refine %d: %.2f s wall, %.2f s cpu; worst variance rel err (50) %.2e, worst |r| (top 20) %.7f\n",
+                  r.solver.c_str(), refine, tw, tc, worst_var, worst_r);
+    }
+    for (int rep = 0; rep < 0; ++rep) {
+      PcaOptions o;
+      t0 = now();
+      const double c0 = cpu_now();
+      PcaResult r = pca(ctx, x, o);
+      std::printf("pca %s (%s), %d threads: %.2f s wall, %.2f s cpu; var[0] %.6g var[49] %.6g\n", solver.c_str(),
+                  r.solver.c_str(), threads, now() - t0, cpu_now() - c0, r.variance[0], r.variance[49]);
     }
     return 0;
   }

@@ -164,8 +164,10 @@ void add_neighbors_options(CLI::App& cmd, NeighborsOptions& o) {
   cmd.add_option("--metric", o.metric, "neighbors: euclidean or cosine")
       ->check(CLI::IsMember({"euclidean", "cosine"}))
       ->capture_default_str();
-  cmd.add_option("--knn-algorithm", o.algorithm, "neighbors: exact, hnsw (approximate) or auto")
-      ->check(CLI::IsMember({"exact", "hnsw", "auto"}))
+  cmd.add_option("--knn-algorithm", o.algorithm,
+                 "neighbors: exact, ivf (IVF-Flat, approximate), hnsw (approximate) or auto (CPU: exact up to 8192 "
+                 "cells, ivf above; GPU: exact)")
+      ->check(CLI::IsMember({"exact", "ivf", "hnsw", "auto"}))
       ->capture_default_str();
 }
 

@@ -23,8 +23,8 @@ void check_options(const NeighborsOptions& opt, int64_t n) {
 void validate_neighbors_options(const NeighborsOptions& opt) {
   if (opt.method != "umap")
     fail_input(kWhere, "method '", opt.method, "' is not supported; use umap");
-  if (opt.algorithm != "exact" && opt.algorithm != "hnsw" && opt.algorithm != "auto")
-    fail_input(kWhere, "algorithm '", opt.algorithm, "' is unknown; use exact, hnsw or auto");
+  if (opt.algorithm != "exact" && opt.algorithm != "ivf" && opt.algorithm != "hnsw" && opt.algorithm != "auto")
+    fail_input(kWhere, "algorithm '", opt.algorithm, "' is unknown; use exact, ivf, hnsw or auto");
   if (opt.n_neighbors < 2)
     fail_input(kWhere, "n_neighbors = ", opt.n_neighbors, " is too small; use at least 2 (the cell itself counts)");
 }
@@ -35,7 +35,7 @@ NeighborsResult neighbors(const Context& ctx, const DenseF& X, const NeighborsOp
   NeighborsResult res;
   const bool gpu = ctx.backend() == Backend::cuda;
   // On the GPU the exact search is the default at any size ("hnsw" there means IVF-Flat).
-  res.algorithm = opt.algorithm == "auto" ? (gpu || X.n_rows <= opt.auto_exact_max_cells ? "exact" : "hnsw") : opt.algorithm;
+  res.algorithm = opt.algorithm == "auto" ? (gpu || X.n_rows <= opt.auto_exact_max_cells ? "exact" : "ivf") : opt.algorithm;
   if (res.algorithm == "exact") {
     KnnExactGpuOptions exact_opt;
     exact_opt.sharding = opt.gpu_sharding;
@@ -49,6 +49,10 @@ NeighborsResult neighbors(const Context& ctx, const DenseF& X, const NeighborsOp
     res.knn = opt.gpus.size() > 1 ? knn_ivf_gpus(opt.gpus, X, opt.n_neighbors, metric, ivf)
                                   : knn_ivf_gpu(ctx, X, opt.n_neighbors, metric, ivf);
     res.algorithm = "ivf_flat";
+  } else if (res.algorithm == "ivf") {
+    IvfCpuOptions v = opt.ivf;
+    v.seed = opt.random_state;
+    res.knn = knn_ivf(ctx, X, opt.n_neighbors, metric, v);
   } else {
     HnswOptions h = opt.hnsw;
     h.random_state = opt.random_state;
@@ -80,7 +84,7 @@ NeighborsResult neighbors_sharded(const Context& ctx, const DenseF& local, const
   check_options(opt, n);
   const KnnMetric metric = parse_knn_metric(opt.metric, kWhere);
   NeighborsResult res;
-  res.algorithm = opt.algorithm == "auto" ? (gpu || n <= opt.auto_exact_max_cells ? "exact" : "hnsw") : opt.algorithm;
+  res.algorithm = opt.algorithm == "auto" ? (gpu || n <= opt.auto_exact_max_cells ? "exact" : "ivf") : opt.algorithm;
   Knn mine;
   if (gpu && res.algorithm == "exact") {
     mine = knn_exact_gpu_rows(ctx, X, opt.n_neighbors, metric, begin, begin + local.n_rows);
@@ -106,6 +110,10 @@ NeighborsResult neighbors_sharded(const Context& ctx, const DenseF& local, const
     return res;
   } else if (res.algorithm == "exact") {
     mine = knn_exact(ctx, X, opt.n_neighbors, metric, begin, begin + local.n_rows);
+  } else if (res.algorithm == "ivf") {
+    IvfCpuOptions v = opt.ivf;
+    v.seed = opt.random_state;
+    mine = knn_ivf(ctx, X, opt.n_neighbors, metric, v, begin, begin + local.n_rows);
   } else {
     HnswOptions h = opt.hnsw;
     h.random_state = opt.random_state;
