@@ -34,7 +34,7 @@ namespace {
 
 using knn_detail::Cand;
 
-constexpr int64_t kQueryBlock = 64;      // queries of one home list scanned together
+constexpr int64_t kQueryBlock = 256;     // queries of one home list scanned together
 constexpr int64_t kAssignBlock = 1024;   // points per task when assigning to centroids
 constexpr int64_t kMinMargin = 8;        // extra float32 candidates re-ranked in float64 (at least)
 
@@ -263,10 +263,13 @@ Knn knn_ivf(const Context& ctx, const DenseF& X, int64_t k, KnnMetric metric, co
       scores(qrows.data(), nq, Yp.row(p0), nr, sqp.data() + p0, d, dots.data());
       for (int64_t q = 0; q < nq; ++q) {
         auto& h = heaps[q];
-        const int64_t self = qpos[t0 + q];
-        const float* dq = dots.data() + q * nr;
+        float* dq = dots.data() + q * nr;
+        const int64_t self = qpos[t0 + q] - p0;
+        if (self >= 0 && self < nr) dq[self] = std::numeric_limits<float>::infinity();
+        // Only scores at or below the heap's current worst touch the heap.
+        float worst = static_cast<int64_t>(h.size()) < n_cand ? std::numeric_limits<float>::infinity() : h.front().first;
         for (int64_t r = 0; r < nr; ++r) {
-          if (p0 + r == self) continue;
+          if (!(dq[r] <= worst)) continue;
           const std::pair<float, int32_t> c(dq[r], order[p0 + r]);
           if (static_cast<int64_t>(h.size()) < n_cand) {
             h.push_back(c);
@@ -275,7 +278,10 @@ Knn knn_ivf(const Context& ctx, const DenseF& X, int64_t k, KnnMetric metric, co
             std::pop_heap(h.begin(), h.end());
             h.back() = c;
             std::push_heap(h.begin(), h.end());
+          } else {
+            continue;
           }
+          if (static_cast<int64_t>(h.size()) == n_cand) worst = h.front().first;
         }
       }
     }
