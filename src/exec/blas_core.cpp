@@ -14,6 +14,11 @@ const char* blas_core_name() { return openblas_get_corename ? openblas_get_coren
 
 void reexec_with_fast_blas_core(char** argv) {
 #if defined(__x86_64__)
+  // Opt-in for now (SCURRY_FAST_BLAS=1): the Python package cannot re-execute, so with it on the CLI
+  // and the package would run different kernels and their results (tests/python/test_vs_cli.py:
+  // the same bits) would differ. OPENBLAS_CORETYPE=SkylakeX set by the user does the same for both.
+  const char* want_fast = std::getenv("SCURRY_FAST_BLAS");
+  if (!want_fast || std::string(want_fast) != "1") return;
   if (!openblas_get_corename || std::getenv("OPENBLAS_CORETYPE")) return;
   std::string core = openblas_get_corename();
   for (char& c : core) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));

@@ -9,7 +9,7 @@
 
 namespace scurry {
 
-// When OpenBLAS is linked, OPENBLAS_CORETYPE is unset and OpenBLAS chose a generic pre-AVX2 kernel
+// When SCURRY_FAST_BLAS=1 (opt-in: see blas_core.cpp), OpenBLAS is linked, OPENBLAS_CORETYPE is unset and OpenBLAS chose a generic pre-AVX2 kernel
 // although the CPU has AVX-512 (F, BW, DQ, VL) or AVX2 + FMA: sets OPENBLAS_CORETYPE to SkylakeX or
 // Haswell and execv's /proc/self/exe with argv (never returns on success). Otherwise, or if the
 // exec fails, returns and nothing changes. Call first thing in main().
