@@ -33,6 +33,7 @@
 #include "core/error.hpp"
 #include "core/log.hpp"
 #include "core/timings.hpp"
+#include "exec/blas_core.hpp"
 #include "io/h5ad.hpp"
 #include "io/zarr.hpp"
 #include "io/read.hpp"
@@ -135,6 +136,7 @@ void run_ranks(const GlobalOptions& g, const RunOptions& o) {
   Timings t;
   t.set_argv(g.argv);
   t.set_meta("device", where);
+  t.set_meta("blas_core", blas_core_name());
   t.set_meta("input", o.input);
   t.set_meta("output", o.output);
 

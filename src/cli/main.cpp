@@ -15,6 +15,7 @@
 #include "cli/step_options.hpp"
 #include "core/error.hpp"
 #include "core/output.hpp"
+#include "exec/blas_core.hpp"
 #include "exec/context.hpp"
 #include "io/hdf5_guard.hpp"
 
@@ -49,6 +50,8 @@ std::string version_string() {
 
 int main(int argc, char** argv) {
   using namespace scurry;
+  // OpenBLAS on a CPU model it does not know runs its SSE3 kernels: re-executed with the right ones.
+  reexec_with_fast_blas_core(argv);
   // Large vectors come and go step after step: keep freed memory in the heap for reuse rather than
   // returning it to the kernel (each fresh page costs a fault, dear on virtual machines).
   mallopt(M_MMAP_THRESHOLD, 32 << 20);

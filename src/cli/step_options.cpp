@@ -164,8 +164,10 @@ void add_neighbors_options(CLI::App& cmd, NeighborsOptions& o) {
   cmd.add_option("--metric", o.metric, "neighbors: euclidean or cosine")
       ->check(CLI::IsMember({"euclidean", "cosine"}))
       ->capture_default_str();
-  cmd.add_option("--knn-algorithm", o.algorithm, "neighbors: exact, hnsw (approximate; IVF-Flat on the GPU) or auto (exact up to 50,000 cells, on the GPU up to 500,000; approximate above)")
-      ->check(CLI::IsMember({"exact", "hnsw", "auto"}))
+  cmd.add_option("--knn-algorithm", o.algorithm,
+                 "neighbors: exact, ivf (IVF-Flat, approximate), hnsw (approximate; on the GPU the same as ivf) or "
+                 "auto (CPU: exact up to 8192 cells, ivf above; GPU: exact up to 500,000 cells, ivf above)")
+      ->check(CLI::IsMember({"exact", "ivf", "hnsw", "auto"}))
       ->capture_default_str();
 }
 

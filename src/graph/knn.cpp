@@ -26,6 +26,7 @@
 
 #include "core/error.hpp"
 #include "exec/parallel.hpp"
+#include "graph/knn_detail.hpp"
 #include "graph/knn_gpu.hpp"
 #include "pp/linalg.hpp"
 
@@ -37,7 +38,6 @@ constexpr int64_t kQueryBlock = 256;   // query rows per task
 constexpr int64_t kRefTile = 2048;     // reference rows per GEMM tile
 constexpr int64_t kMinMargin = 8;      // extra float32 candidates re-ranked in float64 (at least)
 
-using Cand = std::pair<double, int32_t>;  // (distance, index): lexicographic order breaks ties
 
 // hnswlib's distance functions: fn(a, b, &d) for two vectors of d floats. The sums are float32 (the
 // order of the search); finish_row recomputes every returned neighbour's distance in float64.
@@ -112,6 +112,10 @@ class HnswSpace final : public hnswlib::SpaceInterface<float> {
   hnswlib::DISTFUNC<float> fn_;
 };
 
+}  // namespace
+
+namespace knn_detail {
+
 void check_input(const DenseF& X, int64_t k, const char* where) {
   if (X.n_rows < 1) fail_input(where, "the embedding has no rows; nothing to search");
   if (k < 1 || k > X.n_rows)
@@ -157,7 +161,7 @@ double exact_distance(const DenseF& X, const std::vector<double>& nrm, KnnMetric
 // Writes the result for cell i into row i - row0 of `out`: self first, then the best k - 1 of
 // `cands` (self excluded), re-ranked by exact float64 distance.
 void finish_row(const DenseF& X, const std::vector<double>& nrm, KnnMetric metric, int64_t i,
-                std::vector<Cand>& cands, Knn& out, int64_t row0 = 0) {
+                std::vector<Cand>& cands, Knn& out, int64_t row0) {
   for (Cand& c : cands) c.first = exact_distance(X, nrm, metric, i, c.second);
   const size_t want = static_cast<size_t>(out.k - 1);
   const size_t take = std::min(want, cands.size());
@@ -196,7 +200,9 @@ DenseF normalized_rows(const DenseF& X, const std::vector<double>& nrm) {
   return y;
 }
 
-}  // namespace
+}  // namespace knn_detail
+
+using namespace knn_detail;
 
 Knn join_rows(int64_t n, int64_t k, const std::vector<std::vector<int32_t>>& cells, const std::vector<Knn>& parts) {
   if (cells.size() != parts.size()) fail("internal: join_rows: ", cells.size(), " cell lists for ", parts.size(), " parts");
@@ -343,17 +349,26 @@ Knn knn_exact(const Context& ctx, const DenseF& X, int64_t k, KnnMetric metric, 
     for (auto& h : heaps) h.reserve(static_cast<size_t>(n_cand));
     for (int64_t r0 = 0; r0 < n; r0 += kRefTile) {
       const int64_t nr = std::min(n, r0 + kRefTile) - r0;
+      // Scores straight from the GEMM: -2 x.y (+ ||y||^2 for euclidean, added in one vector pass);
+      // the scan compares against the heap's current worst and touches the heap only below it.
+      const float alpha = metric == KnnMetric::euclidean ? -2.0f : -1.0f;
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(nq), static_cast<int>(nr),
-                  static_cast<int>(d), 1.0f, Y.row(q0), static_cast<int>(d), Y.row(r0), static_cast<int>(d), 0.0f,
+                  static_cast<int>(d), alpha, Y.row(q0), static_cast<int>(d), Y.row(r0), static_cast<int>(d), 0.0f,
                   dots.data(), static_cast<int>(nr));
       for (int64_t q = 0; q < nq; ++q) {
         auto& h = heaps[q];
-        const float* dq = dots.data() + static_cast<size_t>(q * nr);
+        float* dq = dots.data() + static_cast<size_t>(q * nr);
+        if (metric == KnnMetric::euclidean) {
+          const float* sqr = sq.data() + r0;
+          for (int64_t r = 0; r < nr; ++r) dq[r] += sqr[r];
+        }
+        const int64_t self = q0 + q - r0;
+        if (self >= 0 && self < nr) dq[self] = std::numeric_limits<float>::infinity();
+        float worst = static_cast<int64_t>(h.size()) < n_cand ? std::numeric_limits<float>::infinity() : h.front().first;
         for (int64_t r = 0; r < nr; ++r) {
+          if (!(dq[r] <= worst)) continue;
           const int64_t j = r0 + r;
-          if (j == q0 + q) continue;
-          const float score = metric == KnnMetric::euclidean ? sq[j] - 2.0f * dq[r] : -dq[r];
-          const std::pair<float, int32_t> c(score, static_cast<int32_t>(j));
+          const std::pair<float, int32_t> c(dq[r], static_cast<int32_t>(j));
           if (static_cast<int64_t>(h.size()) < n_cand) {
             h.push_back(c);
             std::push_heap(h.begin(), h.end());
@@ -361,7 +376,10 @@ Knn knn_exact(const Context& ctx, const DenseF& X, int64_t k, KnnMetric metric, 
             std::pop_heap(h.begin(), h.end());
             h.back() = c;
             std::push_heap(h.begin(), h.end());
+          } else {
+            continue;
           }
+          if (static_cast<int64_t>(h.size()) == n_cand) worst = h.front().first;
         }
       }
     }

@@ -23,8 +23,8 @@ void check_options(const NeighborsOptions& opt, int64_t n) {
 void validate_neighbors_options(const NeighborsOptions& opt) {
   if (opt.method != "umap")
     fail_input(kWhere, "method '", opt.method, "' is not supported; use umap");
-  if (opt.algorithm != "exact" && opt.algorithm != "hnsw" && opt.algorithm != "auto")
-    fail_input(kWhere, "algorithm '", opt.algorithm, "' is unknown; use exact, hnsw or auto");
+  if (opt.algorithm != "exact" && opt.algorithm != "ivf" && opt.algorithm != "hnsw" && opt.algorithm != "auto")
+    fail_input(kWhere, "algorithm '", opt.algorithm, "' is unknown; use exact, ivf, hnsw or auto");
   if (opt.n_neighbors < 2)
     fail_input(kWhere, "n_neighbors = ", opt.n_neighbors, " is too small; use at least 2 (the cell itself counts)");
 }
@@ -34,9 +34,9 @@ NeighborsResult neighbors(const Context& ctx, const DenseF& X, const NeighborsOp
   const KnnMetric metric = parse_knn_metric(opt.metric, kWhere);
   NeighborsResult res;
   const bool gpu = ctx.backend() == Backend::cuda;
-  // ("hnsw" on the GPU means IVF-Flat)
+  // (on the GPU "ivf" and "hnsw" both mean the GPU's IVF-Flat)
   res.algorithm = opt.algorithm == "auto" ? (X.n_rows <= (gpu ? opt.auto_exact_max_cells_gpu : opt.auto_exact_max_cells)
-                                                 ? "exact" : "hnsw")
+                                                 ? "exact" : "ivf")
                                           : opt.algorithm;
   if (res.algorithm == "exact") {
     KnnExactGpuOptions exact_opt;
@@ -51,6 +51,10 @@ NeighborsResult neighbors(const Context& ctx, const DenseF& X, const NeighborsOp
     res.knn = opt.gpus.size() > 1 ? knn_ivf_gpus(opt.gpus, X, opt.n_neighbors, metric, ivf)
                                   : knn_ivf_gpu(ctx, X, opt.n_neighbors, metric, ivf);
     res.algorithm = "ivf_flat";
+  } else if (res.algorithm == "ivf") {
+    IvfCpuOptions v = opt.ivf;
+    v.seed = opt.random_state;
+    res.knn = knn_ivf(ctx, X, opt.n_neighbors, metric, v);
   } else {
     HnswOptions h = opt.hnsw;
     h.random_state = opt.random_state;
@@ -83,7 +87,7 @@ NeighborsResult neighbors_sharded(const Context& ctx, const DenseF& local, const
   const KnnMetric metric = parse_knn_metric(opt.metric, kWhere);
   NeighborsResult res;
   res.algorithm = opt.algorithm == "auto" ? (n <= (gpu ? opt.auto_exact_max_cells_gpu : opt.auto_exact_max_cells)
-                                                 ? "exact" : "hnsw")
+                                                 ? "exact" : "ivf")
                                           : opt.algorithm;
   Knn mine;
   if (gpu && res.algorithm == "exact") {
@@ -110,6 +114,10 @@ NeighborsResult neighbors_sharded(const Context& ctx, const DenseF& local, const
     return res;
   } else if (res.algorithm == "exact") {
     mine = knn_exact(ctx, X, opt.n_neighbors, metric, begin, begin + local.n_rows);
+  } else if (res.algorithm == "ivf") {
+    IvfCpuOptions v = opt.ivf;
+    v.seed = opt.random_state;
+    mine = knn_ivf(ctx, X, opt.n_neighbors, metric, v, begin, begin + local.n_rows);
   } else {
     HnswOptions h = opt.hnsw;
     h.random_state = opt.random_state;

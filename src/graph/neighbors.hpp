@@ -1,8 +1,8 @@
 // scurry: the neighbourhood graph, scanpy 1.9.6's `sc.pp.neighbors(method='umap')`: kNN search on
-// an embedding (exact or hnsw, knn.hpp) and umap's fuzzy simplicial set (connectivities.hpp).
+// an embedding (exact, IVF-Flat or hnsw, knn.hpp) and umap's fuzzy simplicial set (connectivities.hpp).
 //
 // Differences from scanpy: scanpy searches exactly (dense pairwise distances) for euclidean data
-// under 8192 cells and with umap's NN-descent otherwise; here the search is exact or hnswlib, as
+// under 8192 cells and with umap's NN-descent otherwise; here the search is exact, IVF-Flat or hnswlib, as
 // `algorithm` says, and the cell itself is always neighbour 0. When use_rep is unset and obsm has
 // no X_pca, X is used as is (scanpy would first compute a PCA when X has more than 50 columns).
 #pragma once
@@ -34,12 +34,16 @@ struct NeighborsOptions {
   std::string method = "umap";
   // Seeds the approximate search (recorded in uns['neighbors']['params'] as scanpy does).
   uint64_t random_state = 0;
-  // "exact" | "hnsw" | "auto" (exact up to auto_exact_max_cells cells, hnsw above; on the GPU exact
-  // up to auto_exact_max_cells_gpu, IVF-Flat above: at 1.3M cells x 50 PCs 0.6-0.8 s with recall@15
-  // 0.996 against 2.4 s exact, bench/RESULTS.md sections 2 and 25).
+  // "exact" | "ivf" | "hnsw" | "auto". auto on the CPU: exact up to auto_exact_max_cells cells (scanpy's
+  // own threshold for its exact search), IVF-Flat above (knn_ivf: recall@15 >= 0.97, bench/RESULTS.md
+  // section 21). On the GPU auto is exact up to auto_exact_max_cells_gpu cells, IVF-Flat above (at
+  // 1.3M cells x 50 PCs ~1 s with connectivities, recall@15 0.996, against 2.6 s exact: sections 2
+  // and 25); ivf and hnsw both mean the GPU's IVF-Flat there.
   std::string algorithm = "auto";
-  int64_t auto_exact_max_cells = 50000;
+  int64_t auto_exact_max_cells = 8192;
   int64_t auto_exact_max_cells_gpu = 500000;
+  // CPU IVF-Flat parameters (defaults: knn.hpp); its seed is random_state.
+  IvfCpuOptions ivf;
   // hnsw parameters (M = 16, ef_construction = 200, ef = max(4 k, 64)); its seed is random_state.
   HnswOptions hnsw;
   // Keys: obsp[key_added + "_connectivities"/"_distances"] and uns[key_added] when key_added is not
@@ -59,7 +63,7 @@ struct NeighborsResult {
   Knn knn;              // n x n_neighbors, self first
   CsrF distances;       // obsp['distances'] (n x n, k - 1 entries a row)
   CsrF connectivities;  // obsp['connectivities'] (n x n, symmetric)
-  std::string algorithm;  // the search that ran: "exact" or "hnsw"
+  std::string algorithm;  // the search that ran: "exact", "ivf", "hnsw" or (GPU) "ivf_flat"
   std::string use_rep;    // Dataset level: the representation used ("X_pca", "X", ...)
 };
 

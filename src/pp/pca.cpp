@@ -6,6 +6,8 @@
 #include <functional>
 #include <random>
 
+#include <cblas.h>
+
 #include "core/error.hpp"
 #include "core/log.hpp"
 #include "core/row_blocks.hpp"
@@ -32,6 +34,9 @@ constexpr int64_t kGramTile = 128;                         // Gram columns per t
 constexpr int64_t kMaxPartials = 16;                       // partial accumulators of a reduction
 constexpr int64_t kPartialBytes = int64_t{512} << 20;      // memory budget of those partials
 constexpr double kCellGramMaxElems = 2e8;                   // cells x genes densified for the cells' Gram
+
+constexpr int64_t kGram32Rows = 1024;   // rows per float32 Gram product (its float32 sums are this long)
+constexpr int64_t kGram32Groups = 4;    // float64 partial Gram matrices (memory: this many g^2 doubles)
 
 const char* kWhere = "pca";
 
@@ -70,6 +75,30 @@ struct Input {
     }
   }
 };
+
+// Rows [r0, r1) minus mu (empty: no shift) as dense float32 (r1 - r0) x g, row-major, into out.
+void densify_centred_f(const Input& in, int64_t r0, int64_t r1, const std::vector<double>& mu, float* out) {
+  const int64_t g = in.g;
+  for (int64_t r = r0; r < r1; ++r) {
+    float* o = out + static_cast<size_t>(r - r0) * g;
+    if (in.csr) {
+      if (mu.empty())
+        std::fill(o, o + g, 0.0f);
+      else
+        for (int64_t j = 0; j < g; ++j) o[j] = static_cast<float>(-mu[j]);
+      for (int64_t p = in.csr->indptr[r]; p < in.csr->indptr[r + 1]; ++p) {
+        const int32_t j = in.colmap.empty() ? in.csr->indices[p] : in.colmap[in.csr->indices[p]];
+        if (j >= 0) o[j] = static_cast<float>(static_cast<double>(o[j]) + in.csr->data[p]);
+      }
+    } else {
+      const float* src = in.dense->row(r);
+      for (int64_t j = 0; j < g; ++j) {
+        const double x = src[in.cols.empty() ? j : in.cols[j]];
+        o[j] = static_cast<float>(mu.empty() ? x : x - mu[j]);
+      }
+    }
+  }
+}
 
 // Sums fn's per-block contributions (len doubles) over all blocks. The blocks are split into a
 // fixed number of contiguous groups (independent of the thread count); each group accumulates its
@@ -172,6 +201,43 @@ void gram(const Context& ctx, const Input& in, DenseD& c, std::vector<double>& s
   }
   ctx.comm().allreduce_sum(c.data.data(), c.data.size());
   ctx.comm().allreduce_sum(sums.data(), sums.size());
+}
+
+// Lower triangle of Xc^T Xc (Xc = X - 1 mu^T; mu empty: X^T X), g x g, at float32 BLAS speed:
+// the centred rows are taken in fixed blocks of kGram32Rows, each block's product by ssyrk (float32
+// sums of kGram32Rows terms: the data are centred first, so no cancellation follows), the block
+// products added in float64 in block order within kGram32Groups fixed groups, the groups in order.
+// Independent of the thread count.
+void gram_f32(const Context& ctx, const Input& in, const std::vector<double>& mu, DenseD& c) {
+  const int64_t g = in.g;
+  const int64_t n_blocks = (in.n + kGram32Rows - 1) / kGram32Rows;
+  const int64_t groups = std::max<int64_t>(1, std::min(n_blocks, kGram32Groups));
+  std::vector<DenseD> part(static_cast<size_t>(groups));
+  parallel_for(ctx.threads(), groups, [&](int64_t p) {
+    DenseD& acc = part[p];
+    acc = DenseD(g, g);
+    std::vector<float> buf(static_cast<size_t>(kGram32Rows * g)), prod(static_cast<size_t>(g * g));
+    const int64_t b0 = n_blocks * p / groups, b1 = n_blocks * (p + 1) / groups;
+    for (int64_t b = b0; b < b1; ++b) {
+      const int64_t r0 = b * kGram32Rows, r1 = std::min(in.n, r0 + kGram32Rows);
+      densify_centred_f(in, r0, r1, mu, buf.data());
+      cblas_ssyrk(CblasRowMajor, CblasLower, CblasTrans, static_cast<int>(g), static_cast<int>(r1 - r0), 1.0f, buf.data(),
+                  static_cast<int>(g), 0.0f, prod.data(), static_cast<int>(g));
+      for (int64_t i = 0; i < g; ++i) {
+        double* a = acc.row(i);
+        const float* q = prod.data() + static_cast<size_t>(i) * g;
+        for (int64_t j = 0; j <= i; ++j) a[j] += q[j];
+      }
+    }
+  });
+  c = std::move(part[0]);
+  for (size_t p = 1; p < part.size(); ++p)
+    for (int64_t i = 0; i < g; ++i) {
+      double* a = c.row(i);
+      const double* q = part[p].row(i);
+      for (int64_t j = 0; j <= i; ++j) a[j] += q[j];
+    }
+  ctx.comm().allreduce_sum(c.data.data(), c.data.size());
 }
 
 // Z = A Q with A = Xc^T Xc (Xc = X - 1 mu^T; mu empty = no centring), Q g x l.
@@ -403,6 +469,48 @@ PcaResult run(const Context& ctx, Input& in, const PcaOptions& opt) {
       const double s = res.variance[c] > 0 ? 1.0 / std::sqrt(res.variance[c] * (n - 1)) : 0.0;
       for (int64_t j = 0; j < g; ++j) res.components(j, c) *= s;
     }
+  } else if (solver == "gram" && opt.gram_float32) {
+    GeneStats st = gene_stats(ctx, in, n_total, opt.zero_center ? 1 : 0);
+    mu = st.mean;
+    for (double v : st.var) res.total_variance += v;
+    const std::vector<double> center = opt.zero_center ? mu : std::vector<double>{};
+    DenseD c;
+    gram_f32(ctx, in, center, c);
+    const double scale = 1.0 / (opt.zero_center ? n - 1 : n);
+    for (int64_t i = 0; i < g; ++i) {
+      if (!std::isfinite(c(i, i))) fail_input(kWhere, "X contains NaN or infinite values; clean the data before PCA");
+      for (int64_t j = 0; j <= i; ++j) c(i, j) *= scale;
+    }
+    const int64_t l = opt.gram_refine > 0 ? std::min(g, k + std::max<int64_t>(0, opt.n_oversamples)) : k;
+    linalg::SymEigen e = linalg::eigh_top(c, l);
+    if (opt.gram_refine <= 0) {
+      res.components = std::move(e.vectors);
+      res.variance = std::move(e.values);
+    } else {
+      // Rayleigh-Ritz in float64 over X itself on the float32 Gram's top l eigenvectors (subspace
+      // iteration from a nearly converged start): the eigenvalues' error becomes second order in
+      // the vectors' error, i.e. that of a float64 Gram.
+      DenseD q = std::move(e.vectors);
+      DenseD z;
+      for (int it = 0; it < opt.gram_refine; ++it) {
+        if (it > 0) {
+          q = std::move(z);
+          linalg::orthonormalize_columns(q);
+        }
+        z = apply_cov(ctx, in, center, q);
+      }
+      DenseD bm(l, l);
+      linalg::dgemm(true, false, l, l, g, 1.0, q.data.data(), l, z.data.data(), l, 0.0, bm.data.data(), l);
+      for (int64_t i = 0; i < l; ++i)
+        for (int64_t j = 0; j < i; ++j) bm(i, j) = 0.5 * (bm(i, j) + bm(j, i));
+      linalg::SymEigen f = linalg::eigh_top(bm, k);
+      res.components = DenseD(g, k);
+      linalg::dgemm(false, false, g, k, l, 1.0, q.data.data(), l, f.vectors.data.data(), k, 0.0,
+                    res.components.data.data(), k);
+      res.variance.resize(k);
+      for (int64_t cc = 0; cc < k; ++cc) res.variance[cc] = f.values[cc] * scale;
+    }
+    for (double& v : res.variance) v = std::max(0.0, v);
   } else if (solver == "gram") {
     DenseD c;
     std::vector<double> sums;

@@ -2,9 +2,10 @@
 // TruncatedSVD underneath) with implicit centring: sparse X is never densified to subtract a mean.
 //
 // Solvers:
-// - "gram" (exact): the g x g Gram matrix X^T X, accumulated in float64 over row blocks, centring
-//   folded in (C - n mu mu^T), then LAPACK dsyevr for the top eigenpairs. Cost O(n g^2) + O(g^3);
-//   memory g^2 doubles. "arpack" is accepted as an alias (scanpy's default solver: also exact).
+// - "gram" (exact): the g x g Gram matrix of the centred rows from float32 products over fixed
+//   blocks of rows summed in float64 (gram_float32; or float64 products with the centring folded in,
+//   C - n mu mu^T), LAPACK dsyevr for the top eigenpairs, then one float64 Rayleigh-Ritz pass over X
+//   (gram_refine). Cost O(n g^2) + O(g^3); memory g^2 doubles (x 4 partials). "arpack" is accepted as an alias (scanpy's default solver: also exact).
 // - "randomized": randomized subspace iteration (Halko, Martinsson & Tropp 2011) on the centred
 //   covariance operator, every product (X - 1 mu^T) Q = XQ - 1 (mu^T Q) computed without densifying,
 //   QR re-orthonormalisation after every pass, Rayleigh-Ritz at the end; seeded by random_state.
@@ -37,6 +38,15 @@ struct PcaOptions {
   std::string svd_solver = "auto";
   // Genes above which "auto" switches from the exact gram solver to the randomized one.
   int64_t auto_gram_max_genes = 4000;
+  // gram solver: the Gram matrix from float32 products (ssyrk over fixed blocks of 1,024 centred rows,
+  // summed in float64), 2x the float64 rate; false: float64 products (dgemm), the solver of
+  // session 8 and before.
+  bool gram_float32 = true;
+  // gram solver with gram_float32: passes of float64 subspace iteration over X itself started from
+  // the float32 Gram's top n_comps + n_oversamples eigenvectors, then Rayleigh-Ritz (each pass one
+  // read of X and 4 n g (n_comps + n_oversamples) flops): the variances as exact as a float64
+  // Gram's. 0: none (the float32 Gram's own eigenpairs).
+  int gram_refine = 1;
   // Seed of the randomized solver's starting block.
   uint64_t random_state = 0;
   // Randomized solver: extra vectors beyond n_comps (clipped to min(n_cells, n_genes)).

@@ -125,6 +125,54 @@ TEST(Knn, HnswRecallAtLeast95Percent) {
   EXPECT_EQ(a.indices, b.indices);
 }
 
+// IVF-Flat on the CPU (knn_ivf): recall@15 >= 0.97 against the exact search (the default probes),
+// distances exact for the neighbours it finds, the same result for 1, 2 and 3 threads, and a query
+// range equal to those rows of the full search.
+TEST(Knn, IvfRecallAtLeast97PercentAndThreadIndependent) {
+  const uint64_t seed = test::fresh_seed();
+  const DenseF x = clustered(6000, 30, 12, seed);
+  IvfCpuOptions opt;
+  opt.seed = seed;
+  for (KnnMetric metric : {KnnMetric::euclidean, KnnMetric::cosine}) {
+    const Knn exact = knn_exact(Context::cpu(2), x, 15, metric);
+    const Knn a = knn_ivf(Context::cpu(2), x, 15, metric, opt);
+    const double r = recall(a, exact);
+    std::printf("ivf recall@15 (%s) = %.4f\n", knn_metric_name(metric), r);
+    EXPECT_GE(r, 0.97) << knn_metric_name(metric);
+    for (int64_t i = 0; i < a.n; ++i) {
+      ASSERT_EQ(a.index(i, 0), i);
+      ASSERT_EQ(a.distance(i, 0), 0.0f);
+      for (int64_t j = 2; j < a.k; ++j) ASSERT_LE(a.distance(i, j - 1), a.distance(i, j));
+    }
+    // A neighbour found at the exact search's rank has the exact search's distance.
+    int64_t same = 0;
+    for (size_t e = 0; e < a.indices.size(); ++e)
+      if (a.indices[e] == exact.indices[e]) {
+        ASSERT_EQ(a.distances[e], exact.distances[e]);
+        ++same;
+      }
+    EXPECT_GT(same, static_cast<int64_t>(a.indices.size() / 2));
+    for (int threads : {1, 3}) {
+      const Knn b = knn_ivf(Context::cpu(threads), x, 15, metric, opt);
+      EXPECT_EQ(a.indices, b.indices) << threads << " threads";
+      EXPECT_EQ(a.distances, b.distances) << threads << " threads";
+    }
+    const Knn part = knn_ivf(Context::cpu(2), x, 15, metric, opt, 1000, 2500);
+    ASSERT_EQ(part.n, 1500);
+    EXPECT_TRUE(std::equal(part.indices.begin(), part.indices.end(), a.indices.begin() + 1000 * 15));
+  }
+  // Every list probed: exact.
+  IvfCpuOptions all = opt;
+  all.n_lists = 20;
+  all.n_probes = 20;
+  const Knn e = knn_exact(Context::cpu(2), x, 10, KnnMetric::euclidean);
+  EXPECT_EQ(knn_ivf(Context::cpu(2), x, 10, KnnMetric::euclidean, all).indices, e.indices);
+  // Bad parameters: an InputError naming them.
+  IvfCpuOptions bad = opt;
+  bad.n_lists = x.n_rows + 1;
+  EXPECT_THROW(knn_ivf(Context::cpu(1), x, 15, KnnMetric::euclidean, bad), InputError);
+}
+
 // hnsw's distance functions are our own (knn.cpp: SSE2 blocks of 16 and 4 floats, then a scalar
 // tail): every path through them, for dimensions below, at and between the block sizes, must rank as
 // the exact search does. On 500 cells the default ef (64) makes hnsw all but exact, so a distance

@@ -1,0 +1,298 @@
+// scurry: IVF-Flat k-nearest-neighbour search on the CPU over BLAS (knn.hpp's knn_ivf).
+//
+// The inverted-file stage of Jegou, Douze & Schmid 2011 ("Product quantization for nearest neighbor
+// search", IEEE TPAMI 33(1)) without quantization, as FAISS's IndexIVFFlat, arranged for an all-kNN
+// graph where every cell is a query:
+//  1. k-means (Lloyd) on a seeded sample gives n_lists centroids; every cell joins the list of its
+//     nearest centroid (its home list). The rows are copied in list order, so a list is a
+//     contiguous block of rows and one sgemm scores a block of queries against it.
+//  2. Queries are taken list by list in blocks of kQueryBlock cells of one home list. A block finds
+//     each query's n_probes nearest centroids (one sgemm against the centroids) and scans the union
+//     of those lists for all its queries (one sgemm per list): cells of one list are close to each
+//     other, so the union is small and every query gets at least its own probes.
+//  3. Per query, the best candidates by the float32 score ||y||^2 - 2 x.y are kept in a max-heap
+//     and re-ranked by exact float64 distance (knn_detail::finish_row), as the exact search does.
+// Every block is independent and writes only its own rows, the k-means sums are reduced in block
+// order (reduce_blocks), BLAS runs single-threaded inside blocks: the result is the same for any
+// thread count.
+#include <cblas.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <numeric>
+#include <random>
+
+#include "core/error.hpp"
+#include "exec/parallel.hpp"
+#include "graph/knn.hpp"
+#include "graph/knn_detail.hpp"
+#include "pp/linalg.hpp"
+
+namespace scurry {
+namespace {
+
+using knn_detail::Cand;
+
+constexpr int64_t kQueryBlock = 256;     // queries of one home list scanned together
+constexpr int64_t kAssignBlock = 1024;   // points per task when assigning to centroids
+constexpr int64_t kMinMargin = 8;        // extra float32 candidates re-ranked in float64 (at least)
+
+// Auto n_probes: recall@15 >= 0.97 against the exact search on the PCA embeddings measured in
+// bench/RESULTS.md section 21 (a fifth of sqrt(n_lists) ... at least 8).
+int64_t auto_probes(int64_t n_lists) {
+  return std::min<int64_t>(n_lists, std::max<int64_t>(8, static_cast<int64_t>(std::lround(0.6 * std::sqrt(static_cast<double>(n_lists))))));
+}
+
+// Scores of rows a[0..na) against rows b[0..nb) (both d floats): out[i * nb + j] = bsq[j] - 2 a_i.b_j.
+void scores(const float* a, int64_t na, const float* b, int64_t nb, const float* bsq, int64_t d, float* out) {
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(na), static_cast<int>(nb), static_cast<int>(d),
+              -2.0f, a, static_cast<int>(d), b, static_cast<int>(d), 0.0f, out, static_cast<int>(nb));
+  for (int64_t i = 0; i < na; ++i) {
+    float* o = out + i * nb;
+    for (int64_t j = 0; j < nb; ++j) o[j] += bsq[j];
+  }
+}
+
+// Index of the smallest score of each row of a (na x nb) block (first one on ties).
+void argmin_rows(const float* s, int64_t na, int64_t nb, int32_t* out) {
+  for (int64_t i = 0; i < na; ++i) {
+    const float* r = s + i * nb;
+    int64_t best = 0;
+    for (int64_t j = 1; j < nb; ++j)
+      if (r[j] < r[best]) best = j;
+    out[i] = static_cast<int32_t>(best);
+  }
+}
+
+struct Centroids {
+  int64_t m = 0, d = 0;
+  std::vector<float> c;   // m x d
+  std::vector<float> sq;  // m: squared norms
+  void update_norms() {
+    sq.assign(static_cast<size_t>(m), 0.f);
+    for (int64_t i = 0; i < m; ++i) {
+      double s = 0;
+      for (int64_t j = 0; j < d; ++j) s += static_cast<double>(c[i * d + j]) * c[i * d + j];
+      sq[i] = static_cast<float>(s);
+    }
+  }
+};
+
+// Nearest centroid of each of the rows idx[0..n) of Y (idx empty: rows 0..n-1), in fixed blocks.
+std::vector<int32_t> assign(const Context& ctx, const DenseF& Y, const std::vector<int64_t>& idx, int64_t n,
+                            const Centroids& cent) {
+  const int64_t d = Y.n_cols;
+  std::vector<int32_t> out(static_cast<size_t>(n));
+  const int64_t n_blocks = (n + kAssignBlock - 1) / kAssignBlock;
+  parallel_for(ctx.threads(), n_blocks, [&](int64_t b) {
+    const int64_t i0 = b * kAssignBlock, i1 = std::min(n, i0 + kAssignBlock), na = i1 - i0;
+    std::vector<float> rows;
+    const float* a = nullptr;
+    if (idx.empty()) {
+      a = Y.row(i0);
+    } else {
+      rows.resize(static_cast<size_t>(na * d));
+      for (int64_t i = i0; i < i1; ++i) std::copy_n(Y.row(idx[i]), d, rows.data() + (i - i0) * d);
+      a = rows.data();
+    }
+    std::vector<float> s(static_cast<size_t>(na * cent.m));
+    scores(a, na, cent.c.data(), cent.m, cent.sq.data(), d, s.data());
+    argmin_rows(s.data(), na, cent.m, out.data() + i0);
+  });
+  return out;
+}
+
+// Lloyd's k-means on a seeded sample of the rows of Y; small clusters re-seeded on a random sample
+// point of a cluster larger than the mean (splitting it).
+Centroids kmeans(const Context& ctx, const DenseF& Y, int64_t n_lists, const IvfCpuOptions& opt) {
+  const int64_t n = Y.n_rows, d = Y.n_cols;
+  std::mt19937_64 rng(opt.seed ^ 0x9e3779b97f4a7c15ULL);
+  const int64_t m = std::min(n, std::max(n_lists, opt.kmeans_points_per_list * n_lists));
+  // A seeded sample of m distinct rows (partial Fisher-Yates), sorted for locality.
+  std::vector<int64_t> perm(static_cast<size_t>(n));
+  std::iota(perm.begin(), perm.end(), 0);
+  for (int64_t i = 0; i < m; ++i) {
+    const int64_t j = i + static_cast<int64_t>(rng() % static_cast<uint64_t>(n - i));
+    std::swap(perm[i], perm[j]);
+  }
+  std::vector<int64_t> sample(perm.begin(), perm.begin() + m);
+  Centroids cent;
+  cent.m = n_lists;
+  cent.d = d;
+  cent.c.resize(static_cast<size_t>(n_lists * d));
+  for (int64_t c = 0; c < n_lists; ++c) std::copy_n(Y.row(sample[c]), d, cent.c.data() + c * d);  // distinct rows
+  std::sort(sample.begin(), sample.end());
+  cent.update_norms();
+  const int64_t width = n_lists * (d + 1);
+  const int64_t n_blocks = (m + kAssignBlock - 1) / kAssignBlock;
+  for (int it = 0; it < opt.kmeans_iterations; ++it) {
+    const std::vector<int32_t> lab = assign(ctx, Y, sample, m, cent);
+    std::vector<double> acc;
+    reduce_blocks(ctx.threads(), n_blocks, static_cast<size_t>(width), acc, [&](int64_t b, double* part) {
+      const int64_t i1 = std::min(m, (b + 1) * kAssignBlock);
+      for (int64_t i = b * kAssignBlock; i < i1; ++i) {
+        const int64_t c = lab[i];
+        const float* y = Y.row(sample[i]);
+        double* p = part + c * (d + 1);
+        for (int64_t j = 0; j < d; ++j) p[j] += y[j];
+        p[d] += 1.0;
+      }
+    });
+    const double mean_size = static_cast<double>(m) / static_cast<double>(n_lists);
+    for (int64_t c = 0; c < n_lists; ++c) {
+      const double cnt = acc[c * (d + 1) + d];
+      if (cnt > 0)
+        for (int64_t j = 0; j < d; ++j) cent.c[c * d + j] = static_cast<float>(acc[c * (d + 1) + j] / cnt);
+    }
+    // Re-seed clusters below a quarter of the mean size on a sample point of a larger-than-mean one.
+    for (int64_t c = 0; c < n_lists; ++c) {
+      if (acc[c * (d + 1) + d] >= 0.25 * mean_size) continue;
+      for (int tries = 0; tries < 64; ++tries) {
+        const int64_t i = static_cast<int64_t>(rng() % static_cast<uint64_t>(m));
+        if (acc[lab[i] * (d + 1) + d] > mean_size) {
+          std::copy_n(Y.row(sample[i]), d, cent.c.data() + c * d);
+          break;
+        }
+      }
+    }
+    cent.update_norms();
+  }
+  return cent;
+}
+
+}  // namespace
+
+Knn knn_ivf(const Context& ctx, const DenseF& X, int64_t k, KnnMetric metric, const IvfCpuOptions& opt) {
+  return knn_ivf(ctx, X, k, metric, opt, 0, X.n_rows);
+}
+
+Knn knn_ivf(const Context& ctx, const DenseF& X, int64_t k, KnnMetric metric, const IvfCpuOptions& opt,
+            int64_t row_begin, int64_t row_end) {
+  using namespace knn_detail;
+  check_input(X, k, "neighbors");
+  const int64_t n = X.n_rows, d = X.n_cols;
+  if (row_begin < 0 || row_end > n || row_begin > row_end)
+    fail("internal: knn query rows [", row_begin, ", ", row_end, ") out of [0, ", n, ")");
+  if (opt.n_lists < 0 || opt.n_lists > n || opt.n_probes < 0 || !(opt.lists_per_sqrt_n > 0) ||
+      opt.kmeans_iterations < 0 || opt.kmeans_points_per_list < 1)
+    fail_input("neighbors", "IVF parameters n_lists = ", opt.n_lists, ", n_probes = ", opt.n_probes,
+               ", lists_per_sqrt_n = ", opt.lists_per_sqrt_n, ", kmeans_iterations = ", opt.kmeans_iterations,
+               ", kmeans_points_per_list = ", opt.kmeans_points_per_list,
+               " are invalid; use 0 <= n_lists <= n_cells, n_probes >= 0 (0: auto), lists_per_sqrt_n > 0, "
+               "kmeans_iterations >= 0, kmeans_points_per_list >= 1");
+  Knn out = empty_result(row_end - row_begin, k);
+  const std::vector<double> nrm = row_norms(X);
+  DenseF unit;
+  if (metric == KnnMetric::cosine) unit = normalized_rows(X, nrm);
+  const DenseF& Y = metric == KnnMetric::cosine ? unit : X;
+  if (k == 1 || row_end == row_begin) return out;
+
+  const int64_t n_lists =
+      opt.n_lists > 0 ? opt.n_lists
+                      : std::clamp<int64_t>(std::llround(std::sqrt(static_cast<double>(n)) * opt.lists_per_sqrt_n), 1, n);
+  const int64_t n_probes = std::min(n_lists, opt.n_probes > 0 ? opt.n_probes : auto_probes(n_lists));
+
+  linalg::SingleThreadedBlas blas_guard;
+  const Centroids cent = kmeans(ctx, Y, n_lists, opt);
+  const std::vector<int32_t> home = assign(ctx, Y, {}, n, cent);
+
+  // Lists: cells by home list (counting sort; ascending cell index within a list); rows copied in
+  // that order with their squared norms.
+  std::vector<int64_t> off(static_cast<size_t>(n_lists + 1), 0);
+  for (int64_t i = 0; i < n; ++i) ++off[home[i] + 1];
+  for (int64_t c = 0; c < n_lists; ++c) off[c + 1] += off[c];
+  std::vector<int32_t> order(static_cast<size_t>(n));
+  {
+    std::vector<int64_t> pos(off.begin(), off.end() - 1);
+    for (int64_t i = 0; i < n; ++i) order[pos[home[i]]++] = static_cast<int32_t>(i);
+  }
+  DenseF Yp(n, d);
+  std::vector<float> sqp(static_cast<size_t>(n));
+  for (int64_t p = 0; p < n; ++p) {
+    const float* y = Y.row(order[p]);
+    std::copy_n(y, d, Yp.row(p));
+    double s = 0;
+    for (int64_t j = 0; j < d; ++j) s += static_cast<double>(y[j]) * y[j];
+    sqp[p] = static_cast<float>(s);
+  }
+
+  // Query blocks: the queries in [row_begin, row_end), by home list, up to kQueryBlock a block.
+  std::vector<int64_t> qpos;  // positions (into order) of this call's queries, in list order
+  qpos.reserve(static_cast<size_t>(row_end - row_begin));
+  for (int64_t p = 0; p < n; ++p)
+    if (order[p] >= row_begin && order[p] < row_end) qpos.push_back(p);
+  std::vector<int64_t> bstart;
+  for (size_t t = 0; t < qpos.size();) {
+    bstart.push_back(static_cast<int64_t>(t));
+    const int32_t list = home[order[qpos[t]]];
+    size_t e = t;
+    while (e < qpos.size() && e - t < static_cast<size_t>(kQueryBlock) && home[order[qpos[e]]] == list) ++e;
+    t = e;
+  }
+  bstart.push_back(static_cast<int64_t>(qpos.size()));
+  const int64_t n_blocks = static_cast<int64_t>(bstart.size()) - 1;
+  const int64_t want = k - 1;
+  const int64_t n_cand = std::min(n - 1, want + std::max(kMinMargin, want));
+
+  parallel_for(ctx.threads(), n_blocks, [&](int64_t b) {
+    const int64_t t0 = bstart[b], t1 = bstart[b + 1], nq = t1 - t0;
+    std::vector<float> qrows(static_cast<size_t>(nq * d));
+    for (int64_t t = t0; t < t1; ++t) std::copy_n(Yp.row(qpos[t]), d, qrows.data() + (t - t0) * d);
+    // Each query's n_probes nearest centroids; the block scans their union.
+    std::vector<float> cs(static_cast<size_t>(nq * n_lists));
+    scores(qrows.data(), nq, cent.c.data(), n_lists, cent.sq.data(), d, cs.data());
+    std::vector<char> probe(static_cast<size_t>(n_lists), 0);
+    std::vector<int32_t> ids(static_cast<size_t>(n_lists));
+    for (int64_t q = 0; q < nq; ++q) {
+      const float* r = cs.data() + q * n_lists;
+      std::iota(ids.begin(), ids.end(), 0);
+      std::nth_element(ids.begin(), ids.begin() + (n_probes - 1), ids.end(), [&](int32_t a, int32_t c) {
+        return r[a] < r[c] || (r[a] == r[c] && a < c);
+      });
+      for (int64_t j = 0; j < n_probes; ++j) probe[ids[j]] = 1;
+    }
+    std::vector<std::vector<std::pair<float, int32_t>>> heaps(static_cast<size_t>(nq));
+    for (auto& h : heaps) h.reserve(static_cast<size_t>(n_cand));
+    std::vector<float> dots;
+    for (int64_t list = 0; list < n_lists; ++list) {
+      if (!probe[list]) continue;
+      const int64_t p0 = off[list], nr = off[list + 1] - p0;
+      if (nr == 0) continue;
+      dots.resize(static_cast<size_t>(nq * nr));
+      scores(qrows.data(), nq, Yp.row(p0), nr, sqp.data() + p0, d, dots.data());
+      for (int64_t q = 0; q < nq; ++q) {
+        auto& h = heaps[q];
+        float* dq = dots.data() + q * nr;
+        const int64_t self = qpos[t0 + q] - p0;
+        if (self >= 0 && self < nr) dq[self] = std::numeric_limits<float>::infinity();
+        // Only scores at or below the heap's current worst touch the heap.
+        float worst = static_cast<int64_t>(h.size()) < n_cand ? std::numeric_limits<float>::infinity() : h.front().first;
+        for (int64_t r = 0; r < nr; ++r) {
+          if (!(dq[r] <= worst)) continue;
+          const std::pair<float, int32_t> c(dq[r], order[p0 + r]);
+          if (static_cast<int64_t>(h.size()) < n_cand) {
+            h.push_back(c);
+            std::push_heap(h.begin(), h.end());
+          } else if (c < h.front()) {
+            std::pop_heap(h.begin(), h.end());
+            h.back() = c;
+            std::push_heap(h.begin(), h.end());
+          } else {
+            continue;
+          }
+          if (static_cast<int64_t>(h.size()) == n_cand) worst = h.front().first;
+        }
+      }
+    }
+    std::vector<Cand> cands;
+    for (int64_t q = 0; q < nq; ++q) {
+      cands.clear();
+      for (const auto& c : heaps[q]) cands.emplace_back(0.0, c.second);
+      finish_row(X, nrm, metric, order[qpos[t0 + q]], cands, out, row_begin);
+    }
+  });
+  return out;
+}
+
+}  // namespace scurry
