@@ -162,7 +162,7 @@ void run_ranks(const GlobalOptions& g, const RunOptions& o) {
     side = std::make_shared<Context>(make_context(gm));
     steps[i] = {"umap+leiden", [&o, side](Context& ctx, Dataset& d, Timings& t) {
                   CsrF storage;
-                  const CsrF& graph = neighbors_graph(ctx, d, o.umap.neighbors_key, "umap", storage);
+                  const CsrF& graph = neighbors_graph(d, o.umap.neighbors_key, "umap", storage);
                   DenseF init;
                   const DenseF* init_ptr = nullptr;
                   if (o.umap.init_pos != "spectral" && o.umap.init_pos != "random") {

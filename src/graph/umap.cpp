@@ -724,7 +724,7 @@ UmapResult umap(const Context& ctx, const CsrF& graph, const UmapOptions& opt, c
   return res;
 }
 
-const CsrF& neighbors_graph([[maybe_unused]] const Context& ctx, const Dataset& d, const std::string& neighbors_key,
+const CsrF& neighbors_graph(const Dataset& d, const std::string& neighbors_key,
                             const std::string& step, CsrF& storage) {
   std::string key = neighbors_key == "neighbors" ? "connectivities" : neighbors_key + "_connectivities";
   auto u = d.uns.find(neighbors_key);
@@ -748,29 +748,15 @@ const CsrF& neighbors_graph([[maybe_unused]] const Context& ctx, const Dataset& 
 }
 
 CsrF neighbors_graph(const Dataset& d, const std::string& neighbors_key, const std::string& step) {
-  std::string key = neighbors_key == "neighbors" ? "connectivities" : neighbors_key + "_connectivities";
-  auto u = d.uns.find(neighbors_key);
-  if (u != d.uns.end() && u->second.is_dict()) {
-    const Dict& nd = u->second.dict();
-    auto ck = nd.find("connectivities_key");
-    if (ck != nd.end() && std::holds_alternative<std::string>(ck->second.v)) key = std::get<std::string>(ck->second.v);
-  }
-  auto it = d.obsp.find(key);
-  if (it == d.obsp.end())
-    fail_input(step, "obsp['", key, "'] is missing (neighbors_key '", neighbors_key,
-               "'); run neighbors first");
-  CsrF g = to_csr_f(it->second);
-  validate_csr(g, step + ": obsp['" + key + "']");
-  if (g.n_rows != g.n_cols || (d.n_obs() > 0 && g.n_rows != d.n_obs()))
-    fail_input(step, "obsp['", key, "'] is ", g.n_rows, " x ", g.n_cols, " but the dataset has ", d.n_obs(),
-               " cells; recompute the neighbours");
-  return g;
+  CsrF storage;
+  const CsrF& g = neighbors_graph(d, neighbors_key, step, storage);
+  return &g == &storage ? std::move(storage) : g;
 }
 
 UmapResult umap(const Context& ctx, Dataset& d, const UmapOptions& opt) {
   umap_mark("umap called");
   CsrF storage;
-  const CsrF& g = neighbors_graph(ctx, d, opt.neighbors_key, kWhere, storage);
+  const CsrF& g = neighbors_graph(d, opt.neighbors_key, kWhere, storage);
   umap_mark("graph validated (in place)");
   DenseF init;
   const DenseF* init_ptr = nullptr;

@@ -102,7 +102,7 @@ void write_umap(Dataset& d, const UmapResult& res, const UmapOptions& opt);
 CsrF neighbors_graph(const Dataset& d, const std::string& neighbors_key, const std::string& step);
 // The same without a copy where obsp holds a float CSR (else converted into storage); valid while
 // d's obsp is unchanged.
-const CsrF& neighbors_graph(const Context& ctx, const Dataset& d, const std::string& neighbors_key,
+const CsrF& neighbors_graph(const Dataset& d, const std::string& neighbors_key,
                             const std::string& step, CsrF& storage);
 
 }  // namespace scurry
