@@ -368,18 +368,7 @@ Knn knn_exact(const Context& ctx, const DenseF& X, int64_t k, KnnMetric metric, 
         for (int64_t r = 0; r < nr; ++r) {
           if (!(dq[r] <= worst)) continue;
           const int64_t j = r0 + r;
-          const std::pair<float, int32_t> c(dq[r], static_cast<int32_t>(j));
-          if (static_cast<int64_t>(h.size()) < n_cand) {
-            h.push_back(c);
-            std::push_heap(h.begin(), h.end());
-          } else if (c < h.front()) {
-            std::pop_heap(h.begin(), h.end());
-            h.back() = c;
-            std::push_heap(h.begin(), h.end());
-          } else {
-            continue;
-          }
-          if (static_cast<int64_t>(h.size()) == n_cand) worst = h.front().first;
+          offer(h, n_cand, std::pair<float, int32_t>(dq[r], static_cast<int32_t>(j)), worst);
         }
       }
     }

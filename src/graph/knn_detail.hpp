@@ -1,5 +1,6 @@
 // scurry: helpers shared by the CPU kNN searches (knn.cpp, knn_ivf.cpp); not a public interface.
 #pragma once
+#include <algorithm>
 #include <cstdint>
 #include <utility>
 #include <vector>
@@ -23,6 +24,23 @@ void finish_row(const DenseF& X, const std::vector<double>& nrm, KnnMetric metri
                 std::vector<Cand>& cands, Knn& out, int64_t row0 = 0);
 // n x k result, every entry 0.
 Knn empty_result(int64_t n, int64_t k);
+// Offers candidate c to h, a max-heap of at most n_cand (score, index) pairs; keeps `worst` (the
+// heap's top once full, +inf before) for the callers' cheap pre-check. Returns whether c went in.
+inline bool offer(std::vector<std::pair<float, int32_t>>& h, int64_t n_cand, const std::pair<float, int32_t>& c,
+                  float& worst) {
+  if (static_cast<int64_t>(h.size()) < n_cand) {
+    h.push_back(c);
+    std::push_heap(h.begin(), h.end());
+  } else if (c < h.front()) {
+    std::pop_heap(h.begin(), h.end());
+    h.back() = c;
+    std::push_heap(h.begin(), h.end());
+  } else {
+    return false;
+  }
+  if (static_cast<int64_t>(h.size()) == n_cand) worst = h.front().first;
+  return true;
+}
 // Rows scaled to unit norm (zero rows stay zero), float32.
 DenseF normalized_rows(const DenseF& X, const std::vector<double>& nrm);
 

@@ -270,18 +270,7 @@ Knn knn_ivf(const Context& ctx, const DenseF& X, int64_t k, KnnMetric metric, co
         float worst = static_cast<int64_t>(h.size()) < n_cand ? std::numeric_limits<float>::infinity() : h.front().first;
         for (int64_t r = 0; r < nr; ++r) {
           if (!(dq[r] <= worst)) continue;
-          const std::pair<float, int32_t> c(dq[r], order[p0 + r]);
-          if (static_cast<int64_t>(h.size()) < n_cand) {
-            h.push_back(c);
-            std::push_heap(h.begin(), h.end());
-          } else if (c < h.front()) {
-            std::pop_heap(h.begin(), h.end());
-            h.back() = c;
-            std::push_heap(h.begin(), h.end());
-          } else {
-            continue;
-          }
-          if (static_cast<int64_t>(h.size()) == n_cand) worst = h.front().first;
+          offer(h, n_cand, std::pair<float, int32_t>(dq[r], order[p0 + r]), worst);
         }
       }
     }
