@@ -1,5 +1,6 @@
 #include "io/hdf5.hpp"
 
+#include "core/fill_ahead.hpp"
 #include "core/memory.hpp"
 
 #include <algorithm>
@@ -724,36 +725,39 @@ std::optional<ContiguousBytes> contiguous_bytes(const Dataset& d, size_t n) {
   return ContiguousBytes{std::move(name), static_cast<uint64_t>(off)};
 }
 
-// Reads `bytes` at `where` into out on kPreadThreads threads; false if the file cannot be opened.
-bool read_contiguous_parallel(const Dataset& d, const ContiguousBytes& where, size_t bytes, void* out) {
+// Reads bytes [a, b) of the file (at off + a) into buf + a. Returns 0, or errno (EIO for a short
+// read: the file ends early).
+int pread_range(int fd, char* buf, size_t a, size_t b, uint64_t off) {
+  for (size_t p = a; p < b;) {
+    const ssize_t got = ::pread(fd, buf + p, b - p, static_cast<off_t>(off + p));
+    if (got <= 0) {
+      if (got < 0 && errno == EINTR) continue;
+      return got < 0 ? errno : EIO;
+    }
+    p += static_cast<size_t>(got);
+  }
+  return 0;
+}
+
+// Reads the n elements of d lying at `where` into out, which it sizes (its zero fill runs on this
+// thread a step ahead of the reads: core/fill_ahead.hpp); false if the file cannot be opened.
+template <class T>
+bool read_contiguous_parallel(const Dataset& d, const ContiguousBytes& where, size_t n, std::vector<T>& out) {
   const int fd = ::open(where.file.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return false;
-  const uint64_t off = where.offset;
-  std::atomic<bool> failed{false};
-  std::atomic<size_t> next{0};
-  char* dst = reinterpret_cast<char*>(out);
-  auto work = [&] {
-    for (size_t a; !failed && (a = next.fetch_add(kPreadPiece)) < bytes;) {
-      const size_t b = std::min(bytes, a + kPreadPiece);
-      for (size_t p = a; p < b;) {
-        const ssize_t got = ::pread(fd, dst + p, b - p, static_cast<off_t>(off + p));
-        if (got <= 0) {
-          if (got < 0 && errno == EINTR) continue;
-          failed = true;
-          break;
-        }
-        p += static_cast<size_t>(got);
-      }
-    }
-  };
-  {
-    std::vector<std::thread> pool;
-    for (int t = 1; t < kPreadThreads; ++t) pool.emplace_back(work);
-    work();
-    for (auto& t : pool) t.join();
-  }
-  ::close(fd);
-  if (failed) fail_h5(d.file(), "cannot read the data (file corrupt or truncated?)", d.path());
+  struct Close {
+    int fd;
+    ~Close() { ::close(fd); }
+  } close_fd{fd};
+  const size_t bytes = n * sizeof(T), per = kPreadPiece / sizeof(T);
+  const int64_t pieces = static_cast<int64_t>((bytes + kPreadPiece - 1) / kPreadPiece);
+  fill_ahead_for(
+      out, n, kPreadThreads, pieces, [&](int64_t i) { return std::min(n, static_cast<size_t>(i + 1) * per); },
+      [&](int64_t i) {
+        const size_t a = static_cast<size_t>(i) * kPreadPiece;
+        if (pread_range(fd, reinterpret_cast<char*>(out.data()), a, std::min(bytes, a + kPreadPiece), where.offset))
+          fail_h5(d.file(), "cannot read the data (file corrupt or truncated?)", d.path());
+      });
   return true;
 }
 }  // namespace
@@ -766,13 +770,10 @@ std::vector<T> Dataset::read() const {
     if (auto where = contiguous_bytes<T>(*this, n)) {
       const auto t0 = std::chrono::steady_clock::now();
       std::vector<T> out;
-      resize_large(out, n);
-      const auto t1 = std::chrono::steady_clock::now();
-      if (read_contiguous_parallel(*this, *where, n * sizeof(T), out.data())) {
-        if (std::getenv("SCURRY_H5_TIMES"))  // the buffer's allocation and the reads, on stderr
-          std::fprintf(stderr, "[h5] %s: %zu bytes, buffer %.3f s, pread %.3f s\n", path_.c_str(), n * sizeof(T),
-                       std::chrono::duration<double>(t1 - t0).count(),
-                       std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count());
+      if (read_contiguous_parallel(*this, *where, n, out)) {
+        if (std::getenv("SCURRY_H5_TIMES"))  // the buffer (filled beside the reads) and the reads, on stderr
+          std::fprintf(stderr, "[h5] %s: %zu bytes, buffer + pread %.3f s\n", path_.c_str(), n * sizeof(T),
+                       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
         return out;
       }
     }

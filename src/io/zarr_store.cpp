@@ -19,6 +19,7 @@
 
 #include "core/error.hpp"
 #include "core/output.hpp"
+#include "core/fill_ahead.hpp"
 #include "exec/parallel.hpp"
 
 namespace scurry::zarr {
@@ -801,11 +802,12 @@ std::vector<T> Array::read_rows(int64_t begin, int64_t end, int threads) const {
   if (std::isfinite(m_.fill) || std::is_floating_point_v<T>) fill = static_cast<T>(m_.fill);
   if (rank() == 1 && begin >= 0 && begin <= end && end <= m_.shape[0] && m_.chunks[0] > 0) {
     // 1-D (the CSR arrays, the columns): each chunk decoded on a thread and converted straight into
-    // its place in the output, which is faulted in on several threads (resize_large) rather than
-    // filled with the fill value on one (a missing chunk's range is filled by its thread).
+    // its place in the output, in chunk order, while this thread sizes the output a step ahead
+    // (core/fill_ahead.hpp: the zero fill costs nothing beside the decoding; a missing chunk's
+    // range is filled by its thread).
     std::vector<T> out;
-    resize_large(out, static_cast<size_t>(end - begin));
-    if (end == begin) return out;
+    const size_t n = static_cast<size_t>(end - begin);
+    if (n == 0) return out;
     const int64_t ch = m_.chunks[0];
     const int64_t c0 = begin / ch, c1 = (end - 1) / ch + 1;
     // Many chunk files: a thread asks the kernel to read them ahead, in order, while the decoding
@@ -829,13 +831,14 @@ std::vector<T> Array::read_rows(int64_t begin, int64_t end, int threads) const {
         if (t.joinable()) t.join();
       }
     } join_ahead{stop, ahead};
-    parallel_for(threads, c1 - c0, [&](int64_t t) {
+    auto chunk_end = [&](int64_t t) { return static_cast<size_t>(std::min(end, (c0 + t + 1) * ch) - begin); };
+    fill_ahead_for(out, n, std::max(threads, 1), c1 - c0, chunk_end, [&](int64_t t) {
       const std::vector<int64_t> idx{c0 + t};
       const int64_t lo = std::max(begin, idx[0] * ch), hi = std::min(end, (idx[0] + 1) * ch);
       auto raw = raw_chunk(idx);
       if (!raw && (require_chunks_ || m_.fill_null)) fail_missing_chunk(idx);
       if (!raw) {
-        std::fill(out.begin() + (lo - begin), out.begin() + (hi - begin), fill);
+        std::fill(out.data() + (lo - begin), out.data() + (hi - begin), fill);
         return;
       }
       const std::string cw = chunk_where(w, idx);

@@ -1,0 +1,67 @@
+// fill_ahead_for (core/fill_ahead.hpp): the output sized and zero-filled on the caller's thread while
+// workers write their items behind the fill. Against a plain serial loop, for random sizes, item
+// lengths, thread counts and fill steps (small steps, so that the workers do wait for the fill), and
+// a worker's exception reaching the caller.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <random>
+#include <stdexcept>
+
+#include "core/fill_ahead.hpp"
+#include "testlib.hpp"
+
+namespace scurry {
+namespace {
+
+TEST(FillAhead, EqualsTheSerialLoopForAnyThreadsAndStep) {
+  std::mt19937_64 rng(test::fresh_seed());
+  for (int trial = 0; trial < 40; ++trial) {
+    const size_t n = std::uniform_int_distribution<size_t>(0, 20000)(rng);
+    const int64_t per = std::uniform_int_distribution<int64_t>(1, 700)(rng);
+    const int64_t items = static_cast<int64_t>((n + per - 1) / per);
+    const int threads = std::uniform_int_distribution<int>(1, 6)(rng);
+    const size_t step = std::uniform_int_distribution<size_t>(1, 4096)(rng);
+    const uint64_t salt = rng();
+    SCOPED_TRACE("n " + std::to_string(n) + ", item " + std::to_string(per) + ", threads " + std::to_string(threads) +
+                 ", step " + std::to_string(step) + " bytes");
+    // every item leaves some elements as the fill made them (zero), writes the others
+    auto value = [&](size_t i) { return (i * 2654435761u + salt) % 5 == 0 ? 0.0f : static_cast<float>(i % 977) + 1; };
+    std::vector<float> out(3, 7.0f);  // stale contents are replaced
+    fill_ahead_for(
+        out, n, threads, items, [&](int64_t t) { return std::min(n, static_cast<size_t>((t + 1) * per)); },
+        [&](int64_t t) {
+          const size_t a = static_cast<size_t>(t * per), b = std::min(n, static_cast<size_t>((t + 1) * per));
+          ASSERT_LE(b, out.size()) << "item " << t << " ran before its elements existed";
+          for (size_t i = a; i < b; ++i)
+            if (value(i) != 0) out[i] = value(i);
+        },
+        step);
+    ASSERT_EQ(out.size(), n);
+    for (size_t i = 0; i < n; ++i) ASSERT_EQ(out[i], value(i)) << "element " << i;
+  }
+}
+
+TEST(FillAhead, AWorkersExceptionReachesTheCaller) {
+  std::vector<int32_t> out;
+  int64_t ran = 0;
+  std::atomic<int64_t> count{0};
+  try {
+    fill_ahead_for(
+        out, 100000, 3, 1000, [](int64_t t) { return static_cast<size_t>((t + 1) * 100); },
+        [&](int64_t t) {
+          ++count;
+          if (t == 17) throw std::runtime_error("chunk 17 is corrupt");
+        },
+        256);
+    ADD_FAILURE() << "no exception";
+  } catch (const std::runtime_error& e) {
+    EXPECT_STREQ(e.what(), "chunk 17 is corrupt");
+  }
+  ran = count.load();
+  EXPECT_GE(ran, 18);
+  EXPECT_LT(ran, 1000) << "the items after the failure should be skipped";
+}
+
+}  // namespace
+}  // namespace scurry
