@@ -18,6 +18,8 @@
 #include <cstdlib>
 #include <thread>
 #include <cstdio>
+#include <cstring>
+#include <future>
 #include <exception>
 #include <new>
 #include <memory>
@@ -381,7 +383,28 @@ struct StreamState {
   bool on = false;
   std::shared_ptr<RowSource> src;  // the input's X, read lazily (or held: 10x inputs)
   std::shared_ptr<CsrF> held;
+  // A GPU run writes its scaled X (most of the output's bytes) while the graph steps run: the output
+  // is opened after the preprocessing and X goes out as soon as it is back from the device
+  // (SCURRY_RUN_LATE_WRITE=1: all at the end, as before). The graph steps make no HDF5 call, so
+  // libhdf5 is used by one thread at a time.
+  std::shared_ptr<H5adWriter> writer;
 };
+
+// After the preprocessing: when X is still coming back from the GPU (Dataset::pending_x) and this is
+// the only rank, opens the output and chains X's write behind its copy back.
+void start_early_write(const RunOptions& o, Context& ctx, Dataset& d, StreamState& st) {
+  const char* late = std::getenv("SCURRY_RUN_LATE_WRITE");
+  if (!d.pending_x || ctx.comm().size() != 1 || (late && std::strcmp(late, "0") != 0)) return;
+  make_parent_dirs(o.output);
+  auto writer = std::make_shared<H5adWriter>(o.output, o.write);
+  auto copying = d.pending_x;
+  d.pending_x = std::make_shared<std::future<Matrix>>(std::async(std::launch::async, [copying, writer] {
+    Matrix X = copying->get();
+    writer->write_x(X);
+    return X;
+  }));
+  st.writer = std::move(writer);
+}
 
 }  // namespace
 
@@ -447,6 +470,7 @@ std::vector<Step> build_pipeline(const RunOptions& o) {
                  po.keep_device_x = o.graph && o.markers && o.rank_genes_groups.layer.empty() &&
                                     !(po.raw && o.rank_genes_groups.use_raw.value_or(true));
                  preprocess(ctx, d, po, &t);
+                 start_early_write(o, ctx, d, *st);
                },
                true});
   if (!o.integrate.empty())
@@ -508,9 +532,14 @@ std::vector<Step> build_pipeline(const RunOptions& o) {
                  if (!o.graph) gather_rows(ctx, d, 0);  // with the graph: gathered by neighbors
                  if (ctx.comm().rank() != 0) return;
                  make_parent_dirs(o.output);
-                 H5adWriteOptions w = o.write;
-                 w.allow_no_x = w.allow_no_x || st->on;  // streamed: no X (preprocess_stream.hpp)
-                 write_h5ad(d, o.output, w);
+                 if (st->writer) {  // X already written (start_early_write)
+                   st->writer->finish(d);
+                   st->writer.reset();
+                 } else {
+                   H5adWriteOptions w = o.write;
+                   w.allow_no_x = w.allow_no_x || st->on;  // streamed: no X (preprocess_stream.hpp)
+                   write_h5ad(d, o.output, w);
+                 }
                  if (!o.markers_tsv.empty() && d.uns.count(o.rank_genes_groups.key_added))
                    write_text_atomic(o.markers_tsv,
                                      rank_genes_groups_tsv(rank_genes_groups_df(d, o.rank_genes_groups.key_added)));

@@ -618,12 +618,25 @@ void check_counts(const Matrix& X, const std::string& where) {
         } else if constexpr (std::is_same_v<X, CsrF> || std::is_same_v<X, CsrD>) {
           // One parallel pass for the first bad entry (by position, so the message does not depend
           // on the thread count), then its row by binary search.
+          // Blocks of 4,096 values are tested branch-free (vectorised: v >= 0 && v <= max fails for
+          // NaN, -Inf, +Inf and negatives); only a block that fails is searched for its first entry.
+          using V = std::decay_t<decltype(x.data[0])>;
           const int64_t nnz = static_cast<int64_t>(x.data.size());
+          constexpr int64_t kBlock = 4096;
+          const int64_t blocks = (nnz + kBlock - 1) / kBlock;
+          const V* vals = x.data.data();
           int64_t first = nnz;
 #pragma omp parallel for reduction(min : first) schedule(static)
-          for (int64_t p = 0; p < nnz; ++p) {
-            const double v = x.data[p];
-            if (!std::isfinite(v) || v < 0) first = std::min(first, p);
+          for (int64_t b = 0; b < blocks; ++b) {
+            const int64_t lo = b * kBlock, hi = std::min(nnz, lo + kBlock);
+            bool ok = true;
+            for (int64_t p = lo; p < hi; ++p) ok &= (vals[p] >= V(0)) & (vals[p] <= std::numeric_limits<V>::max());
+            if (ok) continue;
+            for (int64_t p = lo; p < hi; ++p)
+              if (!(vals[p] >= V(0) && vals[p] <= std::numeric_limits<V>::max())) {
+                first = std::min(first, p);
+                break;
+              }
           }
           if (first < nnz) {
             const int64_t r = std::upper_bound(x.indptr.begin(), x.indptr.end(), first) - x.indptr.begin() - 1;
@@ -677,48 +690,99 @@ scurry::Dataset read_h5ad_rows(const std::string& path, int64_t begin, int64_t e
 
 // ---- public: write --------------------------------------------------------------------------------
 
+struct H5adWriter::Impl {
+  std::string path;
+  H5adWriteOptions opt;
+  int gz = 0;
+  TempOutput tmp;  // removed on failure, on SIGINT/SIGTERM/SIGHUP, or as stale by a later write
+  h5::File f;
+  bool x_written = false, failed = false, done = false;
+  int64_t x_rows = 0, x_cols = 0;
+  Impl(const std::string& p, const H5adWriteOptions& o) : path(p), opt(o), gz(std::clamp(o.gzip_level, 0, 9)), tmp(p) {}
+  // Runs one part; on failure frees the file's space (a full disk), closes it and rethrows naming PATH.
+  template <class F>
+  void part(F&& f_part) {
+    if (failed || done) fail("internal: H5adWriter used after it failed or finished");
+    try {
+      f_part();
+    } catch (...) {
+      failed = true;
+      f.discard();  // still open after a failed write: its space freed (a full disk), closed
+      rethrow_naming_output(tmp.name(), path);  // messages name PATH, not the temporary
+    }
+  }
+};
+
+H5adWriter::H5adWriter(const std::string& path, const H5adWriteOptions& opt)
+    : impl_(std::make_unique<Impl>(path, opt)) {
+  impl_->part([&] {
+    impl_->f = h5::File::create(impl_->tmp.name());
+    set_encoding(impl_->f, "anndata", "0.1.0");
+  });
+}
+
+H5adWriter::~H5adWriter() {
+  if (impl_ && !impl_->done && !impl_->failed) impl_->f.discard();  // the TempOutput then removes the file
+}
+
+void H5adWriter::write_x(const Matrix& X) {
+  Impl& w = *impl_;
+  if (w.x_written) fail("internal: H5adWriter::write_x called twice");
+  w.part([&] {
+    if (!X.empty()) write_matrix(w.f, "X", X, w.gz);
+    w.x_written = true;
+    w.x_rows = X.n_rows(), w.x_cols = X.n_cols();
+  });
+}
+
+void H5adWriter::finish(const scurry::Dataset& d) {
+  Impl& w = *impl_;
+  const std::string& path = w.path;
+  if (d.pending_x) fail("internal: writing a dataset whose X is still being copied; settle() it first");
+  if (w.x_written && (d.X.n_rows() != w.x_rows || d.X.n_cols() != w.x_cols))
+    fail("internal: H5adWriter::finish with an X other than the one written");
+  d.check_shapes(path);
+  if (d.X.empty() && !w.opt.allow_no_x) fail_input(path, "cannot write: X is empty");
+  w.part([&] {
+    h5::File& f = w.f;
+    if (!w.x_written && !d.X.empty()) write_matrix(f, "X", d.X, w.gz);
+    w.x_written = true;
+    const int gz = w.gz;
+    write_dataframe(f, "obs", d.obs);
+    write_dataframe(f, "var", d.var);
+    write_matrix_dict(f, "layers", d.layers, gz);
+    write_matrix_dict(f, "obsm", d.obsm, gz);
+    write_matrix_dict(f, "varm", d.varm, gz);
+    write_matrix_dict(f, "obsp", d.obsp, gz);
+    write_matrix_dict(f, "varp", d.varp, gz);
+    {
+      Group u = f.create_group("uns");
+      set_encoding(u, "dict", "0.1.0");
+      for (const auto& [k, v] : d.uns) write_value(u, k, v, gz);
+    }
+    if (d.raw && !d.raw->X.empty()) {
+      const auto& r = *d.raw;
+      if (r.X.n_rows() != d.n_obs() || r.X.n_cols() != r.var.n_rows())
+        fail_input(path, "raw/X has shape ", r.X.n_rows(), "x", r.X.n_cols(), " but obs has ", d.n_obs(),
+                   " rows and raw/var ", r.var.n_rows());
+      Group rg = f.create_group("raw");
+      set_encoding(rg, "raw", "0.1.0");
+      write_matrix(rg, "X", r.X, gz);
+      write_dataframe(rg, "var", r.var);
+      write_matrix_dict(rg, "varm", r.varm, gz);
+    }
+    f.close();
+    w.tmp.commit();
+  });
+  w.done = true;
+}
+
 void write_h5ad(const scurry::Dataset& d, const std::string& path, const H5adWriteOptions& opt) {
   if (d.pending_x) fail("internal: writing a dataset whose X is still being copied; settle() it first");
   d.check_shapes(path);
   if (d.X.empty() && !opt.allow_no_x) fail_input(path, "cannot write: X is empty");
-  const int gz = std::clamp(opt.gzip_level, 0, 9);
-  TempOutput tmp(path);  // removed on failure, on SIGINT/SIGTERM/SIGHUP, or as stale by a later write
-  h5::File f;
-  try {
-    {
-      f = h5::File::create(tmp.name());
-      set_encoding(f, "anndata", "0.1.0");
-      if (!d.X.empty()) write_matrix(f, "X", d.X, gz);
-      write_dataframe(f, "obs", d.obs);
-      write_dataframe(f, "var", d.var);
-      write_matrix_dict(f, "layers", d.layers, gz);
-      write_matrix_dict(f, "obsm", d.obsm, gz);
-      write_matrix_dict(f, "varm", d.varm, gz);
-      write_matrix_dict(f, "obsp", d.obsp, gz);
-      write_matrix_dict(f, "varp", d.varp, gz);
-      {
-        Group u = f.create_group("uns");
-        set_encoding(u, "dict", "0.1.0");
-        for (const auto& [k, v] : d.uns) write_value(u, k, v, gz);
-      }
-      if (d.raw && !d.raw->X.empty()) {
-        const auto& r = *d.raw;
-        if (r.X.n_rows() != d.n_obs() || r.X.n_cols() != r.var.n_rows())
-          fail_input(path, "raw/X has shape ", r.X.n_rows(), "x", r.X.n_cols(), " but obs has ", d.n_obs(),
-                     " rows and raw/var ", r.var.n_rows());
-        Group rg = f.create_group("raw");
-        set_encoding(rg, "raw", "0.1.0");
-        write_matrix(rg, "X", r.X, gz);
-        write_dataframe(rg, "var", r.var);
-        write_matrix_dict(rg, "varm", r.varm, gz);
-      }
-      f.close();
-    }
-    tmp.commit();
-  } catch (...) {
-    f.discard();  // still open after a failed write: its space freed (a full disk), closed
-    rethrow_naming_output(tmp.name(), path);  // messages name PATH, not the temporary
-  }
+  H5adWriter w(path, opt);
+  w.finish(d);
 }
 
 // ---- public: summary ------------------------------------------------------------------------------

@@ -42,6 +42,28 @@ struct H5adWriteOptions {
 // (anndata 0.8+/0.10 spec: encoding-type/-version attributes on every element).
 void write_h5ad(const Dataset& d, const std::string& path, const H5adWriteOptions& opt = {});
 
+// The same write in two parts: X first, then everything else, so that a run can write its (large)
+// X while its graph steps still run. write_h5ad(d, path, opt) is H5adWriter(path, opt), write_x(d.X),
+// finish(d): the same file. The temporary is created by the constructor, renamed over PATH by
+// finish(), and removed by the destructor if finish() did not succeed. libhdf5 is not thread-safe:
+// the parts may be called from different threads, but never while another thread uses HDF5.
+class H5adWriter {
+ public:
+  explicit H5adWriter(const std::string& path, const H5adWriteOptions& opt = {});
+  ~H5adWriter();
+  H5adWriter(const H5adWriter&) = delete;
+  H5adWriter& operator=(const H5adWriter&) = delete;
+  // Writes X (at most once, before finish; an empty X is left out).
+  void write_x(const Matrix& X);
+  // Writes the rest of d (and d.X, if write_x was not called), closes and renames the file. d.X must
+  // be the matrix given to write_x, if it was called.
+  void finish(const Dataset& d);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
 // What `scurry info` shows without reading the matrix values.
 struct SlotInfo {
   std::string name;      // e.g. "obsm/X_pca", "layers/counts", "obs/leiden"

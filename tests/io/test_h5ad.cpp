@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <fstream>
+#include <thread>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <random>
@@ -434,6 +435,55 @@ TEST(H5ad, FailedWriteLeavesExistingFileUntouched) {
   }
   EXPECT_EQ(files, 1);  // no temporary left behind
   expect_dataset_eq(d, read_h5ad(p));
+}
+
+// H5adWriter (a run writes X first, during its graph steps, and the rest at the end): the same file
+// as write_h5ad, whichever thread wrote X; abandoned before finish() (a later step
+// failed), it leaves neither the output nor a temporary, and an existing output untouched.
+TEST(H5ad, TwoPartWriterWritesTheSameFile) {
+  test::TempDir tmp;
+  auto slurp = [](const std::string& f) {
+    std::ifstream in(f, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  };
+  auto files = [&] {
+    int n = 0;
+    for (const auto& e : fs::directory_iterator(tmp.dir())) n += e.is_regular_file();
+    return n;
+  };
+  const uint64_t seed = test::fresh_seed();
+  for (int kind = 0; kind < 5; ++kind) {
+    SCOPED_TRACE("X kind " + std::to_string(kind));
+    const Dataset d = random_dataset(seed + kind, kind);
+    const std::string one = tmp.path("one.h5ad"), two = tmp.path("two.h5ad");
+    write_h5ad(d, one, {kind % 2 ? 4 : 0});
+    {
+      H5adWriter w(two, {kind % 2 ? 4 : 0});
+      std::thread([&] { w.write_x(d.X); }).join();
+      w.finish(d);
+    }
+    expect_dataset_eq(d, read_h5ad(two));
+    expect_dataset_eq(read_h5ad(one), read_h5ad(two));  // (not bytes: HDF5 stores objects' times)
+    fs::remove(one);
+    fs::remove(two);
+  }
+  const Dataset d = random_dataset(seed, 2);
+  const std::string p = tmp.path("keep.h5ad");
+  write_h5ad(d, p);
+  const std::string before = slurp(p);
+  {
+    H5adWriter w(p);
+    w.write_x(d.X);
+    EXPECT_EQ(files(), 2);  // the output and the temporary being written
+  }  // abandoned
+  EXPECT_EQ(files(), 1);
+  EXPECT_EQ(slurp(p), before);
+  {
+    H5adWriter w(tmp.path("new.h5ad"));
+    w.write_x(d.X);
+  }
+  EXPECT_FALSE(fs::exists(tmp.path("new.h5ad")));
+  EXPECT_EQ(files(), 1);
 }
 
 // Writes a rich file and a JSON sidecar of expected values for tests/io/anndata_client.py; runs

@@ -300,4 +300,30 @@ TEST(H5adErrors, CheckCountsNaNInfNegative) {
   }
 }
 
+// Many blocks of the vectorised test (4,096 values each): the first bad entry by position is named,
+// wherever the blocks fall, in float32 and float64, with a later bad entry in another block.
+TEST(H5adErrors, CheckCountsNamesTheFirstBadEntryOfManyBlocks) {
+  const uint64_t seed = test::fresh_seed();
+  const std::string where = "big.h5ad";
+  const CsrF base = test::random_counts(2000, 150, 0.2, seed);
+  ASSERT_GT(base.nnz(), 10 * 4096);
+  EXPECT_NO_THROW(check_counts(Matrix(base), where));
+  std::mt19937_64 rng(seed);
+  for (int trial = 0; trial < 6; ++trial) {
+    const int64_t p = std::uniform_int_distribution<int64_t>(0, base.nnz() - 2)(rng);
+    const int64_t q = std::uniform_int_distribution<int64_t>(p + 1, base.nnz() - 1)(rng);
+    const int64_t row = std::upper_bound(base.indptr.begin(), base.indptr.end(), p) - base.indptr.begin() - 1;
+    const std::string at = "row " + std::to_string(row) + ", column " + std::to_string(base.indices[p]);
+    CsrF m = base;
+    m.data[p] = trial % 2 ? -1.5f : std::nanf("");
+    m.data[q] = INFINITY;
+    SCOPED_TRACE("bad entries at " + std::to_string(p) + " and " + std::to_string(q));
+    expect_input_error([&] { check_counts(Matrix(m), where); }, where, {trial % 2 ? "negative" : "NaN", at});
+    CsrD md;
+    md.n_rows = m.n_rows, md.n_cols = m.n_cols, md.indptr = m.indptr, md.indices = m.indices;
+    md.data.assign(m.data.begin(), m.data.end());
+    expect_input_error([&] { check_counts(Matrix(md), where); }, where, {trial % 2 ? "negative" : "NaN", at});
+  }
+}
+
 }  // namespace scurry
