@@ -4,7 +4,6 @@ where scanpy's and scurry's agree; a scanpy parameter scurry does not implement 
 NotImplementedError naming it when given a value other than its default."""
 from __future__ import annotations
 
-import gc
 import warnings
 from types import MappingProxyType
 
@@ -12,7 +11,8 @@ import numpy as np
 import pandas as pd
 
 from . import _scurry
-from ._core import (_empty, actualize, check_anndata, dataset, matrix_of, not_implemented, options, write_back)
+from ._core import (_empty, actualize, check_anndata, dataset, matrix_of, not_implemented, options, subset_inplace,
+                    write_back)
 
 __all__ = ["calculate_qc_metrics", "filter_cells", "filter_genes", "normalize_total", "log1p",
            "highly_variable_genes", "scale", "pca", "neighbors", "harmony_integrate", "combat", "regress_out",
@@ -111,8 +111,7 @@ def filter_cells(data, *, min_counts=None, min_genes=None, max_counts=None, max_
     if not inplace:
         return keep, number
     col = "n_genes" if (min_genes is not None or max_genes is not None) else "n_counts"
-    adata._inplace_subset_obs(keep)
-    gc.collect()  # the matrices before the subset (see _core.collect_garbage)
+    subset_inplace(adata, obs=keep)  # anndata's _inplace_subset_obs, each matrix copied once
     adata.obs[col] = ds.get_obs(col)  # the kept cells' column, in the dtype the C++ step writes
     return adata if copy else None
 
@@ -142,8 +141,7 @@ def filter_genes(data, *, min_counts=None, min_cells=None, max_counts=None, max_
     if not inplace:
         return keep, number
     col = "n_cells" if (min_cells is not None or max_cells is not None) else "n_counts"
-    adata._inplace_subset_var(keep)
-    gc.collect()
+    subset_inplace(adata, var=keep)
     adata.var[col] = ds.get_var(col)
     return adata if copy else None
 
@@ -240,8 +238,7 @@ def _hvg(adata, *, inplace, subset, batch_key, layer, **kw):
         if k != "log1p":
             adata.uns[k] = ds.get_uns(k)
     if subset:
-        adata._inplace_subset_var(df["highly_variable"].to_numpy())
-        gc.collect()
+        subset_inplace(adata, var=df["highly_variable"].to_numpy())
     return None
 
 
