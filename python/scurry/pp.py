@@ -213,7 +213,7 @@ def highly_variable_genes(adata, *, layer=None, n_top_genes=_HVG.n_top_genes, mi
     statistics; ``inplace=False`` returns them as a DataFrame."""
     if flavor not in ("seurat", "cell_ranger", "seurat_v3"):
         raise ValueError(f"highly_variable_genes: flavor '{flavor}' is not one of 'seurat', 'cell_ranger', "
-                         "'seurat_v3' (pearson residuals: scurry.experimental.pp.highly_variable_genes)")
+                         "'seurat_v3' (pearson_residuals: scurry.experimental.pp.highly_variable_genes, as scanpy)")
     return _hvg(adata, layer=layer, n_top_genes=n_top_genes, min_disp=min_disp, max_disp=max_disp, min_mean=min_mean,
                 max_mean=max_mean, span=span, n_bins=n_bins, flavor=flavor, subset=subset, inplace=inplace,
                 batch_key=batch_key, check_values=check_values)

@@ -4,7 +4,8 @@ _highly_variable_genes.py, _scale.py, _pca.py, neighbors/__init__.py, tools/_uma
 _rank_genes_groups.py, _score_genes.py, get/_aggregated.py, get/get.py, readwrite.py; anndata's
 read_h5ad; session 9: external/pp/_harmony_integrate.py, preprocessing/_combat.py, _simple.py
 (regress_out), _scrublet/__init__.py, tools/_tsne.py, _diffmap.py, _dpt.py, _paga.py, _dendrogram.py,
-_density.py; session 10: tools/_draw_graph.py), and cNMF 1.7's cNMF class (dylkot/cNMF src/cnmf/cnmf.py). REQUIRED marks a parameter
+_density.py; session 10: tools/_draw_graph.py,
+experimental/pp/_highly_variable_genes.py), and cNMF 1.7's cNMF class (dylkot/cNMF src/cnmf/cnmf.py). REQUIRED marks a parameter
 without default, SENTINEL scanpy's `_empty`."""
 import inspect
 import math
@@ -86,6 +87,9 @@ SCANPY_1_10 = {
                           inplace=True),
     "tl.draw_graph": dict(adata=REQUIRED, layout="fa", init_pos=None, root=None, random_state=0, n_jobs=None,
                           adjacency=None, key_added_ext=None, neighbors_key=None, obsp=None, copy=False, kwds=VARKW),
+    "experimental.pp.highly_variable_genes": dict(adata=REQUIRED, theta=100, clip=None, n_top_genes=None,
+                                                  batch_key=None, chunksize=1000, flavor="pearson_residuals",
+                                                  check_values=True, layer=None, subset=False, inplace=True),
     "tl.embedding_density": dict(adata=REQUIRED, basis="umap", groupby=None, key_added=None, components=None),
     "read_h5ad": dict(filename=REQUIRED, backed=None, as_sparse=(), as_sparse_fmt=sp.csr_matrix, chunk_size=6000),
     "read_10x_h5": dict(filename=REQUIRED, genome=None, gex_only=True, backup_url=None),
@@ -162,6 +166,7 @@ def test_table_covers_every_public_function():
     public = {f"{m}.{f}" for m in ("pp", "tl", "get") for f in getattr(sc, m).__all__}
     public |= {"read_h5ad", "read_10x_h5", "read_10x_mtx"}
     public |= {f"external.pp.{f}" for f in sc.external.pp.__all__}
+    public |= {f"experimental.pp.{f}" for f in sc.experimental.pp.__all__}
     assert public <= set(SCANPY_1_10), f"functions without a scanpy entry: {public - set(SCANPY_1_10)}"
 
 

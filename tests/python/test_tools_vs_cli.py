@@ -245,3 +245,21 @@ def test_leiden_options(files, case):
         assert a.obs[k].cat.categories.size > 1
         same_value(a.uns[k], e.uns[k], f"uns['{k}']")
     assert list(a.obs["leiden"]) == list(anndata.read_h5ad(files["graph"]).obs["leiden"])  # the input column kept
+
+
+def test_experimental_pearson_residuals_hvg(files):
+    e = cli(files, "highly-variable-genes", "counts", "--flavor", "pearson_residuals", "--n-top-genes", "40",
+            "--theta", "50", "--batch-key", "batch")
+    a = anndata.read_h5ad(files["counts"])
+    df = sc.experimental.pp.highly_variable_genes(a, n_top_genes=40, theta=50, batch_key="batch", inplace=False)
+    assert "highly_variable" not in a.var.columns  # inplace=False leaves a alone
+    sc.experimental.pp.highly_variable_genes(a, n_top_genes=40, theta=50, batch_key="batch")
+    cols = [c for c in e.var.columns if c not in ("flag",)]
+    assert {"highly_variable", "residual_variances", "highly_variable_rank"} <= set(cols)
+    for k in cols:
+        assert_same_column(a.var[k], e.var[k], f"var['{k}']")
+        assert_same_column(df[k], e.var[k], f"returned ['{k}']")
+    assert a.var["highly_variable"].sum() == 40
+    same_value(a.uns["hvg"], e.uns["hvg"], "uns['hvg']")
+    with pytest.raises(ValueError, match="n_top_genes"):
+        sc.experimental.pp.highly_variable_genes(a)
