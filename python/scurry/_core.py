@@ -278,8 +278,19 @@ def _anndata_converts():
 
 
 def options(cls, **values):
-    """An XxxOptions with the given fields set (None leaves optional fields unset)."""
+    """An XxxOptions with the given fields set (None leaves optional fields unset). A value of the
+    wrong type raises TypeError naming the parameter and the type it takes (not pybind11's
+    overload listing)."""
+    import re
+
     o = cls()
     for k, v in values.items():
-        setattr(o, k, v)
+        try:
+            setattr(o, k, v)
+        except TypeError as e:
+            m = re.search(r"arg0: ([^)]*?)\) ->", str(e))
+            want = m.group(1) if m else "another type"
+            step = re.sub(r"(?<!^)(?=[A-Z])", "_", cls.__name__.removesuffix("Options")).lower()
+            raise TypeError(f"{step}: {k}={v!r} has the wrong type "
+                            f"({type(v).__name__}; it takes {want})") from None
     return o

@@ -37,8 +37,12 @@ def _is_anndata(x):
 
 def _as_anndata(X):
     """A bare AnnData around a matrix (for the functions scanpy lets take an array)."""
+    import scipy.sparse as sp
+
     from ._core import new_anndata
 
+    if not isinstance(X, np.ndarray) and not sp.issparse(X):
+        raise TypeError(f"expected an AnnData, a numpy array or a scipy sparse matrix, got {type(X).__name__}")
     return new_anndata(X=X)
 
 

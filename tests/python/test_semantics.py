@@ -140,6 +140,10 @@ def test_errors_are_scanpys_types_with_the_clis_message(counts, tmp_path):
         sc.tl.umap(counts)
     with pytest.raises(TypeError, match="anndata|AnnData"):
         sc.pp.log1p(counts.copy(), layer=None) or sc.pp.normalize_total("not an anndata")
+    with pytest.raises(TypeError, match=r"scale: max_value='x' has the wrong type"):
+        sc.pp.scale(counts.copy(), max_value="x")
+    with pytest.raises(TypeError, match="got list"):
+        sc.pp.log1p([[1.0, 2.0]])
     bad = counts.copy()
     bad.X = sp.csr_matrix(bad.X.astype(np.complex64))
     with pytest.raises(TypeError, match="X"):
