@@ -64,6 +64,23 @@ def umap(adata, *, min_dist=_UMAP.min_dist, spread=_UMAP.spread, n_components=_U
     return adata if copy else None
 
 
+def _graph_source(adata, step, adjacency, obsp, neighbors_key, **kw):
+    """The graph a step reads, as scanpy's _choose_graph: `adjacency` (a matrix, handed over as an
+    obsp entry of the scratch Dataset), obsp[obsp], or the connectivities of uns[neighbors_key].
+    Returns (neighbors key, obsp key for the C++ step's `obsp` option or "", the uns keys read, the
+    Dataset with `kw`'s slots)."""
+    if adjacency is not None:
+        ds = dataset(adata, step=step, X=False, **kw)
+        ds.set_obsp("__scurry_adjacency", adjacency)
+        return "neighbors", "__scurry_adjacency", [], ds
+    if obsp is not None:
+        if obsp not in adata.obsp:
+            raise KeyError(f"{step}: obsp['{obsp}'] is not in the AnnData (obsp: {list(adata.obsp.keys())})")
+        return "neighbors", obsp, [], dataset(adata, step=step, X=False, obsp=[obsp], **kw)
+    key, obsp_keys = _graph_keys(adata, neighbors_key, step)
+    return key, "", [key], dataset(adata, step=step, X=False, obsp=obsp_keys[:1], uns=[key], **kw)
+
+
 def _is_rb_configuration(partition_type):
     """Whether partition_type is leidenalg's RBConfigurationVertexPartition (scanpy's default: the
     modularity with a resolution that scurry optimises), matched by name (leidenalg is not needed)."""
@@ -115,22 +132,7 @@ def leiden(adata, resolution=_LEIDEN.resolution, *, restrict_to=None, random_sta
         categories = [categories] if isinstance(categories, str) else [str(c) for c in categories]
     adata = adata.copy() if copy else adata
     obs_in = [restrict_key] if restrict_key else []
-    graph_key = ""
-    if adjacency is not None:
-        graph_key = "__scurry_adjacency"
-        ds = dataset(adata, step=step, X=False, obs=obs_in)
-        ds.set_obsp(graph_key, adjacency)
-        key, uns_in = _LEIDEN.neighbors_key, []
-    elif obsp is not None:
-        if obsp not in adata.obsp:
-            raise KeyError(f"leiden: obsp['{obsp}'] is not in the AnnData (obsp: {list(adata.obsp.keys())})")
-        graph_key = obsp
-        ds = dataset(adata, step=step, X=False, obs=obs_in, obsp=[obsp])
-        key, uns_in = _LEIDEN.neighbors_key, []
-    else:
-        key, obsp_keys = _graph_keys(adata, neighbors_key, step)
-        ds = dataset(adata, step=step, X=False, obs=obs_in, obsp=obsp_keys[:1], uns=[key])
-        uns_in = [key]
+    key, graph_key, uns_in, ds = _graph_source(adata, step, adjacency, obsp, neighbors_key, obs=obs_in)
     opt = options(_scurry.LeidenOptions, resolution=float(resolutions[0] if several else resolution),
                   resolutions=resolutions, random_state=int(random_state), n_iterations=int(n_iterations),
                   use_weights=bool(use_weights), beta=float(beta), key_added=key_added, neighbors_key=key,
@@ -178,21 +180,8 @@ def draw_graph(adata, layout="fa", *, init_pos=None, root=None, random_state=_DR
     if init_pos is not None and init_pos not in adata.obsm:
         raise KeyError(f"draw_graph: init_pos '{init_pos}' is not an obsm key (obsm: {list(adata.obsm.keys())})")
     adata = adata.copy() if copy else adata
-    obsm = [init_pos] if init_pos is not None else []
-    graph_key = ""
-    if adjacency is not None:
-        graph_key = "__scurry_adjacency"
-        ds = dataset(adata, step=step, X=False, obsm=obsm)
-        ds.set_obsp(graph_key, adjacency)
-        key = _DRAW.neighbors_key
-    elif obsp is not None:
-        if obsp not in adata.obsp:
-            raise KeyError(f"draw_graph: obsp['{obsp}'] is not in the AnnData (obsp: {list(adata.obsp.keys())})")
-        graph_key = obsp
-        ds = dataset(adata, step=step, X=False, obsm=obsm, obsp=[obsp])
-        key = _DRAW.neighbors_key
-    else:
-        key, ds = _graph_dataset(adata, neighbors_key, step, obsm=obsm)
+    key, graph_key, _, ds = _graph_source(adata, step, adjacency, obsp, neighbors_key,
+                                          obsm=[init_pos] if init_pos is not None else [])
     opt = options(_scurry.DrawGraphOptions, layout=layout, init_pos=init_pos or "", root=root,
                   random_state=int(random_state), n_jobs=0 if n_jobs is None else int(n_jobs), neighbors_key=key,
                   obsp=graph_key, key_added_ext=key_added_ext or "", iterations=int(iterations))
