@@ -4,7 +4,7 @@
     adata = sc.read_h5ad("pbmc3k.h5ad")
     sc.pp.normalize_total(adata, target_sum=1e4); sc.pp.log1p(adata)
 
-``scurry.pp``, ``scurry.tl``, ``scurry.get`` and ``scurry.external`` carry scanpy 1.10's functions, parameters and
+``scurry.pp``, ``scurry.tl``, ``scurry.get``, ``scurry.external`` and ``scurry.experimental`` carry scanpy 1.10's functions, parameters and
 defaults, and write scanpy's slots of an ``anndata.AnnData`` in memory. The readers return AnnData
 objects read by scurry's own readers. ``scurry.cnmf.cNMF``: cNMF 1.7's Python API. ``scurry.settings``: n_jobs (CPU threads), verbosity, device.
 """
@@ -12,13 +12,13 @@ from __future__ import annotations
 
 from . import _scurry
 from ._version import __version__
-from . import pp, tl, get, external, cnmf
+from . import pp, tl, get, external, experimental, cnmf
 from ._settings import settings
 from ._core import _empty
 from ._core import to_anndata as _to_anndata
 import scipy.sparse as _sp
 
-__all__ = ["pp", "tl", "get", "external", "cnmf", "settings", "read_h5ad", "read_10x_h5", "read_10x_mtx", "read_zarr", "__version__"]
+__all__ = ["pp", "tl", "get", "external", "experimental", "cnmf", "settings", "read_h5ad", "read_10x_h5", "read_10x_mtx", "read_zarr", "__version__"]
 
 
 def _path(p):

@@ -69,9 +69,82 @@ def check_anndata(adata, step):
 
 
 def actualize(adata):
-    """An in-place step on a view makes the view actual first (scanpy's view_to_actual)."""
-    if adata.is_view:
+    """An in-place step on a view makes the view actual first (scanpy's view_to_actual: the same slots
+    as ``adata._init_as_actual(adata.copy())``), copying each matrix once and keeping the raw the
+    view already holds (anndata's copy copies both again: see _actual_slots)."""
+    if not adata.is_view:
+        return
+    slots = _actual_slots(adata._adata_ref, adata._oidx, adata._vidx, adata._raw)
+    if slots is None:  # an anndata whose internals differ: its own (copying) path
         adata._init_as_actual(adata.copy())
+        return
+    adata._init_as_actual(**slots)
+    del slots  # the view's raw refers to the parent (anndata's _RawViewHack in its varm)
+    gc.collect()  # the parent, when the view held the last reference to it (see collect_garbage)
+
+
+def subset_inplace(adata, obs=None, var=None):
+    """``adata._inplace_subset_obs(obs)`` / ``_inplace_subset_var(var)`` (boolean masks or indices)
+    with each matrix copied once: anndata's ``self[index].copy()`` subsets X and every layer, then
+    copies them again while the old ones are alive (three X-sized matrices at once), and copies raw
+    twice. Here: the subset of each matrix is built once (scipy's fancy indexing allocates the
+    result at its final size) and swapped in; raw is subset once along obs and kept as it is (not
+    copied) for a subset of genes only, where anndata keeps it unchanged too. The same slots, dtypes,
+    categories and uns colours as anndata's."""
+    oidx, vidx = adata._normalize_indices((slice(None) if obs is None else obs, slice(None) if var is None else var))
+    raw = adata._raw
+    if raw is not None and obs is not None:
+        raw = raw[oidx]  # Raw.__getitem__: the rows, one copy
+    slots = _actual_slots(adata, oidx, vidx, raw)
+    if slots is None:
+        if obs is not None:
+            adata._inplace_subset_obs(obs)
+        if var is not None:
+            adata._inplace_subset_var(var)
+        return
+    adata._init_as_actual(**slots)
+    del slots, raw  # a subset Raw refers to the old one (anndata's _RawViewHack in its varm)
+    gc.collect()
+
+
+def _actual_slots(ref, oidx, vidx, raw):
+    """The slots of the actual AnnData ref[oidx, vidx].copy() (ref not a view), as keyword arguments
+    of ``_init_as_actual``; each matrix subset once (``anndata._core.index._subset``: a new matrix
+    for index arrays and masks; numpy slices, which would share memory, are copied). obs/var lose
+    their unused categories and uns the colours of those (anndata's _remove_unused_categories);
+    `raw` is used as given. None when this anndata lacks the internals used."""
+    import copy as _copy
+
+    try:
+        from anndata._core.index import _subset
+        remove_unused = ref._remove_unused_categories
+    except (ImportError, AttributeError):
+        return None
+    try:
+        from anndata.compat import _slice_uns_sparse_matrices
+    except ImportError:  # removed from later anndata with the behaviour it kept
+        def _slice_uns_sparse_matrices(uns, _oidx, _n):
+            return uns
+
+    def sub(m, idx):
+        r = _subset(m, idx)
+        if isinstance(r, np.ndarray) and np.shares_memory(r, m):
+            r = r.copy()
+        return r
+
+    obs = ref.obs.iloc[oidx].copy()
+    var = ref.var.iloc[vidx].copy()
+    uns = _slice_uns_sparse_matrices(_copy.copy(ref._uns), oidx, ref.n_obs)
+    remove_unused(ref.obs, obs, uns)
+    remove_unused(ref.var, var, uns)
+    X = None if ref.X is None else sub(ref.X, (oidx, vidx))
+    return dict(X=X, obs=obs, var=var, uns=_copy.deepcopy(uns),
+                obsm={k: sub(m, (oidx,)) for k, m in ref.obsm.items()},
+                varm={k: sub(m, (vidx,)) for k, m in ref.varm.items()},
+                obsp={k: sub(m, (oidx, oidx)) for k, m in ref.obsp.items()},
+                varp={k: sub(m, (vidx, vidx)) for k, m in ref.varp.items()},
+                layers={k: sub(m, (oidx, vidx)) for k, m in ref.layers.items()},
+                raw=raw, dtype=None if X is None else X.dtype)
 
 
 def matrix_of(adata, layer, step, use_raw=False):
@@ -205,8 +278,19 @@ def _anndata_converts():
 
 
 def options(cls, **values):
-    """An XxxOptions with the given fields set (None leaves optional fields unset)."""
+    """An XxxOptions with the given fields set (None leaves optional fields unset). A value of the
+    wrong type raises TypeError naming the parameter and the type it takes (not pybind11's
+    overload listing)."""
+    import re
+
     o = cls()
     for k, v in values.items():
-        setattr(o, k, v)
+        try:
+            setattr(o, k, v)
+        except TypeError as e:
+            m = re.search(r"arg0: ([^)]*?)\) ->", str(e))
+            want = m.group(1) if m else "another type"
+            step = re.sub(r"(?<!^)(?=[A-Z])", "_", cls.__name__.removesuffix("Options")).lower()
+            raise TypeError(f"{step}: {k}={v!r} has the wrong type "
+                            f"({type(v).__name__}; it takes {want})") from None
     return o

@@ -4,7 +4,6 @@ where scanpy's and scurry's agree; a scanpy parameter scurry does not implement 
 NotImplementedError naming it when given a value other than its default."""
 from __future__ import annotations
 
-import gc
 import warnings
 from types import MappingProxyType
 
@@ -12,7 +11,8 @@ import numpy as np
 import pandas as pd
 
 from . import _scurry
-from ._core import (_empty, actualize, check_anndata, dataset, matrix_of, not_implemented, options, write_back)
+from ._core import (_empty, actualize, check_anndata, dataset, matrix_of, not_implemented, options, subset_inplace,
+                    write_back)
 
 __all__ = ["calculate_qc_metrics", "filter_cells", "filter_genes", "normalize_total", "log1p",
            "highly_variable_genes", "scale", "pca", "neighbors", "harmony_integrate", "combat", "regress_out",
@@ -37,8 +37,12 @@ def _is_anndata(x):
 
 def _as_anndata(X):
     """A bare AnnData around a matrix (for the functions scanpy lets take an array)."""
+    import scipy.sparse as sp
+
     from ._core import new_anndata
 
+    if not isinstance(X, np.ndarray) and not sp.issparse(X):
+        raise TypeError(f"expected an AnnData, a numpy array or a scipy sparse matrix, got {type(X).__name__}")
     return new_anndata(X=X)
 
 
@@ -111,8 +115,7 @@ def filter_cells(data, *, min_counts=None, min_genes=None, max_counts=None, max_
     if not inplace:
         return keep, number
     col = "n_genes" if (min_genes is not None or max_genes is not None) else "n_counts"
-    adata._inplace_subset_obs(keep)
-    gc.collect()  # the matrices before the subset (see _core.collect_garbage)
+    subset_inplace(adata, obs=keep)  # anndata's _inplace_subset_obs, each matrix copied once
     adata.obs[col] = ds.get_obs(col)  # the kept cells' column, in the dtype the C++ step writes
     return adata if copy else None
 
@@ -142,8 +145,7 @@ def filter_genes(data, *, min_counts=None, min_cells=None, max_counts=None, max_
     if not inplace:
         return keep, number
     col = "n_cells" if (min_cells is not None or max_cells is not None) else "n_counts"
-    adata._inplace_subset_var(keep)
-    gc.collect()
+    subset_inplace(adata, var=keep)
     adata.var[col] = ds.get_var(col)
     return adata if copy else None
 
@@ -215,7 +217,7 @@ def highly_variable_genes(adata, *, layer=None, n_top_genes=_HVG.n_top_genes, mi
     statistics; ``inplace=False`` returns them as a DataFrame."""
     if flavor not in ("seurat", "cell_ranger", "seurat_v3"):
         raise ValueError(f"highly_variable_genes: flavor '{flavor}' is not one of 'seurat', 'cell_ranger', "
-                         "'seurat_v3' (pearson residuals: scurry.experimental.pp.highly_variable_genes)")
+                         "'seurat_v3' (pearson_residuals: scurry.experimental.pp.highly_variable_genes, as scanpy)")
     return _hvg(adata, layer=layer, n_top_genes=n_top_genes, min_disp=min_disp, max_disp=max_disp, min_mean=min_mean,
                 max_mean=max_mean, span=span, n_bins=n_bins, flavor=flavor, subset=subset, inplace=inplace,
                 batch_key=batch_key, check_values=check_values)
@@ -240,8 +242,7 @@ def _hvg(adata, *, inplace, subset, batch_key, layer, **kw):
         if k != "log1p":
             adata.uns[k] = ds.get_uns(k)
     if subset:
-        adata._inplace_subset_var(df["highly_variable"].to_numpy())
-        gc.collect()
+        subset_inplace(adata, var=df["highly_variable"].to_numpy())
     return None
 
 

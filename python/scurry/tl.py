@@ -1,6 +1,6 @@
 """scanpy.tl's tools on scurry's C++ core: umap, leiden, rank_genes_groups,
 filter_rank_genes_groups, score_genes, score_genes_cell_cycle, tsne, diffmap, dpt, paga, dendrogram,
-embedding_density (scanpy 1.10's signatures)."""
+embedding_density, draw_graph (scanpy 1.10's signatures)."""
 from __future__ import annotations
 
 import numpy as np
@@ -9,7 +9,7 @@ from . import _scurry
 from ._core import check_anndata, dataset, not_implemented, options, write_back
 
 __all__ = ["umap", "leiden", "rank_genes_groups", "filter_rank_genes_groups", "score_genes",
-           "score_genes_cell_cycle", "tsne", "diffmap", "dpt", "paga", "dendrogram", "embedding_density"]
+           "score_genes_cell_cycle", "tsne", "diffmap", "dpt", "paga", "dendrogram", "embedding_density", "draw_graph"]
 
 _UMAP = _scurry.UmapOptions()
 _LEIDEN = _scurry.LeidenOptions()
@@ -22,6 +22,7 @@ _DPT = _scurry.DptOptions()
 _PAGA = _scurry.PagaOptions()
 _DENDRO = _scurry.DendrogramOptions()
 _DENSITY = _scurry.EmbeddingDensityOptions()
+_DRAW = _scurry.DrawGraphOptions()
 
 
 def _graph_keys(adata, neighbors_key, step):
@@ -63,45 +64,130 @@ def umap(adata, *, min_dist=_UMAP.min_dist, spread=_UMAP.spread, n_components=_U
     return adata if copy else None
 
 
+def _graph_source(adata, step, adjacency, obsp, neighbors_key, **kw):
+    """The graph a step reads, as scanpy's _choose_graph: `adjacency` (a matrix, handed over as an
+    obsp entry of the scratch Dataset), obsp[obsp], or the connectivities of uns[neighbors_key].
+    Returns (neighbors key, obsp key for the C++ step's `obsp` option or "", the uns keys read, the
+    Dataset with `kw`'s slots)."""
+    if adjacency is not None:
+        ds = dataset(adata, step=step, X=False, **kw)
+        ds.set_obsp("__scurry_adjacency", adjacency)
+        return "neighbors", "__scurry_adjacency", [], ds
+    if obsp is not None:
+        if obsp not in adata.obsp:
+            raise KeyError(f"{step}: obsp['{obsp}'] is not in the AnnData (obsp: {list(adata.obsp.keys())})")
+        return "neighbors", obsp, [], dataset(adata, step=step, X=False, obsp=[obsp], **kw)
+    key, obsp_keys = _graph_keys(adata, neighbors_key, step)
+    return key, "", [key], dataset(adata, step=step, X=False, obsp=obsp_keys[:1], uns=[key], **kw)
+
+
+def _is_rb_configuration(partition_type):
+    """Whether partition_type is leidenalg's RBConfigurationVertexPartition (scanpy's default: the
+    modularity with a resolution that scurry optimises), matched by name (leidenalg is not needed)."""
+    return getattr(partition_type, "__name__", None) == "RBConfigurationVertexPartition"
+
+
 def leiden(adata, resolution=_LEIDEN.resolution, *, restrict_to=None, random_state=_LEIDEN.random_state,
            key_added=_LEIDEN.key_added, adjacency=None, directed=None, use_weights=_LEIDEN.use_weights,
            n_iterations=_LEIDEN.n_iterations, partition_type=None, neighbors_key=None, obsp=None, copy=False,
-           flavor="leidenalg", **clustering_args):
+           flavor=_LEIDEN.flavor, **clustering_args):
     """sc.tl.leiden: obs[key_added] (categorical, '0' the largest cluster), uns[key_added]['params'].
-    Modularity with resolution on the undirected connectivities (igraph's Leiden, as scanpy's
-    flavor='igraph'); clustering_args may hold beta."""
+    Modularity with resolution on the undirected connectivities (igraph's Leiden; flavor 'leidenalg'
+    or 'igraph' as scanpy 1.10, src/graph/leiden.hpp). restrict_to=(obs key, categories): only those
+    cells re-clustered (obs key_added + '_R' by default). adjacency: a sparse graph instead of the
+    neighbours'. scurry's extension (rapids-singlecell's): ``resolution`` a list of several, one
+    graph build, written to obs[key_added + '_' + str(resolution)] each. clustering_args: beta (and
+    objective_function='modularity', the only one)."""
     step = "leiden"
     check_anndata(adata, step)
-    not_implemented(step, "restrict_to", restrict_to, None)
-    not_implemented(step, "adjacency", adjacency, None)
-    not_implemented(step, "partition_type", partition_type, None)
-    if directed:
-        raise NotImplementedError("leiden: directed=True is not implemented in scurry (the graph is undirected)")
     if flavor not in ("leidenalg", "igraph"):
         raise ValueError(f"leiden: flavor '{flavor}' is not 'leidenalg' or 'igraph'")
+    if partition_type is not None and not _is_rb_configuration(partition_type):
+        raise NotImplementedError(f"leiden: partition_type={partition_type!r} is not implemented in scurry (only "
+                                  "RBConfigurationVertexPartition, the modularity with a resolution)")
+    if flavor == "igraph" and partition_type is not None:
+        raise ValueError("leiden: do not pass in partition_type argument when using igraph.")
     extra = dict(clustering_args)
     beta = extra.pop("beta", _LEIDEN.beta)
+    if extra.pop("objective_function", "modularity") != "modularity":
+        raise NotImplementedError("leiden: clustering_args objective_function other than 'modularity' is not "
+                                  "implemented in scurry")
     if extra:
-        raise NotImplementedError(f"leiden: clustering_args {sorted(extra)} are not implemented in scurry (beta is)")
+        raise NotImplementedError(f"leiden: clustering_args {sorted(extra)} are not implemented in scurry "
+                                  "(beta and objective_function='modularity' are)")
     if obsp is not None and neighbors_key is not None:
-        raise ValueError("leiden: give obsp or neighbors_key, not both")
+        raise ValueError("leiden: you can't specify both obsp, neighbors_key at the same time.")
+    several = isinstance(resolution, (list, tuple, np.ndarray))
+    resolutions = [float(r) for r in resolution] if several else []
+    if several and not resolutions:
+        raise ValueError("leiden: resolution is an empty list")
+    restrict_key, categories = "", []
+    if restrict_to is not None:
+        try:
+            restrict_key, categories = restrict_to
+        except (TypeError, ValueError):
+            raise ValueError(f"leiden: restrict_to={restrict_to!r} is not (obs key, list of categories)") from None
+        if restrict_key not in adata.obs.columns:
+            raise KeyError(f"leiden: restrict_to: obs['{restrict_key}'] is not in the AnnData")
+        categories = [categories] if isinstance(categories, str) else [str(c) for c in categories]
     adata = adata.copy() if copy else adata
-    if obsp is not None:
-        if obsp not in adata.obsp:
-            raise KeyError(f"leiden: obsp['{obsp}'] is not in the AnnData")
-        ds = dataset(adata, step=step, X=False)
-        ds.set_obsp("connectivities", adata.obsp[obsp])
-        ds.set_uns("neighbors", {"connectivities_key": "connectivities"})
-        key, uns_in = "neighbors", ["neighbors"]
-    else:
-        key, obsp_keys = _graph_keys(adata, neighbors_key, step)
-        ds = dataset(adata, step=step, X=False, obsp=obsp_keys[:1], uns=[key])
-        uns_in = [key]
-    opt = options(_scurry.LeidenOptions, resolution=float(resolution), random_state=int(random_state),
-                  n_iterations=int(n_iterations), use_weights=bool(use_weights), beta=float(beta),
-                  key_added=key_added, neighbors_key=key)
+    obs_in = [restrict_key] if restrict_key else []
+    key, graph_key, uns_in, ds = _graph_source(adata, step, adjacency, obsp, neighbors_key, obs=obs_in)
+    opt = options(_scurry.LeidenOptions, resolution=float(resolutions[0] if several else resolution),
+                  resolutions=resolutions, random_state=int(random_state), n_iterations=int(n_iterations),
+                  use_weights=bool(use_weights), beta=float(beta), key_added=key_added, neighbors_key=key,
+                  flavor=flavor, directed=None if directed is None else bool(directed), restrict_key=restrict_key,
+                  restrict_categories=categories, obsp=graph_key)
     _scurry.leiden(ds, opt)
-    write_back(adata, ds, uns_in=uns_in, obsp=False, obsm=False, varm=False)
+    # the clusterings written: each an obs column with its uns entry (key_added, key_added_R, or
+    # key_added_<resolution> for each of several)
+    for k in ds.uns_keys():
+        if k not in uns_in and k in ds.obs_keys():
+            adata.obs[k] = ds.get_obs(k)
+            adata.uns[k] = ds.get_uns(k)
+    return adata if copy else None
+
+
+def draw_graph(adata, layout="fa", *, init_pos=None, root=None, random_state=_DRAW.random_state, n_jobs=None,
+               adjacency=None, key_added_ext=None, neighbors_key=None, obsp=None, copy=False, **kwds):
+    """sc.tl.draw_graph (layout='fa'): ForceAtlas2 (Jacomy et al. 2014) of the neighbours graph with the
+    settings scanpy hands fa2 (src/tl/draw_graph.hpp): obsm['X_draw_graph_' + (key_added_ext or
+    layout)] (float64) and uns['draw_graph']['params'] (layout, random_state). init_pos: an obsm key,
+    or None/False for scanpy's random start (np.random.seed(random_state)); kwds: maxiter or
+    iterations (default 500). igraph's layouts and init_pos='paga' are not implemented."""
+    step = "draw_graph"
+    check_anndata(adata, step)
+    igraph_layouts = ("fr", "drl", "kk", "grid_fr", "lgl", "rt", "rt_circular")
+    if layout in igraph_layouts:
+        raise NotImplementedError(f"draw_graph: layout={layout!r} (igraph's) is not implemented in scurry "
+                                  "(only layout='fa', ForceAtlas2)")
+    if layout != "fa":
+        raise ValueError(f"draw_graph: provide a valid layout, one of {set(igraph_layouts) | {'fa'}}.")
+    if random_state is None:
+        raise NotImplementedError("draw_graph: random_state=None is not implemented in scurry (an int seed)")
+    extra = dict(kwds)
+    iterations = extra.pop("maxiter", extra.pop("iterations", _DRAW.iterations))  # maxiter first, as scanpy
+    if extra:
+        raise NotImplementedError(f"draw_graph: keyword arguments {sorted(extra)} are not implemented in scurry "
+                                  "(ForceAtlas2 takes maxiter or iterations)")
+    if obsp is not None and neighbors_key is not None:
+        raise ValueError("draw_graph: you can't specify both obsp, neighbors_key at the same time.")
+    if init_pos is True or init_pos == "paga":
+        raise NotImplementedError("draw_graph: init_pos='paga' (positions from pl.paga) is not implemented in scurry "
+                                  "(an obsm key, or None for a random start)")
+    if init_pos is False:
+        init_pos = None
+    if init_pos is not None and init_pos not in adata.obsm:
+        raise KeyError(f"draw_graph: init_pos '{init_pos}' is not an obsm key (obsm: {list(adata.obsm.keys())})")
+    adata = adata.copy() if copy else adata
+    key, graph_key, _, ds = _graph_source(adata, step, adjacency, obsp, neighbors_key,
+                                          obsm=[init_pos] if init_pos is not None else [])
+    opt = options(_scurry.DrawGraphOptions, layout=layout, init_pos=init_pos or "", root=root,
+                  random_state=int(random_state), n_jobs=0 if n_jobs is None else int(n_jobs), neighbors_key=key,
+                  obsp=graph_key, key_added_ext=key_added_ext or "", iterations=int(iterations))
+    k = _scurry.draw_graph(ds, opt)
+    adata.obsm[k] = ds.take_obsm(k)
+    adata.uns["draw_graph"] = ds.get_uns("draw_graph")
     return adata if copy else None
 
 

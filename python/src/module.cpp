@@ -230,7 +230,9 @@ void bind_options(py::module_& m) {
       .def(py::init<>())
       .RW(LeidenOptions, resolution).RW(LeidenOptions, random_state).RW(LeidenOptions, n_iterations)
       .RW(LeidenOptions, use_weights).RW(LeidenOptions, beta).RW(LeidenOptions, key_added)
-      .RW(LeidenOptions, neighbors_key);
+      .RW(LeidenOptions, neighbors_key).RW(LeidenOptions, flavor).RW(LeidenOptions, directed)
+      .RW(LeidenOptions, resolutions).RW(LeidenOptions, restrict_key).RW(LeidenOptions, restrict_categories)
+      .RW(LeidenOptions, obsp);
   py::class_<RankGenesGroupsOptions>(m, "RankGenesGroupsOptions")
       .def(py::init<>())
       .RW(RankGenesGroupsOptions, groupby).RW(RankGenesGroupsOptions, groups).RW(RankGenesGroupsOptions, reference)

@@ -1,6 +1,6 @@
 // scurry._scurry, part 2: the batch tools (harmony_integrate, combat, regress_out, scrublet; issue 21)
 // and the embedding/graph tools of scanpy's `tl` (tsne, diffmap, dpt, paga, dendrogram,
-// embedding_density; issue 22). As module.cpp: each step's Options bound field by field (the Python
+// embedding_density, draw_graph; issue 22). As module.cpp: each step's Options bound field by field (the Python
 // signatures read their defaults from a default-constructed struct) and the Dataset-level entry
 // point the CLI calls (src/cli/cmd_integrate.cpp, src/cli/cmd_tl.cpp), run on a worker thread by
 // run_step. The CLI runs these steps on the CPU; so does the package.
@@ -16,6 +16,7 @@
 #include "pp/scrublet.hpp"
 #include "tl/dendrogram.hpp"
 #include "tl/diffmap.hpp"
+#include "tl/draw_graph.hpp"
 #include "tl/embedding_density.hpp"
 #include "tl/paga.hpp"
 #include "tl/tsne.hpp"
@@ -68,6 +69,11 @@ void bind_tools(py::module_& m) {
       .def(py::init<>())
       .RW(DendrogramOptions, groupby).RW(DendrogramOptions, n_pcs).RW(DendrogramOptions, use_rep)
       .RW(DendrogramOptions, cor_method).RW(DendrogramOptions, linkage_method).RW(DendrogramOptions, key_added);
+  py::class_<DrawGraphOptions>(m, "DrawGraphOptions")
+      .def(py::init<>())
+      .RW(DrawGraphOptions, layout).RW(DrawGraphOptions, init_pos).RW(DrawGraphOptions, root)
+      .RW(DrawGraphOptions, random_state).RW(DrawGraphOptions, n_jobs).RW(DrawGraphOptions, neighbors_key)
+      .RW(DrawGraphOptions, obsp).RW(DrawGraphOptions, key_added_ext).RW(DrawGraphOptions, iterations);
   py::class_<EmbeddingDensityOptions>(m, "EmbeddingDensityOptions")
       .def(py::init<>())
       .RW(EmbeddingDensityOptions, basis).RW(EmbeddingDensityOptions, groupby).RW(EmbeddingDensityOptions, key_added)
@@ -95,6 +101,9 @@ void bind_tools(py::module_& m) {
   m.def("paga", [](Dataset& d, const PagaOptions& o) { run_step("paga", [&] { paga(state().context(), d, o); }); });
   m.def("dendrogram", [](Dataset& d, const DendrogramOptions& o) {
     run_step("dendrogram", [&] { dendrogram(state().context(), d, o); });
+  });
+  m.def("draw_graph", [](Dataset& d, const DrawGraphOptions& o) {
+    return run_step("draw graph", [&] { return draw_graph(state().context(), d, o).key; });
   });
   m.def("embedding_density", [](Dataset& d, const EmbeddingDensityOptions& o) {
     run_step("embedding density", [&] { embedding_density(state().context(), d, o); });

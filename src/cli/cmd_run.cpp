@@ -100,6 +100,7 @@ void validate_run_options(const RunOptions& o) {
     validate_neighbors_options(o.neighbors);
     validate_umap_options(o.umap);
     validate_leiden_options(o.leiden);
+    if (o.markers) validate_rank_genes_groups_options(o.rank_genes_groups);
   }
 }
 

@@ -27,6 +27,7 @@ void validate_neighbors_options(const NeighborsOptions& opt) {
     fail_input(kWhere, "algorithm '", opt.algorithm, "' is unknown; use exact, ivf, hnsw or auto");
   if (opt.n_neighbors < 2)
     fail_input(kWhere, "n_neighbors = ", opt.n_neighbors, " is too small; use at least 2 (the cell itself counts)");
+  if (opt.n_pcs && *opt.n_pcs < 1) fail_input(kWhere, "n_pcs = ", *opt.n_pcs, " must be at least 1");
 }
 
 NeighborsResult neighbors(const Context& ctx, const DenseF& X, const NeighborsOptions& opt) {

@@ -444,8 +444,7 @@ RankGenesGroupsResult rank_genes_groups(const Dataset& d, const RankGenesGroupsO
   return rank_genes_groups(d, o, ctx, {});
 }
 
-RankGenesGroupsResult rank_genes_groups(const Dataset& d, const RankGenesGroupsOptions& o, const Context& ctx,
-                                        const std::vector<Context*>& gpus) {
+void validate_rank_genes_groups_options(const RankGenesGroupsOptions& o) {
   const std::string& method = o.method;
   if (method != "t-test" && method != "t-test_overestim_var" && method != "wilcoxon" && method != "logreg")
     throw InputError("rank_genes_groups: method '" + method +
@@ -453,6 +452,13 @@ RankGenesGroupsResult rank_genes_groups(const Dataset& d, const RankGenesGroupsO
   if (o.corr_method != "benjamini-hochberg" && o.corr_method != "bonferroni")
     throw InputError("rank_genes_groups: corr_method '" + o.corr_method +
                      "' is not one of benjamini-hochberg, bonferroni");
+  if (o.n_genes && *o.n_genes <= 0) throw InputError("rank_genes_groups: n_genes must be positive");
+}
+
+RankGenesGroupsResult rank_genes_groups(const Dataset& d, const RankGenesGroupsOptions& o, const Context& ctx,
+                                        const std::vector<Context*>& gpus) {
+  validate_rank_genes_groups_options(o);
+  const std::string& method = o.method;
   RankGenesGroupsResult res;
   res.method = method;
   res.corr_method = o.corr_method;
@@ -531,7 +537,6 @@ RankGenesGroupsResult rank_genes_groups(const Dataset& d, const RankGenesGroupsO
                        " cell(s); every group needs at least 2");
   }
   const int64_t n_top = o.n_genes && *o.n_genes > 0 ? std::min(*o.n_genes, G) : G;
-  if (o.n_genes && *o.n_genes <= 0) throw InputError("rank_genes_groups: n_genes must be positive");
   res.n_top = n_top;
 
   auto T0 = std::chrono::steady_clock::now();

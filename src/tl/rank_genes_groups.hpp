@@ -81,6 +81,9 @@ struct RankGenesGroupsResult {
 // The test on a Dataset (X, a layer or raw, as the options say). Throws InputError naming the
 // problem (a missing or non-categorical groupby column, an unknown group or reference, a group of
 // fewer than 2 cells, use_raw without raw, ...).
+// The checks of the options alone (no data: method, corr_method, n_genes): InputError naming the bad
+// value. `scurry run` calls it before its first step; rank_genes_groups() calls it too.
+void validate_rank_genes_groups_options(const RankGenesGroupsOptions& opt);
 RankGenesGroupsResult rank_genes_groups(const Dataset& d, const RankGenesGroupsOptions& opt, const Context& ctx);
 // On a GPU context the statistics and the wilcoxon ranks run on the device (rank_genes_groups_gpu.hpp;
 // logreg and a matrix with NaN on the CPU threads). `gpus` (--gpus): several GPU contexts sharing the

@@ -33,6 +33,9 @@ check "neighbors: n_neighbors = 1" --n-neighbors 1
 check "pca: n_comps = 0" --n-comps 0
 check "normalize_total: target_sum=-5" --target-sum -5
 check "log1p: base=1" --base 1
+check "neighbors: n_pcs = 0 must be at least 1" --n-pcs 0
+check "rank_genes_groups: n_genes must be positive" --markers-n-genes 0
+check "leiden: flavor igraph cannot use a directed graph" --leiden-flavor igraph --leiden-directed true
 # a good run on the same input still works (the checks reject only bad values)
 "$s" -q run "$in" -o "$tmp/ok.h5ad" --no-markers --maxiter 20
 test -s "$tmp/ok.h5ad"

@@ -18,3 +18,19 @@ def test_pbmc3k_example(tmp_path):
     # the tutorial's markers among the top 3 of some cluster: monocytes, B cells, NK cells
     for gene in ("LYZ", "CD79A", "NKG7"):
         assert f" {gene} " in out, gene
+
+
+def test_version_is_the_clis_and_import_works_from_any_directory(tmp_path):
+    """Issue 17 point 1: scurry.__version__ equals `scurry --version`; the import does not depend on
+    the working directory."""
+    from conftest import BINARY
+
+    v = subprocess.run([BINARY, "--version"], capture_output=True, text=True)
+    assert v.returncode == 0, v.stderr
+    cli_version = v.stdout.split()[1]
+    p = subprocess.run([sys.executable, "-c", "import scurry, os; print(scurry.__version__, os.getcwd())"],
+                       capture_output=True, text=True, cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    py_version, cwd = p.stdout.split()
+    assert py_version == cli_version, f"scurry.__version__ {py_version} vs the CLI's {cli_version}"
+    assert os.path.samefile(cwd, tmp_path)

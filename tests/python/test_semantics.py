@@ -140,6 +140,10 @@ def test_errors_are_scanpys_types_with_the_clis_message(counts, tmp_path):
         sc.tl.umap(counts)
     with pytest.raises(TypeError, match="anndata|AnnData"):
         sc.pp.log1p(counts.copy(), layer=None) or sc.pp.normalize_total("not an anndata")
+    with pytest.raises(TypeError, match=r"scale: max_value='x' has the wrong type"):
+        sc.pp.scale(counts.copy(), max_value="x")
+    with pytest.raises(TypeError, match="got list"):
+        sc.pp.log1p([[1.0, 2.0]])
     bad = counts.copy()
     bad.X = sp.csr_matrix(bad.X.astype(np.complex64))
     with pytest.raises(TypeError, match="X"):
@@ -223,3 +227,92 @@ def test_integer_counts_take_the_copying_path(counts):
     ref = counts.copy()
     sc.pp.normalize_total(ref, target_sum=1e4)
     assert_same_matrix(ints.X, ref.X, "int32 counts")
+
+
+def _rich(counts, rng):
+    """counts with every kind of slot: layers, obsm (array and DataFrame), varm, obsp, varp, a raw, a
+    categorical obs with colours in uns, and a nested uns."""
+    import pandas as pd
+
+    a = counts.copy()
+    n, g = a.shape
+    a.layers["counts"] = a.X.copy()
+    a.layers["dense"] = a.X.toarray()
+    a.obsm["X_pca"] = rng.normal(size=(n, 3)).astype(np.float32)
+    a.obsm["df"] = pd.DataFrame({"u": rng.normal(size=n)}, index=a.obs_names)
+    a.varm["PCs"] = rng.normal(size=(g, 3))
+    a.obsp["connectivities"] = sp.random(n, n, density=0.02, format="csr", random_state=int(rng.integers(1 << 30)))
+    a.varp["gg"] = sp.random(g, g, density=0.02, format="csr", random_state=int(rng.integers(1 << 30)))
+    a.obs["group"] = a.obs["group"].cat.add_categories(["unused"])
+    a.uns["group_colors"] = np.array(["#%06x" % int(rng.integers(1 << 24)) for _ in a.obs["group"].cat.categories])
+    a.uns["nested"] = {"v": np.arange(3), "s": "x"}
+    a.raw = a
+    return a
+
+
+def _same_anndata(a, b):
+    assert a.shape == b.shape and not a.is_view and not b.is_view
+    assert list(a.obs_names) == list(b.obs_names) and list(a.var_names) == list(b.var_names)
+    for df_a, df_b, what in [(a.obs, b.obs, "obs"), (a.var, b.var, "var")]:
+        assert list(df_a.columns) == list(df_b.columns), what
+        for k in df_b.columns:
+            assert str(df_a[k].dtype) == str(df_b[k].dtype), f"{what}['{k}'] dtype"
+            if str(df_b[k].dtype) == "category":
+                assert list(df_a[k].cat.categories) == list(df_b[k].cat.categories), f"{what}['{k}'] categories"
+            assert_same_column(df_a[k], df_b[k], f"{what}['{k}']")
+    assert_same_matrix(a.X, b.X, "X")
+    assert a.X.dtype == b.X.dtype
+    for slot in ("layers", "obsm", "varm", "obsp", "varp"):
+        sa, sb = getattr(a, slot), getattr(b, slot)
+        assert sorted(sa.keys()) == sorted(sb.keys()), slot
+        for k in sb.keys():
+            if hasattr(sb[k], "columns"):
+                assert sa[k].equals(sb[k]), f"{slot}['{k}']"
+            else:
+                assert type(sa[k]) is type(sb[k]), f"{slot}['{k}']: {type(sa[k])} vs {type(sb[k])}"
+                assert_same_matrix(sa[k], sb[k], f"{slot}['{k}']")
+    assert sorted(a.uns.keys()) == sorted(b.uns.keys())
+    assert list(a.uns["group_colors"]) == list(b.uns["group_colors"])
+    assert np.array_equal(a.uns["nested"]["v"], b.uns["nested"]["v"])
+    assert (a.raw is None) == (b.raw is None)
+    if b.raw is not None:
+        assert_same_matrix(a.raw.X, b.raw.X, "raw.X")
+        assert list(a.raw.var_names) == list(b.raw.var_names)
+
+
+def test_subsets_copy_each_matrix_once_with_anndatas_slots(counts, rng):
+    """The filters' and HVG's subset (and the view made actual) give the AnnData anndata's own
+    _inplace_subset_obs/var (and copy) give, without its second copies."""
+    from scurry._core import actualize, subset_inplace
+
+    base = _rich(counts, rng)
+    # the cells of one group but the first removed: a category unused, its colour dropped
+    keep = base.obs["group"].to_numpy() != base.obs["group"].cat.categories[0]
+    genes = rng.random(base.n_vars) < 0.6
+    for obs, var in [(keep, None), (None, genes), (np.flatnonzero(keep)[::-1], None)]:
+        a, b = base.copy(), base.copy()
+        subset_inplace(a, obs=obs, var=var)
+        if obs is not None:
+            b._inplace_subset_obs(obs)
+        else:
+            b._inplace_subset_var(var)
+        _same_anndata(a, b)
+        assert not np.shares_memory(a.obsm["X_pca"], base.obsm["X_pca"])
+    assert len(a.uns["group_colors"]) < len(base.uns["group_colors"])
+    import weakref
+
+    parent = base.copy()
+    alive = weakref.ref(parent)
+    v = parent[keep, genes]
+    w = v.copy()
+    del parent
+    actualize(v)
+    _same_anndata(v, w)
+    assert alive() is None  # the parent freed once the view no longer needs it (no copy kept)
+    # the steps that subset
+    a, b = base.copy(), base.copy()
+    t = int(np.median(np.diff(a.X.indptr)))
+    sc.pp.filter_cells(a, min_genes=t)
+    b._inplace_subset_obs(np.diff(b.X.indptr) >= t)
+    b.obs["n_genes"] = a.obs["n_genes"].to_numpy()
+    _same_anndata(a, b)

@@ -4,7 +4,8 @@ _highly_variable_genes.py, _scale.py, _pca.py, neighbors/__init__.py, tools/_uma
 _rank_genes_groups.py, _score_genes.py, get/_aggregated.py, get/get.py, readwrite.py; anndata's
 read_h5ad; session 9: external/pp/_harmony_integrate.py, preprocessing/_combat.py, _simple.py
 (regress_out), _scrublet/__init__.py, tools/_tsne.py, _diffmap.py, _dpt.py, _paga.py, _dendrogram.py,
-_density.py), and cNMF 1.7's cNMF class (dylkot/cNMF src/cnmf/cnmf.py). REQUIRED marks a parameter
+_density.py; session 10: tools/_draw_graph.py,
+experimental/pp/_highly_variable_genes.py), and cNMF 1.7's cNMF class (dylkot/cNMF src/cnmf/cnmf.py). REQUIRED marks a parameter
 without default, SENTINEL scanpy's `_empty`."""
 import inspect
 import math
@@ -84,6 +85,11 @@ SCANPY_1_10 = {
     "tl.dendrogram": dict(adata=REQUIRED, groupby=REQUIRED, n_pcs=None, use_rep=None, var_names=None, use_raw=None,
                           cor_method="pearson", linkage_method="complete", optimal_ordering=False, key_added=None,
                           inplace=True),
+    "tl.draw_graph": dict(adata=REQUIRED, layout="fa", init_pos=None, root=None, random_state=0, n_jobs=None,
+                          adjacency=None, key_added_ext=None, neighbors_key=None, obsp=None, copy=False, kwds=VARKW),
+    "experimental.pp.highly_variable_genes": dict(adata=REQUIRED, theta=100, clip=None, n_top_genes=None,
+                                                  batch_key=None, chunksize=1000, flavor="pearson_residuals",
+                                                  check_values=True, layer=None, subset=False, inplace=True),
     "tl.embedding_density": dict(adata=REQUIRED, basis="umap", groupby=None, key_added=None, components=None),
     "read_h5ad": dict(filename=REQUIRED, backed=None, as_sparse=(), as_sparse_fmt=sp.csr_matrix, chunk_size=6000),
     "read_10x_h5": dict(filename=REQUIRED, genome=None, gex_only=True, backup_url=None),
@@ -160,6 +166,7 @@ def test_table_covers_every_public_function():
     public = {f"{m}.{f}" for m in ("pp", "tl", "get") for f in getattr(sc, m).__all__}
     public |= {"read_h5ad", "read_10x_h5", "read_10x_mtx"}
     public |= {f"external.pp.{f}" for f in sc.external.pp.__all__}
+    public |= {f"experimental.pp.{f}" for f in sc.experimental.pp.__all__}
     assert public <= set(SCANPY_1_10), f"functions without a scanpy entry: {public - set(SCANPY_1_10)}"
 
 
@@ -170,8 +177,12 @@ def test_unimplemented_parameters_raise_naming_them(counts):
         (lambda: sc.pp.scale(counts, mask_obs="x"), "mask_obs"),
         (lambda: sc.pp.neighbors(counts, method="gauss"), "method"),
         (lambda: sc.pp.neighbors(counts, knn=False), "knn"),
-        (lambda: sc.tl.leiden(counts, restrict_to=("a", ["0"])), "restrict_to"),
         (lambda: sc.tl.leiden(counts, partition_type=object()), "partition_type"),
+        (lambda: sc.tl.leiden(counts, objective_function="CPM"), "objective_function"),
+        (lambda: sc.tl.leiden(counts, bogus=1), "bogus"),
+        (lambda: sc.tl.draw_graph(counts, layout="kk"), "layout"),
+        (lambda: sc.tl.draw_graph(counts, init_pos=True), "init_pos"),
+        (lambda: sc.tl.draw_graph(counts, bogus=1), "bogus"),
         (lambda: sc.tl.umap(counts, method="rapids"), "method"),
         (lambda: sc.tl.score_genes(counts, ["G1"], ctrl_as_ref=False), "ctrl_as_ref"),
         (lambda: sc.get.aggregate(counts, "group", "sum", axis=1), "axis"),

@@ -1,5 +1,5 @@
 """The batch tools (harmony_integrate, combat, regress_out, scrublet) and the embedding/graph tools
-(tsne, diffmap, dpt, paga, dendrogram, embedding_density) of the package against the CLI's
+(tsne, diffmap, dpt, paga, dendrogram, embedding_density, draw_graph, leiden's options) of the package against the CLI's
 commands on the same file: the slots each writes must be identical (same dtype, same bits)."""
 import os
 
@@ -175,3 +175,91 @@ def test_embedding_density(files):
     same_value(a.uns[k + "_params"], e.uns[k + "_params"], f"uns['{k}_params']")
     with pytest.raises(ValueError, match="X_tsne"):
         sc.tl.embedding_density(a, basis="tsne")
+
+
+def test_draw_graph(files):
+    e = cli(files, "draw-graph", "graph", "--iterations", "60")
+    a = anndata.read_h5ad(files["graph"])
+    b = sc.tl.draw_graph(a, maxiter=60, copy=True)
+    assert "X_draw_graph_fa" not in a.obsm  # copy=True leaves a alone
+    assert_same_matrix(b.obsm["X_draw_graph_fa"], e.obsm["X_draw_graph_fa"], "obsm['X_draw_graph_fa']")
+    assert b.obsm["X_draw_graph_fa"].dtype == np.float64 and b.obsm["X_draw_graph_fa"].shape == (a.n_obs, 2)
+    same_value(b.uns["draw_graph"], e.uns["draw_graph"], "uns['draw_graph']")
+    assert b.uns["draw_graph"]["params"]["layout"] == "fa"
+    # from X_umap, another seed, an extension key, two threads; the graph through obsp and adjacency
+    e2 = cli(files, "draw-graph", "graph", "--iterations", "40", "--init-pos", "X_umap", "--random-state", "3",
+             "--key-added-ext", "fa_umap", "--obsp", "connectivities")
+    sc.tl.draw_graph(a, init_pos="X_umap", random_state=3, key_added_ext="fa_umap", n_jobs=2, iterations=40,
+                     obsp="connectivities")
+    assert_same_matrix(a.obsm["X_draw_graph_fa_umap"], e2.obsm["X_draw_graph_fa_umap"], "X_draw_graph_fa_umap")
+    same_value(a.uns["draw_graph"], e2.uns["draw_graph"], "uns['draw_graph'] (random_state 3)")
+    c = anndata.read_h5ad(files["graph"])
+    sc.tl.draw_graph(c, maxiter=60, adjacency=c.obsp["connectivities"])
+    assert_same_matrix(c.obsm["X_draw_graph_fa"], e.obsm["X_draw_graph_fa"], "X_draw_graph_fa (adjacency)")
+    for call, param in [(lambda: sc.tl.draw_graph(c, layout="fr"), "layout"),
+                        (lambda: sc.tl.draw_graph(c, init_pos="paga"), "init_pos"),
+                        (lambda: sc.tl.draw_graph(c, random_state=None), "random_state"),
+                        (lambda: sc.tl.draw_graph(c, weights="weight"), "weights")]:
+        with pytest.raises(NotImplementedError, match=param):
+            call()
+    with pytest.raises(ValueError, match="layout"):
+        sc.tl.draw_graph(c, layout="nope")
+    with pytest.raises(KeyError, match="X_nope"):
+        sc.tl.draw_graph(c, init_pos="X_nope")
+    with pytest.raises(ValueError, match="obsp, neighbors_key"):
+        sc.tl.draw_graph(c, obsp="connectivities", neighbors_key="neighbors")
+
+
+@pytest.mark.parametrize("case", ["igraph", "resolutions", "restrict", "obsp_unweighted"])
+def test_leiden_options(files, case):
+    """Leiden as scanpy 1.10 calls it (issue 22 point 4): each option against `scurry leiden`."""
+    a = anndata.read_h5ad(files["graph"])
+    if case == "igraph":
+        e = cli(files, "leiden", "graph", "--flavor", "igraph", "--n-iterations", "2", "--key-added", "lg",
+                "--random-state", "5")
+        sc.tl.leiden(a, flavor="igraph", n_iterations=2, key_added="lg", random_state=5, directed=False)
+        keys = ["lg"]
+        with pytest.raises(ValueError, match="directed"):
+            sc.tl.leiden(a, flavor="igraph", directed=True)
+    elif case == "resolutions":
+        e = cli(files, "leiden", "graph", "--resolution", "0.5,1.0,2.0")
+        b = sc.tl.leiden(a, resolution=[0.5, 1.0, 2.0], copy=True)
+        assert "leiden_0.5" not in a.obs.columns
+        a = b
+        keys = ["leiden_0.5", "leiden_1.0", "leiden_2.0"]
+        assert a.obs["leiden_2.0"].cat.categories.size >= a.obs["leiden_0.5"].cat.categories.size
+    elif case == "restrict":
+        e = cli(files, "leiden", "graph", "--restrict-to", "leiden:0,1", "--resolution", "0.8")
+        sc.tl.leiden(a, restrict_to=("leiden", ["0", "1"]), resolution=0.8)
+        keys = ["leiden_R"]
+        assert any(c.startswith("0-1,") for c in a.obs["leiden_R"].cat.categories)
+    else:
+        e = cli(files, "leiden", "graph", "--obsp", "connectivities", "--use-weights", "false", "--key-added", "u")
+        sc.tl.leiden(a, obsp="connectivities", use_weights=False, key_added="u")
+        keys = ["u"]
+        b = anndata.read_h5ad(files["graph"])
+        sc.tl.leiden(b, adjacency=b.obsp["connectivities"], use_weights=False, key_added="u")
+        assert_same_column(b.obs["u"], e.obs["u"], "obs['u'] (adjacency)")
+    for k in keys:
+        assert_same_column(a.obs[k], e.obs[k], f"obs['{k}']")
+        assert a.obs[k].cat.categories.size > 1
+        same_value(a.uns[k], e.uns[k], f"uns['{k}']")
+    assert list(a.obs["leiden"]) == list(anndata.read_h5ad(files["graph"]).obs["leiden"])  # the input column kept
+
+
+def test_experimental_pearson_residuals_hvg(files):
+    e = cli(files, "highly-variable-genes", "counts", "--flavor", "pearson_residuals", "--n-top-genes", "40",
+            "--theta", "50", "--batch-key", "batch")
+    a = anndata.read_h5ad(files["counts"])
+    df = sc.experimental.pp.highly_variable_genes(a, n_top_genes=40, theta=50, batch_key="batch", inplace=False)
+    assert "highly_variable" not in a.var.columns  # inplace=False leaves a alone
+    sc.experimental.pp.highly_variable_genes(a, n_top_genes=40, theta=50, batch_key="batch")
+    cols = [c for c in e.var.columns if c not in ("flag",)]
+    assert {"highly_variable", "residual_variances", "highly_variable_rank"} <= set(cols)
+    for k in cols:
+        assert_same_column(a.var[k], e.var[k], f"var['{k}']")
+        assert_same_column(df[k], e.var[k], f"returned ['{k}']")
+    assert a.var["highly_variable"].sum() == 40
+    same_value(a.uns["hvg"], e.uns["hvg"], "uns['hvg']")
+    with pytest.raises(ValueError, match="n_top_genes"):
+        sc.experimental.pp.highly_variable_genes(a)
