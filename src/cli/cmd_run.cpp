@@ -104,6 +104,36 @@ void validate_run_options(const RunOptions& o) {
   }
 }
 
+// After the read: the options that name slots of the input (obs columns, obsm keys, layers) name
+// ones the input has or the run makes, so that a typo fails before the preprocessing, not after it.
+void check_input_slots(const RunOptions& o, const Dataset& d) {
+  auto need_obs = [&](const std::string& key, const char* option) {
+    if (!key.empty() && !d.obs.has(key))
+      fail_input(o.input, option, " '", key, "': obs has no such column");
+  };
+  need_obs(o.preprocess.hvg.batch_key, "--batch-key");
+  if (o.integrate == "harmony")
+    for (const auto& k : o.harmony.keys) need_obs(k, "--harmony-key");
+  if (!o.graph) return;
+  auto made_obsm = [&](const std::string& key) {
+    return key == "X_pca" || (o.integrate == "harmony" && key == o.harmony.adjusted_basis) || d.obsm.count(key) > 0;
+  };
+  const std::string& rep = o.neighbors.use_rep;
+  if (!rep.empty() && rep != "X" && !made_obsm(rep))
+    fail_input(o.input, "--use-rep '", rep, "': obsm has no such key and the run makes none by that name");
+  const std::string& init = o.umap.init_pos;
+  if (init != "spectral" && init != "random" && init != "paga" && !made_obsm(init))
+    fail_input(o.input, "--init-pos '", init, "': obsm has no such key (use spectral, random or an obsm key)");
+  if (!o.markers) return;
+  const RankGenesGroupsOptions& r = o.rank_genes_groups;
+  if (r.groupby != o.leiden.key_added) need_obs(r.groupby, "--markers-groupby");
+  const std::string& layer = r.layer;
+  if (!layer.empty() && !d.layers.count(layer) && !(layer == "counts" && o.preprocess.counts_layer))
+    fail_input(o.input, "--markers-layer '", layer, "': layers has no such key and the run makes none by that name");
+  if (!r.mask_var.empty() && r.mask_var != "highly_variable" && !d.var.has(r.mask_var))
+    fail_input(o.input, "--markers-mask-var '", r.mask_var, "': var has no such column");
+}
+
 void run_ranks(const GlobalOptions& g, const RunOptions& o) {
   // The outputs first: a bad name or an unwritable directory is reported before any work.
   log::set_quiet(g.quiet);
@@ -442,6 +472,7 @@ std::vector<Step> build_pipeline(const RunOptions& o) {
                  }
                }});
   p.push_back({"check_counts", [&o, st](Context&, Dataset& d, Timings&) {
+                 check_input_slots(o, d);
                  if (st->on) {  // checked block by block as the passes read them
                    st->src = std::make_shared<CheckedRowSource>(st->src, o.input);
                    return;

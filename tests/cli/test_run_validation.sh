@@ -36,6 +36,25 @@ check "log1p: base=1" --base 1
 check "neighbors: n_pcs = 0 must be at least 1" --n-pcs 0
 check "rank_genes_groups: n_genes must be positive" --markers-n-genes 0
 check "leiden: flavor igraph cannot use a directed graph" --leiden-flavor igraph --leiden-directed true
+# options naming slots of the input: checked right after the read (before the preprocessing)
+check_slot() {  # check_slot "EXPECTED MESSAGE PART" OPTIONS...
+  local want=$1
+  shift
+  set +e
+  "$s" run "$in" -o "$tmp/out.h5ad" "$@" 2>"$tmp/err"
+  local rc=$?
+  set -e
+  if [ "$rc" -ne 2 ]; then echo "run $*: exit $rc, expected 2"; cat "$tmp/err"; exit 1; fi
+  if ! grep -q -- "$want" "$tmp/err"; then echo "run $*: no '$want' in:"; cat "$tmp/err"; exit 1; fi
+  if grep -q "\[3/" "$tmp/err"; then echo "run $*: the preprocessing ran before the error:"; cat "$tmp/err"; exit 1; fi
+  test ! -e "$tmp/out.h5ad"
+}
+check_slot "--use-rep 'X_nope': obsm has no such key" --use-rep X_nope
+check_slot "--init-pos 'X_nope': obsm has no such key" --init-pos X_nope
+check_slot "--markers-groupby 'celltype': obs has no such column" --markers-groupby celltype
+check_slot "--markers-layer 'spliced': layers has no such key" --markers-layer spliced
+check_slot "--markers-mask-var 'nope': var has no such column" --markers-mask-var nope
+check_slot "--batch-key 'sample': obs has no such column" --batch-key sample
 # a good run on the same input still works (the checks reject only bad values)
 "$s" -q run "$in" -o "$tmp/ok.h5ad" --no-markers --maxiter 20
 test -s "$tmp/ok.h5ad"
