@@ -47,7 +47,10 @@ struct TsneOptions {
   int64_t n_iter = 1000;
   int64_t exaggeration_iter = 250;  // sklearn's _EXPLORATION_N_ITER
   std::string init = "pca";         // "pca" | "random"
-  std::string method = "fft";       // "fft" (FIt-SNE) | "exact" (all pairs)
+  // "auto": "exact" below exact_below cells (all pairs cost less there than the grid, whose size
+  // does not shrink with n), else "fft" (FIt-SNE) | "fft" | "exact" (all pairs).
+  std::string method = "auto";
+  int64_t exact_below = 2000;
   // FIt-SNE grid: Lagrange nodes per box and dimension, the least boxes a side, boxes per unit length.
   int64_t n_interpolation_points = 3;
   int64_t min_num_intervals = 50;

@@ -48,6 +48,7 @@ TEST(Tsne, FftRepulsionMatchesExactSums) {
     const int64_t n = 1500;
     const std::vector<double> y = random_layout(n, scale, 7 + static_cast<uint64_t>(scale));
     TsneOptions fo, eo;
+    fo.method = "fft";
     eo.method = "exact";
     std::vector<double> rf, re;
     const double zf = tsne_repulsion(y, n, fo, 2, rf);
@@ -126,16 +127,20 @@ TEST(Tsne, SameBitsForAnyThreadCount) {
   DenseF X(600, 10);
   for (int64_t i = 0; i < X.n_rows; ++i)
     for (int64_t c = 0; c < X.n_cols; ++c) X(i, c) = static_cast<float>(nd(rng) + 4.0 * (i % 3 == c % 3));
-  TsneOptions o;
-  o.n_iter = 60;
-  o.exaggeration_iter = 30;
-  o.learning_rate = 50;  // a small layout: a small grid
-  o.n_jobs = 1;
-  const TsneResult a = tsne(Context::cpu(1), X, o);
-  o.n_jobs = 3;
-  const TsneResult b = tsne(Context::cpu(3), X, o);
-  ASSERT_EQ(a.embedding.data.size(), b.embedding.data.size());
-  for (size_t i = 0; i < a.embedding.data.size(); ++i) ASSERT_EQ(a.embedding.data[i], b.embedding.data[i]) << i;
+  for (const char* method : {"fft", "exact"}) {
+    TsneOptions o;
+    o.method = method;
+    o.n_iter = 60;
+    o.exaggeration_iter = 30;
+    o.learning_rate = 50;  // a small layout: a small grid
+    o.n_jobs = 1;
+    const TsneResult a = tsne(Context::cpu(1), X, o);
+    o.n_jobs = 3;
+    const TsneResult b = tsne(Context::cpu(3), X, o);
+    ASSERT_EQ(a.embedding.data.size(), b.embedding.data.size());
+    for (size_t i = 0; i < a.embedding.data.size(); ++i)
+      ASSERT_EQ(a.embedding.data[i], b.embedding.data[i]) << method << " " << i;
+  }
 }
 
 TEST(Tsne, NeighbourPreservationAsScanpysOnPbmc) {
