@@ -148,30 +148,35 @@ std::mutex& fftw_planner_lock() {
 // own slice of the buffers: the bits do not depend on the thread count. FFTW_ESTIMATE plans pick
 // their algorithm from the sizes alone (not from timings), so every run computes the same bits; the
 // buffers' strides keep every batch at the same alignment, which FFTW's new-array execute requires.
+// The grids are single precision (fftwf): the FFT's rounding (~1e-7 of the largest potential, times
+// the cancellation of at most |y|^2 / (1 + d^2) in Z) stays far below the interpolation's own error
+// (~1e-2 with boxes of width 1 and 3 nodes; tests/tl/test_tsne.cpp bounds both against the exact
+// sums), and it halves the transforms' time and memory. Charges are summed, and potentials
+// interpolated, in double.
 class FftConvolution {
  public:
   FftConvolution(int64_t M, int64_t G)
       : M_(M), G_(G), Gr_(round_up(G, kFftRows)), Mr_(round_up(M, 8)), S_(M / 2 + 1), Sc_(round_up(S_, kFftCols)) {
     if (Gr_ > M_) fail("internal: tsne grid of ", G, " nodes does not fit the FFT of ", M);
-    in_ = fftw_alloc_real(static_cast<size_t>(kTerms * Gr_ * Mr_));
-    out_ = fftw_alloc_real(static_cast<size_t>(kTerms * Gr_ * Mr_));
-    rows_ = fftw_alloc_complex(static_cast<size_t>(kTerms * Gr_ * Sc_));
-    tin_ = fftw_alloc_complex(static_cast<size_t>(kTerms * Sc_ * M_));
-    tout_ = fftw_alloc_complex(static_cast<size_t>(kTerms * Sc_ * M_));
+    in_ = fftwf_alloc_real(static_cast<size_t>(kTerms * Gr_ * Mr_));
+    out_ = fftwf_alloc_real(static_cast<size_t>(kTerms * Gr_ * Mr_));
+    rows_ = fftwf_alloc_complex(static_cast<size_t>(kTerms * Gr_ * Sc_));
+    tin_ = fftwf_alloc_complex(static_cast<size_t>(kTerms * Sc_ * M_));
+    tout_ = fftwf_alloc_complex(static_cast<size_t>(kTerms * Sc_ * M_));
     kin_ = fftw_alloc_real(static_cast<size_t>(M_ * M_));
     kout_ = fftw_alloc_complex(static_cast<size_t>(M_ * S_));
     if (!in_ || !out_ || !rows_ || !tin_ || !tout_ || !kin_ || !kout_)
       fail("tsne: out of memory for the FFT grid (", M, " x ", M, ")");
     // Zero once: the padding (rows and columns past the charges) is never written again.
-    std::fill(in_, in_ + kTerms * Gr_ * Mr_, 0.0);
-    std::fill(&tin_[0][0], &tin_[0][0] + 2 * kTerms * Sc_ * M_, 0.0);
+    std::fill(in_, in_ + kTerms * Gr_ * Mr_, 0.0f);
+    std::fill(&tin_[0][0], &tin_[0][0] + 2 * kTerms * Sc_ * M_, 0.0f);
     const int n = static_cast<int>(M_), b = static_cast<int>(kFftRows), c = static_cast<int>(kFftCols);
     const int mr = static_cast<int>(Mr_), sc = static_cast<int>(Sc_);
     std::lock_guard<std::mutex> lock(fftw_planner_lock());
-    row_fwd_ = fftw_plan_many_dft_r2c(1, &n, b, in_, nullptr, 1, mr, rows_, nullptr, 1, sc, FFTW_ESTIMATE);
-    col_fwd_ = fftw_plan_many_dft(1, &n, c, tin_, nullptr, 1, n, tout_, nullptr, 1, n, FFTW_FORWARD, FFTW_ESTIMATE);
-    col_inv_ = fftw_plan_many_dft(1, &n, c, tout_, nullptr, 1, n, tout_, nullptr, 1, n, FFTW_BACKWARD, FFTW_ESTIMATE);
-    row_inv_ = fftw_plan_many_dft_c2r(1, &n, b, rows_, nullptr, 1, sc, out_, nullptr, 1, mr, FFTW_ESTIMATE);
+    row_fwd_ = fftwf_plan_many_dft_r2c(1, &n, b, in_, nullptr, 1, mr, rows_, nullptr, 1, sc, FFTW_ESTIMATE);
+    col_fwd_ = fftwf_plan_many_dft(1, &n, c, tin_, nullptr, 1, n, tout_, nullptr, 1, n, FFTW_FORWARD, FFTW_ESTIMATE);
+    col_inv_ = fftwf_plan_many_dft(1, &n, c, tout_, nullptr, 1, n, tout_, nullptr, 1, n, FFTW_BACKWARD, FFTW_ESTIMATE);
+    row_inv_ = fftwf_plan_many_dft_c2r(1, &n, b, rows_, nullptr, 1, sc, out_, nullptr, 1, mr, FFTW_ESTIMATE);
     kernel_plan_ = fftw_plan_dft_r2c_2d(n, n, kin_, kout_, FFTW_ESTIMATE);
     if (!row_fwd_ || !col_fwd_ || !col_inv_ || !row_inv_ || !kernel_plan_)
       fail("internal: FFTW could not plan a grid of ", M);
@@ -179,22 +184,24 @@ class FftConvolution {
   ~FftConvolution() {
     {
       std::lock_guard<std::mutex> lock(fftw_planner_lock());
-      for (fftw_plan p : {row_fwd_, col_fwd_, col_inv_, row_inv_, kernel_plan_})
-        if (p) fftw_destroy_plan(p);
+      for (fftwf_plan p : {row_fwd_, col_fwd_, col_inv_, row_inv_})
+        if (p) fftwf_destroy_plan(p);
+      if (kernel_plan_) fftw_destroy_plan(kernel_plan_);
     }
     for (void* p : {static_cast<void*>(in_), static_cast<void*>(out_), static_cast<void*>(rows_),
-                    static_cast<void*>(tin_), static_cast<void*>(tout_), static_cast<void*>(kin_),
-                    static_cast<void*>(kout_)})
-      fftw_free(p);
+                    static_cast<void*>(tin_), static_cast<void*>(tout_)})
+      fftwf_free(p);
+    fftw_free(kin_);
+    fftw_free(kout_);
   }
   FftConvolution(const FftConvolution&) = delete;
   FftConvolution& operator=(const FftConvolution&) = delete;
 
   int64_t M() const { return M_; }
   // Charge (term t, row r, column c), r, c < G: written by the caller before run().
-  double* charges(int t) { return in_ + t * Gr_ * Mr_; }
+  float* charges(int t) { return in_ + t * Gr_ * Mr_; }
   // Potential (term t, row r, column c) after run(): at potentials(t)[r * stride() + c].
-  const double* potentials(int t) const { return out_ + t * Gr_ * Mr_; }
+  const float* potentials(int t) const { return out_ + t * Gr_ * Mr_; }
   int64_t stride() const { return Mr_; }
 
   // The kernel on the circulant M x M grid of node spacing delta and its spectrum: real, since the
@@ -213,10 +220,10 @@ class FftConvolution {
         }
     });
     fftw_execute(kernel_plan_);
-    kernel_.assign(static_cast<size_t>(Sc_ * M), 0.0);
+    kernel_.assign(static_cast<size_t>(Sc_ * M), 0.0f);
     const double scale = 1.0 / static_cast<double>(M * M);
     for (int64_t r = 0; r < M; ++r)
-      for (int64_t c = 0; c < S_; ++c) kernel_[static_cast<size_t>(c * M + r)] = kout_[r * S_ + c][0] * scale;
+      for (int64_t c = 0; c < S_; ++c) kernel_[static_cast<size_t>(c * M + r)] = static_cast<float>(kout_[r * S_ + c][0] * scale);
     delta_ = delta;
   }
 
@@ -224,25 +231,25 @@ class FftConvolution {
     const int64_t rb = Gr_ / kFftRows, cb = Sc_ / kFftCols;
     parallel_for(threads, kTerms * rb, [&](int64_t b) {
       const int64_t t = b / rb, r0 = (b % rb) * kFftRows;
-      fftw_execute_dft_r2c(row_fwd_, in_ + (t * Gr_ + r0) * Mr_, rows_ + (t * Gr_ + r0) * Sc_);
+      fftwf_execute_dft_r2c(row_fwd_, in_ + (t * Gr_ + r0) * Mr_, rows_ + (t * Gr_ + r0) * Sc_);
     });
     parallel_for(threads, kTerms * cb, [&](int64_t b) {
       const int64_t t = b / cb, c0 = (b % cb) * kFftCols;
-      fftw_complex* rows = rows_ + t * Gr_ * Sc_ + c0;  // rows[r * Sc + c]: column c0 + c of row r
-      fftw_complex* tin = tin_ + (t * Sc_ + c0) * M_;    // tin[c * M + r]: the same, transposed
-      fftw_complex* tout = tout_ + (t * Sc_ + c0) * M_;
+      fftwf_complex* rows = rows_ + t * Gr_ * Sc_ + c0;  // rows[r * Sc + c]: column c0 + c of row r
+      fftwf_complex* tin = tin_ + (t * Sc_ + c0) * M_;    // tin[c * M + r]: the same, transposed
+      fftwf_complex* tout = tout_ + (t * Sc_ + c0) * M_;
       for (int64_t r = 0; r < G_; ++r)
         for (int64_t c = 0; c < kFftCols; ++c) {
           tin[c * M_ + r][0] = rows[r * Sc_ + c][0];
           tin[c * M_ + r][1] = rows[r * Sc_ + c][1];
         }
-      fftw_execute_dft(col_fwd_, tin, tout);
-      const double* k = kernel_.data() + c0 * M_;
+      fftwf_execute_dft(col_fwd_, tin, tout);
+      const float* k = kernel_.data() + c0 * M_;
       for (int64_t i = 0; i < kFftCols * M_; ++i) {
         tout[i][0] *= k[i];
         tout[i][1] *= k[i];
       }
-      fftw_execute_dft(col_inv_, tout, tout);
+      fftwf_execute_dft(col_inv_, tout, tout);
       for (int64_t r = 0; r < G_; ++r)
         for (int64_t c = 0; c < kFftCols; ++c) {
           rows[r * Sc_ + c][0] = tout[c * M_ + r][0];
@@ -251,17 +258,20 @@ class FftConvolution {
     });
     parallel_for(threads, kTerms * rb, [&](int64_t b) {
       const int64_t t = b / rb, r0 = (b % rb) * kFftRows;
-      fftw_execute_dft_c2r(row_inv_, rows_ + (t * Gr_ + r0) * Sc_, out_ + (t * Gr_ + r0) * Mr_);
+      fftwf_execute_dft_c2r(row_inv_, rows_ + (t * Gr_ + r0) * Sc_, out_ + (t * Gr_ + r0) * Mr_);
     });
   }
 
  private:
   int64_t M_, G_, Gr_, Mr_, S_, Sc_;
   double delta_ = -1;
-  double *in_ = nullptr, *out_ = nullptr, *kin_ = nullptr;
-  fftw_complex *rows_ = nullptr, *tin_ = nullptr, *tout_ = nullptr, *kout_ = nullptr;
-  fftw_plan row_fwd_ = nullptr, col_fwd_ = nullptr, col_inv_ = nullptr, row_inv_ = nullptr, kernel_plan_ = nullptr;
-  std::vector<double> kernel_;  // Sc x M (column-major spectrum)
+  float *in_ = nullptr, *out_ = nullptr;  // the grids: single precision (see above)
+  fftwf_complex *rows_ = nullptr, *tin_ = nullptr, *tout_ = nullptr;
+  fftwf_plan row_fwd_ = nullptr, col_fwd_ = nullptr, col_inv_ = nullptr, row_inv_ = nullptr;
+  double* kin_ = nullptr;  // the kernel: transformed in double precision, then rounded
+  fftw_complex* kout_ = nullptr;
+  fftw_plan kernel_plan_ = nullptr;
+  std::vector<float> kernel_;  // Sc x M (column-major spectrum)
 };
 
 // The convolution of the last grid size, kept while the layout keeps it.
@@ -327,11 +337,12 @@ double repulsion_fft(const std::vector<double>& y, int64_t n, const TsneOptions&
   conv.set_kernel(delta, threads);
   const int64_t ld = conv.stride();
   parallel_for(threads, kTerms, [&](int64_t t) {
-    double* dst = conv.charges(static_cast<int>(t));
-    for (int64_t r = 0; r < G; ++r) std::copy_n(&grid[t * gsz + r * G], G, dst + r * ld);
+    float* dst = conv.charges(static_cast<int>(t));
+    for (int64_t r = 0; r < G; ++r)
+      for (int64_t c = 0; c < G; ++c) dst[r * ld + c] = static_cast<float>(grid[t * gsz + r * G + c]);
   });
   conv.run(threads);
-  const double* pot[kTerms];
+  const float* pot[kTerms];
   for (int t = 0; t < kTerms; ++t) pot[t] = conv.potentials(t);
   // Potentials back at the points; Z and the repulsive sums.
   rep.assign(static_cast<size_t>(2 * n), 0.0);
