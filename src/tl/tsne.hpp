@@ -16,8 +16,10 @@
 // "Fast interpolation-based t-SNE for improved visualization of single-cell RNA-seq data", Nat.
 // Methods 16): the charges 1, y_1, y_2, |y|^2 are spread to a regular grid of boxes (3 Lagrange nodes
 // per box per dimension, boxes of width 1, at least 50 and at most 128 a side, wider beyond), the kernel w^2 applied on the
-// grid as a circular convolution by FFT, and the potentials interpolated back; method "exact" sums
-// all pairs (O(n^2), the oracle). Where sklearn stops early (no progress for 300 iterations,
+// grid as a circular convolution by FFT (FFTW, single precision, ESTIMATE plans reused across
+// iterations), and the potentials interpolated back; method "exact" sums all pairs (O(n^2), the
+// oracle), and "auto" (the default) takes it below exact_below cells, where it costs less than a
+// grid whose size follows the layout's extent, not n. Where sklearn stops early (no progress for 300 iterations,
 // gradient norm below 1e-7) this runs all n_iter iterations.
 //
 // Differences from sklearn: the repulsion is FIt-SNE's, not Barnes-Hut's (angle 0.5); both are
