@@ -6,7 +6,7 @@ pkgs=(
   build-essential cmake ninja-build ccache pkg-config clang
   libhdf5-dev hdf5-tools zlib1g-dev libzstd-dev libblosc-dev
   libopenblas-dev liblapack-dev liblapacke-dev
-  libigraph-dev libhnswlib-dev libcli11-dev nlohmann-json3-dev
+  libfftw3-dev libigraph-dev libhnswlib-dev libcli11-dev nlohmann-json3-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   libopenmpi-dev openmpi-bin
   python3-anndata python3-h5py python3-numpy python3-scipy python3-pandas python3-zarr

@@ -30,6 +30,10 @@ void add_tsne_options(CLI::App& c, TsneOptions& o, const std::string& prefix) {
   c.add_option("--" + prefix + "metric", o.metric, "tsne: euclidean or cosine")->capture_default_str();
   c.add_option("--" + prefix + "n-iter", o.n_iter, "tsne: iterations")->capture_default_str();
   c.add_option("--" + prefix + "init", o.init, "tsne: pca or random")->capture_default_str();
+  c.add_option("--" + prefix + "method", o.method, "tsne: auto (exact below --" + prefix + "exact-below cells, else fft), fft or exact")
+      ->capture_default_str();
+  c.add_option("--" + prefix + "exact-below", o.exact_below, "tsne: method auto's all-pairs threshold (cells)")
+      ->capture_default_str();
 }
 
 void add_draw_graph_options(CLI::App& c, DrawGraphOptions& o, const std::string& prefix) {

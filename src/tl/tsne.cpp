@@ -4,9 +4,12 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <complex>
 #include <limits>
+#include <memory>
+#include <mutex>
 #include <random>
+
+#include <fftw3.h>
 
 #include "core/error.hpp"
 #include "core/log.hpp"
@@ -19,7 +22,6 @@ namespace scurry {
 namespace {
 
 const char* kWhere = "tsne";
-using cd = std::complex<double>;
 
 constexpr int64_t kRowBlock = 1024;      // points per block of the per-point loops
 constexpr int64_t kSpreadBlock = 16384;  // points per partial grid when spreading charges
@@ -30,88 +32,7 @@ double seconds_since(std::chrono::steady_clock::time_point t) {
 }
 
 int64_t blocks_of(int64_t n, int64_t b) { return (n + b - 1) / b; }
-
-// Complex FFT of size 2^a (iterative radix-2, Cooley & Tukey 1965) or 3 * 2^a (one radix-3
-// decimation-in-time stage over three radix-2 transforms), twiddles precomputed.
-class Fft {
- public:
-  explicit Fft(int64_t n) : n_(n) {
-    l_ = n % 3 == 0 ? n / 3 : n;
-    int bits = 0;
-    while ((int64_t{1} << bits) < l_) ++bits;
-    if ((int64_t{1} << bits) != l_) fail("internal: FFT size ", n, " is not 2^a or 3 * 2^a");
-    rev_.resize(static_cast<size_t>(l_));
-    for (int64_t i = 0; i < l_; ++i) {
-      int64_t r = 0;
-      for (int b = 0; b < bits; ++b)
-        if (i & (int64_t{1} << b)) r |= int64_t{1} << (bits - 1 - b);
-      rev_[static_cast<size_t>(i)] = r;
-    }
-    tw_.resize(static_cast<size_t>(std::max<int64_t>(1, l_ / 2)));
-    for (int64_t k = 0; k < l_ / 2; ++k) tw_[static_cast<size_t>(k)] = root(k, l_);
-    if (l_ != n_) {
-      tw3_.resize(static_cast<size_t>(2 * l_));
-      for (int64_t k = 0; k < 2 * l_; ++k) tw3_[static_cast<size_t>(k)] = root(k, n_);
-    }
-  }
-  // In place; inverse: conjugate twiddles, no 1/n scaling. `scratch`: n elements (radix-3 sizes).
-  void run(cd* a, bool inverse, cd* scratch) const {
-    if (l_ == n_) {
-      radix2(a, inverse);
-      return;
-    }
-    // F_r = FFT_L of x[3m + r]; X[k + jL] = F_0[k] + W^(k + jL) F_1[k] + W^(2(k + jL)) F_2[k].
-    for (int r = 0; r < 3; ++r)
-      for (int64_t m = 0; m < l_; ++m) scratch[r * l_ + m] = a[3 * m + r];
-    for (int r = 0; r < 3; ++r) radix2(scratch + r * l_, inverse);
-    const double s3 = (inverse ? 1.0 : -1.0) * std::sqrt(3.0) / 2.0;  // Im of W_3 = exp(-+2 pi i / 3)
-    for (int64_t k = 0; k < l_; ++k) {
-      const cd w1 = tw3_[static_cast<size_t>(k)], w2 = tw3_[static_cast<size_t>(2 * k)];
-      const cd f0 = scratch[k];
-      const cd t1 = mul(scratch[l_ + k], w1.real(), inverse ? -w1.imag() : w1.imag());
-      const cd t2 = mul(scratch[2 * l_ + k], w2.real(), inverse ? -w2.imag() : w2.imag());
-      const cd sum = t1 + t2, dif = t1 - t2;
-      a[k] = f0 + sum;
-      // W_3 t1 + W_3^2 t2 = -sum / 2 + i s3 (t1 - t2); the conjugate pairing for k + 2L.
-      const cd half = f0 - 0.5 * sum;
-      const cd rot(-s3 * dif.imag(), s3 * dif.real());
-      a[k + l_] = half + rot;
-      a[k + 2 * l_] = half - rot;
-    }
-  }
-  int64_t size() const { return n_; }
-
- private:
-  static cd root(int64_t k, int64_t n) {
-    const double a = -2.0 * M_PI * static_cast<double>(k) / static_cast<double>(n);
-    return cd(std::cos(a), std::sin(a));
-  }
-  // std::complex's operator* goes through __muldc3 (NaN handling) and is slow: written out.
-  static cd mul(const cd& x, double wr, double wi) {
-    return cd(x.real() * wr - x.imag() * wi, x.real() * wi + x.imag() * wr);
-  }
-  void radix2(cd* a, bool inverse) const {
-    for (int64_t i = 0; i < l_; ++i) {
-      const int64_t r = rev_[static_cast<size_t>(i)];
-      if (i < r) std::swap(a[i], a[r]);
-    }
-    for (int64_t len = 2; len <= l_; len <<= 1) {
-      const int64_t half = len / 2, step = l_ / len;
-      for (int64_t i = 0; i < l_; i += len) {
-        for (int64_t j = 0; j < half; ++j) {
-          const cd w = tw_[static_cast<size_t>(j * step)];
-          const cd v = mul(a[i + j + half], w.real(), inverse ? -w.imag() : w.imag());
-          const cd u = a[i + j];
-          a[i + j] = u + v;
-          a[i + j + half] = u - v;
-        }
-      }
-    }
-  }
-  int64_t n_, l_;
-  std::vector<int64_t> rev_;
-  std::vector<cd> tw_, tw3_;
-};
+int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 
 // Lagrange weights of the p equispaced nodes (j + 1/2) / p of a unit box at t in [0, 1].
 void lagrange(double t, int64_t p, double* w) {
@@ -128,23 +49,36 @@ void lagrange(double t, int64_t p, double* w) {
   }
 }
 
+// All pairs (the oracle, and method "auto" below exact_below cells). The coordinates in two flat
+// arrays and kLanes independent accumulators a row (summed in lane order), so the compiler can keep
+// the inner loop in vector registers; the j = i term (w = 1, d = 0) is taken out afterwards.
+constexpr int64_t kLanes = 4;
 double repulsion_exact(const std::vector<double>& y, int64_t n, int threads, std::vector<double>& rep) {
   rep.assign(static_cast<size_t>(2 * n), 0.0);
+  const int64_t np = round_up(n, kLanes);
+  // Padding points far away (w ~ 1e-60): they add nothing a double can hold next to the j = i term.
+  std::vector<double> y0(static_cast<size_t>(np), 1e30), y1(static_cast<size_t>(np), 1e30);
+  for (int64_t i = 0; i < n; ++i) {
+    y0[static_cast<size_t>(i)] = y[2 * i];
+    y1[static_cast<size_t>(i)] = y[2 * i + 1];
+  }
   std::vector<double> zpart(static_cast<size_t>(blocks_of(n, kRowBlock)), 0.0);
   parallel_for(threads, blocks_of(n, kRowBlock), [&](int64_t b) {
     double z = 0;
     for (int64_t i = b * kRowBlock; i < std::min(n, (b + 1) * kRowBlock); ++i) {
-      double r0 = 0, r1 = 0;
-      for (int64_t j = 0; j < n; ++j) {
-        if (j == i) continue;
-        const double d0 = y[2 * i] - y[2 * j], d1 = y[2 * i + 1] - y[2 * j + 1];
-        const double w = 1.0 / (1.0 + d0 * d0 + d1 * d1);
-        z += w;
-        r0 += w * w * d0;
-        r1 += w * w * d1;
-      }
-      rep[2 * i] = r0;
-      rep[2 * i + 1] = r1;
+      const double a0 = y0[i], a1 = y1[i];
+      double zs[kLanes] = {}, r0[kLanes] = {}, r1[kLanes] = {};
+      for (int64_t j = 0; j < np; j += kLanes)
+        for (int64_t l = 0; l < kLanes; ++l) {
+          const double d0 = a0 - y0[j + l], d1 = a1 - y1[j + l];
+          const double w = 1.0 / (1.0 + d0 * d0 + d1 * d1);
+          zs[l] += w;
+          r0[l] += w * w * d0;
+          r1[l] += w * w * d1;
+        }
+      rep[2 * i] = (r0[0] + r0[1]) + (r0[2] + r0[3]);
+      rep[2 * i + 1] = (r1[0] + r1[1]) + (r1[2] + r1[3]);
+      z += (zs[0] + zs[1]) + (zs[2] + zs[3]) - 1.0;
     }
     zpart[static_cast<size_t>(b)] = z;
   });
@@ -153,49 +87,197 @@ double repulsion_exact(const std::vector<double>& y, int64_t n, int threads, std
   return z;
 }
 
-// The least FFT size 2^a or 3 * 2^a that is >= x.
-int64_t fft_size(int64_t x) {
-  int64_t m = 1;
-  while (m < x) m <<= 1;
-  if (m % 4 == 0 && 3 * (m / 4) >= x) return 3 * (m / 4);
+// FFTW (Frigo & Johnson 2005, "The design and implementation of FFTW3", Proc. IEEE 93) is fastest on
+// sizes whose factors are small: 2^a 3^b 5^c.
+bool fft_friendly(int64_t m) {
+  for (int64_t f : {2, 3, 5})
+    while (m % f == 0) m /= f;
+  return m == 1;
+}
+
+// The grid of one evaluation: `boxes` a side of width `bw`, p nodes a box, padded to M = 2 p boxes.
+struct GridShape {
+  int64_t boxes = 0, M = 0;
+  double bw = 0;
+};
+
+// Boxes of width 1 / intervals_per_integer while the layout spans between min_num_intervals and
+// max_num_intervals of them (FIt-SNE's rule: the kernel's spectrum is the same while the grid size
+// is); outside that range (the start, where the layout is tiny, and the swell of the early
+// exaggeration) min or max boxes whose width is rounded up to a ladder of 2^(1/8) steps, so that the
+// spectrum is recomputed only when the layout has grown or shrunk by 9 %, not every iteration. The
+// number of boxes is then raised to the least with an FFT-friendly M (finer boxes cost nothing).
+GridShape grid_shape(double span, const TsneOptions& opt) {
+  const double unit = 1.0 / opt.intervals_per_integer;
+  const auto ladder = [unit](double w) { return unit * std::exp2(std::ceil(8.0 * std::log2(w / unit)) / 8.0); };
+  GridShape g;
+  int64_t want;
+  if (span < static_cast<double>(opt.min_num_intervals) * unit) {
+    want = opt.min_num_intervals;
+    g.bw = ladder(span / static_cast<double>(want));
+  } else if (span <= static_cast<double>(opt.max_num_intervals) * unit) {
+    want = static_cast<int64_t>(std::ceil(span / unit));
+    g.bw = unit;
+  } else {
+    want = opt.max_num_intervals;
+    g.bw = ladder(span / static_cast<double>(want));
+  }
+  const int64_t p = opt.n_interpolation_points;
+  g.boxes = want;
+  while (!fft_friendly(2 * p * g.boxes)) ++g.boxes;
+  g.M = 2 * p * g.boxes;
+  return g;
+}
+
+constexpr int64_t kFftRows = 8;   // grid rows a real-to-complex (and back) transform batch
+constexpr int64_t kFftCols = 16;  // spectrum columns a column transform batch
+
+// FFTW's planner is not thread-safe (its execute is): plans are made and destroyed under this lock.
+std::mutex& fftw_planner_lock() {
+  static std::mutex m;
   return m;
 }
 
-}  // namespace
+// The circular convolution of kTerms real G x G charge grids (zero-padded to M x M) with the kernel
+// w^2 = 1 / (1 + d^2)^2 by FFTW, its buffers and plans made once per grid size and reused by every
+// iteration with that size (the kernel's spectrum again whenever the node spacing changes). A 2-D
+// transform pruned to the charges: real-to-complex along the G rows that hold charges (M / 2 + 1
+// outputs each); the columns gathered into contiguous rows (zero past G), transformed, times the
+// kernel's spectrum, transformed back and scattered; complex-to-real along the G rows wanted. Work
+// is cut into fixed batches of rows and of columns (kFftRows, kFftCols), each run by one plan on its
+// own slice of the buffers: the bits do not depend on the thread count. FFTW_ESTIMATE plans pick
+// their algorithm from the sizes alone (not from timings), so every run computes the same bits; the
+// buffers' strides keep every batch at the same alignment, which FFTW's new-array execute requires.
+// The grids are single precision (fftwf): the FFT's rounding (~1e-7 of the largest potential, times
+// the cancellation of at most |y|^2 / (1 + d^2) in Z) stays far below the interpolation's own error
+// (~1e-2 with boxes of width 1 and 3 nodes; tests/tl/test_tsne.cpp bounds both against the exact
+// sums), and it halves the transforms' time and memory. Charges are summed, and potentials
+// interpolated, in double.
+class FftConvolution {
+ public:
+  FftConvolution(int64_t M, int64_t G)
+      : M_(M), G_(G), Gr_(round_up(G, kFftRows)), Mr_(round_up(M, 8)), S_(M / 2 + 1), Sc_(round_up(S_, kFftCols)) {
+    if (Gr_ > M_) fail("internal: tsne grid of ", G, " nodes does not fit the FFT of ", M);
+    in_ = fftwf_alloc_real(static_cast<size_t>(kTerms * Gr_ * Mr_));
+    out_ = fftwf_alloc_real(static_cast<size_t>(kTerms * Gr_ * Mr_));
+    rows_ = fftwf_alloc_complex(static_cast<size_t>(kTerms * Gr_ * Sc_));
+    tin_ = fftwf_alloc_complex(static_cast<size_t>(kTerms * Sc_ * M_));
+    tout_ = fftwf_alloc_complex(static_cast<size_t>(kTerms * Sc_ * M_));
+    kin_ = fftw_alloc_real(static_cast<size_t>(M_ * M_));
+    kout_ = fftw_alloc_complex(static_cast<size_t>(M_ * S_));
+    if (!in_ || !out_ || !rows_ || !tin_ || !tout_ || !kin_ || !kout_)
+      fail("tsne: out of memory for the FFT grid (", M, " x ", M, ")");
+    // Zero once: the padding (rows and columns past the charges) is never written again.
+    std::fill(in_, in_ + kTerms * Gr_ * Mr_, 0.0f);
+    std::fill(&tin_[0][0], &tin_[0][0] + 2 * kTerms * Sc_ * M_, 0.0f);
+    const int n = static_cast<int>(M_), b = static_cast<int>(kFftRows), c = static_cast<int>(kFftCols);
+    const int mr = static_cast<int>(Mr_), sc = static_cast<int>(Sc_);
+    std::lock_guard<std::mutex> lock(fftw_planner_lock());
+    row_fwd_ = fftwf_plan_many_dft_r2c(1, &n, b, in_, nullptr, 1, mr, rows_, nullptr, 1, sc, FFTW_ESTIMATE);
+    col_fwd_ = fftwf_plan_many_dft(1, &n, c, tin_, nullptr, 1, n, tout_, nullptr, 1, n, FFTW_FORWARD, FFTW_ESTIMATE);
+    col_inv_ = fftwf_plan_many_dft(1, &n, c, tout_, nullptr, 1, n, tout_, nullptr, 1, n, FFTW_BACKWARD, FFTW_ESTIMATE);
+    row_inv_ = fftwf_plan_many_dft_c2r(1, &n, b, rows_, nullptr, 1, sc, out_, nullptr, 1, mr, FFTW_ESTIMATE);
+    kernel_plan_ = fftw_plan_dft_r2c_2d(n, n, kin_, kout_, FFTW_ESTIMATE);
+    if (!row_fwd_ || !col_fwd_ || !col_inv_ || !row_inv_ || !kernel_plan_)
+      fail("internal: FFTW could not plan a grid of ", M);
+  }
+  ~FftConvolution() {
+    {
+      std::lock_guard<std::mutex> lock(fftw_planner_lock());
+      for (fftwf_plan p : {row_fwd_, col_fwd_, col_inv_, row_inv_})
+        if (p) fftwf_destroy_plan(p);
+      if (kernel_plan_) fftw_destroy_plan(kernel_plan_);
+    }
+    for (void* p : {static_cast<void*>(in_), static_cast<void*>(out_), static_cast<void*>(rows_),
+                    static_cast<void*>(tin_), static_cast<void*>(tout_)})
+      fftwf_free(p);
+    fftw_free(kin_);
+    fftw_free(kout_);
+  }
+  FftConvolution(const FftConvolution&) = delete;
+  FftConvolution& operator=(const FftConvolution&) = delete;
 
-// The kernel's spectrum on the last grid (M, node spacing): reused while the boxes keep their
-// width (once the layout spans more than min_num_intervals boxes of width 1 / intervals_per_integer).
-struct TsneFftCache {
-  int64_t M = 0;
-  double delta = 0;
-  std::vector<double> spectrum;  // M x M, real (the kernel is real and even)
+  int64_t M() const { return M_; }
+  // Charge (term t, row r, column c), r, c < G: written by the caller before run().
+  float* charges(int t) { return in_ + t * Gr_ * Mr_; }
+  // Potential (term t, row r, column c) after run(): at potentials(t)[r * stride() + c].
+  const float* potentials(int t) const { return out_ + t * Gr_ * Mr_; }
+  int64_t stride() const { return Mr_; }
+
+  // The kernel on the circulant M x M grid of node spacing delta and its spectrum: real, since the
+  // kernel is real and even; stored column-major (as the column transforms read it) and scaled by
+  // the inverse transforms' 1 / M^2. Recomputed only when delta changes.
+  void set_kernel(double delta, int threads) {
+    if (delta == delta_) return;
+    const int64_t M = M_;
+    auto wrap = [M](int64_t i) { return static_cast<double>(i <= M / 2 ? i : i - M); };
+    parallel_for(threads, blocks_of(M, kFftRows), [&](int64_t b) {
+      for (int64_t r = b * kFftRows; r < std::min(M, (b + 1) * kFftRows); ++r)
+        for (int64_t c = 0; c < M; ++c) {
+          const double dr = delta * wrap(r), dc = delta * wrap(c);
+          const double w = 1.0 / (1.0 + dr * dr + dc * dc);
+          kin_[r * M + c] = w * w;
+        }
+    });
+    fftw_execute(kernel_plan_);
+    kernel_.assign(static_cast<size_t>(Sc_ * M), 0.0f);
+    const double scale = 1.0 / static_cast<double>(M * M);
+    for (int64_t r = 0; r < M; ++r)
+      for (int64_t c = 0; c < S_; ++c) kernel_[static_cast<size_t>(c * M + r)] = static_cast<float>(kout_[r * S_ + c][0] * scale);
+    delta_ = delta;
+  }
+
+  void run(int threads) {
+    const int64_t rb = Gr_ / kFftRows, cb = Sc_ / kFftCols;
+    parallel_for(threads, kTerms * rb, [&](int64_t b) {
+      const int64_t t = b / rb, r0 = (b % rb) * kFftRows;
+      fftwf_execute_dft_r2c(row_fwd_, in_ + (t * Gr_ + r0) * Mr_, rows_ + (t * Gr_ + r0) * Sc_);
+    });
+    parallel_for(threads, kTerms * cb, [&](int64_t b) {
+      const int64_t t = b / cb, c0 = (b % cb) * kFftCols;
+      fftwf_complex* rows = rows_ + t * Gr_ * Sc_ + c0;  // rows[r * Sc + c]: column c0 + c of row r
+      fftwf_complex* tin = tin_ + (t * Sc_ + c0) * M_;    // tin[c * M + r]: the same, transposed
+      fftwf_complex* tout = tout_ + (t * Sc_ + c0) * M_;
+      for (int64_t r = 0; r < G_; ++r)
+        for (int64_t c = 0; c < kFftCols; ++c) {
+          tin[c * M_ + r][0] = rows[r * Sc_ + c][0];
+          tin[c * M_ + r][1] = rows[r * Sc_ + c][1];
+        }
+      fftwf_execute_dft(col_fwd_, tin, tout);
+      const float* k = kernel_.data() + c0 * M_;
+      for (int64_t i = 0; i < kFftCols * M_; ++i) {
+        tout[i][0] *= k[i];
+        tout[i][1] *= k[i];
+      }
+      fftwf_execute_dft(col_inv_, tout, tout);
+      for (int64_t r = 0; r < G_; ++r)
+        for (int64_t c = 0; c < kFftCols; ++c) {
+          rows[r * Sc_ + c][0] = tout[c * M_ + r][0];
+          rows[r * Sc_ + c][1] = tout[c * M_ + r][1];
+        }
+    });
+    parallel_for(threads, kTerms * rb, [&](int64_t b) {
+      const int64_t t = b / rb, r0 = (b % rb) * kFftRows;
+      fftwf_execute_dft_c2r(row_inv_, rows_ + (t * Gr_ + r0) * Sc_, out_ + (t * Gr_ + r0) * Mr_);
+    });
+  }
+
+ private:
+  int64_t M_, G_, Gr_, Mr_, S_, Sc_;
+  double delta_ = -1;
+  float *in_ = nullptr, *out_ = nullptr;  // the grids: single precision (see above)
+  fftwf_complex *rows_ = nullptr, *tin_ = nullptr, *tout_ = nullptr;
+  fftwf_plan row_fwd_ = nullptr, col_fwd_ = nullptr, col_inv_ = nullptr, row_inv_ = nullptr;
+  double* kin_ = nullptr;  // the kernel: transformed in double precision, then rounded
+  fftw_complex* kout_ = nullptr;
+  fftw_plan kernel_plan_ = nullptr;
+  std::vector<float> kernel_;  // Sc x M (column-major spectrum)
 };
 
-namespace {
-
-constexpr int64_t kColBlock = 8;  // columns gathered together (a cache line holds 4 complex)
-
-// FFT along the columns of the M x M row-major grid `a`, kColBlock columns at a time; with `mult`,
-// each transformed column is multiplied by mult's column and transformed back (inverse).
-void column_pass(const Fft& fft, std::vector<cd>& a, int64_t M, bool inverse, const std::vector<double>* mult,
-                 int threads) {
-  parallel_for(threads, blocks_of(M, kColBlock), [&](int64_t b) {
-    std::vector<cd> col(static_cast<size_t>(kColBlock * M)), scratch(static_cast<size_t>(M));
-    const int64_t c0 = b * kColBlock, c1 = std::min(M, c0 + kColBlock), w = c1 - c0;
-    for (int64_t r = 0; r < M; ++r)
-      for (int64_t c = 0; c < w; ++c) col[c * M + r] = a[static_cast<size_t>(r * M + c0 + c)];
-    for (int64_t c = 0; c < w; ++c) {
-      cd* x = &col[c * M];
-      fft.run(x, inverse, scratch.data());
-      if (mult) {
-        for (int64_t r = 0; r < M; ++r) x[r] *= (*mult)[static_cast<size_t>(r * M + c0 + c)];
-        fft.run(x, true, scratch.data());
-      }
-    }
-    for (int64_t r = 0; r < M; ++r)
-      for (int64_t c = 0; c < w; ++c) a[static_cast<size_t>(r * M + c0 + c)] = col[c * M + r];
-  });
-}
+// The convolution of the last grid size, kept while the layout keeps it.
+struct TsneFftCache {
+  std::unique_ptr<FftConvolution> conv;
+};
 
 // FIt-SNE's interpolation (Linderman et al. 2019, "Online methods"): see tsne.hpp.
 double repulsion_fft(const std::vector<double>& y, int64_t n, const TsneOptions& opt, int threads,
@@ -210,22 +292,12 @@ double repulsion_fft(const std::vector<double>& y, int64_t n, const TsneOptions&
     fail("tsne: the layout diverged (non-finite coordinates); lower the learning_rate");
   double span = hi - lo;
   if (!(span > 0)) span = 1e-12;
-  // Boxes: at least min_num_intervals, of width 1 / intervals_per_integer once the layout is wider
-  // than that (so the kernel's spectrum is reused), else span / boxes; their number then raised to
-  // fill the FFT (2 p boxes <= M, M = 2^a or 3 2^a): finer boxes at no extra cost.
-  const double unit = 1.0 / opt.intervals_per_integer;
-  // Past max_num_intervals boxes of unit width (a transient of the early exaggeration at high
-  // learning rates: the layout swells, then settles) the boxes widen instead.
-  const bool fixed = span >= static_cast<double>(opt.min_num_intervals) * unit &&
-                     span <= static_cast<double>(opt.max_num_intervals) * unit;
-  const int64_t want = fixed ? static_cast<int64_t>(std::ceil(span / unit))
-                             : (span > static_cast<double>(opt.min_num_intervals) * unit ? opt.max_num_intervals
-                                                                                           : opt.min_num_intervals);
-  const int64_t M = fft_size(2 * p * want);
-  const int64_t boxes = M / (2 * p);
+  const GridShape shape = grid_shape(span, opt);
+  const int64_t M = shape.M, boxes = shape.boxes;
   const int64_t G = boxes * p;  // grid nodes a side
-  const double bw = fixed ? unit : span / static_cast<double>(boxes);
+  const double bw = shape.bw;
   const double delta = bw / static_cast<double>(p);  // node spacing
+  // The grid starts at lo and covers boxes * bw >= span.
   // Box and weights of every point.
   std::vector<int32_t> cell(static_cast<size_t>(2 * n));
   std::vector<double> wts(static_cast<size_t>(2 * n * p));
@@ -257,56 +329,21 @@ double repulsion_fft(const std::vector<double>& y, int64_t n, const TsneOptions&
         }
     }
   });
-  const Fft fft(M);
-  // The kernel w^2 = 1 / (1 + d^2)^2 on the circulant M x M grid, and its spectrum (real: the
-  // kernel is real and even), unless the cache holds this grid's.
-  if (cache.M != M || cache.delta != delta) {
-    std::vector<cd> ker(static_cast<size_t>(M * M));
-    auto wrap = [M](int64_t k) { return k <= M / 2 ? k : k - M; };
-    parallel_for(threads, M, [&](int64_t r) {
-      std::vector<cd> scratch(static_cast<size_t>(M));
-      const double dr = delta * static_cast<double>(wrap(r));
-      for (int64_t c = 0; c < M; ++c) {
-        const double dc = delta * static_cast<double>(wrap(c));
-        const double w = 1.0 / (1.0 + dr * dr + dc * dc);
-        ker[static_cast<size_t>(r * M + c)] = cd(w * w, 0);
-      }
-      fft.run(&ker[static_cast<size_t>(r * M)], false, scratch.data());
-    });
-    column_pass(fft, ker, M, false, nullptr, threads);
-    cache.spectrum.resize(static_cast<size_t>(M * M));
-    const double scale = 1.0 / static_cast<double>(M * M);  // the inverse transform's 1 / M^2
-    for (size_t i = 0; i < ker.size(); ++i) cache.spectrum[i] = ker[i].real() * scale;
-    cache.M = M;
-    cache.delta = delta;
+  if (!cache.conv || cache.conv->M() != M) {
+    cache.conv.reset();  // free the old grid first
+    cache.conv = std::make_unique<FftConvolution>(M, G);
   }
-  // Two real terms a complex grid: (1, y1) and (y2, |y|^2).
-  std::vector<double> pot(kTerms * gsz);
-  std::vector<cd> g(static_cast<size_t>(M * M));
-  for (int pair = 0; pair < 2; ++pair) {
-    std::fill(g.begin(), g.end(), cd(0, 0));
-    const double* re = &grid[(2 * pair) * gsz];
-    const double* im = &grid[(2 * pair + 1) * gsz];
-    parallel_for(threads, blocks_of(G, 8), [&](int64_t b) {
-      std::vector<cd> scratch(static_cast<size_t>(M));
-      for (int64_t r = b * 8; r < std::min(G, (b + 1) * 8); ++r) {
-        for (int64_t c = 0; c < G; ++c) g[static_cast<size_t>(r * M + c)] = cd(re[r * G + c], im[r * G + c]);
-        fft.run(&g[static_cast<size_t>(r * M)], false, scratch.data());
-      }
-    });
-    column_pass(fft, g, M, false, &cache.spectrum, threads);  // forward, times the spectrum, inverse
-    parallel_for(threads, blocks_of(G, 8), [&](int64_t b) {
-      std::vector<cd> scratch(static_cast<size_t>(M));
-      for (int64_t r = b * 8; r < std::min(G, (b + 1) * 8); ++r) {
-        fft.run(&g[static_cast<size_t>(r * M)], true, scratch.data());
-        for (int64_t c = 0; c < G; ++c) {
-          const cd v = g[static_cast<size_t>(r * M + c)];
-          pot[(2 * pair) * gsz + r * G + c] = v.real();
-          pot[(2 * pair + 1) * gsz + r * G + c] = v.imag();
-        }
-      }
-    });
-  }
+  FftConvolution& conv = *cache.conv;
+  conv.set_kernel(delta, threads);
+  const int64_t ld = conv.stride();
+  parallel_for(threads, kTerms, [&](int64_t t) {
+    float* dst = conv.charges(static_cast<int>(t));
+    for (int64_t r = 0; r < G; ++r)
+      for (int64_t c = 0; c < G; ++c) dst[r * ld + c] = static_cast<float>(grid[t * gsz + r * G + c]);
+  });
+  conv.run(threads);
+  const float* pot[kTerms];
+  for (int t = 0; t < kTerms; ++t) pot[t] = conv.potentials(t);
   // Potentials back at the points; Z and the repulsive sums.
   rep.assign(static_cast<size_t>(2 * n), 0.0);
   std::vector<double> zpart(static_cast<size_t>(blocks_of(n, kRowBlock)), 0.0);
@@ -320,8 +357,8 @@ double repulsion_fft(const std::vector<double>& y, int64_t n, const TsneOptions&
       for (int64_t a = 0; a < p; ++a)
         for (int64_t e = 0; e < p; ++e) {
           const double w = wx[a] * wy[e];
-          const size_t at = static_cast<size_t>((r0 + a) * G + c0 + e);
-          for (int t = 0; t < kTerms; ++t) phi[t] += w * pot[t * gsz + at];
+          const int64_t at = (r0 + a) * ld + c0 + e;
+          for (int t = 0; t < kTerms; ++t) phi[t] += w * pot[t][at];
         }
       const double y0 = y[2 * i] - mid, y1 = y[2 * i + 1] - mid;
       // sum_j w_ij = sum_j w_ij^2 (1 + |y_i|^2 - 2 y_i.y_j + |y_j|^2), the j = i term (1) removed.
@@ -534,15 +571,16 @@ CsrD tsne_affinities(const std::vector<int32_t>& nbr, const std::vector<double>&
 
 double tsne_repulsion(const std::vector<double>& y, int64_t n, const TsneOptions& opt, int threads,
                       std::vector<double>& rep) {
-  if (opt.method == "exact") return repulsion_exact(y, n, threads, rep);
+  if (opt.method == "exact" || (opt.method == "auto" && n < opt.exact_below))
+    return repulsion_exact(y, n, threads, rep);
   TsneFftCache cache;
   return repulsion_fft(y, n, opt, threads, rep, cache);
 }
 
 TsneResult tsne(const Context& ctx, const DenseF& X, const TsneOptions& opt) {
   const int64_t n = X.n_rows;
-  if (opt.method != "fft" && opt.method != "exact")
-    fail_input(kWhere, "method '", opt.method, "' is not supported; use fft or exact");
+  if (opt.method != "auto" && opt.method != "fft" && opt.method != "exact")
+    fail_input(kWhere, "method '", opt.method, "' is not supported; use auto, fft or exact");
   if (opt.init != "pca" && opt.init != "random")
     fail_input(kWhere, "init '", opt.init, "' is not supported; use pca or random");
   if (n < 4) fail_input(kWhere, "t-SNE needs at least 4 cells, got ", n);
@@ -594,8 +632,9 @@ TsneResult tsne(const Context& ctx, const DenseF& X, const TsneOptions& opt) {
   std::vector<double> update(y.size(), 0.0), gains(y.size(), 1.0), att, rep;
   double z = 1;
   TsneFftCache cache;
+  const bool exact = opt.method == "exact" || (opt.method == "auto" && n < opt.exact_below);
   auto repulsion = [&]() {
-    return opt.method == "exact" ? repulsion_exact(y, n, threads, rep) : repulsion_fft(y, n, opt, threads, rep, cache);
+    return exact ? repulsion_exact(y, n, threads, rep) : repulsion_fft(y, n, opt, threads, rep, cache);
   };
   for (int64_t it = 0; it < opt.n_iter; ++it) {
     const bool explore = it < opt.exaggeration_iter;

@@ -16,8 +16,10 @@
 // "Fast interpolation-based t-SNE for improved visualization of single-cell RNA-seq data", Nat.
 // Methods 16): the charges 1, y_1, y_2, |y|^2 are spread to a regular grid of boxes (3 Lagrange nodes
 // per box per dimension, boxes of width 1, at least 50 and at most 128 a side, wider beyond), the kernel w^2 applied on the
-// grid as a circular convolution by FFT, and the potentials interpolated back; method "exact" sums
-// all pairs (O(n^2), the oracle). Where sklearn stops early (no progress for 300 iterations,
+// grid as a circular convolution by FFT (FFTW, single precision, ESTIMATE plans reused across
+// iterations), and the potentials interpolated back; method "exact" sums all pairs (O(n^2), the
+// oracle), and "auto" (the default) takes it below exact_below cells, where it costs less than a
+// grid whose size follows the layout's extent, not n. Where sklearn stops early (no progress for 300 iterations,
 // gradient norm below 1e-7) this runs all n_iter iterations.
 //
 // Differences from sklearn: the repulsion is FIt-SNE's, not Barnes-Hut's (angle 0.5); both are
@@ -47,7 +49,10 @@ struct TsneOptions {
   int64_t n_iter = 1000;
   int64_t exaggeration_iter = 250;  // sklearn's _EXPLORATION_N_ITER
   std::string init = "pca";         // "pca" | "random"
-  std::string method = "fft";       // "fft" (FIt-SNE) | "exact" (all pairs)
+  // "auto": "exact" below exact_below cells (all pairs cost less there than the grid, whose size
+  // does not shrink with n), else "fft" (FIt-SNE) | "fft" | "exact" (all pairs).
+  std::string method = "auto";
+  int64_t exact_below = 2000;
   // FIt-SNE grid: Lagrange nodes per box and dimension, the least boxes a side, boxes per unit length.
   int64_t n_interpolation_points = 3;
   int64_t min_num_intervals = 50;

@@ -1,8 +1,6 @@
 """The batch tools (harmony_integrate, combat, regress_out, scrublet) and the embedding/graph tools
 (tsne, diffmap, dpt, paga, dendrogram, embedding_density, draw_graph, leiden's options) of the package against the CLI's
 commands on the same file: the slots each writes must be identical (same dtype, same bits)."""
-import os
-
 import anndata
 import numpy as np
 import pytest
@@ -107,9 +105,7 @@ def test_scrublet(files):
         sc.pp.scrublet(a, adata_sim=a)
 
 
-@pytest.mark.skipif(not os.environ.get("SCURRY_SLOW_TESTS"),
-                    reason="t-SNE's 1000 iterations take minutes on small data (set SCURRY_SLOW_TESTS=1)")
-def test_tsne(files):
+def test_tsne(files):  # 300 cells: method auto's all-pairs repulsion, well under a second
     e = cli(files, "tsne", "pca", "--perplexity", "20", "--learning-rate", "200")
     a = anndata.read_h5ad(files["pca"])
     b = sc.tl.tsne(a, perplexity=20, learning_rate=200, copy=True)

@@ -30,6 +30,17 @@ std::vector<double> random_layout(int64_t n, double scale, uint64_t seed) {
   return y;
 }
 
+// n points in d dimensions, N(0, 1) around `groups` centres (point i in group i % groups, offset
+// `sep` along the axes c with c % groups equal to it).
+DenseF clustered_points(int64_t n, int64_t d, int64_t groups, double sep, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<double> nd(0, 1);
+  DenseF X(n, d);
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t c = 0; c < d; ++c) X(i, c) = static_cast<float>(nd(rng) + sep * (i % groups == c % groups));
+  return X;
+}
+
 DenseF golden_matrix(const std::string& name) {
   h5::File f = h5::File::open(test::test_data("golden/pbmc3k_first1000.scanpy_embed.h5"));
   h5::Dataset ds = f.dataset(name);
@@ -48,6 +59,7 @@ TEST(Tsne, FftRepulsionMatchesExactSums) {
     const int64_t n = 1500;
     const std::vector<double> y = random_layout(n, scale, 7 + static_cast<uint64_t>(scale));
     TsneOptions fo, eo;
+    fo.method = "fft";
     eo.method = "exact";
     std::vector<double> rf, re;
     const double zf = tsne_repulsion(y, n, fo, 2, rf);
@@ -121,21 +133,21 @@ TEST(Tsne, AffinitiesHaveThePerplexity) {
 }
 
 TEST(Tsne, SameBitsForAnyThreadCount) {
-  std::mt19937_64 rng(5);
-  std::normal_distribution<double> nd(0, 1);
-  DenseF X(600, 10);
-  for (int64_t i = 0; i < X.n_rows; ++i)
-    for (int64_t c = 0; c < X.n_cols; ++c) X(i, c) = static_cast<float>(nd(rng) + 4.0 * (i % 3 == c % 3));
-  TsneOptions o;
-  o.n_iter = 60;
-  o.exaggeration_iter = 30;
-  o.learning_rate = 50;  // a small layout: a small grid
-  o.n_jobs = 1;
-  const TsneResult a = tsne(Context::cpu(1), X, o);
-  o.n_jobs = 3;
-  const TsneResult b = tsne(Context::cpu(3), X, o);
-  ASSERT_EQ(a.embedding.data.size(), b.embedding.data.size());
-  for (size_t i = 0; i < a.embedding.data.size(); ++i) ASSERT_EQ(a.embedding.data[i], b.embedding.data[i]) << i;
+  const DenseF X = clustered_points(600, 10, 3, 4.0, 5);
+  for (const char* method : {"fft", "exact"}) {
+    TsneOptions o;
+    o.method = method;
+    o.n_iter = 60;
+    o.exaggeration_iter = 30;
+    o.learning_rate = 50;  // a small layout: a small grid
+    o.n_jobs = 1;
+    const TsneResult a = tsne(Context::cpu(1), X, o);
+    o.n_jobs = 3;
+    const TsneResult b = tsne(Context::cpu(3), X, o);
+    ASSERT_EQ(a.embedding.data.size(), b.embedding.data.size());
+    for (size_t i = 0; i < a.embedding.data.size(); ++i)
+      ASSERT_EQ(a.embedding.data[i], b.embedding.data[i]) << method << " " << i;
+  }
 }
 
 TEST(Tsne, NeighbourPreservationAsScanpysOnPbmc) {
@@ -169,4 +181,27 @@ TEST(Tsne, BadOptionsAreInputErrors) {
   o.perplexity = 3;
   o.method = "bh";
   EXPECT_THROW(tsne(Context::cpu(1), X, o), InputError);
+}
+
+TEST(Tsne, AutoIsExactBelowTheThresholdAndFftAbove) {
+  // method "auto" (the default) runs the all-pairs repulsion for inputs under exact_below cells (the
+  // grid's cost does not shrink with n: session 9's 300-cell calls spent 45-143 s on it) and FIt-SNE
+  // above: the same bits as the method it stands for.
+  const DenseF X = clustered_points(300, 8, 4, 3.0, 23);
+  TsneOptions o;
+  o.n_iter = 20;
+  o.exaggeration_iter = 10;
+  o.learning_rate = 20;
+  o.perplexity = 10;
+  const Context ctx = Context::cpu(2);
+  auto run = [&](const std::string& method, int64_t below) {
+    TsneOptions p = o;
+    p.method = method;
+    p.exact_below = below;
+    return tsne(ctx, X, p).embedding.data;
+  };
+  const auto exact = run("exact", 0), fft = run("fft", 0);
+  EXPECT_EQ(run("auto", 2000), exact);
+  EXPECT_EQ(run("auto", 300), fft);  // 300 cells is not below 300
+  EXPECT_NE(exact, fft);
 }
