@@ -157,12 +157,19 @@ void add_aggregate_command(CLI::App& app, GlobalOptions& g) {
   cmd->add_option("-o,--output", o->output, "Output .h5ad file: one row per group, a layer per function, no X")
       ->required();
   add_aggregate_options(*cmd, o->opt);
+  cmd->add_option("--gpus", g.gpus, "With --device gpu: share the genes between these GPUs (all, a count N, or 0,2)");
   cmd->callback([&g, o] {
     log::set_quiet(g.quiet);
     check_output_path(o->output, ".h5ad", "-o/--output");
-    Context ctx = Context::cpu(g.context.threads);
+    // --device gpu: the per-group reductions on the GPU (--gpus: the genes shared between several)
+    const std::vector<int> devices = selected_gpus(g);
+    GlobalOptions gm = g;
+    if (!devices.empty()) gm.context.cuda.device = devices[0];
+    GpuContexts extra = make_extra_gpu_contexts(gm, devices);
+    Context ctx = make_context(gm);
+    const std::vector<Context*>& gpus = extra.with_main(ctx);
     const Dataset d = read_any(o->input, o->read);
-    const Dataset out = aggregate(d, o->opt, ctx);
+    const Dataset out = aggregate(d, o->opt, ctx, gpus);
     make_parent_dirs(o->output);
     H5adWriteOptions w;
     w.allow_no_x = true;  // as sc.get.aggregate: X is None

@@ -20,6 +20,7 @@
 #include "exec/parallel.hpp"
 #include "tl/groups.hpp"
 #include "tl/stats.hpp"
+#include "tl/stats_core.hpp"
 
 namespace scurry {
 
@@ -716,6 +717,11 @@ RankGenesGroupsResult rank_genes_groups(const Dataset& d, const RankGenesGroupsO
   });
 
   if (method == "t-test" || method == "t-test_overestim_var") {
+    // t and its degrees of freedom here; the p-values (a continued fraction of a few hundred steps
+    // per test where df is large) on the device on a GPU context, else here
+    const bool p_on_gpu = on_gpu && ctx.cuda();
+    std::vector<double> tv, dfv;
+    if (p_on_gpu) tv.resize(F * static_cast<size_t>(G)), dfv.resize(F * static_cast<size_t>(G));
     for_fields_genes([&](size_t f, int64_t j) {
       {
         double m1, v1, n1, m2, v2, n2;
@@ -723,11 +729,23 @@ RankGenesGroupsResult rank_genes_groups(const Dataset& d, const RankGenesGroupsO
         if (ref < 0) moments(fields[f], true, j, m2, v2, n2);
         else moments(ref, false, j, m2, v2, n2);
         if (method == "t-test_overestim_var") n2 = n1;  // scanpy's hack for small groups
-        const auto tt = stats::welch(m1, v1, n1, m2, v2, n2);
-        res.scores[f][j] = std::isnan(tt.t) ? 0.0 : tt.t;
-        res.pvals[f][j] = std::isnan(tt.p) ? 1.0 : tt.p;
+        const stats::core::TDf w = stats::core::welch_t_df(m1, v1, n1, m2, v2, n2);
+        res.scores[f][j] = std::isnan(w.t) ? 0.0 : w.t;
+        if (p_on_gpu) {
+          tv[f * G + j] = w.t, dfv[f * G + j] = w.df;
+        } else {
+          const double p = stats::t_two_sided_p(w.t, w.df);
+          res.pvals[f][j] = std::isnan(p) ? 1.0 : p;
+        }
       }
     });
+    if (p_on_gpu) {
+      lap("t and df");
+      const std::vector<double> pv = t_pvalues_gpu(ctx, tv, dfv);
+      for (size_t f = 0; f < F; ++f)
+        for (int64_t j = 0; j < G; ++j) res.pvals[f][j] = std::isnan(pv[f * G + j]) ? 1.0 : pv[f * G + j];
+      lap("p-values (gpu)");
+    }
   } else if (on_gpu) {
     // wilcoxon from the device's exact rank sums: the zeros' tie group added here, as rank_sums does
     for_fields_genes([&](size_t f, int64_t j) {

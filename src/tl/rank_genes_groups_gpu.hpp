@@ -56,4 +56,17 @@ RankGenesGroupsGpu rank_genes_groups_gpu(const std::vector<const Context*>& devi
                                          const std::vector<int32_t>& codes, int64_t n_categories, bool ranks,
                                          int32_t ref, const std::vector<int32_t>& fields);
 
+// The two-sided p-values of Student's t, p[i] = stats::t_two_sided_p(t[i], df[i]), on ctx's device
+// (the same continued fraction, stats_core.hpp: equal to the CPU's within a few ulps).
+std::vector<double> t_pvalues_gpu(const Context& ctx, const std::vector<double>& t, const std::vector<double>& df);
+
+// What this process's rank_genes_groups_gpu and t_pvalues_gpu calls since the last reset took, for
+// `scurry bench --markers`: the per-group sums' kernels (CUDA events, every pass and chunk, no
+// uploads), the p-value kernel (events), and the matrix's uploads (wall). Devices' times add up.
+struct RggGpuTimes {
+  double sums_s = 0, pvalues_s = 0, upload_s = 0;
+};
+void reset_rgg_gpu_times();
+RggGpuTimes rgg_gpu_times();
+
 }  // namespace scurry
