@@ -1120,6 +1120,76 @@ std::shared_ptr<const DeviceMatrix> device_matrix(const Context& ctx, const Dens
   return m;
 }
 
+namespace {
+
+// score_genes' per-cell step: per row (one warp), the sums of its values of the set's genes
+// (flags 1) and of the control genes (flags 2), each lane's float64 partials combined by a fixed
+// xor tree; out[row] = s1 / n_list - s2 / n_ctrl, as the CPU path (no NaN here).
+__global__ void set_scores(const int64_t* __restrict__ ptr, const int32_t* __restrict__ idx,
+                           const float* __restrict__ val, int64_t n_rows, const uint8_t* __restrict__ flags,
+                           double n_list, double n_ctrl, double* __restrict__ out) {
+  const int64_t w = (blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x) / 32;
+  const int lane = threadIdx.x & 31;
+  if (w >= n_rows) return;
+  double s1 = 0, s2 = 0;
+  for (int64_t p = ptr[w] + lane; p < ptr[w + 1]; p += 32) {
+    const uint8_t f = flags[idx[p]];
+    if (f == 1) s1 += static_cast<double>(val[p]);
+    else if (f == 2) s2 += static_cast<double>(val[p]);
+  }
+  for (int o = 16; o > 0; o >>= 1) {
+    s1 += __shfl_xor_sync(0xffffffffu, s1, o);
+    s2 += __shfl_xor_sync(0xffffffffu, s2, o);
+  }
+  if (lane == 0) out[w] = s1 / n_list - s2 / n_ctrl;
+}
+
+}  // namespace
+
+bool score_genes_gpu(const Context& ctx, const CsrF& x,
+                     const std::function<std::vector<uint8_t>(const std::vector<double>& gene_sums)>& controls,
+                     std::vector<double>& score) {
+  if (!ctx.cuda()) fail("score_genes (gpu): the context has no CUDA device");
+  CudaResources& r = *ctx.cuda();
+  SCURRY_CUDA(cudaSetDevice(r.device));
+  const int64_t N = x.n_rows, G = x.n_cols, nnz = x.nnz();
+  // one category: the rows in their own order, the statistics' passes over them
+  std::vector<int64_t> perm(static_cast<size_t>(N)), yptr(x.indptr.begin(), x.indptr.end()), start{0, N};
+  std::iota(perm.begin(), perm.end(), int64_t{0});
+  const double avail = static_cast<double>(available_bytes(r)) * 0.85;
+  const double matrix_bytes = static_cast<double>(nnz) * 8.0 + static_cast<double>(N) * 24.0;
+  int64_t chunk_nnz = matrix_bytes <= 0.8 * avail ? nnz : std::max<int64_t>(1, static_cast<int64_t>(avail / 4.0 / 8.0));
+  if (const char* e = std::getenv("SCURRY_RGG_GPU_CHUNK")) chunk_nnz = std::max<int64_t>(1, std::atoll(e));
+  BucketRows rows(r, x, perm, yptr, chunk_nnz, false);
+  GeneGroupStats st;
+  st.n_genes = G, st.n_categories = 1, st.n_cells = {N};
+  st.sum.assign(static_cast<size_t>(G), 0.0), st.sum_sq.assign(static_cast<size_t>(G), 0.0);
+  st.nnz.assign(static_cast<size_t>(G), 0);
+  if (bucket_stats(r, rows, start, yptr, 1, G, 0, G, st)) return false;
+  const std::vector<uint8_t> flags = controls(st.sum);
+  if (static_cast<int64_t>(flags.size()) != G) fail("score_genes (gpu): ", flags.size(), " gene flags for ", G, " genes");
+  int64_t n_list = 0, n_ctrl = 0;
+  for (uint8_t f : flags) n_list += f == 1, n_ctrl += f == 2;
+  DeviceArray<uint8_t> d_flags(r, std::max<int64_t>(G, 1), "score_genes: gene flags");
+  DeviceArray<double> d_score(r, std::max<int64_t>(N, 1), "score_genes: scores");
+  SCURRY_CUDA(cudaMemcpyAsync(d_flags.data(), flags.data(), static_cast<size_t>(G), cudaMemcpyHostToDevice, r.stream));
+  for (int64_t cc = 0; cc < rows.n_chunks(); ++cc) {
+    const int64_t c = cc;  // (the statistics' last pass, backwards, leaves chunk 0 on the device)
+    rows.load(c);
+    const auto& ch = rows.chunk(c);
+    const int64_t nr = ch.row1 - ch.row0;
+    if (nr == 0) continue;
+    set_scores<<<static_cast<unsigned>((nr * 32 + 255) / 256), 256, 0, r.stream>>>(
+        rows.ptr(), rows.idx(), rows.val(), nr, d_flags.data(), static_cast<double>(n_list),
+        static_cast<double>(n_ctrl), d_score.data() + ch.row0);
+    SCURRY_CUDA_LAUNCH();
+  }
+  score.resize(static_cast<size_t>(N));
+  if (N > 0) SCURRY_CUDA(cudaMemcpyAsync(score.data(), d_score.data(), N * 8, cudaMemcpyDeviceToHost, r.stream));
+  SCURRY_CUDA(cudaStreamSynchronize(r.stream));
+  return true;
+}
+
 bool rank_genes_groups_gpu(const Context& ctx, const DeviceMatrix& x, const std::vector<int32_t>& codes,
                            int64_t n_categories, bool ranks, int32_t ref, const std::vector<int32_t>& fields,
                            RankGenesGroupsGpu& out, bool& looks_like_counts) {
