@@ -1,10 +1,11 @@
 // aggregate (sc.get.aggregate) on the GPU against the CPU path (the oracle; itself tested against
 // direct per-group loops in test_aggregate.cpp): every function, two by columns, a mask, dof, a dense
 // layer, negative values and many groups; a matrix with NaN (summed on the CPU); two runs and three
-// contexts sharing the genes give the same bits.
+// contexts sharing the genes, and the matrix streamed in chunks of rows, give the same bits.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 
@@ -99,7 +100,7 @@ TEST(AggregateGpu, EveryFunctionAgainstTheCpu) {
   expect_same(aggregate(e, all_funcs({"p"}), gpu), aggregate(e, all_funcs({"p"}), cpu), 1e-6, "300 groups");
 }
 
-TEST(AggregateGpu, TwoRunsAndThreeContextsGiveTheSameBitsAndNanIsSummedOnTheCpu) {
+TEST(AggregateGpu, TwoRunsThreeContextsAndStreamedGiveTheSameBitsAndNanIsSummedOnTheCpu) {
   SCURRY_REQUIRE_GPU();
   const Dataset d = pseudobulk_data(test::fresh_seed(), 5000, 31, 6);
   const Context gpu = test::gpu_context();
@@ -109,6 +110,11 @@ TEST(AggregateGpu, TwoRunsAndThreeContextsGiveTheSameBitsAndNanIsSummedOnTheCpu)
   std::vector<Context*> gpus;
   for (Context& c : three) gpus.push_back(&c);
   EXPECT_TRUE(same_bits(aggregate(d, all_funcs({"p", "q"}), *gpus[0]), aggregate(d, all_funcs({"p", "q"}), *gpus[0], gpus)));
+  // streamed: the matrix in chunks of ~9,000 entries of rows (each pass uploads them again)
+  setenv("SCURRY_RGG_GPU_CHUNK", "9000", 1);
+  const Dataset streamed = aggregate(d, all_funcs({"p", "q"}), gpu);
+  unsetenv("SCURRY_RGG_GPU_CHUNK");
+  EXPECT_TRUE(same_bits(a, streamed));
   // NaN: the device flags it and the CPU path sums (its NaN propagates into the group's sum)
   Dataset n = pseudobulk_data(test::fresh_seed() + 2, 500, 8, 3);
   std::get<CsrF>(n.X.m).data[3] = NAN;
