@@ -109,6 +109,17 @@ void add_graph_step(CLI::App& app, GlobalOptions& g, const std::string& name, co
   });
 }
 
+// A step's contexts: with --gpus, the other GPUs' contexts first (making one selects its device on
+// this thread), the main one (the first listed GPU) last; fn(main, every context, main first).
+void with_step_contexts(const GlobalOptions& g, const std::function<void(Context&, const std::vector<Context*>&)>& fn) {
+  const std::vector<int> devices = selected_gpus(g);
+  GlobalOptions gm = g;
+  if (!devices.empty()) gm.context.cuda.device = devices[0];
+  GpuContexts extra = make_extra_gpu_contexts(gm, devices);
+  Context ctx = make_context(gm);
+  fn(ctx, extra.with_main(ctx));
+}
+
 void add_rank_genes_groups_command(CLI::App& app, GlobalOptions& g) {
   struct Cmd {
     std::string input, output, tsv;
@@ -129,17 +140,13 @@ void add_rank_genes_groups_command(CLI::App& app, GlobalOptions& g) {
     if (!o->tsv.empty()) check_output_path(o->tsv, "", "--tsv");
     check_free_space(o->output, input_bytes(o->input), true);
     // --device gpu: on the GPU (--gpus: the genes shared between several)
-    const std::vector<int> devices = selected_gpus(g);
-    GlobalOptions gm = g;
-    if (!devices.empty()) gm.context.cuda.device = devices[0];
-    GpuContexts extra = make_extra_gpu_contexts(gm, devices);
-    Context ctx = make_context(gm);
-    const std::vector<Context*>& gpus = extra.with_main(ctx);
-    Dataset d = read_any(o->input, o->read);
-    rank_genes_groups_inplace(d, o->opt, ctx, gpus);
-    make_parent_dirs(o->output);
-    write_h5ad(d, o->output);
-    if (!o->tsv.empty()) write_text_atomic(o->tsv, rank_genes_groups_tsv(rank_genes_groups_df(d, o->opt.key_added)));
+    with_step_contexts(g, [&](Context& ctx, const std::vector<Context*>& gpus) {
+      Dataset d = read_any(o->input, o->read);
+      rank_genes_groups_inplace(d, o->opt, ctx, gpus);
+      make_parent_dirs(o->output);
+      write_h5ad(d, o->output);
+      if (!o->tsv.empty()) write_text_atomic(o->tsv, rank_genes_groups_tsv(rank_genes_groups_df(d, o->opt.key_added)));
+    });
     log::info("wrote " + o->output);
   });
 }
@@ -162,19 +169,17 @@ void add_aggregate_command(CLI::App& app, GlobalOptions& g) {
     log::set_quiet(g.quiet);
     check_output_path(o->output, ".h5ad", "-o/--output");
     // --device gpu: the per-group reductions on the GPU (--gpus: the genes shared between several)
-    const std::vector<int> devices = selected_gpus(g);
-    GlobalOptions gm = g;
-    if (!devices.empty()) gm.context.cuda.device = devices[0];
-    GpuContexts extra = make_extra_gpu_contexts(gm, devices);
-    Context ctx = make_context(gm);
-    const std::vector<Context*>& gpus = extra.with_main(ctx);
-    const Dataset d = read_any(o->input, o->read);
-    const Dataset out = aggregate(d, o->opt, ctx, gpus);
-    make_parent_dirs(o->output);
-    H5adWriteOptions w;
-    w.allow_no_x = true;  // as sc.get.aggregate: X is None
-    write_h5ad(out, o->output, w);
-    log::info("wrote " + o->output + " (" + std::to_string(out.n_obs()) + " groups)");
+    int64_t n_groups = 0;
+    with_step_contexts(g, [&](Context& ctx, const std::vector<Context*>& gpus) {
+      const Dataset d = read_any(o->input, o->read);
+      const Dataset out = aggregate(d, o->opt, ctx, gpus);
+      make_parent_dirs(o->output);
+      H5adWriteOptions w;
+      w.allow_no_x = true;  // as sc.get.aggregate: X is None
+      write_h5ad(out, o->output, w);
+      n_groups = out.n_obs();
+    });
+    log::info("wrote " + o->output + " (" + std::to_string(n_groups) + " groups)");
   });
 }
 

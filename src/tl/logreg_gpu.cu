@@ -69,25 +69,6 @@ __global__ void logreg_gradient(const int64_t* __restrict__ tptr, const int32_t*
   }
 }
 
-// The transpose of x (genes x cells), each row's cells ascending: a counting sort by column.
-CsrF transpose(const CsrF& x) {
-  CsrF t;
-  t.n_rows = x.n_cols, t.n_cols = x.n_rows;
-  t.indptr.assign(static_cast<size_t>(x.n_cols) + 1, 0);
-  for (int32_t j : x.indices) ++t.indptr[static_cast<size_t>(j) + 1];
-  for (int64_t j = 0; j < x.n_cols; ++j) t.indptr[j + 1] += t.indptr[j];
-  t.indices.resize(x.indices.size());
-  t.data.resize(x.data.size());
-  std::vector<int64_t> at(t.indptr.begin(), t.indptr.end() - 1);
-  for (int64_t r = 0; r < x.n_rows; ++r)
-    for (int64_t q = x.indptr[r]; q < x.indptr[r + 1]; ++q) {
-      const int64_t o = at[x.indices[q]]++;
-      t.indices[o] = static_cast<int32_t>(r);
-      t.data[o] = x.data[q];
-    }
-  return t;
-}
-
 }  // namespace
 
 struct LogregGpu::Impl {
@@ -111,7 +92,7 @@ LogregGpu::LogregGpu(const Context& ctx, const CsrF& x, const std::vector<int32_
   SCURRY_CUDA(cudaSetDevice(r.device));
   m.n = x.n_rows, m.p = x.n_cols, m.K = K, m.R = K == 2 ? 1 : K;
   m.x = upload(r, x);
-  m.xt = upload(r, transpose(x));
+  m.xt = upload(r, transpose(x));  // (core/matrix.hpp: each gene's cells ascending)
   m.y = DeviceArray<int32_t>(r, std::max<size_t>(y.size(), 1), "logreg: classes");
   if (!y.empty()) SCURRY_CUDA(cudaMemcpyAsync(m.y.data(), y.data(), y.size() * 4, cudaMemcpyHostToDevice, r.stream));
   const int64_t R = m.R, nb = (m.n + kRowsPerBlock - 1) / kRowsPerBlock;

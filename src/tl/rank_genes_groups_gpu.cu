@@ -946,7 +946,10 @@ void rank_genes_groups_range(CudaResources& r, const CsrF* x, const DeviceMatrix
   const double per_item = 3.0 * (4.0 + (B <= 65535 ? 2.0 : 4.0)) + 8.0;  // wilcoxon: keys, sort, pair copy
   std::optional<DeviceArray<int64_t>> d_perm;
   if (x) {
-    for (int64_t i = 0; i < N; ++i) yptr[i + 1] = yptr[i] + x->row_nnz(perm[i]);
+    // (the rows' lengths gathered on the threads: random reads of indptr; the prefix sum serial)
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < N; ++i) yptr[i + 1] = x->row_nnz(perm[i]);
+    for (int64_t i = 0; i < N; ++i) yptr[i + 1] += yptr[i];
   } else {  // the rows' nonzeros counted on the device
     const double t0 = now();
     d_perm.emplace(r, std::max<int64_t>(N, 1), "rank_genes_groups: row order");
