@@ -588,8 +588,8 @@ RankGenesGroupsResult rank_genes_groups(const Dataset& d, const RankGenesGroupsO
       log::warn("rank_genes_groups: the data look like raw counts (non-negative integers); logarithmize them first");
   }
   lap("count check");
-  // On the GPU: the statistics and the wilcoxon rank sums (rank_genes_groups_gpu.hpp); a matrix
-  // holding NaN (which these skip) and logreg's statistics are computed here.
+  // On the GPU: the statistics and the wilcoxon rank sums (rank_genes_groups_gpu.hpp), logreg's
+  // statistics (its pts) included; a matrix holding NaN (which these skip) is computed here.
   bool on_gpu = dev_done || ctx.backend() == Backend::cuda;
   if (on_gpu && !dev_done) {
     std::vector<const Context*> devices{&ctx};
