@@ -481,8 +481,8 @@ void add_bench_command(CLI::App& app, GlobalOptions& g) {
   cmd->add_option("--repeat", o->repeat, "Timed repetitions after one warm-up")->capture_default_str();
   cmd->add_option("--json", o->json, "Write all timings as JSON to this file");
   cmd->add_option("--markers", o->markers,
-                  "Time rank_genes_groups with these methods (t-test, wilcoxon, ...) on the log-normalised matrix "
-                  "instead of the pipeline (groups: --marker-groups, vs rest)")
+                  "Time rank_genes_groups with these methods (t-test, wilcoxon, logreg, ...; also aggregate, score_genes) "
+                  "on the log-normalised matrix instead of the pipeline (groups: --marker-groups, vs rest)")
       ->expected(1, -1);
   cmd->add_option("--marker-groups", o->marker_groups, "With --markers: number of groups (cells assigned at random)")
       ->capture_default_str();

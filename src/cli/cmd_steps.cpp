@@ -9,6 +9,7 @@
 #include "core/log.hpp"
 #include "io/h5ad.hpp"
 #include "io/read.hpp"
+#include "tl/score_genes.hpp"
 
 namespace scurry::cli {
 
@@ -109,6 +110,17 @@ void add_graph_step(CLI::App& app, GlobalOptions& g, const std::string& name, co
   });
 }
 
+// A step's contexts: with --gpus, the other GPUs' contexts first (making one selects its device on
+// this thread), the main one (the first listed GPU) last; fn(main, every context, main first).
+void with_step_contexts(const GlobalOptions& g, const std::function<void(Context&, const std::vector<Context*>&)>& fn) {
+  const std::vector<int> devices = selected_gpus(g);
+  GlobalOptions gm = g;
+  if (!devices.empty()) gm.context.cuda.device = devices[0];
+  GpuContexts extra = make_extra_gpu_contexts(gm, devices);
+  Context ctx = make_context(gm);
+  fn(ctx, extra.with_main(ctx));
+}
+
 void add_rank_genes_groups_command(CLI::App& app, GlobalOptions& g) {
   struct Cmd {
     std::string input, output, tsv;
@@ -129,17 +141,13 @@ void add_rank_genes_groups_command(CLI::App& app, GlobalOptions& g) {
     if (!o->tsv.empty()) check_output_path(o->tsv, "", "--tsv");
     check_free_space(o->output, input_bytes(o->input), true);
     // --device gpu: on the GPU (--gpus: the genes shared between several)
-    const std::vector<int> devices = selected_gpus(g);
-    GlobalOptions gm = g;
-    if (!devices.empty()) gm.context.cuda.device = devices[0];
-    GpuContexts extra = make_extra_gpu_contexts(gm, devices);
-    Context ctx = make_context(gm);
-    const std::vector<Context*>& gpus = extra.with_main(ctx);
-    Dataset d = read_any(o->input, o->read);
-    rank_genes_groups_inplace(d, o->opt, ctx, gpus);
-    make_parent_dirs(o->output);
-    write_h5ad(d, o->output);
-    if (!o->tsv.empty()) write_text_atomic(o->tsv, rank_genes_groups_tsv(rank_genes_groups_df(d, o->opt.key_added)));
+    with_step_contexts(g, [&](Context& ctx, const std::vector<Context*>& gpus) {
+      Dataset d = read_any(o->input, o->read);
+      rank_genes_groups_inplace(d, o->opt, ctx, gpus);
+      make_parent_dirs(o->output);
+      write_h5ad(d, o->output);
+      if (!o->tsv.empty()) write_text_atomic(o->tsv, rank_genes_groups_tsv(rank_genes_groups_df(d, o->opt.key_added)));
+    });
     log::info("wrote " + o->output);
   });
 }
@@ -157,18 +165,81 @@ void add_aggregate_command(CLI::App& app, GlobalOptions& g) {
   cmd->add_option("-o,--output", o->output, "Output .h5ad file: one row per group, a layer per function, no X")
       ->required();
   add_aggregate_options(*cmd, o->opt);
+  cmd->add_option("--gpus", g.gpus, "With --device gpu: share the genes between these GPUs (all, a count N, or 0,2)");
   cmd->callback([&g, o] {
     log::set_quiet(g.quiet);
     check_output_path(o->output, ".h5ad", "-o/--output");
-    Context ctx = Context::cpu(g.context.threads);
-    const Dataset d = read_any(o->input, o->read);
-    const Dataset out = aggregate(d, o->opt, ctx);
-    make_parent_dirs(o->output);
-    H5adWriteOptions w;
-    w.allow_no_x = true;  // as sc.get.aggregate: X is None
-    write_h5ad(out, o->output, w);
-    log::info("wrote " + o->output + " (" + std::to_string(out.n_obs()) + " groups)");
+    // --device gpu: the per-group reductions on the GPU (--gpus: the genes shared between several)
+    int64_t n_groups = 0;
+    with_step_contexts(g, [&](Context& ctx, const std::vector<Context*>& gpus) {
+      const Dataset d = read_any(o->input, o->read);
+      const Dataset out = aggregate(d, o->opt, ctx, gpus);
+      make_parent_dirs(o->output);
+      H5adWriteOptions w;
+      w.allow_no_x = true;  // as sc.get.aggregate: X is None
+      write_h5ad(out, o->output, w);
+      n_groups = out.n_obs();
+    });
+    log::info("wrote " + o->output + " (" + std::to_string(n_groups) + " groups)");
   });
+}
+
+// scurry score-genes / score-genes-cell-cycle: sc.tl.score_genes (obs[--score-name]) and
+// sc.tl.score_genes_cell_cycle (obs S_score, G2M_score, phase); on the GPU with --device gpu.
+void add_score_genes_commands(CLI::App& app, GlobalOptions& g) {
+  struct Cmd {
+    std::string input, output;
+    ReadOptions read;
+    ScoreGenesOptions opt;
+    std::vector<std::string> s_genes, g2m_genes;
+    int64_t random_state = 0;
+  };
+  for (bool cycle : {false, true}) {
+    auto o = std::make_shared<Cmd>();
+    CLI::App* cmd = app.add_subcommand(
+        cycle ? "score-genes-cell-cycle" : "score-genes",
+        cycle ? "score_genes_cell_cycle: S_score, G2M_score and phase in obs (Tirosh et al. 2016's genes by default)"
+              : "score_genes: a gene set's score per cell in obs (its mean minus that of control genes)");
+    cmd->add_option("IN", o->input, "Input: an h5ad file (log-normalised values)")->required();
+    cmd->add_option("-o,--output", o->output, "Output .h5ad file (written atomically)")->required();
+    if (cycle) {
+      cmd->add_option("--s-genes", o->s_genes, "S phase genes (comma-separated; default Tirosh et al.'s)")->delimiter(',');
+      cmd->add_option("--g2m-genes", o->g2m_genes, "G2M phase genes (comma-separated; default Tirosh et al.'s)")
+          ->delimiter(',');
+    } else {
+      cmd->add_option("--genes", o->opt.gene_list, "score_genes: the gene set (comma-separated)")
+          ->delimiter(',')
+          ->required();
+      cmd->add_option("--ctrl-size", o->opt.ctrl_size, "score_genes: control genes drawn per expression bin")
+          ->capture_default_str();
+      cmd->add_option("--score-name", o->opt.score_name, "score_genes: the obs column written")->capture_default_str();
+    }
+    cmd->add_option("--gene-pool", o->opt.gene_pool, "score_genes: draw the controls from these genes (default all)")
+        ->delimiter(',');
+    cmd->add_option("--n-bins", o->opt.n_bins, "score_genes: expression bins of the genes")->capture_default_str();
+    cmd->add_option("--random-state", o->random_state, "score_genes: numpy seed of the control genes' draw")
+        ->check(CLI::Range(int64_t{0}, int64_t{4294967295}))
+        ->capture_default_str();
+    cmd->add_flag_function(
+        "--use-raw,!--no-use-raw", [o](int64_t n) { o->opt.use_raw = n > 0; },
+        "score_genes: score raw (default: when the input has raw, as scanpy)");
+    cmd->callback([&g, o, cycle] {
+      log::set_quiet(g.quiet);
+      check_output_path(o->output, ".h5ad", "-o/--output");
+      o->opt.random_state = static_cast<uint32_t>(o->random_state);
+      with_step_contexts(g, [&](Context& ctx, const std::vector<Context*>&) {
+        Dataset d = read_any(o->input, o->read);
+        if (cycle)
+          score_genes_cell_cycle(d, o->s_genes.empty() ? tirosh_s_genes() : o->s_genes,
+                                 o->g2m_genes.empty() ? tirosh_g2m_genes() : o->g2m_genes, o->opt, ctx);
+        else
+          score_genes_inplace(d, o->opt, ctx);
+        make_parent_dirs(o->output);
+        write_h5ad(d, o->output);
+      });
+      log::info("wrote " + o->output);
+    });
+  }
 }
 
 }  // namespace
@@ -253,6 +324,7 @@ void add_step_commands(CLI::App& app, GlobalOptions& g) {
                                 [](Context& ctx, Dataset& d, const LeidenOptions& o) { leiden(ctx, d, o); });
   add_rank_genes_groups_command(app, g);
   add_aggregate_command(app, g);
+  add_score_genes_commands(app, g);
 }
 
 }  // namespace scurry::cli

@@ -6,7 +6,9 @@
 #include <set>
 
 #include "core/error.hpp"
+#include "core/log.hpp"
 #include "exec/parallel.hpp"
+#include "tl/rank_genes_groups_gpu.hpp"
 
 namespace scurry {
 
@@ -58,6 +60,10 @@ Cats categories_of(const Table& obs, const std::string& key) {
 }  // namespace
 
 Dataset aggregate(const Dataset& d, const AggregateOptions& o, const Context& ctx) {
+  return aggregate(d, o, ctx, {});
+}
+
+Dataset aggregate(const Dataset& d, const AggregateOptions& o, const Context& ctx, const std::vector<Context*>& gpus) {
   if (o.by.empty()) throw InputError("aggregate: give at least one obs column to group by");
   if (o.func.empty()) throw InputError("aggregate: give at least one function (sum, mean, count_nonzero, var)");
   for (const auto& f : o.func)
@@ -120,7 +126,27 @@ Dataset aggregate(const Dataset& d, const AggregateOptions& o, const Context& ct
   const size_t plane = static_cast<size_t>(K * G);
   const int64_t nb = std::min<int64_t>(plane * 3 * 8 > (size_t{64} << 20) ? 4 : 16, std::max<int64_t>(1, N));
   std::vector<double> acc;
-  reduce_blocks(ctx.threads(), nb, 3 * plane, acc, [&](int64_t b, double* part) {
+  // On a GPU context (float32 data): the per-group sums, sums of squares and nonzero counts of
+  // rank_genes_groups' device statistics (rows gathered in group order, each group one segment of
+  // entries reduced into exact fixed-point sums: rank_genes_groups_gpu.hpp), shared between `gpus`
+  // by genes. A matrix holding NaN or inf is summed here instead (float64, as the CPU path).
+  const bool f64_data = X->dtype == DType::f64;
+  if (ctx.backend() == Backend::cuda && ctx.cuda() && !f64_data) {
+    std::vector<const Context*> devices{&ctx};
+    if (gpus.size() > 1) devices.assign(gpus.begin(), gpus.end());
+    RankGenesGroupsGpu dev = rank_genes_groups_gpu(devices, x, grp, K, false, -1, {});
+    if (!dev.has_nan) {
+      acc.assign(3 * plane, 0.0);
+      for (size_t i = 0; i < plane; ++i) {  // (buckets 0..K-1 are the groups; K, the cells left out, unused)
+        acc[i] = dev.st.sum[i];
+        acc[plane + i] = dev.st.sum_sq[i];
+        acc[2 * plane + i] = static_cast<double>(dev.st.nnz[i]);
+      }
+    } else {
+      log::warn("aggregate: the matrix holds NaN or infinite values; summing on the CPU");
+    }
+  }
+  if (acc.empty()) reduce_blocks(ctx.threads(), nb, 3 * plane, acc, [&](int64_t b, double* part) {
     const int64_t r0 = N * b / nb, r1 = N * (b + 1) / nb;
     for (int64_t r = r0; r < r1; ++r) {
       if (grp[r] < 0) continue;

@@ -32,5 +32,8 @@ struct AggregateOptions {
 // The pseudobulk AnnData. Throws InputError naming the problem (an unknown column or function, a
 // mask that is not boolean, ...).
 Dataset aggregate(const Dataset& d, const AggregateOptions& opt, const Context& ctx);
+// On a GPU context (float32 data) the per-group reductions run on the device; `gpus` (--gpus): several
+// GPU contexts sharing the genes (ctx is the first). The results do not depend on their number.
+Dataset aggregate(const Dataset& d, const AggregateOptions& opt, const Context& ctx, const std::vector<Context*>& gpus);
 
 }  // namespace scurry

@@ -1,5 +1,6 @@
 // scurry: rank_genes_groups and filter_rank_genes_groups (see rank_genes_groups.hpp).
 #include "tl/rank_genes_groups.hpp"
+#include "tl/logreg_gpu.hpp"
 #include "tl/rank_genes_groups_gpu.hpp"
 
 #include <algorithm>
@@ -11,6 +12,7 @@
 #include <cstring>
 #include <functional>
 #include <limits>
+#include <memory>
 #include <numeric>
 #include <set>
 #include <sstream>
@@ -20,6 +22,7 @@
 #include "exec/parallel.hpp"
 #include "tl/groups.hpp"
 #include "tl/stats.hpp"
+#include "tl/stats_core.hpp"
 
 namespace scurry {
 
@@ -277,51 +280,50 @@ double rank_sums(const std::vector<uint64_t>& sorted, const std::vector<uint8_t>
 // with L2 penalty ||W||^2 / (2C) on the coefficients (not the intercepts), as sklearn's
 // LogisticRegression(lbfgs); our own L-BFGS (Nocedal & Wright 2006, algorithm 7.4, m = 10) with a
 // backtracking Armijo line search. X: cells x genes (CSR); y in [0, K). Returns coef, rows x genes.
-DenseD logistic_regression(const CsrF& X, const std::vector<int32_t>& y, int K, double C, int max_iter, double tol,
-                           const Context& ctx) {
+// The data term (sum of the cells' cross-entropies) and its gradient, on the CPU threads: per block
+// of 256 cells float64 partials, combined in block order.
+double logreg_data_term(const CsrF& X, const std::vector<int32_t>& y, int K, const std::vector<double>& w,
+                        std::vector<double>& g, const Context& ctx) {
   const int64_t n = X.n_rows, p = X.n_cols;
   const int R = K == 2 ? 1 : K;                       // coefficient rows
   const int64_t nw = static_cast<int64_t>(R) * (p + 1);  // weights then intercepts
   const int64_t n_blocks = std::max<int64_t>(1, (n + 255) / 256);
-  auto fg = [&](const std::vector<double>& w, std::vector<double>& g) -> double {
-    std::vector<double> acc;
-    // partial[0]: loss; partial[1 .. nw]: gradient of the data term
-    reduce_blocks(ctx.threads(), n_blocks, static_cast<size_t>(nw + 1), acc, [&](int64_t b, double* part) {
-      std::vector<double> z(static_cast<size_t>(R));
-      std::vector<double> pr(static_cast<size_t>(K));
-      const int64_t r0 = b * 256, r1 = std::min(n, r0 + 256);
-      for (int64_t r = r0; r < r1; ++r) {
-        for (int k = 0; k < R; ++k) z[k] = w[static_cast<size_t>(R) * p + k];
-        for (int64_t q = X.indptr[r]; q < X.indptr[r + 1]; ++q) {
-          const double v = X.data[q];
-          const int64_t j = X.indices[q];
-          for (int k = 0; k < R; ++k) z[k] += w[k * p + j] * v;
-        }
-        if (R == 1) {
-          // binary: P(class 1) = sigmoid(z)
-          const double zz = z[0], yy = y[r] == 1 ? 1.0 : 0.0;
-          const double lse = zz > 0 ? zz + std::log1p(std::exp(-zz)) : std::log1p(std::exp(zz));
-          part[0] += lse - yy * zz;
-          pr[0] = 1.0 / (1.0 + std::exp(-zz)) - yy;
-        } else {
-          double mx = z[0];
-          for (int k = 1; k < K; ++k) mx = std::max(mx, z[k]);
-          double s = 0;
-          for (int k = 0; k < K; ++k) s += std::exp(z[k] - mx);
-          const double lse = mx + std::log(s);
-          part[0] += lse - z[y[r]];
-          for (int k = 0; k < K; ++k) pr[k] = std::exp(z[k] - lse) - (y[r] == k ? 1.0 : 0.0);
-        }
-        for (int k = 0; k < R; ++k) {
-          double* gk = part + 1 + k * p;
-          const double d = pr[k];
-          for (int64_t q = X.indptr[r]; q < X.indptr[r + 1]; ++q) gk[X.indices[q]] += d * X.data[q];
-          part[1 + static_cast<int64_t>(R) * p + k] += d;
-        }
+  std::vector<double> acc;
+  // partial[0]: loss; partial[1 .. nw]: gradient of the data term
+  reduce_blocks(ctx.threads(), n_blocks, static_cast<size_t>(nw + 1), acc, [&](int64_t b, double* part) {
+    std::vector<double> z(static_cast<size_t>(R));
+    std::vector<double> pr(static_cast<size_t>(K));
+    const int64_t r0 = b * 256, r1 = std::min(n, r0 + 256);
+    for (int64_t r = r0; r < r1; ++r) {
+      for (int k = 0; k < R; ++k) z[k] = w[static_cast<size_t>(R) * p + k];
+      for (int64_t q = X.indptr[r]; q < X.indptr[r + 1]; ++q) {
+        const double v = X.data[q];
+        const int64_t j = X.indices[q];
+        for (int k = 0; k < R; ++k) z[k] += w[k * p + j] * v;
       }
-    });
-    double f = acc[0];
-    g.assign(acc.begin() + 1, acc.end());
+      part[0] += logreg_row(z.data(), K, y[r], pr.data());
+      for (int k = 0; k < R; ++k) {
+        double* gk = part + 1 + k * p;
+        const double d = pr[k];
+        for (int64_t q = X.indptr[r]; q < X.indptr[r + 1]; ++q) gk[X.indices[q]] += d * X.data[q];
+        part[1 + static_cast<int64_t>(R) * p + k] += d;
+      }
+    }
+  });
+  g.assign(acc.begin() + 1, acc.end());
+  return acc[0];
+}
+
+DenseD logistic_regression(const CsrF& X, const std::vector<int32_t>& y, int K, double C, int max_iter, double tol,
+                           const Context& ctx) {
+  const int64_t p = X.n_cols;
+  const int R = K == 2 ? 1 : K;                       // coefficient rows
+  const int64_t nw = static_cast<int64_t>(R) * (p + 1);  // weights then intercepts
+  // the data term on the device (LogregGpu: the same sums in other orders) or on the threads
+  std::unique_ptr<LogregGpu> dev;
+  if (ctx.backend() == Backend::cuda && ctx.cuda()) dev = std::make_unique<LogregGpu>(ctx, X, y, K);
+  auto fg = [&](const std::vector<double>& w, std::vector<double>& g) -> double {
+    double f = dev ? (*dev)(w, g) : logreg_data_term(X, y, K, w, g, ctx);
     for (int64_t i = 0; i < static_cast<int64_t>(R) * p; ++i) {
       f += w[i] * w[i] / (2.0 * C);
       g[i] += w[i] / C;
@@ -591,9 +593,9 @@ RankGenesGroupsResult rank_genes_groups(const Dataset& d, const RankGenesGroupsO
       log::warn("rank_genes_groups: the data look like raw counts (non-negative integers); logarithmize them first");
   }
   lap("count check");
-  // On the GPU: the statistics and the wilcoxon rank sums (rank_genes_groups_gpu.hpp); a matrix
-  // holding NaN (which these skip) and logreg's statistics are computed here.
-  bool on_gpu = dev_done || (ctx.backend() == Backend::cuda && method != "logreg");
+  // On the GPU: the statistics and the wilcoxon rank sums (rank_genes_groups_gpu.hpp), logreg's
+  // statistics (its pts) included; a matrix holding NaN (which these skip) is computed here.
+  bool on_gpu = dev_done || ctx.backend() == Backend::cuda;
   if (on_gpu && !dev_done) {
     std::vector<const Context*> devices{&ctx};
     if (gpus.size() > 1) devices.assign(gpus.begin(), gpus.end());
@@ -721,6 +723,11 @@ RankGenesGroupsResult rank_genes_groups(const Dataset& d, const RankGenesGroupsO
   });
 
   if (method == "t-test" || method == "t-test_overestim_var") {
+    // t and its degrees of freedom here; the p-values (a continued fraction of a few hundred steps
+    // per test where df is large) on the device on a GPU context, else here
+    const bool p_on_gpu = on_gpu && ctx.cuda();
+    std::vector<double> tv, dfv;
+    if (p_on_gpu) tv.resize(F * static_cast<size_t>(G)), dfv.resize(F * static_cast<size_t>(G));
     for_fields_genes([&](size_t f, int64_t j) {
       {
         double m1, v1, n1, m2, v2, n2;
@@ -728,11 +735,23 @@ RankGenesGroupsResult rank_genes_groups(const Dataset& d, const RankGenesGroupsO
         if (ref < 0) moments(fields[f], true, j, m2, v2, n2);
         else moments(ref, false, j, m2, v2, n2);
         if (method == "t-test_overestim_var") n2 = n1;  // scanpy's hack for small groups
-        const auto tt = stats::welch(m1, v1, n1, m2, v2, n2);
-        res.scores[f][j] = std::isnan(tt.t) ? 0.0 : tt.t;
-        res.pvals[f][j] = std::isnan(tt.p) ? 1.0 : tt.p;
+        const stats::core::TDf w = stats::core::welch_t_df(m1, v1, n1, m2, v2, n2);
+        res.scores[f][j] = std::isnan(w.t) ? 0.0 : w.t;
+        if (p_on_gpu) {
+          tv[f * G + j] = w.t, dfv[f * G + j] = w.df;
+        } else {
+          const double p = stats::t_two_sided_p(w.t, w.df);
+          res.pvals[f][j] = std::isnan(p) ? 1.0 : p;
+        }
       }
     });
+    if (p_on_gpu) {
+      lap("t and df");
+      const std::vector<double> pv = t_pvalues_gpu(ctx, tv, dfv);
+      for (size_t f = 0; f < F; ++f)
+        for (int64_t j = 0; j < G; ++j) res.pvals[f][j] = std::isnan(pv[f * G + j]) ? 1.0 : pv[f * G + j];
+      lap("p-values (gpu)");
+    }
   } else if (on_gpu) {
     // wilcoxon from the device's exact rank sums: the zeros' tie group added here, as rank_sums does
     for_fields_genes([&](size_t f, int64_t j) {

@@ -85,9 +85,10 @@ struct RankGenesGroupsResult {
 // value. `scurry run` calls it before its first step; rank_genes_groups() calls it too.
 void validate_rank_genes_groups_options(const RankGenesGroupsOptions& opt);
 RankGenesGroupsResult rank_genes_groups(const Dataset& d, const RankGenesGroupsOptions& opt, const Context& ctx);
-// On a GPU context the statistics and the wilcoxon ranks run on the device (rank_genes_groups_gpu.hpp;
-// logreg and a matrix with NaN on the CPU threads). `gpus` (--gpus): several GPU contexts sharing the
-// genes (ctx is the first); the results are the same bits for any number of them.
+// On a GPU context the statistics, the wilcoxon ranks, the t-tests' p-values (rank_genes_groups_gpu.hpp)
+// and logreg's objective (logreg_gpu.hpp) run on the device; a matrix with NaN on the CPU threads.
+// `gpus` (--gpus): several GPU contexts sharing the genes of the statistics and ranks (ctx is the
+// first; logreg's objective on ctx alone); the results are the same bits for any number of them.
 RankGenesGroupsResult rank_genes_groups(const Dataset& d, const RankGenesGroupsOptions& opt, const Context& ctx,
                                         const std::vector<Context*>& gpus);
 

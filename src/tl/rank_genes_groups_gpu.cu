@@ -30,6 +30,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <exception>
+#include <mutex>
 #include <numeric>
 #include <optional>
 #include <thread>
@@ -39,6 +40,7 @@
 #include "exec/device_csr.cuh"
 #include "pp/fixed_point.cuh"
 #include "tl/rank_genes_groups_gpu.hpp"
+#include "tl/stats_core.hpp"
 
 namespace scurry {
 
@@ -312,6 +314,30 @@ constexpr int kSumTile = 28672;  // genes per pass: 2 x 4 bytes of shared memory
 
 __device__ __forceinline__ unsigned exp_field(float x) { return (__float_as_uint(x) >> 23) & 0xffu; }
 
+// A block's entries [p0, p1), kUnroll loads of an index and a value in flight per thread before
+// any is used. (These blocks hold all of an SM's shared memory, so one runs per SM: 32 warps with
+// one load each in flight read ~1 TB/s, a quarter of the memory's rate (Little's law: bytes in
+// flight / latency); eight each reach the rate.) The streams bypass L1 (__ldcs: read once per pass),
+// which keeps L1 for the per-gene exponents.
+constexpr int kUnroll = 8;
+template <class F>
+__device__ __forceinline__ void for_block_entries(const int32_t* __restrict__ idx, const float* __restrict__ val,
+                                                  int64_t p0, int64_t p1, F&& f) {
+  int64_t p = p0 + threadIdx.x;
+  for (; p + (kUnroll - 1) * int64_t{kSumThreads} < p1; p += kUnroll * int64_t{kSumThreads}) {
+    int32_t g[kUnroll];
+    float x[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      g[u] = __ldcs(idx + p + u * kSumThreads);
+      x[u] = __ldcs(val + p + u * kSumThreads);
+    }
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) f(g[u], x[u]);
+  }
+  for (; p < p1; p += kSumThreads) f(__ldcs(idx + p), __ldcs(val + p));
+}
+
 // Pass A: per block, acc[0, tile) the largest exponent field of the nonzeros, acc[tile, 2 tile) their
 // count; *nonfinite set when an inf or NaN is seen.
 __global__ void __launch_bounds__(kSumThreads) bucket_bounds(const int32_t* idx, const float* val, const int64_t* lo,
@@ -322,17 +348,16 @@ __global__ void __launch_bounds__(kSumThreads) bucket_bounds(const int32_t* idx,
   for (int i = threadIdx.x; i < 2 * tile; i += kSumThreads) acc[i] = 0u;
   __syncthreads();
   volatile unsigned* seen = acc;
-  const int64_t p1 = hi[blockIdx.x];
-  for (int64_t p = lo[blockIdx.x] + threadIdx.x; p < p1; p += kSumThreads) {
-    const int32_t g = idx[p] - g0;
-    if (static_cast<uint32_t>(g) >= static_cast<uint32_t>(tile)) continue;
-    const float x = val[p];
-    if (x == 0.0f) continue;
+  bool bad = false;
+  for_block_entries(idx, val, lo[blockIdx.x], hi[blockIdx.x], [&](int32_t gi, float x) {
+    const int32_t g = gi - g0;
+    if (static_cast<uint32_t>(g) >= static_cast<uint32_t>(tile) || x == 0.0f) return;
     const unsigned e = exp_field(x);
     if (e > seen[g]) atomicMax(&acc[g], e);
     atomicAdd(&acc[tile + g], 1u);
-    if (e == 255u) atomicOr(nonfinite, 1u);
-  }
+    bad = bad || e == 255u;
+  });
+  if (bad) atomicOr(nonfinite, 1u);
   __syncthreads();
   unsigned* out = partial + static_cast<int64_t>(blockIdx.x) * 2 * tile;
   for (int i = threadIdx.x; i < 2 * tile; i += kSumThreads) out[i] = acc[i];
@@ -351,34 +376,42 @@ __global__ void bucket_bounds_finish(const unsigned* partial, const int32_t* blk
     nnz[static_cast<int64_t>(blk_bucket[b]) * n_genes_total + g0 + j] += partial[static_cast<int64_t>(b) * 2 * tile + tile + j];
 }
 
-// The grids from the exponents (float values: 32 bits below the gene's largest power of two, for the
-// sums shift[j], for the squares shift[G + j]).
-__global__ void bucket_grids(const unsigned* emax, int64_t n_genes, int* shift) {
+// The grids from the exponents, one byte per gene (the largest exponent field e; 28k genes stay in
+// L1 beside the accumulators): a float x of the gene has |x| < 2^(e - 126), and the grid is 32 bits
+// below that: the sums' terms are rint(x 2^(158 - e)), the squares' rint(x^2 2^(284 - 2e)).
+__global__ void bucket_grids(const unsigned* emax, int64_t n_genes, uint8_t* exps) {
   const int64_t j = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (j >= n_genes) return;
-  const int ex = static_cast<int>(emax[j]) - 127 + 1;  // |x| < 2^ex
-  shift[j] = 32 - ex;
-  shift[n_genes + j] = 32 - 2 * ex;
+  exps[j] = static_cast<uint8_t>(emax[j]);
 }
 
+// The grid's shift for exponent field e: 2^shift is the grid's unit's inverse.
+template <bool kSquares>
+__host__ __device__ __forceinline__ int grid_shift(unsigned e) {
+  return kSquares ? 284 - 2 * static_cast<int>(e) : 158 - static_cast<int>(e);
+}
 
 // Pass B: per block, the sum of rint(x 2^k) (or x^2 2^k) per gene as 64 bits in two shared words.
+// x 2^k (x^2 2^k) is formed as a product by the power of two, exact as gpu::fixed_term's ldexp is
+// (every term is a normal float64 well inside the range: |x| 2^k < 2^32 and x^2 is exact in float64),
+// so the terms are fixed_term's bits.
 template <bool kSquares>
 __global__ void __launch_bounds__(kSumThreads) bucket_fixed(const int32_t* idx, const float* val, const int64_t* lo,
-                                                            const int64_t* hi, int32_t g0, int tile, const int* shift,
+                                                            const int64_t* hi, int32_t g0, int tile,
+                                                            const uint8_t* __restrict__ exps,
                                                             unsigned long long* partial) {
   extern __shared__ __align__(8) unsigned char smem_raw[];
   unsigned* acc = reinterpret_cast<unsigned*>(smem_raw);
   for (int i = threadIdx.x; i < 2 * tile; i += kSumThreads) acc[i] = 0u;
   __syncthreads();
-  const int64_t p1 = hi[blockIdx.x];
-  for (int64_t p = lo[blockIdx.x] + threadIdx.x; p < p1; p += kSumThreads) {
-    const int32_t g = idx[p] - g0;
-    if (static_cast<uint32_t>(g) >= static_cast<uint32_t>(tile)) continue;
-    const float x = val[p];
-    if (x == 0.0f) continue;
-    gpu::add64(&acc[g], &acc[tile + g], gpu::fixed_term<kSquares>(x, shift[g]));
-  }
+  for_block_entries(idx, val, lo[blockIdx.x], hi[blockIdx.x], [&](int32_t gi, float x) {
+    const int32_t g = gi - g0;
+    if (static_cast<uint32_t>(g) >= static_cast<uint32_t>(tile) || x == 0.0f || !isfinite(x)) return;
+    const int k = grid_shift<kSquares>(__ldg(exps + gi));
+    const double scale = __longlong_as_double(static_cast<long long>(1023 + k) << 52);  // 2^k, |k| < 1023
+    const double d = static_cast<double>(x);
+    gpu::add64(&acc[g], &acc[tile + g], __double2ll_rn(kSquares ? d * d * scale : d * scale));
+  });
   __syncthreads();
   unsigned long long* out = partial + static_cast<int64_t>(blockIdx.x) * tile;
   for (int i = threadIdx.x; i < tile; i += kSumThreads) out[i] = (static_cast<unsigned long long>(acc[tile + i]) << 32) | acc[i];
@@ -398,12 +431,13 @@ __global__ void bucket_fixed_finish(const unsigned long long* partial, const int
   }
 }
 
-// out = acc 2^-shift[gene] in float64.
-__global__ void fixed_to_double(const unsigned long long* acc, int64_t n, int64_t n_genes, const int* shift,
+// out = acc 2^-shift in float64, the shift from the gene's exponent byte.
+template <bool kSquares>
+__global__ void fixed_to_double(const unsigned long long* acc, int64_t n, int64_t n_genes, const uint8_t* exps,
                                 double* out) {
   const int64_t q = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (q >= n) return;
-  out[q] = ldexp(static_cast<double>(static_cast<long long>(acc[q])), -shift[q % n_genes]);
+  out[q] = ldexp(static_cast<double>(static_cast<long long>(acc[q])), -grid_shift<kSquares>(exps[q % n_genes]));
 }
 
 // Device bytes this call may use: the free memory, plus what the stream-ordered pool holds unused
@@ -427,6 +461,41 @@ size_t available_bytes(CudaResources& r) {
 }
 
 double now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
+
+// The device seconds between start and stop, added over several intervals (CUDA events).
+class EventTimer {
+ public:
+  EventTimer() {
+    SCURRY_CUDA(cudaEventCreate(&a_));
+    SCURRY_CUDA(cudaEventCreate(&b_));
+  }
+  ~EventTimer() {
+    cudaEventDestroy(a_);
+    cudaEventDestroy(b_);
+  }
+  EventTimer(const EventTimer&) = delete;
+  EventTimer& operator=(const EventTimer&) = delete;
+  void start(cudaStream_t s) { SCURRY_CUDA(cudaEventRecord(a_, s)); }
+  void stop(cudaStream_t s) {
+    SCURRY_CUDA(cudaEventRecord(b_, s));
+    SCURRY_CUDA(cudaEventSynchronize(b_));
+    float ms = 0;
+    SCURRY_CUDA(cudaEventElapsedTime(&ms, a_, b_));
+    seconds_ += ms * 1e-3;
+  }
+  double seconds() const { return seconds_; }
+
+ private:
+  cudaEvent_t a_ = nullptr, b_ = nullptr;
+  double seconds_ = 0;
+};
+
+std::mutex g_times_mutex;
+RggGpuTimes g_times;
+void add_rgg_gpu_time(double RggGpuTimes::*field, double s) {
+  std::lock_guard<std::mutex> lock(g_times_mutex);
+  g_times.*field += s;
+}
 
 // The matrix in bucket order on the device: whole (resident, uploaded once) or one chunk of rows at
 // a time (streamed: each pass over the matrix uploads the chunks again). The rows are gathered into
@@ -593,7 +662,7 @@ bool bucket_stats(CudaResources& r, BucketRows& rows, const std::vector<int64_t>
   const int tile_max = static_cast<int>(std::min<int64_t>(std::max<int64_t>(gb - ga, 1), kSumTile));
   const int64_t BG = B * G;
   DeviceArray<unsigned> emax(r, std::max<int64_t>(G, 1), "rank_genes_groups: exponents");
-  DeviceArray<int> shift(r, 2 * std::max<int64_t>(G, 1), "rank_genes_groups: grids");
+  DeviceArray<uint8_t> exps(r, std::max<int64_t>(G, 1), "rank_genes_groups: grids");
   DeviceArray<unsigned> nonfinite(r, 1, "rank_genes_groups: non-finite flag");
   DeviceArray<int64_t> d_nnz(r, std::max<int64_t>(BG, 1), "rank_genes_groups: counts");
   DeviceArray<unsigned long long> acc_sum(r, std::max<int64_t>(BG, 1), "rank_genes_groups: sums");
@@ -648,6 +717,7 @@ bool bucket_stats(CudaResources& r, BucketRows& rows, const std::vector<int64_t>
     }
   }
   DeviceArray<unsigned long long> partial(r, static_cast<size_t>(most) * tile_max, "rank_genes_groups: partial sums");
+  EventTimer timer;
   const bool verbose = std::getenv("SCURRY_RGG_TIMES") != nullptr;
   for (int pass = 0; pass < 2; ++pass) {
     if (verbose) {
@@ -655,7 +725,7 @@ bool bucket_stats(CudaResources& r, BucketRows& rows, const std::vector<int64_t>
       std::fprintf(stderr, "[rgg gpu]   sums pass %d starts at %.4f\n", pass, now());
     }
     if (pass == 1) {
-      bucket_grids<<<static_cast<unsigned>((G + 255) / 256), 256, 0, r.stream>>>(emax.data(), G, shift.data());
+      bucket_grids<<<static_cast<unsigned>((G + 255) / 256), 256, 0, r.stream>>>(emax.data(), G, exps.data());
       SCURRY_CUDA_LAUNCH();
     }
     // (streamed: the B passes visit the chunks backwards, starting from the one still on the device)
@@ -664,6 +734,7 @@ bool bucket_stats(CudaResources& r, BucketRows& rows, const std::vector<int64_t>
       const Blocks& bl = blocks[c];
       if (bl.n == 0) continue;
       rows.load(c);
+      timer.start(r.stream);
       for (int64_t g0 = ga; g0 < gb; g0 += tile_max) {
         const int tile = static_cast<int>(std::min<int64_t>(tile_max, gb - g0));
         const size_t sm = 2 * static_cast<size_t>(tile) * 4;
@@ -679,21 +750,24 @@ bool bucket_stats(CudaResources& r, BucketRows& rows, const std::vector<int64_t>
           SCURRY_CUDA_LAUNCH();
         } else {
           bucket_fixed<false><<<bl.n, kSumThreads, sm, r.stream>>>(rows.idx(), rows.val(), bl.lo.data(), bl.hi.data(),
-                                                                   gg, tile, shift.data() + g0, partial.data());
+                                                                   gg, tile, exps.data(), partial.data());
           SCURRY_CUDA_LAUNCH();
           bucket_fixed_finish<<<fin, 256, 0, r.stream>>>(partial.data(), bl.bucket.data(), bl.n, tile, G, gg,
                                                          acc_sum.data());
           SCURRY_CUDA_LAUNCH();
           bucket_fixed<true><<<bl.n, kSumThreads, sm, r.stream>>>(rows.idx(), rows.val(), bl.lo.data(), bl.hi.data(),
-                                                                  gg, tile, shift.data() + G + g0, partial.data());
+                                                                  gg, tile, exps.data(), partial.data());
           SCURRY_CUDA_LAUNCH();
           bucket_fixed_finish<<<fin, 256, 0, r.stream>>>(partial.data(), bl.bucket.data(), bl.n, tile, G, gg,
                                                          acc_sq.data());
           SCURRY_CUDA_LAUNCH();
         }
       }
+      timer.stop(r.stream);
     }
   }
+  add_rgg_gpu_time(&RggGpuTimes::sums_s, timer.seconds());
+  add_rgg_gpu_time(&RggGpuTimes::upload_s, rows.upload_seconds());
   if (verbose) {
     SCURRY_CUDA(cudaStreamSynchronize(r.stream));
     std::fprintf(stderr, "[rgg gpu]   sums passes end at %.4f\n", now());
@@ -712,11 +786,11 @@ bool bucket_stats(CudaResources& r, BucketRows& rows, const std::vector<int64_t>
   SCURRY_CUDA(cudaMemcpyAsync(&nf, nonfinite.data(), 4, cudaMemcpyDeviceToHost, r.stream));
   if (BG > 0 && gb > ga) {
     fetch(nullptr, st.nnz.data(), d_nnz.data());
-    fixed_to_double<<<nb, 256, 0, r.stream>>>(acc_sum.data(), BG, G, shift.data(), out.data());
+    fixed_to_double<false><<<nb, 256, 0, r.stream>>>(acc_sum.data(), BG, G, exps.data(), out.data());
     SCURRY_CUDA_LAUNCH();
     fetch(st.sum.data(), nullptr, out.data());
     SCURRY_CUDA(cudaStreamSynchronize(r.stream));
-    fixed_to_double<<<nb, 256, 0, r.stream>>>(acc_sq.data(), BG, G, shift.data() + G, out.data());
+    fixed_to_double<true><<<nb, 256, 0, r.stream>>>(acc_sq.data(), BG, G, exps.data(), out.data());
     SCURRY_CUDA_LAUNCH();
     fetch(st.sum_sq.data(), nullptr, out.data());
   }
@@ -872,7 +946,10 @@ void rank_genes_groups_range(CudaResources& r, const CsrF* x, const DeviceMatrix
   const double per_item = 3.0 * (4.0 + (B <= 65535 ? 2.0 : 4.0)) + 8.0;  // wilcoxon: keys, sort, pair copy
   std::optional<DeviceArray<int64_t>> d_perm;
   if (x) {
-    for (int64_t i = 0; i < N; ++i) yptr[i + 1] = yptr[i] + x->row_nnz(perm[i]);
+    // (the rows' lengths gathered on the threads: random reads of indptr; the prefix sum serial)
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < N; ++i) yptr[i + 1] = x->row_nnz(perm[i]);
+    for (int64_t i = 0; i < N; ++i) yptr[i + 1] += yptr[i];
   } else {  // the rows' nonzeros counted on the device
     const double t0 = now();
     d_perm.emplace(r, std::max<int64_t>(N, 1), "rank_genes_groups: row order");
@@ -990,6 +1067,49 @@ RankGenesGroupsGpu sized_result(const std::vector<int32_t>& codes, int64_t n_cat
 
 }  // namespace
 
+namespace {
+
+// p[i] = the two-sided p-value of Student's t (t[i], df[i]): stats_core.hpp's continued fraction, one
+// thread per test (a few hundred iterations each where df is large: ~1 us per test on one CPU core).
+__global__ void t_pvalues(const double* __restrict__ t, const double* __restrict__ df, int64_t n, double* p) {
+  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i < n) p[i] = stats::core::t_two_sided_p(t[i], df[i]);
+}
+
+}  // namespace
+
+void reset_rgg_gpu_times() {
+  std::lock_guard<std::mutex> lock(g_times_mutex);
+  g_times = RggGpuTimes{};
+}
+
+RggGpuTimes rgg_gpu_times() {
+  std::lock_guard<std::mutex> lock(g_times_mutex);
+  return g_times;
+}
+
+std::vector<double> t_pvalues_gpu(const Context& ctx, const std::vector<double>& t, const std::vector<double>& df) {
+  if (!ctx.cuda()) fail("t_pvalues_gpu: the context has no CUDA device");
+  if (t.size() != df.size()) fail("t_pvalues_gpu: ", t.size(), " t values for ", df.size(), " degrees of freedom");
+  CudaResources& r = *ctx.cuda();
+  SCURRY_CUDA(cudaSetDevice(r.device));
+  const int64_t n = static_cast<int64_t>(t.size());
+  std::vector<double> p(t.size());
+  if (n == 0) return p;
+  DeviceArray<double> d_t(r, n, "t-test: t"), d_df(r, n, "t-test: degrees of freedom"), d_p(r, n, "t-test: p");
+  SCURRY_CUDA(cudaMemcpyAsync(d_t.data(), t.data(), n * 8, cudaMemcpyHostToDevice, r.stream));
+  SCURRY_CUDA(cudaMemcpyAsync(d_df.data(), df.data(), n * 8, cudaMemcpyHostToDevice, r.stream));
+  EventTimer timer;
+  timer.start(r.stream);
+  t_pvalues<<<static_cast<unsigned>((n + 127) / 128), 128, 0, r.stream>>>(d_t.data(), d_df.data(), n, d_p.data());
+  SCURRY_CUDA_LAUNCH();
+  timer.stop(r.stream);
+  add_rgg_gpu_time(&RggGpuTimes::pvalues_s, timer.seconds());
+  SCURRY_CUDA(cudaMemcpyAsync(p.data(), d_p.data(), n * 8, cudaMemcpyDeviceToHost, r.stream));
+  SCURRY_CUDA(cudaStreamSynchronize(r.stream));
+  return p;
+}
+
 std::shared_ptr<const DeviceMatrix> device_matrix(const Context& ctx, const DenseF& x) {
   if (!ctx.cuda()) fail("device_matrix: the context has no CUDA device");
   CudaResources& r = *ctx.cuda();
@@ -1001,6 +1121,76 @@ std::shared_ptr<const DeviceMatrix> device_matrix(const Context& ctx, const Dens
   auto m = std::make_shared<DeviceMatrix>();
   m->data = a->data(), m->n_rows = x.n_rows, m->n_cols = x.n_cols, m->device = r.device, m->keep = a;
   return m;
+}
+
+namespace {
+
+// score_genes' per-cell step: per row (one warp), the sums of its values of the set's genes
+// (flags 1) and of the control genes (flags 2), each lane's float64 partials combined by a fixed
+// xor tree; out[row] = s1 / n_list - s2 / n_ctrl, as the CPU path (no NaN here).
+__global__ void set_scores(const int64_t* __restrict__ ptr, const int32_t* __restrict__ idx,
+                           const float* __restrict__ val, int64_t n_rows, const uint8_t* __restrict__ flags,
+                           double n_list, double n_ctrl, double* __restrict__ out) {
+  const int64_t w = (blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x) / 32;
+  const int lane = threadIdx.x & 31;
+  if (w >= n_rows) return;
+  double s1 = 0, s2 = 0;
+  for (int64_t p = ptr[w] + lane; p < ptr[w + 1]; p += 32) {
+    const uint8_t f = flags[idx[p]];
+    if (f == 1) s1 += static_cast<double>(val[p]);
+    else if (f == 2) s2 += static_cast<double>(val[p]);
+  }
+  for (int o = 16; o > 0; o >>= 1) {
+    s1 += __shfl_xor_sync(0xffffffffu, s1, o);
+    s2 += __shfl_xor_sync(0xffffffffu, s2, o);
+  }
+  if (lane == 0) out[w] = s1 / n_list - s2 / n_ctrl;
+}
+
+}  // namespace
+
+bool score_genes_gpu(const Context& ctx, const CsrF& x,
+                     const std::function<std::vector<uint8_t>(const std::vector<double>& gene_sums)>& controls,
+                     std::vector<double>& score) {
+  if (!ctx.cuda()) fail("score_genes (gpu): the context has no CUDA device");
+  CudaResources& r = *ctx.cuda();
+  SCURRY_CUDA(cudaSetDevice(r.device));
+  const int64_t N = x.n_rows, G = x.n_cols, nnz = x.nnz();
+  // one category: the rows in their own order, the statistics' passes over them
+  std::vector<int64_t> perm(static_cast<size_t>(N)), yptr(x.indptr.begin(), x.indptr.end()), start{0, N};
+  std::iota(perm.begin(), perm.end(), int64_t{0});
+  const double avail = static_cast<double>(available_bytes(r)) * 0.85;
+  const double matrix_bytes = static_cast<double>(nnz) * 8.0 + static_cast<double>(N) * 24.0;
+  int64_t chunk_nnz = matrix_bytes <= 0.8 * avail ? nnz : std::max<int64_t>(1, static_cast<int64_t>(avail / 4.0 / 8.0));
+  if (const char* e = std::getenv("SCURRY_RGG_GPU_CHUNK")) chunk_nnz = std::max<int64_t>(1, std::atoll(e));
+  BucketRows rows(r, x, perm, yptr, chunk_nnz, false);
+  GeneGroupStats st;
+  st.n_genes = G, st.n_categories = 1, st.n_cells = {N};
+  st.sum.assign(static_cast<size_t>(G), 0.0), st.sum_sq.assign(static_cast<size_t>(G), 0.0);
+  st.nnz.assign(static_cast<size_t>(G), 0);
+  if (bucket_stats(r, rows, start, yptr, 1, G, 0, G, st)) return false;
+  const std::vector<uint8_t> flags = controls(st.sum);
+  if (static_cast<int64_t>(flags.size()) != G) fail("score_genes (gpu): ", flags.size(), " gene flags for ", G, " genes");
+  int64_t n_list = 0, n_ctrl = 0;
+  for (uint8_t f : flags) n_list += f == 1, n_ctrl += f == 2;
+  DeviceArray<uint8_t> d_flags(r, std::max<int64_t>(G, 1), "score_genes: gene flags");
+  DeviceArray<double> d_score(r, std::max<int64_t>(N, 1), "score_genes: scores");
+  SCURRY_CUDA(cudaMemcpyAsync(d_flags.data(), flags.data(), static_cast<size_t>(G), cudaMemcpyHostToDevice, r.stream));
+  for (int64_t cc = 0; cc < rows.n_chunks(); ++cc) {
+    const int64_t c = cc;  // (the statistics' last pass, backwards, leaves chunk 0 on the device)
+    rows.load(c);
+    const auto& ch = rows.chunk(c);
+    const int64_t nr = ch.row1 - ch.row0;
+    if (nr == 0) continue;
+    set_scores<<<static_cast<unsigned>((nr * 32 + 255) / 256), 256, 0, r.stream>>>(
+        rows.ptr(), rows.idx(), rows.val(), nr, d_flags.data(), static_cast<double>(n_list),
+        static_cast<double>(n_ctrl), d_score.data() + ch.row0);
+    SCURRY_CUDA_LAUNCH();
+  }
+  score.resize(static_cast<size_t>(N));
+  if (N > 0) SCURRY_CUDA(cudaMemcpyAsync(score.data(), d_score.data(), N * 8, cudaMemcpyDeviceToHost, r.stream));
+  SCURRY_CUDA(cudaStreamSynchronize(r.stream));
+  return true;
 }
 
 bool rank_genes_groups_gpu(const Context& ctx, const DeviceMatrix& x, const std::vector<int32_t>& codes,

@@ -10,6 +10,7 @@
 // fixed tree.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -55,5 +56,29 @@ std::shared_ptr<const DeviceMatrix> device_matrix(const Context& ctx, const Dens
 RankGenesGroupsGpu rank_genes_groups_gpu(const std::vector<const Context*>& devices, const CsrF& x,
                                          const std::vector<int32_t>& codes, int64_t n_categories, bool ranks,
                                          int32_t ref, const std::vector<int32_t>& fields);
+
+// The two-sided p-values of Student's t, p[i] = stats::t_two_sided_p(t[i], df[i]), on ctx's device
+// (the same continued fraction, stats_core.hpp: equal to the CPU's within a few ulps).
+std::vector<double> t_pvalues_gpu(const Context& ctx, const std::vector<double>& t, const std::vector<double>& df);
+
+// score_genes on the device (score_genes.hpp): the matrix uploaded once (or streamed in chunks of
+// rows where it does not fit); the per-gene sums over all cells (the statistics' fixed-point sums,
+// one category) handed to `controls`, which returns per gene 1 for the set's genes, 2 for the control
+// genes, 0 else (the host's binning and numpy's shuffle); then per cell the set's mean minus the
+// controls' mean (one warp per row, float64 lanes combined by a fixed tree) into score (N values).
+// Returns false (score untouched, controls not called) where the matrix holds NaN or inf: the
+// caller scores on the CPU.
+bool score_genes_gpu(const Context& ctx, const CsrF& x,
+                     const std::function<std::vector<uint8_t>(const std::vector<double>& gene_sums)>& controls,
+                     std::vector<double>& score);
+
+// What this process's rank_genes_groups_gpu and t_pvalues_gpu calls since the last reset took, for
+// `scurry bench --markers`: the per-group sums' kernels (CUDA events, every pass and chunk, no
+// uploads), the p-value kernel (events), and the matrix's uploads (wall). Devices' times add up.
+struct RggGpuTimes {
+  double sums_s = 0, pvalues_s = 0, upload_s = 0;
+};
+void reset_rgg_gpu_times();
+RggGpuTimes rgg_gpu_times();
 
 }  // namespace scurry

@@ -11,6 +11,7 @@
 #include "core/error.hpp"
 #include "core/log.hpp"
 #include "exec/parallel.hpp"
+#include "tl/rank_genes_groups_gpu.hpp"
 
 namespace scurry {
 
@@ -84,6 +85,62 @@ ScoreGenesResult score_genes(const Dataset& d, const ScoreGenesOptions& o, const
     if (pool.empty()) throw InputError("score_genes: no gene of gene_pool is in the data");
   }
 
+  // The control genes from the per-gene sums over all cells and the NaN counts (flags: 1 the
+  // set's genes, 2 the controls); n_list, n_ctrl and res.control_genes filled.
+  std::vector<uint8_t> in_flags;
+  int64_t n_list = 0, n_ctrl = 0;
+  auto choose = [&](const std::vector<double>& sums, const std::vector<double>& nans) {
+    // pandas: obs_avg over the pool, finite ones kept; rank(method='min') // n_items
+    std::vector<int64_t> genes;  // pool genes with a finite mean, in pool order
+    std::vector<double> avg;
+    for (int64_t j : pool) {
+      const double m = sums[j] / (static_cast<double>(N) - nans[j]);
+      if (std::isfinite(m)) genes.push_back(j), avg.push_back(m);
+    }
+    const int64_t P = static_cast<int64_t>(genes.size());
+    const int64_t n_items = static_cast<int64_t>(std::nearbyint(static_cast<double>(P) / (o.n_bins - 1)));
+    if (n_items < 1) throw InputError(detail::concat("score_genes: too few genes (", P, ") for ", o.n_bins, " bins"));
+    std::vector<int64_t> order(static_cast<size_t>(P));
+    std::iota(order.begin(), order.end(), int64_t{0});
+    std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return avg[a] < avg[b]; });
+    std::vector<int64_t> cut(static_cast<size_t>(P));
+    for (int64_t k = 0; k < P;) {
+      int64_t e = k;
+      while (e < P && avg[order[e]] == avg[order[k]]) ++e;
+      for (int64_t t = k; t < e; ++t) cut[order[t]] = (k + 1) / n_items;  // min rank, 1-based
+      k = e;
+    }
+    std::set<int64_t> cuts;
+    for (int64_t p = 0; p < P; ++p)
+      if (in_list[genes[p]]) cuts.insert(cut[p]);
+    std::mt19937 rng(o.random_state.value_or(0));
+    std::vector<uint8_t> control(static_cast<size_t>(G), 0);
+    for (int64_t c : cuts) {
+      std::vector<int64_t> r;
+      for (int64_t p = 0; p < P; ++p)
+        if (cut[p] == c) r.push_back(genes[p]);
+      numpy_shuffle(r, rng);
+      for (int64_t k = 0; k < std::min<int64_t>(o.ctrl_size, static_cast<int64_t>(r.size())); ++k) control[r[k]] = 1;
+    }
+    for (int64_t j = 0; j < G; ++j) {
+      if (in_list[j]) control[j] = 0, ++n_list;
+      if (control[j]) ++n_ctrl, res.control_genes.push_back(var.index[j]);
+    }
+    in_flags.assign(static_cast<size_t>(G), 0);
+    for (int64_t j = 0; j < G; ++j) in_flags[j] = in_list[j] ? 1 : control[j] ? 2 : 0;
+    return in_flags;
+  };
+  // On a GPU context: the sums and the per-cell scores on the device (score_genes_gpu, the matrix
+  // uploaded once); a matrix with NaN or inf is scored here.
+  res.score.resize(static_cast<size_t>(N));
+  if (ctx.backend() == Backend::cuda && ctx.cuda()) {
+    if (score_genes_gpu(ctx, x, [&](const std::vector<double>& sums) {
+          return choose(sums, std::vector<double>(static_cast<size_t>(G), 0.0));
+        }, res.score))
+      return res;
+    log::warn("score_genes: the matrix holds NaN or infinite values; scoring on the CPU");
+    res.control_genes.clear(), n_list = n_ctrl = 0;  // (the device stopped before the callback)
+  }
   // per-gene means over all cells (float64; NaN excluded from sum and count, _sparse_nanmean)
   std::vector<double> acc;
   const int64_t nb = std::min<int64_t>(16, std::max<int64_t>(1, N));
@@ -95,53 +152,19 @@ ScoreGenesResult score_genes(const Dataset& d, const ScoreGenesOptions& o, const
         else part[x.indices[q]] += v;
       }
   });
-  // pandas: obs_avg over the pool, finite ones kept; rank(method='min') // n_items
-  std::vector<int64_t> genes;  // pool genes with a finite mean, in pool order
-  std::vector<double> avg;
-  for (int64_t j : pool) {
-    const double m = acc[j] / (static_cast<double>(N) - acc[G + j]);
-    if (std::isfinite(m)) genes.push_back(j), avg.push_back(m);
-  }
-  const int64_t P = static_cast<int64_t>(genes.size());
-  const int64_t n_items = static_cast<int64_t>(std::nearbyint(static_cast<double>(P) / (o.n_bins - 1)));
-  if (n_items < 1) throw InputError(detail::concat("score_genes: too few genes (", P, ") for ", o.n_bins, " bins"));
-  std::vector<int64_t> order(static_cast<size_t>(P));
-  std::iota(order.begin(), order.end(), int64_t{0});
-  std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return avg[a] < avg[b]; });
-  std::vector<int64_t> cut(static_cast<size_t>(P));
-  for (int64_t k = 0; k < P;) {
-    int64_t e = k;
-    while (e < P && avg[order[e]] == avg[order[k]]) ++e;
-    for (int64_t t = k; t < e; ++t) cut[order[t]] = (k + 1) / n_items;  // min rank, 1-based
-    k = e;
-  }
-  std::set<int64_t> cuts;
-  for (int64_t p = 0; p < P; ++p)
-    if (in_list[genes[p]]) cuts.insert(cut[p]);
-  std::mt19937 rng(o.random_state.value_or(0));
-  std::vector<uint8_t> control(static_cast<size_t>(G), 0);
-  for (int64_t c : cuts) {
-    std::vector<int64_t> r;
-    for (int64_t p = 0; p < P; ++p)
-      if (cut[p] == c) r.push_back(genes[p]);
-    numpy_shuffle(r, rng);
-    for (int64_t k = 0; k < std::min<int64_t>(o.ctrl_size, static_cast<int64_t>(r.size())); ++k) control[r[k]] = 1;
-  }
-  int64_t n_list = 0, n_ctrl = 0;
-  for (int64_t j = 0; j < G; ++j) {
-    if (in_list[j]) control[j] = 0, ++n_list;
-    if (control[j]) ++n_ctrl, res.control_genes.push_back(var.index[j]);
+  {
+    const std::vector<double> sums(acc.begin(), acc.begin() + G), nans(acc.begin() + G, acc.end());
+    choose(sums, nans);
   }
   // per cell: nanmean over the set's genes minus nanmean over the control genes
-  res.score.resize(static_cast<size_t>(N));
   parallel_for(ctx.threads(), (N + 1023) / 1024, [&](int64_t b) {
     for (int64_t r = b * 1024; r < std::min(N, (b + 1) * 1024); ++r) {
       double s1 = 0, s2 = 0, nan1 = 0, nan2 = 0;
       for (int64_t q = x.indptr[r]; q < x.indptr[r + 1]; ++q) {
         const int32_t j = x.indices[q];
         const float v = x.data[q];
-        if (in_list[j]) (std::isnan(v) ? nan1 : s1) += std::isnan(v) ? 1 : v;
-        else if (control[j]) (std::isnan(v) ? nan2 : s2) += std::isnan(v) ? 1 : v;
+        if (in_flags[j] == 1) (std::isnan(v) ? nan1 : s1) += std::isnan(v) ? 1 : v;
+        else if (in_flags[j] == 2) (std::isnan(v) ? nan2 : s2) += std::isnan(v) ? 1 : v;
       }
       res.score[r] = s1 / (static_cast<double>(n_list) - nan1) - s2 / (static_cast<double>(n_ctrl) - nan2);
     }

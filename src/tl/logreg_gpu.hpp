@@ -1,0 +1,62 @@
+// scurry: logreg (rank_genes_groups' method 'logreg') on the GPU: the data term of the L-BFGS
+// objective and its gradient on the device, the L-BFGS itself on the host (rank_genes_groups.cpp's
+// logistic_regression, shared with the CPU path), and the per-cell cross-entropy (logreg_row) shared
+// by both.
+#pragma once
+#include <cmath>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "core/matrix.hpp"
+#include "exec/context.hpp"
+
+#if defined(__CUDACC__)
+#define SCURRY_LOGREG_HD __host__ __device__
+#else
+#define SCURRY_LOGREG_HD
+#endif
+
+namespace scurry {
+
+// One cell's cross-entropy for its scores z[0, R) (R = 1 when K = 2: the binary sigmoid of class 1;
+// else R = K classes, the softmax) and its class yk; pr[k] = P(k) - [yk == k], the gradient's factor.
+// pr may be z (each z[k] is read before pr[k] is written).
+SCURRY_LOGREG_HD inline double logreg_row(const double* z, int K, int yk, double* pr) {
+  if (K == 2) {
+    const double zz = z[0], yy = yk == 1 ? 1.0 : 0.0;
+    const double lse = zz > 0 ? zz + std::log1p(std::exp(-zz)) : std::log1p(std::exp(zz));
+    pr[0] = 1.0 / (1.0 + std::exp(-zz)) - yy;
+    return lse - yy * zz;
+  }
+  double mx = z[0];
+  for (int k = 1; k < K; ++k) mx = z[k] > mx ? z[k] : mx;
+  double s = 0;
+  for (int k = 0; k < K; ++k) s += std::exp(z[k] - mx);
+  const double lse = mx + std::log(s);
+  const double loss = lse - z[yk];
+  for (int k = 0; k < K; ++k) pr[k] = std::exp(z[k] - lse) - (yk == k ? 1.0 : 0.0);
+  return loss;
+}
+
+// The data term on ctx's device: X (cells x genes, CSR) and its transpose resident; per call, for the
+// weights w (class-major, [k * p + j], then the R intercepts) the sum of the cells' cross-entropies
+// (returned) and its gradient g (the same layout). Per cell one warp, a lane per class, adding the
+// row's terms in the row's order with unfused roundings (the CPU's z, bit for bit); logreg_row by
+// one lane; per gene the gradient's sum over its cells in cell order; the loss and the intercepts'
+// sums per block of 256 cells, the blocks added in order on the host: the same bits every run (the
+// device's exp and log differ from the host's by ulps, so not the CPU's bits).
+class LogregGpu {
+ public:
+  LogregGpu(const Context& ctx, const CsrF& x, const std::vector<int32_t>& y, int K);
+  ~LogregGpu();
+  LogregGpu(const LogregGpu&) = delete;
+  LogregGpu& operator=(const LogregGpu&) = delete;
+  double operator()(const std::vector<double>& w, std::vector<double>& g);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace scurry
