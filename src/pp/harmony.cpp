@@ -107,6 +107,15 @@ void sq_dists(const KmData& km, const std::vector<float>& C, int64_t m, std::vec
   });
 }
 
+double exact_dist_c(const float* a, const float* b, int64_t d) {
+  double s = 0;
+  for (int64_t q = 0; q < d; ++q) {
+    const double t = static_cast<double>(a[q]) - b[q];
+    s += t * t;
+  }
+  return std::sqrt(s);
+}
+
 // Greedy k-means++ (Arthur & Vassilvitskii 2007; sklearn's 2 + ln k local trials per centre), the
 // restarts in lockstep.
 std::vector<std::vector<float>> kmeans_pp(const KmData& km, int k, int n_init, std::vector<std::mt19937_64>& rngs) {
@@ -159,43 +168,103 @@ std::vector<std::vector<float>> kmeans_pp(const KmData& km, int k, int n_init, s
 }
 
 // Lloyd iterations of all restarts in lockstep (a restart stops moving once its centre shift is
-// <= tol); returns the best restart's centres (least inertia).
+// <= tol); returns the best restart's centres (least inertia). Exact Lloyd steps accelerated by
+// Hamerly's bounds (G. Hamerly, "Making k-means even faster", SDM 2010): per cell and restart an
+// upper bound u on the distance to its centre and a lower bound l on the distance to any other; a
+// cell whose u <= max(l, s(a)/2) (s: the distance from its centre to the nearest other centre)
+// keeps its centre without a distance computation; else u is made exact and, if still too large,
+// the cell's distances to all K centres come from one float32 GEMM of the block's such cells. The
+// bounds are moved by the centres' shifts after each update. Every decision is per cell, the sums
+// per fixed block: the same result for any thread count.
 std::vector<double> lloyd_best(const KmData& km, int k, std::vector<std::vector<float>>& C, int max_iter, double tol) {
-  const int64_t n = km.X.n_rows, d = km.X.n_cols;
+  const int64_t n = km.X.n_rows, d = km.X.n_cols, K = k;
   const int n_init = static_cast<int>(C.size());
-  const int64_t m = static_cast<int64_t>(n_init) * k;
-  std::vector<float> all(static_cast<size_t>(m * d)), D;
-  std::vector<int32_t> lab(static_cast<size_t>(n * n_init));
-  std::vector<float> best(static_cast<size_t>(n * n_init));
+  std::vector<int32_t> lab(static_cast<size_t>(n * n_init), 0);
+  std::vector<float> ub(static_cast<size_t>(n * n_init), std::numeric_limits<float>::infinity());
+  std::vector<float> lb(static_cast<size_t>(n * n_init), 0.0f);
   std::vector<uint8_t> done(static_cast<size_t>(n_init), 0);
-  auto assign = [&]() {
-    for (int r = 0; r < n_init; ++r) std::copy(C[r].begin(), C[r].end(), all.begin() + r * k * d);
-    sq_dists(km, all, m, D, false);
-    std::vector<double> inertia;
-    reduce_blocks(km.ctx.threads(), km.rb.n_blocks(), static_cast<size_t>(n_init), inertia, [&](int64_t b, double* part) {
-      for (int64_t i = km.rb.begin(b); i < km.rb.end(b); ++i)
-        for (int r = 0; r < n_init; ++r) {
-          const float* row = D.data() + i * m + r * k;
-          int32_t bl = 0;
-          for (int c = 1; c < k; ++c)
-            if (row[c] < row[bl]) bl = c;
-          const float dist = std::max(0.0f, row[bl] + km.xsq[i]);
-          lab[i * n_init + r] = bl;
-          best[i * n_init + r] = dist;
-          part[r] += dist;
+  auto exact_dist = [&](int64_t i, const float* c) { return exact_dist_c(km.X.row(i), c, d); };
+  // s(c) / 2 per restart and centre; |c|^2.
+  std::vector<double> half(static_cast<size_t>(n_init * K)), csq(static_cast<size_t>(n_init * K));
+  auto centre_geometry = [&](int r) {
+    const float* cr = C[r].data();
+    for (int64_t a = 0; a < K; ++a) {
+      double m = std::numeric_limits<double>::infinity(), sq = 0;
+      for (int64_t q = 0; q < d; ++q) sq += static_cast<double>(cr[a * d + q]) * cr[a * d + q];
+      csq[r * K + a] = sq;
+      for (int64_t b = 0; b < K; ++b) {
+        if (b == a) continue;
+        double t2 = 0;
+        for (int64_t q = 0; q < d; ++q) {
+          const double t = static_cast<double>(cr[a * d + q]) - cr[b * d + q];
+          t2 += t * t;
         }
-    });
-    return inertia;
+        m = std::min(m, t2);
+      }
+      half[r * K + a] = K > 1 ? 0.5 * std::sqrt(m) : std::numeric_limits<double>::infinity();
+    }
   };
+  // Assignment with the bounds, for the restarts in `which` (all, or those not done).
+  auto assign = [&](bool all) {
+    for (int r = 0; r < n_init; ++r)
+      if (all || !done[r]) centre_geometry(r);
+    parallel_for(km.ctx.threads(), km.rb.n_blocks(), [&](int64_t b) {
+      const int64_t r0 = km.rb.begin(b), r1 = km.rb.end(b);
+      std::vector<int64_t> todo;
+      std::vector<float> xg, D;
+      for (int r = 0; r < n_init; ++r) {
+        if (!all && done[r]) continue;
+        todo.clear();
+        for (int64_t i = r0; i < r1; ++i) {
+          const size_t e = static_cast<size_t>(i * n_init + r);
+          const double m = std::max(static_cast<double>(lb[e]), half[r * K + lab[e]]);
+          if (ub[e] <= m) continue;
+          if (std::isfinite(ub[e])) {
+            ub[e] = static_cast<float>(exact_dist(i, C[r].data() + lab[e] * d));
+            if (ub[e] <= m) continue;
+          }
+          todo.push_back(i);
+        }
+        const int64_t g = static_cast<int64_t>(todo.size());
+        if (g == 0) continue;
+        xg.resize(static_cast<size_t>(g * d));
+        D.resize(static_cast<size_t>(g * K));
+        for (int64_t t = 0; t < g; ++t) std::copy(km.X.row(todo[t]), km.X.row(todo[t]) + d, xg.begin() + t * d);
+        linalg::sgemm(false, true, g, K, d, -2.0f, xg.data(), d, C[r].data(), d, 0.0f, D.data(), K);
+        for (int64_t t = 0; t < g; ++t) {
+          const float* row = D.data() + t * K;
+          const double xs = km.xsq[todo[t]];
+          double b1 = std::numeric_limits<double>::infinity(), b2 = b1;
+          int32_t a1 = 0;
+          for (int64_t c = 0; c < K; ++c) {
+            const double v = row[c] + csq[r * K + c];
+            if (v < b1) {
+              b2 = b1;
+              b1 = v;
+              a1 = static_cast<int32_t>(c);
+            } else if (v < b2) {
+              b2 = v;
+            }
+          }
+          const size_t e = static_cast<size_t>(todo[t] * n_init + r);
+          lab[e] = a1;
+          ub[e] = static_cast<float>(std::sqrt(std::max(0.0, b1 + xs)));
+          lb[e] = K > 1 ? static_cast<float>(std::sqrt(std::max(0.0, b2 + xs))) : std::numeric_limits<float>::infinity();
+        }
+      }
+    });
+  };
+  std::vector<std::vector<float>> old(static_cast<size_t>(n_init));
   for (int it = 0; it < max_iter; ++it) {
-    assign();
+    assign(false);
+    const int64_t m = static_cast<int64_t>(n_init) * K;
     std::vector<double> acc;
     reduce_blocks(km.ctx.threads(), km.rb.n_blocks(), static_cast<size_t>(m * (d + 1)), acc, [&](int64_t b, double* p) {
       for (int64_t i = km.rb.begin(b); i < km.rb.end(b); ++i) {
         const float* x = km.X.row(i);
         for (int r = 0; r < n_init; ++r) {
           if (done[r]) continue;
-          double* c = p + (static_cast<int64_t>(r) * k + lab[i * n_init + r]) * (d + 1);
+          double* c = p + (static_cast<int64_t>(r) * K + lab[i * n_init + r]) * (d + 1);
           for (int64_t q = 0; q < d; ++q) c[q] += x[q];
           c[d] += 1;
         }
@@ -205,19 +274,22 @@ std::vector<double> lloyd_best(const KmData& km, int k, std::vector<std::vector<
     for (int r = 0; r < n_init; ++r) {
       if (done[r]) continue;
       std::vector<int64_t> far;  // empty clusters take the points farthest from their centres (sklearn)
+      std::vector<double> dist_r;
+      old[r] = C[r];
       double shift = 0;
-      for (int c = 0; c < k; ++c) {
-        const double* a = acc.data() + (static_cast<int64_t>(r) * k + c) * (d + 1);
+      for (int64_t c = 0; c < K; ++c) {
+        const double* a = acc.data() + (static_cast<int64_t>(r) * K + c) * (d + 1);
         float* cc = C[r].data() + c * d;
         std::vector<float> nc(static_cast<size_t>(d));
         if (a[d] > 0) {
           for (int64_t q = 0; q < d; ++q) nc[q] = static_cast<float>(a[q] / a[d]);
         } else {
           if (far.empty()) {
+            dist_r.resize(static_cast<size_t>(n));
+            for (int64_t i = 0; i < n; ++i) dist_r[i] = exact_dist(i, old[r].data() + lab[i * n_init + r] * d);
             far.resize(static_cast<size_t>(n));
             for (int64_t i = 0; i < n; ++i) far[i] = i;
-            std::stable_sort(far.begin(), far.end(),
-                             [&](int64_t x, int64_t y) { return best[x * n_init + r] < best[y * n_init + r]; });
+            std::stable_sort(far.begin(), far.end(), [&](int64_t x, int64_t y) { return dist_r[x] < dist_r[y]; });
           }
           const int64_t p = far.back();
           far.pop_back();
@@ -228,12 +300,39 @@ std::vector<double> lloyd_best(const KmData& km, int k, std::vector<std::vector<
           cc[q] = nc[q];
         }
       }
+      // Move the bounds by the shifts: u += p(a), l -= the largest shift of another centre.
+      std::vector<double> ps(static_cast<size_t>(K));
+      int64_t top = 0;
+      for (int64_t c = 0; c < K; ++c) {
+        ps[c] = exact_dist_c(old[r].data() + c * d, C[r].data() + c * d, d);
+        if (ps[c] > ps[top]) top = c;
+      }
+      double second = 0;
+      for (int64_t c = 0; c < K; ++c)
+        if (c != top) second = std::max(second, ps[c]);
+      parallel_for(km.ctx.threads(), km.rb.n_blocks(), [&](int64_t b) {
+        for (int64_t i = km.rb.begin(b); i < km.rb.end(b); ++i) {
+          const size_t e = static_cast<size_t>(i * n_init + r);
+          const int32_t a = lab[e];
+          // (rounded up / down by a float step so the float32 bounds stay bounds)
+          ub[e] = std::nextafter(static_cast<float>(ub[e] + ps[a]), std::numeric_limits<float>::infinity());
+          lb[e] = std::nextafter(static_cast<float>(lb[e] - (a == top ? second : ps[top])), -std::numeric_limits<float>::infinity());
+        }
+      });
       if (shift <= tol) done[r] = 1;
       all_done = all_done && done[r];
     }
     if (all_done) break;
   }
-  const std::vector<double> inertia = assign();
+  assign(true);
+  std::vector<double> inertia;
+  reduce_blocks(km.ctx.threads(), km.rb.n_blocks(), static_cast<size_t>(n_init), inertia, [&](int64_t b, double* part) {
+    for (int64_t i = km.rb.begin(b); i < km.rb.end(b); ++i)
+      for (int r = 0; r < n_init; ++r) {
+        const double t = exact_dist(i, C[r].data() + lab[i * n_init + r] * d);
+        part[r] += t * t;
+      }
+  });
   int b = 0;
   for (int r = 1; r < n_init; ++r)
     if (inertia[r] < inertia[b]) b = r;
