@@ -487,6 +487,7 @@ void update_R(State& s, double block_size) {
     const int64_t* cells = order.data() + start;
     start += len;
     const int64_t nch = (len + kChunk - 1) / kChunk;
+    // (chunk partials: [sum of R (K)][R Phi^T by column, B x K: a cell's adds are contiguous])
     auto sums = [&](std::vector<double>& acc) {  // sum of R and R Phi^T over the block's cells
       acc.assign(static_cast<size_t>(width), 0.0);
       std::vector<double> part(static_cast<size_t>(nch * width), 0.0);
@@ -498,7 +499,7 @@ void update_R(State& s, double block_size) {
           for (int64_t k = 0; k < K; ++k) p[k] += r[k];
           for (int64_t v = 0; v < V; ++v) {
             const int32_t c = s.col[i * V + v];
-            for (int64_t k = 0; k < K; ++k) p[K + k * B + c] += r[k];
+            for (int64_t k = 0; k < K; ++k) p[K + c * K + k] += r[k];
           }
         }
       });
@@ -510,7 +511,7 @@ void update_R(State& s, double block_size) {
     for (int64_t k = 0; k < K; ++k)
       for (int64_t c = 0; c < B; ++c) {
         s.E[k * B + c] -= acc[k] * s.Pr[c];
-        s.O[k * B + c] -= acc[K + k * B + c];
+        s.O[k * B + c] -= acc[K + c * K + k];
       }
     for (int64_t k = 0; k < K; ++k)
       for (int64_t c = 0; c < B; ++c) {
@@ -556,7 +557,7 @@ void update_R(State& s, double block_size) {
         }
         for (int64_t v = 0; v < V; ++v) {
           const int32_t c = s.col[i * V + v];
-          for (int64_t k = 0; k < K; ++k) ps[K + k * B + c] += r[k];
+          for (int64_t k = 0; k < K; ++k) ps[K + c * K + k] += r[k];
         }
         s.logc[i] = mx + std::log(tot);
         s.cell_block[i] = static_cast<int32_t>(blk);
@@ -568,7 +569,7 @@ void update_R(State& s, double block_size) {
     for (int64_t k = 0; k < K; ++k)
       for (int64_t c = 0; c < B; ++c) {
         s.E[k * B + c] += acc[k] * s.Pr[c];
-        s.O[k * B + c] += acc[K + k * B + c];
+        s.O[k * B + c] += acc[K + c * K + k];
       }
   }
 }
