@@ -9,6 +9,7 @@
 #include "core/error.hpp"
 #include "core/row_blocks.hpp"
 #include "exec/parallel.hpp"
+#include "pp/harmony_exp.hpp"
 #include "pp/harmony_gpu.hpp"
 #include "pp/linalg.hpp"
 #include "pp/obs_groups.hpp"
@@ -21,39 +22,10 @@ constexpr int64_t kKmeansCellsPerBlock = 4096;  // the initial k-means' blocks (
 constexpr int64_t kChunk = 256;           // cells per parallel chunk inside an R-update block
 constexpr int kWindow = 3;                // harmonypy's window_size
 
-// exp(x) for x <= 0 (the soft-assignment exponents): Cody-Waite reduction x = n ln2 + r and a
-// degree-11 Taylor polynomial on |r| <= ln2/2 (relative error < 1e-14), branch-free so it
-// vectorises; exact 0 below -700.
-__attribute__((always_inline)) inline double exp_neg(double x) {
-  const double keep = x >= -700.0 ? 1.0 : 0.0;
-  x = std::max(x, -700.0);
-  const double shifter = 0x1.8p52;
-  const double t = x * 1.4426950408889634 + shifter;
-  const double n = t - shifter;
-  const double r = (x - n * 0.6931471805598903) - n * 5.497923018708371e-14;
-  double p = 1.0 / 39916800.0;
-  p = p * r + 1.0 / 3628800.0;
-  p = p * r + 1.0 / 362880.0;
-  p = p * r + 1.0 / 40320.0;
-  p = p * r + 1.0 / 5040.0;
-  p = p * r + 1.0 / 720.0;
-  p = p * r + 1.0 / 120.0;
-  p = p * r + 1.0 / 24.0;
-  p = p * r + 1.0 / 6.0;
-  p = p * r + 0.5;
-  p = p * r + 1.0;
-  p = p * r + 1.0;
-  int64_t bits;
-  std::memcpy(&bits, &t, 8);
-  const int64_t e = ((bits & 0xfffffffffffffLL) - 0x8000000000000LL + 1023) << 52;  // low bits of t hold n
-  double scale;
-  std::memcpy(&scale, &e, 8);
-  return p * scale * keep;
-}
-
-// r[0..4) = exp_neg(u[0..4) - mx) pen[0..4) (GCC vector extensions: 2 SSE2 or 1 AVX2 register),
-// the same operations in the same order as exp_neg, so the same bits. (Pointers in and out: no
-// vector passed by value, whose ABI differs with and without AVX.)
+// out[0..4) = exp(u[0..4) - mx) pen[0..4) for exponents <= 0 (the soft assignments): Cody-Waite
+// reduction x = n ln2 + r and a degree-11 Taylor polynomial on |r| <= ln2/2 (relative error <
+// 1e-14), branch-free; exact 0 below -700. GCC vector extensions: 2 SSE2 or 1 AVX2 register.
+// (Pointers in and out: no vector passed by value, whose ABI differs with and without AVX.)
 typedef double v4d __attribute__((vector_size(32)));
 typedef int64_t v4l __attribute__((vector_size(32)));
 __attribute__((always_inline)) inline void penalised_exp4(const double* u, double mx, const double* pen, double* out) {
@@ -91,7 +63,13 @@ __attribute__((always_inline)) inline double penalised_exp_body(const double* u,
                                                                 int64_t K) {
   int64_t k = 0;
   for (; k + 4 <= K; k += 4) penalised_exp4(u + k, mx, pen + k, r + k);
-  for (; k < K; ++k) r[k] = exp_neg(u[k] - mx) * pen[k];
+  if (k < K) {  // the tail, padded (the same operations per element: the same bits)
+    double uu[4] = {0, 0, 0, 0}, pp[4] = {0, 0, 0, 0}, rr[4];
+    std::copy(u + k, u + K, uu);
+    std::copy(pen + k, pen + K, pp);
+    penalised_exp4(uu, mx, pp, rr);
+    std::copy(rr, rr + (K - k), r + k);
+  }
   double tot = 0;
   for (k = 0; k < K; ++k) tot += r[k];
   return tot;
@@ -108,6 +86,14 @@ double penalised_exp(const double* u, double mx, const double* pen, double* r, i
   if (kHaveAvx2) return penalised_exp_avx2(u, mx, pen, r, K);
 #endif
   return penalised_exp_body(u, mx, pen, r, K);
+}
+
+// exp(x) for one x <= 0, by the same code.
+double exp_neg(double x) {
+  const double u[4] = {x, x, x, x}, one[4] = {1, 1, 1, 1};
+  double r[4];
+  penalised_exp4(u, 0.0, one, r);
+  return r[0];
 }
 
 // Inverse of a small p x p matrix, as numpy.linalg.inv.
@@ -754,6 +740,8 @@ void moe_correct_ridge(State& s) {
 }  // namespace
 
 namespace detail {
+
+double harmony_exp_neg(double x) { return exp_neg(x); }
 
 HarmonySetup harmony_setup(const DenseD& Z, const std::vector<std::vector<int32_t>>& codes,
                            const std::vector<int32_t>& n_levels, const HarmonyOptions& opt) {
