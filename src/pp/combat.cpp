@@ -17,6 +17,16 @@ namespace {
 constexpr int64_t kBlockValues = int64_t{1} << 20;  // values per row block (fixed partition)
 constexpr double kConv = 1e-4;                      // scanpy's _it_sol convergence
 constexpr int kMaxIter = 100000;                    // a guard scanpy does not have
+// A gene whose residual standard deviation is at most this fraction of its fitted values' scale is
+// constant up to rounding (a constant gene, or one the covariates explain exactly) and is treated
+// as zero variance, as scanpy treats var_pooled == 0. Its residuals are rounding noise of the fit
+// (about 1e-16 of the scale times the design's condition number); standardised, noise / noise gave
+// O(1) values that changed with the order of the sums (CPU vs GPU, row order) and, through the
+// priors over all genes, moved every gene's gamma* and delta* by up to 0.65 and the corrected
+// matrix by ~1%. float32 data varying at all has a residual sd of >= 6e-8 of its values times
+// sqrt(share of cells that differ), so only genes where < 3 cells in a million differ by one float
+// step are caught.
+constexpr double kZeroVarRel = 1e-10;
 
 // Inverse of a small symmetric positive definite p x p matrix, as numpy.linalg.inv in scanpy.
 std::vector<double> invert(std::vector<double> a, int64_t p) {
@@ -31,9 +41,11 @@ std::vector<double> invert(std::vector<double> a, int64_t p) {
 namespace detail {
 
 // From pass 1's D^T Y (p x g) and D^T D (p x p), acc = [D^T Y, D^T D]: B_hat = (D^T D)^-1 D^T Y and
-// the grand mean per gene (the batch rows of B weighted by the batch shares).
+// the grand mean per gene (the batch rows of B weighted by the batch shares); scale per gene: the
+// size of the fitted values' terms, max_b |B[b]| + sum_c |B[nb + c]| rms(cov_c) (the rounding
+// noise of the residuals is proportional to it).
 void combat_fit(const std::vector<double>& acc, const std::vector<double>& nbatch, int64_t n, int64_t g, int64_t p,
-                std::vector<double>& B, std::vector<double>& grand) {
+                std::vector<double>& B, std::vector<double>& grand, std::vector<double>& scale) {
   const int64_t nb = static_cast<int64_t>(nbatch.size());
   const size_t G = static_cast<size_t>(g);
   const std::vector<double> DtDinv = invert(std::vector<double>(acc.begin() + p * g, acc.begin() + p * g + p * p), p);
@@ -42,13 +54,21 @@ void combat_fit(const std::vector<double>& acc, const std::vector<double>& nbatc
   grand.assign(G, 0.0);
   for (int64_t b = 0; b < nb; ++b)
     for (size_t j = 0; j < G; ++j) grand[j] += nbatch[b] / static_cast<double>(n) * B[b * G + j];
+  scale.assign(G, 0.0);
+  for (int64_t b = 0; b < nb; ++b)
+    for (size_t j = 0; j < G; ++j) scale[j] = std::max(scale[j], std::fabs(B[b * G + j]));
+  const double* DtD = acc.data() + p * g;
+  for (int64_t c = nb; c < p; ++c) {
+    const double rms = std::sqrt(DtD[c * p + c] / static_cast<double>(n));
+    for (size_t j = 0; j < G; ++j) scale[j] += std::fabs(B[c * G + j]) * rms;
+  }
 }
 
 // From pass 2's per-batch residual sums rs ([2 b G + j]: sum, [(2 b + 1) G + j]: sum of squares):
 // the pooled variance, the standardised data's per-batch moments, the priors and the
 // empirical-Bayes iteration: gamma*, delta*, var_pooled, iterations.
 CombatResult combat_eb(const std::vector<double>& rs, const std::vector<double>& B, const std::vector<double>& grand,
-                       const std::vector<double>& nbatch, int64_t n, int64_t g) {
+                       const std::vector<double>& scale, const std::vector<double>& nbatch, int64_t n, int64_t g) {
   const int64_t nb = static_cast<int64_t>(nbatch.size());
   const size_t G = static_cast<size_t>(g);
   CombatResult res;
@@ -56,8 +76,10 @@ CombatResult combat_eb(const std::vector<double>& rs, const std::vector<double>&
   for (int32_t b = 0; b < nb; ++b)
     for (size_t j = 0; j < G; ++j) res.var_pooled[j] += rs[(2 * b + 1) * G + j];
   int64_t zero_var = 0;
-  for (auto& v : res.var_pooled) {
+  for (size_t j = 0; j < G; ++j) {
+    double& v = res.var_pooled[j];
     v /= static_cast<double>(n);
+    if (v <= kZeroVarRel * kZeroVarRel * scale[j] * scale[j]) v = 0;  // constant up to rounding
     zero_var += v == 0;
   }
   if (zero_var) log::info(detail::concat("combat: found ", zero_var, " genes with zero variance"));
@@ -161,8 +183,8 @@ CombatResult combat_dense(const Context& ctx, DenseF& Y, const std::vector<int32
     linalg::dgemm(true, false, p, g, m, 1.0, Db.data(), p, yb.data(), g, 0.0, part, g);
     linalg::dgemm(true, false, p, p, m, 1.0, Db.data(), p, Db.data(), p, 0.0, part + p * g, p);
   });
-  std::vector<double> B, grand;
-  detail::combat_fit(acc, nbatch, n, g, p, B, grand);
+  std::vector<double> B, grand, scale;
+  detail::combat_fit(acc, nbatch, n, g, p, B, grand, scale);
   // Fitted values: the batch part B[code] plus the covariate part cov(i,:) B[nb:], per block.
   auto fit_block = [&](int64_t r0, int64_t m, std::vector<double>& covfit) {
     covfit.assign(static_cast<size_t>(m * g), 0.0);
@@ -187,7 +209,7 @@ CombatResult combat_dense(const Context& ctx, DenseF& Y, const std::vector<int32
       }
     }
   });
-  CombatResult res = detail::combat_eb(rs, B, grand, nbatch, n, g);
+  CombatResult res = detail::combat_eb(rs, B, grand, scale, nbatch, n, g);
   // Pass 3: adjusted = (s - gamma*[b]) / sqrt(delta*[b]) * sqrt(var_pooled) + stand_mean.
   std::vector<double> sig(G), mult(static_cast<size_t>(nb) * G);
   for (size_t j = 0; j < G; ++j) sig[j] = std::sqrt(res.var_pooled[j]);
@@ -246,11 +268,8 @@ CombatResult combat(const Context& ctx, Dataset& d, const CombatOptions& opt) {
   for (size_t c = 0; c < cols.size(); ++c)
     for (int64_t i = 0; i < n; ++i) cov(i, static_cast<int64_t>(c)) = cols[c][i];
   DenseF Y = to_dense_f(d.X);
-  // (ComBat stays on the CPU under a GPU context: combat_dense_gpu's gamma* and delta* differed from
-  // the CPU's by up to 0.65 on the H200 in session 9's gpu test, IntegrateGpu.DISABLED_CombatMatchesCpu;
-  // it is not dispatched until that is found)
-  CombatResult res = combat_dense(ctx.backend() == Backend::cuda ? Context::cpu(ctx.threads()) : ctx, Y, gr.codes,
-                                  gr.n(), cov);
+  CombatResult res = ctx.backend() == Backend::cuda ? combat_dense_gpu(ctx, Y, gr.codes, gr.n(), cov)
+                                                     : combat_dense(ctx, Y, gr.codes, gr.n(), cov);
   res.batches = gr.names;
   d.X = Matrix(std::move(Y), DType::f32);
   return res;

@@ -48,12 +48,14 @@ CombatResult combat_dense_gpu(const Context& ctx, DenseF& Y, const std::vector<i
 
 namespace detail {
 // The host math between the passes, shared by the CPU and GPU paths. acc = [D^T Y (p x g), D^T D
-// (p x p)] -> B_hat (p x g) and the grand mean per gene; rs = per-batch residual sums and sums of
-// squares ([2 b g + j], [(2 b + 1) g + j]) -> var_pooled, gamma*, delta*, iterations.
+// (p x p)] -> B_hat (p x g), the grand mean per gene and the scale of each gene's fitted values; rs
+// = per-batch residual sums and sums of squares ([2 b g + j], [(2 b + 1) g + j]) -> var_pooled
+// (0 for a gene constant up to rounding: residual sd <= 1e-10 of its scale), gamma*, delta*,
+// iterations.
 void combat_fit(const std::vector<double>& acc, const std::vector<double>& nbatch, int64_t n, int64_t g, int64_t p,
-                std::vector<double>& B, std::vector<double>& grand);
+                std::vector<double>& B, std::vector<double>& grand, std::vector<double>& scale);
 CombatResult combat_eb(const std::vector<double>& rs, const std::vector<double>& B, const std::vector<double>& grand,
-                       const std::vector<double>& nbatch, int64_t n, int64_t g);
+                       const std::vector<double>& scale, const std::vector<double>& nbatch, int64_t n, int64_t g);
 }  // namespace detail
 
 // Dataset level (CPU or GPU by ctx.backend()): X becomes the corrected dense float32 matrix (sparse X is densified, as scanpy).

@@ -120,8 +120,8 @@ CombatResult combat_dense_gpu(const Context& ctx, DenseF& Y, const std::vector<i
   for (int64_t b = 0; b < nb; ++b)
     for (int64_t c = 0; c < nc; ++c) DtD[(nb + c) * p + b] = DtD[b * p + nb + c];
   acc.insert(acc.end(), DtD.begin(), DtD.end());
-  std::vector<double> B, grand;
-  detail::combat_fit(acc, nbatch, n, g, p, B, grand);
+  std::vector<double> B, grand, scale;
+  detail::combat_fit(acc, nbatch, n, g, p, B, grand, scale);
   DeviceArray<double> dB = upload(r, B, "combat B_hat");
   // Pass 2: the residuals' per-batch sums and sums of squares.
   std::vector<double> rs;
@@ -137,7 +137,7 @@ CombatResult combat_dense_gpu(const Context& ctx, DenseF& Y, const std::vector<i
     gpu::reduce_partials(r, part.data(), w, nch, out.data());
     rs = download(r, out.data(), static_cast<size_t>(w));
   }
-  CombatResult res = detail::combat_eb(rs, B, grand, nbatch, n, g);
+  CombatResult res = detail::combat_eb(rs, B, grand, scale, nbatch, n, g);
   // Pass 3: adjusted = (s - gamma*[b]) / sqrt(delta*[b]) * sqrt(var_pooled) + stand_mean.
   std::vector<double> sig(G), mult(static_cast<size_t>(nb) * G);
   for (size_t j = 0; j < G; ++j) sig[j] = std::sqrt(res.var_pooled[j]);

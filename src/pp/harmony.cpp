@@ -9,6 +9,7 @@
 #include "core/error.hpp"
 #include "core/row_blocks.hpp"
 #include "exec/parallel.hpp"
+#include "pp/harmony_exp.hpp"
 #include "pp/harmony_gpu.hpp"
 #include "pp/linalg.hpp"
 #include "pp/obs_groups.hpp"
@@ -21,17 +22,24 @@ constexpr int64_t kKmeansCellsPerBlock = 4096;  // the initial k-means' blocks (
 constexpr int64_t kChunk = 256;           // cells per parallel chunk inside an R-update block
 constexpr int kWindow = 3;                // harmonypy's window_size
 
-// exp(x) for x <= 0 (the soft-assignment exponents): Cody-Waite reduction x = n ln2 + r and a
-// degree-11 Taylor polynomial on |r| <= ln2/2 (relative error < 1e-14), branch-free so it
-// vectorises; exact 0 below -700.
-inline double exp_neg(double x) {
-  const double keep = x >= -700.0 ? 1.0 : 0.0;
-  x = std::max(x, -700.0);
+// out[0..4) = exp(u[0..4) - mx) pen[0..4) for exponents <= 0 (the soft assignments): Cody-Waite
+// reduction x = n ln2 + r and a degree-11 Taylor polynomial on |r| <= ln2/2 (relative error <
+// 1e-14), branch-free; exact 0 below -700. GCC vector extensions: 2 SSE2 or 1 AVX2 register.
+// (Pointers in and out: no vector passed by value, whose ABI differs with and without AVX.)
+typedef double v4d __attribute__((vector_size(32)));
+typedef int64_t v4l __attribute__((vector_size(32)));
+__attribute__((always_inline)) inline void penalised_exp4(const double* u, double mx, const double* pen, double* out) {
+  v4d x, pn;
+  std::memcpy(&x, u, sizeof x);
+  std::memcpy(&pn, pen, sizeof pn);
+  x = x - mx;
+  const v4l keep = x >= -700.0;
+  x = keep ? x : v4d{} - 700.0;
   const double shifter = 0x1.8p52;
-  const double t = x * 1.4426950408889634 + shifter;
-  const double n = t - shifter;
-  const double r = (x - n * 0.6931471805598903) - n * 5.497923018708371e-14;
-  double p = 1.0 / 39916800.0;
+  const v4d t = x * 1.4426950408889634 + shifter;
+  const v4d n = t - shifter;
+  const v4d r = (x - n * 0.6931471805598903) - n * 5.497923018708371e-14;
+  v4d p = v4d{} + 1.0 / 39916800.0;
   p = p * r + 1.0 / 3628800.0;
   p = p * r + 1.0 / 362880.0;
   p = p * r + 1.0 / 40320.0;
@@ -43,12 +51,49 @@ inline double exp_neg(double x) {
   p = p * r + 0.5;
   p = p * r + 1.0;
   p = p * r + 1.0;
-  int64_t bits;
-  std::memcpy(&bits, &t, 8);
-  const int64_t e = ((bits & 0xfffffffffffffLL) - 0x8000000000000LL + 1023) << 52;  // low bits of t hold n
-  double scale;
-  std::memcpy(&scale, &e, 8);
-  return p * scale * keep;
+  const v4l e = ((reinterpret_cast<v4l>(t) & 0xfffffffffffffLL) - 0x8000000000000LL + 1023) << 52;
+  const v4d y = (keep ? p * reinterpret_cast<v4d>(e) : v4d{}) * pn;
+  std::memcpy(out, &y, sizeof y);
+}
+
+// r[k] = exp(u[k] - mx) pen[k] for k < K; returns sum_k r[k], added in k order. 4 elements a step
+// (on CPUs with AVX2, chosen at run time, one register; no FMA in the target, so nothing is
+// contracted: the same bits either way), the sum serially.
+__attribute__((always_inline)) inline double penalised_exp_body(const double* u, double mx, const double* pen, double* r,
+                                                                int64_t K) {
+  int64_t k = 0;
+  for (; k + 4 <= K; k += 4) penalised_exp4(u + k, mx, pen + k, r + k);
+  if (k < K) {  // the tail, padded (the same operations per element: the same bits)
+    double uu[4] = {0, 0, 0, 0}, pp[4] = {0, 0, 0, 0}, rr[4];
+    std::copy(u + k, u + K, uu);
+    std::copy(pen + k, pen + K, pp);
+    penalised_exp4(uu, mx, pp, rr);
+    std::copy(rr, rr + (K - k), r + k);
+  }
+  double tot = 0;
+  for (k = 0; k < K; ++k) tot += r[k];
+  return tot;
+}
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+__attribute__((target("avx2"), flatten)) double penalised_exp_avx2(const double* u, double mx, const double* pen,
+                                                                    double* r, int64_t K) {
+  return penalised_exp_body(u, mx, pen, r, K);
+}
+const bool kHaveAvx2 = __builtin_cpu_supports("avx2");
+#endif
+double penalised_exp(const double* u, double mx, const double* pen, double* r, int64_t K) {
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+  if (kHaveAvx2) return penalised_exp_avx2(u, mx, pen, r, K);
+#endif
+  return penalised_exp_body(u, mx, pen, r, K);
+}
+
+// exp(x) for one x <= 0, by the same code.
+double exp_neg(double x) {
+  const double u[4] = {x, x, x, x}, one[4] = {1, 1, 1, 1};
+  double r[4];
+  penalised_exp4(u, 0.0, one, r);
+  return r[0];
 }
 
 // Inverse of a small p x p matrix, as numpy.linalg.inv.
@@ -107,6 +152,15 @@ void sq_dists(const KmData& km, const std::vector<float>& C, int64_t m, std::vec
   });
 }
 
+double exact_dist_c(const float* a, const float* b, int64_t d) {
+  double s = 0;
+  for (int64_t q = 0; q < d; ++q) {
+    const double t = static_cast<double>(a[q]) - b[q];
+    s += t * t;
+  }
+  return std::sqrt(s);
+}
+
 // Greedy k-means++ (Arthur & Vassilvitskii 2007; sklearn's 2 + ln k local trials per centre), the
 // restarts in lockstep.
 std::vector<std::vector<float>> kmeans_pp(const KmData& km, int k, int n_init, std::vector<std::mt19937_64>& rngs) {
@@ -159,43 +213,103 @@ std::vector<std::vector<float>> kmeans_pp(const KmData& km, int k, int n_init, s
 }
 
 // Lloyd iterations of all restarts in lockstep (a restart stops moving once its centre shift is
-// <= tol); returns the best restart's centres (least inertia).
+// <= tol); returns the best restart's centres (least inertia). Exact Lloyd steps accelerated by
+// Hamerly's bounds (G. Hamerly, "Making k-means even faster", SDM 2010): per cell and restart an
+// upper bound u on the distance to its centre and a lower bound l on the distance to any other; a
+// cell whose u <= max(l, s(a)/2) (s: the distance from its centre to the nearest other centre)
+// keeps its centre without a distance computation; else u is made exact and, if still too large,
+// the cell's distances to all K centres come from one float32 GEMM of the block's such cells. The
+// bounds are moved by the centres' shifts after each update. Every decision is per cell, the sums
+// per fixed block: the same result for any thread count.
 std::vector<double> lloyd_best(const KmData& km, int k, std::vector<std::vector<float>>& C, int max_iter, double tol) {
-  const int64_t n = km.X.n_rows, d = km.X.n_cols;
+  const int64_t n = km.X.n_rows, d = km.X.n_cols, K = k;
   const int n_init = static_cast<int>(C.size());
-  const int64_t m = static_cast<int64_t>(n_init) * k;
-  std::vector<float> all(static_cast<size_t>(m * d)), D;
-  std::vector<int32_t> lab(static_cast<size_t>(n * n_init));
-  std::vector<float> best(static_cast<size_t>(n * n_init));
+  std::vector<int32_t> lab(static_cast<size_t>(n * n_init), 0);
+  std::vector<float> ub(static_cast<size_t>(n * n_init), std::numeric_limits<float>::infinity());
+  std::vector<float> lb(static_cast<size_t>(n * n_init), 0.0f);
   std::vector<uint8_t> done(static_cast<size_t>(n_init), 0);
-  auto assign = [&]() {
-    for (int r = 0; r < n_init; ++r) std::copy(C[r].begin(), C[r].end(), all.begin() + r * k * d);
-    sq_dists(km, all, m, D, false);
-    std::vector<double> inertia;
-    reduce_blocks(km.ctx.threads(), km.rb.n_blocks(), static_cast<size_t>(n_init), inertia, [&](int64_t b, double* part) {
-      for (int64_t i = km.rb.begin(b); i < km.rb.end(b); ++i)
-        for (int r = 0; r < n_init; ++r) {
-          const float* row = D.data() + i * m + r * k;
-          int32_t bl = 0;
-          for (int c = 1; c < k; ++c)
-            if (row[c] < row[bl]) bl = c;
-          const float dist = std::max(0.0f, row[bl] + km.xsq[i]);
-          lab[i * n_init + r] = bl;
-          best[i * n_init + r] = dist;
-          part[r] += dist;
+  auto exact_dist = [&](int64_t i, const float* c) { return exact_dist_c(km.X.row(i), c, d); };
+  // s(c) / 2 per restart and centre; |c|^2.
+  std::vector<double> half(static_cast<size_t>(n_init * K)), csq(static_cast<size_t>(n_init * K));
+  auto centre_geometry = [&](int r) {
+    const float* cr = C[r].data();
+    for (int64_t a = 0; a < K; ++a) {
+      double m = std::numeric_limits<double>::infinity(), sq = 0;
+      for (int64_t q = 0; q < d; ++q) sq += static_cast<double>(cr[a * d + q]) * cr[a * d + q];
+      csq[r * K + a] = sq;
+      for (int64_t b = 0; b < K; ++b) {
+        if (b == a) continue;
+        double t2 = 0;
+        for (int64_t q = 0; q < d; ++q) {
+          const double t = static_cast<double>(cr[a * d + q]) - cr[b * d + q];
+          t2 += t * t;
         }
-    });
-    return inertia;
+        m = std::min(m, t2);
+      }
+      half[r * K + a] = K > 1 ? 0.5 * std::sqrt(m) : std::numeric_limits<double>::infinity();
+    }
   };
+  // Assignment with the bounds, for the restarts in `which` (all, or those not done).
+  auto assign = [&](bool all) {
+    for (int r = 0; r < n_init; ++r)
+      if (all || !done[r]) centre_geometry(r);
+    parallel_for(km.ctx.threads(), km.rb.n_blocks(), [&](int64_t b) {
+      const int64_t r0 = km.rb.begin(b), r1 = km.rb.end(b);
+      std::vector<int64_t> todo;
+      std::vector<float> xg, D;
+      for (int r = 0; r < n_init; ++r) {
+        if (!all && done[r]) continue;
+        todo.clear();
+        for (int64_t i = r0; i < r1; ++i) {
+          const size_t e = static_cast<size_t>(i * n_init + r);
+          const double m = std::max(static_cast<double>(lb[e]), half[r * K + lab[e]]);
+          if (ub[e] <= m) continue;
+          if (std::isfinite(ub[e])) {
+            ub[e] = static_cast<float>(exact_dist(i, C[r].data() + lab[e] * d));
+            if (ub[e] <= m) continue;
+          }
+          todo.push_back(i);
+        }
+        const int64_t g = static_cast<int64_t>(todo.size());
+        if (g == 0) continue;
+        xg.resize(static_cast<size_t>(g * d));
+        D.resize(static_cast<size_t>(g * K));
+        for (int64_t t = 0; t < g; ++t) std::copy(km.X.row(todo[t]), km.X.row(todo[t]) + d, xg.begin() + t * d);
+        linalg::sgemm(false, true, g, K, d, -2.0f, xg.data(), d, C[r].data(), d, 0.0f, D.data(), K);
+        for (int64_t t = 0; t < g; ++t) {
+          const float* row = D.data() + t * K;
+          const double xs = km.xsq[todo[t]];
+          double b1 = std::numeric_limits<double>::infinity(), b2 = b1;
+          int32_t a1 = 0;
+          for (int64_t c = 0; c < K; ++c) {
+            const double v = row[c] + csq[r * K + c];
+            if (v < b1) {
+              b2 = b1;
+              b1 = v;
+              a1 = static_cast<int32_t>(c);
+            } else if (v < b2) {
+              b2 = v;
+            }
+          }
+          const size_t e = static_cast<size_t>(todo[t] * n_init + r);
+          lab[e] = a1;
+          ub[e] = static_cast<float>(std::sqrt(std::max(0.0, b1 + xs)));
+          lb[e] = K > 1 ? static_cast<float>(std::sqrt(std::max(0.0, b2 + xs))) : std::numeric_limits<float>::infinity();
+        }
+      }
+    });
+  };
+  std::vector<std::vector<float>> old(static_cast<size_t>(n_init));
   for (int it = 0; it < max_iter; ++it) {
-    assign();
+    assign(false);
+    const int64_t m = static_cast<int64_t>(n_init) * K;
     std::vector<double> acc;
     reduce_blocks(km.ctx.threads(), km.rb.n_blocks(), static_cast<size_t>(m * (d + 1)), acc, [&](int64_t b, double* p) {
       for (int64_t i = km.rb.begin(b); i < km.rb.end(b); ++i) {
         const float* x = km.X.row(i);
         for (int r = 0; r < n_init; ++r) {
           if (done[r]) continue;
-          double* c = p + (static_cast<int64_t>(r) * k + lab[i * n_init + r]) * (d + 1);
+          double* c = p + (static_cast<int64_t>(r) * K + lab[i * n_init + r]) * (d + 1);
           for (int64_t q = 0; q < d; ++q) c[q] += x[q];
           c[d] += 1;
         }
@@ -205,19 +319,22 @@ std::vector<double> lloyd_best(const KmData& km, int k, std::vector<std::vector<
     for (int r = 0; r < n_init; ++r) {
       if (done[r]) continue;
       std::vector<int64_t> far;  // empty clusters take the points farthest from their centres (sklearn)
+      std::vector<double> dist_r;
+      old[r] = C[r];
       double shift = 0;
-      for (int c = 0; c < k; ++c) {
-        const double* a = acc.data() + (static_cast<int64_t>(r) * k + c) * (d + 1);
+      for (int64_t c = 0; c < K; ++c) {
+        const double* a = acc.data() + (static_cast<int64_t>(r) * K + c) * (d + 1);
         float* cc = C[r].data() + c * d;
         std::vector<float> nc(static_cast<size_t>(d));
         if (a[d] > 0) {
           for (int64_t q = 0; q < d; ++q) nc[q] = static_cast<float>(a[q] / a[d]);
         } else {
           if (far.empty()) {
+            dist_r.resize(static_cast<size_t>(n));
+            for (int64_t i = 0; i < n; ++i) dist_r[i] = exact_dist(i, old[r].data() + lab[i * n_init + r] * d);
             far.resize(static_cast<size_t>(n));
             for (int64_t i = 0; i < n; ++i) far[i] = i;
-            std::stable_sort(far.begin(), far.end(),
-                             [&](int64_t x, int64_t y) { return best[x * n_init + r] < best[y * n_init + r]; });
+            std::stable_sort(far.begin(), far.end(), [&](int64_t x, int64_t y) { return dist_r[x] < dist_r[y]; });
           }
           const int64_t p = far.back();
           far.pop_back();
@@ -228,12 +345,39 @@ std::vector<double> lloyd_best(const KmData& km, int k, std::vector<std::vector<
           cc[q] = nc[q];
         }
       }
+      // Move the bounds by the shifts: u += p(a), l -= the largest shift of another centre.
+      std::vector<double> ps(static_cast<size_t>(K));
+      int64_t top = 0;
+      for (int64_t c = 0; c < K; ++c) {
+        ps[c] = exact_dist_c(old[r].data() + c * d, C[r].data() + c * d, d);
+        if (ps[c] > ps[top]) top = c;
+      }
+      double second = 0;
+      for (int64_t c = 0; c < K; ++c)
+        if (c != top) second = std::max(second, ps[c]);
+      parallel_for(km.ctx.threads(), km.rb.n_blocks(), [&](int64_t b) {
+        for (int64_t i = km.rb.begin(b); i < km.rb.end(b); ++i) {
+          const size_t e = static_cast<size_t>(i * n_init + r);
+          const int32_t a = lab[e];
+          // (rounded up / down by a float step so the float32 bounds stay bounds)
+          ub[e] = std::nextafter(static_cast<float>(ub[e] + ps[a]), std::numeric_limits<float>::infinity());
+          lb[e] = std::nextafter(static_cast<float>(lb[e] - (a == top ? second : ps[top])), -std::numeric_limits<float>::infinity());
+        }
+      });
       if (shift <= tol) done[r] = 1;
       all_done = all_done && done[r];
     }
     if (all_done) break;
   }
-  const std::vector<double> inertia = assign();
+  assign(true);
+  std::vector<double> inertia;
+  reduce_blocks(km.ctx.threads(), km.rb.n_blocks(), static_cast<size_t>(n_init), inertia, [&](int64_t b, double* part) {
+    for (int64_t i = km.rb.begin(b); i < km.rb.end(b); ++i)
+      for (int r = 0; r < n_init; ++r) {
+        const double t = exact_dist(i, C[r].data() + lab[i * n_init + r] * d);
+        part[r] += t * t;
+      }
+  });
   int b = 0;
   for (int r = 1; r < n_init; ++r)
     if (inertia[r] < inertia[b]) b = r;
@@ -388,6 +532,7 @@ void update_R(State& s, double block_size) {
     const int64_t* cells = order.data() + start;
     start += len;
     const int64_t nch = (len + kChunk - 1) / kChunk;
+    // (chunk partials: [sum of R (K)][R Phi^T by column, B x K: a cell's adds are contiguous])
     auto sums = [&](std::vector<double>& acc) {  // sum of R and R Phi^T over the block's cells
       acc.assign(static_cast<size_t>(width), 0.0);
       std::vector<double> part(static_cast<size_t>(nch * width), 0.0);
@@ -399,7 +544,7 @@ void update_R(State& s, double block_size) {
           for (int64_t k = 0; k < K; ++k) p[k] += r[k];
           for (int64_t v = 0; v < V; ++v) {
             const int32_t c = s.col[i * V + v];
-            for (int64_t k = 0; k < K; ++k) p[K + k * B + c] += r[k];
+            for (int64_t k = 0; k < K; ++k) p[K + c * K + k] += r[k];
           }
         }
       });
@@ -411,7 +556,7 @@ void update_R(State& s, double block_size) {
     for (int64_t k = 0; k < K; ++k)
       for (int64_t c = 0; c < B; ++c) {
         s.E[k * B + c] -= acc[k] * s.Pr[c];
-        s.O[k * B + c] -= acc[K + k * B + c];
+        s.O[k * B + c] -= acc[K + c * K + k];
       }
     for (int64_t k = 0; k < K; ++k)
       for (int64_t c = 0; c < B; ++c) {
@@ -444,12 +589,7 @@ void update_R(State& s, double block_size) {
             for (int64_t k = 0; k < K; ++k) pen[k] += pc[k];
           }
         }
-        double tot = 0;
-#pragma omp simd reduction(+ : tot)
-        for (int64_t k = 0; k < K; ++k) {
-          r[k] = exp_neg(u[k] - mx) * pen[k];
-          tot += r[k];
-        }
+        const double tot = penalised_exp(u.data(), mx, pen.data(), r, K);
         const double inv = 1.0 / tot;
         for (int64_t k = 0; k < K; ++k) {
           r[k] *= inv;
@@ -457,7 +597,7 @@ void update_R(State& s, double block_size) {
         }
         for (int64_t v = 0; v < V; ++v) {
           const int32_t c = s.col[i * V + v];
-          for (int64_t k = 0; k < K; ++k) ps[K + k * B + c] += r[k];
+          for (int64_t k = 0; k < K; ++k) ps[K + c * K + k] += r[k];
         }
         s.logc[i] = mx + std::log(tot);
         s.cell_block[i] = static_cast<int32_t>(blk);
@@ -469,7 +609,7 @@ void update_R(State& s, double block_size) {
     for (int64_t k = 0; k < K; ++k)
       for (int64_t c = 0; c < B; ++c) {
         s.E[k * B + c] += acc[k] * s.Pr[c];
-        s.O[k * B + c] += acc[K + k * B + c];
+        s.O[k * B + c] += acc[K + c * K + k];
       }
   }
 }
@@ -600,6 +740,8 @@ void moe_correct_ridge(State& s) {
 }  // namespace
 
 namespace detail {
+
+double harmony_exp_neg(double x) { return exp_neg(x); }
 
 HarmonySetup harmony_setup(const DenseD& Z, const std::vector<std::vector<int32_t>>& codes,
                            const std::vector<int32_t>& n_levels, const HarmonyOptions& opt) {

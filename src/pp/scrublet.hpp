@@ -37,8 +37,9 @@ struct ScrubletOptions {
   bool log_transform = false;
   bool mean_center = true;
   int n_prin_comps = 30;
-  // true: approximate search (hnsw); false or unset: exact search (scanpy picks pynndescent above
-  // 8,192 cells when unset; the exact search here is a blocked GEMM).
+  // true: approximate search (hnsw); false: exact search (a blocked GEMM, or the GPU's); unset:
+  // exact up to 8,192 observed cells, above that IVF-Flat on the CPU (as scanpy picks pynndescent
+  // above 8,192 cells) and still exact on a GPU context where k_adj fits its exact search.
   std::optional<bool> use_approx_neighbors;
   bool get_doublet_neighbor_parents = false;    // not supported yet (InputError if set)
   std::optional<int> n_neighbors;               // unset: round(0.5 sqrt(n_obs)) per batch
