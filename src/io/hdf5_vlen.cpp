@@ -89,19 +89,25 @@ class GlobalHeaps {
     if (addr == 0 && len == 0) return {};  // an empty (or NULL) string
     if (addr == 0) f_.bad("a string has no heap object");
     const Collection& c = load(addr);
-    const auto it = c.objects.find(idx);
-    if (it == c.objects.end()) f_.bad("a string refers to a missing global heap object");
-    const uint64_t osize = it->second.second;
-    if (osize < len || (exact && osize != len)) f_.bad("a string's length differs from its global heap object's");
-    const char* p = reinterpret_cast<const char*>(c.bytes.data() + it->second.first);
+    const auto it = std::lower_bound(c.objects.begin(), c.objects.end(), Object{idx, 0, 0},
+                                     [](const Object& a, const Object& b) { return a.index < b.index; });
+    if (it == c.objects.end() || it->index != idx) f_.bad("a string refers to a missing global heap object");
+    if (it->size < len || (exact && it->size != len)) f_.bad("a string's length differs from its global heap object's");
+    const char* p = reinterpret_cast<const char*>(c.bytes.data() + it->offset);
     // As libhdf5 hands it over: a C string, ending at the first NUL.
     return std::string(p, strnlen(p, static_cast<size_t>(len)));
   }
 
  private:
+  struct Object {
+    uint64_t index;
+    size_t offset;  // of its data in the collection
+    uint64_t size;
+  };
   struct Collection {
     std::vector<unsigned char> bytes;
-    std::unordered_map<uint64_t, std::pair<size_t, uint64_t>> objects;  // index -> (offset of data, size)
+    std::vector<Object> objects;  // by index (a sorted vector: cheaper than a hash map for the few
+                                  // objects of an attribute's collection, and for many)
   };
 
   const Collection& load(uint64_t addr) {
@@ -133,9 +139,16 @@ class GlobalHeaps {
         continue;
       }
       if (osize > left - ohead || ohead + ((osize + 7) / 8) * 8 > left) f_.bad("a global heap object runs past its collection");
-      c.objects[idx] = {p + ohead, osize};
+      c.objects.push_back({idx, p + ohead, osize});
       p += ohead + static_cast<size_t>((osize + 7) / 8) * 8;
     }
+    // libhdf5 writes the objects in index order; a damaged collection may not. A repeated index is
+    // refused (libhdf5 would take either).
+    auto by_index = [](const Object& a, const Object& b) { return a.index < b.index; };
+    if (!std::is_sorted(c.objects.begin(), c.objects.end(), by_index))
+      std::sort(c.objects.begin(), c.objects.end(), by_index);
+    for (size_t i = 1; i < c.objects.size(); ++i)
+      if (c.objects[i].index == c.objects[i - 1].index) f_.bad("a global heap collection holds an object index twice");
     return heaps_.emplace(addr, std::move(c)).first->second;
   }
 
