@@ -132,7 +132,7 @@ echo "longrun.sh: $(wc -l < "$OUT/artifacts.tsv") artifacts replayed $(date -u +
 
 # ---- summary --------------------------------------------------------------------------------------
 {
-  echo "# longrun.sh summary, $(date -u +%FT%TZ), $(uname -m), $(nproc) cores here, $SECS s per target"
+  echo "# longrun.sh summary, $(date -u +%FT%TZ), $(uname -m), $(getconf _NPROCESSORS_ONLN) cores here, $CORES used, $SECS s per target"
   printf '%-16s %5s %12s %9s %8s %7s %6s %6s %9s %6s\n' target jobs executions wall_s exec/s crashes hangs ooms leaks ours
   for t in "${TARGETS[@]}"; do
     d="$OUT/$t"; [ -f "$d/fuzz.log" ] || continue
