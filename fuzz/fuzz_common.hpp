@@ -22,10 +22,20 @@
 #include <string_view>
 #include <vector>
 
+#include <omp.h>
+
 #include "core/error.hpp"
 #include "core/log.hpp"
 
 namespace scurry::fuzz {
+
+// One thread: the readers' OpenMP loops (h5ad's index checks) would otherwise start a team of
+// nproc threads in every fuzzing process, and with -fork=K on many cores those teams' spinning
+// waits take the cores the other jobs fuzz on. Set before LLVMFuzzerTestOneInput first runs.
+inline const bool g_one_thread = [] {
+  omp_set_num_threads(1);
+  return true;
+}();
 
 // A scratch directory for this process, removed at exit (never destroyed: the exit handler reads it).
 inline const std::string& scratch() {
@@ -85,6 +95,18 @@ inline int unpack_tree(const uint8_t* data, size_t size, const std::string& dir,
     ++files;
   }
   return files;
+}
+
+// SCURRY_FUZZ_MATERIALIZE=DEST: the target copies the file or directory it built from its input
+// (the exact bytes its readers would open) to DEST and exits 0 without reading it: how
+// fuzz/longrun.sh turns an artifact into an input for the CLI (`scurry convert DEST out.h5ad`).
+inline void materialize_if_asked(const std::string& path) {
+  const char* dest = std::getenv("SCURRY_FUZZ_MATERIALIZE");
+  if (!dest || !*dest) return;
+  std::error_code ec;
+  std::filesystem::remove_all(dest, ec);
+  std::filesystem::copy(path, dest, std::filesystem::copy_options::recursive, ec);
+  std::exit(ec ? 1 : 0);
 }
 
 // Runs `f`; a scurry::Error is a clean rejection. Warnings are silenced once.

@@ -10,6 +10,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace scurry;
   const std::string path = fuzz::scratch() + "/in.h5ad";
   fuzz::write_bytes(path, data, size);
+  fuzz::materialize_if_asked(path);
   fuzz::run_clean([&] { detect_format(path); });
   fuzz::run_clean([&] { read_h5ad(path); });
   fuzz::run_clean([&] { summarize_h5ad(path); });

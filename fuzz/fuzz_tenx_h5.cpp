@@ -9,6 +9,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace scurry;
   const std::string path = fuzz::scratch() + "/in.h5";
   fuzz::write_bytes(path, data, size);
+  fuzz::materialize_if_asked(path);
   fuzz::run_clean([&] { detect_format(path); });
   fuzz::run_clean([&] { read_10x_h5(path); });
   fuzz::run_clean([&] {

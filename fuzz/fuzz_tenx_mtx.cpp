@@ -9,6 +9,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace scurry;
   const std::string dir = fuzz::scratch() + "/mtx";
   fuzz::unpack_tree(data, size, dir, 8);
+  fuzz::materialize_if_asked(dir);
   fuzz::run_clean([&] { detect_format(dir); });
   fuzz::run_clean([&] { read_10x_mtx(dir); });
   return 0;

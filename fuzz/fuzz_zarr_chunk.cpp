@@ -121,6 +121,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const bool zlib = std::string_view(SCURRY_STR(SCURRY_FUZZ_CODEC)) == "gzip" && !v.v3 && (sel & 0x40);
   fuzz::write_bytes(v.chunk[a], data + 1, size - 1);
   if (zlib) spit(v.meta[a], zlib_meta(v.meta_bytes[a]));
+  fuzz::materialize_if_asked(v.dir);
   fuzz::run_clean([&] { read_zarr(v.dir); });
   fuzz::run_clean([&] {
     ZarrRowReader r(v.dir, "X", 1);

@@ -11,6 +11,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace scurry;
   const std::string dir = fuzz::scratch() + "/store.zarr";
   fuzz::unpack_tree(data, size, dir, 48);
+  fuzz::materialize_if_asked(dir);
   fuzz::run_clean([&] { detect_format(dir); });
   fuzz::run_clean([&] { read_zarr(dir); });
   fuzz::run_clean([&] { summarize_zarr(dir); });

@@ -23,12 +23,12 @@
 #include <cstdio>
 #include <chrono>
 #include <thread>
-#include <unordered_map>
 
 #include "core/error.hpp"
 #include "core/output.hpp"
 #include "io/format.hpp"
 #include "io/hdf5_guard.hpp"
+#include "io/hdf5_vlen.hpp"
 
 namespace scurry::h5 {
 
@@ -248,104 +248,8 @@ std::vector<int64_t> space_dims(hid_t space, const std::string& file, const std:
   return std::vector<int64_t>(d.begin(), d.end());
 }
 
-// Variable-length strings are stored as heap references -- per element a u32 length, the address of
-// a global heap collection and a u32 object index (HDF5 File Format Specification 3.0, sections
-// III.E "Global Heap" and VI "Disk Format: Level 2 -- Data Objects", variable-length datatype) --
-// and libhdf5 1.10 follows them without checking: a collection whose object sizes run past its end
-// crashes H5Dread's conversion (SIGSEGV). For a contiguous dataset (h5py's layout for string arrays
-// that are not compressed) the references and the collections they name are checked here first,
-// from the file's bytes: each collection must be inside the file, start with "GCOL" version 1, and
-// hold the referenced object, whose size must cover the string's length and lie inside the
-// collection. Chunked or compact datasets and attributes keep libhdf5's own path (under the CLI's
-// crash guard, io/hdf5_guard.hpp).
-uint64_t le_uint(const unsigned char* p, size_t n) {
-  uint64_t v = 0;
-  for (size_t i = n; i-- > 0;) v = (v << 8) | p[i];
-  return v;
-}
-
-bool pread_all(int fd, void* buf, size_t n, uint64_t off) {
-  auto* p = static_cast<unsigned char*>(buf);
-  while (n > 0) {
-    const ssize_t r = pread(fd, p, n, static_cast<off_t>(off));
-    if (r <= 0) return false;
-    p += r, n -= static_cast<size_t>(r), off += static_cast<uint64_t>(r);
-  }
-  return true;
-}
-
-void validate_vlen_heap(hid_t dset, size_t n, const std::string& file, const std::string& obj) {
-  const haddr_t off = H5Dget_offset(dset);
-  if (off == HADDR_UNDEF) return;  // chunked, compact, or not allocated
-  Id fid(H5Iget_file_id(dset));
-  if (!fid.valid()) return;
-  Id fcpl(H5Fget_create_plist(fid.get()));
-  size_t sa = 0, ss = 0;
-  hsize_t userblock = 0, fsize = 0;
-  if (!fcpl.valid() || H5Pget_sizes(fcpl.get(), &sa, &ss) < 0 || H5Pget_userblock(fcpl.get(), &userblock) < 0 ||
-      H5Fget_filesize(fid.get(), &fsize) < 0)
-    return;
-  if ((sa != 2 && sa != 4 && sa != 8) || (ss != 2 && ss != 4 && ss != 8)) return;
-  auto bad = [&](const std::string& why) {
-    fail_h5(file, "corrupt variable-length string storage (" + why + "; file corrupt?)", obj);
-  };
-  const size_t elem = 4 + sa + 4;
-  if (static_cast<double>(off) + static_cast<double>(n) * elem > static_cast<double>(fsize))
-    bad("its references run past the end of the file");
-  const int fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return;
-  struct Fd {
-    int fd;
-    ~Fd() { ::close(fd); }
-  } guard{fd};
-  std::vector<unsigned char> refs(n * elem);
-  if (!pread_all(fd, refs.data(), refs.size(), off)) bad("its references cannot be read");
-  // Each collection once: object index -> size.
-  std::unordered_map<uint64_t, std::unordered_map<uint64_t, uint64_t>> heaps;
-  auto load = [&](uint64_t addr) -> const std::unordered_map<uint64_t, uint64_t>& {
-    auto it = heaps.find(addr);
-    if (it != heaps.end()) return it->second;
-    auto& objs = heaps[addr];
-    const uint64_t at = addr + userblock;
-    const size_t head = 8 + ss;
-    if (at + head > fsize) bad("a global heap collection lies outside the file");
-    std::vector<unsigned char> h(head);
-    if (!pread_all(fd, h.data(), head, at)) bad("a global heap collection cannot be read");
-    if (std::memcmp(h.data(), "GCOL", 4) != 0 || h[4] != 1) bad("a global heap collection has no GCOL signature");
-    const uint64_t csize = le_uint(h.data() + 8, ss);
-    if (csize < head || at + csize > fsize) bad("a global heap collection's size runs past the end of the file");
-    std::vector<unsigned char> c(static_cast<size_t>(csize));
-    if (!pread_all(fd, c.data(), c.size(), at)) bad("a global heap collection cannot be read");
-    // The walk libhdf5's H5HG__cache_heap_deserialize makes over the collection, refusing what
-    // would make it loop forever (a free-space object, index 0, of size 0 moves it nowhere) or
-    // read past the collection (an object's size running past its end).
-    const size_t ohead = 8 + ss;  // index u16, refcount u16, reserved u32, size
-    for (size_t p = head; p + ohead <= c.size();) {
-      const uint64_t idx = le_uint(c.data() + p, 2);
-      const uint64_t osize = le_uint(c.data() + p + 8, ss);
-      const size_t left = c.size() - p;
-      if (idx == 0) {  // free space: its size counts its header
-        if (osize < ohead || osize > left) bad("a global heap collection's free space is damaged");
-        p += static_cast<size_t>(osize);
-        continue;
-      }
-      if (osize > left - ohead || ohead + ((osize + 7) / 8) * 8 > left) bad("a global heap object runs past its collection");
-      objs[idx] = osize;
-      p += ohead + static_cast<size_t>((osize + 7) / 8) * 8;
-    }
-    return objs;
-  };
-  for (size_t i = 0; i < n; ++i) {
-    const unsigned char* r = refs.data() + i * elem;
-    const uint64_t len = le_uint(r, 4), addr = le_uint(r + 4, sa), idx = le_uint(r + 4 + sa, 4);
-    if (addr == 0 && len == 0) continue;  // an empty (or NULL) string
-    if (addr == 0) bad("a string has no heap object");
-    const auto& objs = load(addr);
-    const auto it = objs.find(idx);
-    if (it == objs.end()) bad("a string refers to a missing global heap object");
-    if (it->second < len) bad("a string is longer than its global heap object");
-  }
-}
+// Variable-length strings: datasets are read, and attributes checked, by io/hdf5_vlen.cpp from the
+// file's bytes before libhdf5's vlen conversion could follow a damaged heap reference.
 
 // Reads strings through `rd(mem_type, buffer)` from an object of type `ftype` with `n` elements.
 template <class ReadFn>
@@ -524,6 +428,7 @@ std::vector<std::string> Node::attr_strings(const std::string& name) const {
   const TypeInfo ti = describe_type(h.type.get());
   if (h.n == 0) return {};
   if (!ti.is_string) fail_h5(file_, "attribute '" + name + "' should hold strings", path_);
+  if (ti.is_vlen_string) detail::check_vlen_attribute(id(), name, h.n, file_, path_);
   auto rd = [&](hid_t mem, void* buf) {
     if (H5Aread(h.a.get(), mem, buf) < 0) fail_h5(file_, "cannot read attribute '" + name + "'", path_);
   };
@@ -825,7 +730,8 @@ std::vector<std::string> Dataset::read_strings() const {
   Id space(chk(H5Dget_space(id()), *this, "cannot read the dataspace"));
   const size_t n = static_cast<size_t>(size());
   check_claim(id(), dataset_filtered(id()), n, H5Tget_size(ft.get()), file_, path_);
-  if (H5Tis_variable_str(ft.get()) > 0 && n > 0) validate_vlen_heap(id(), n, file_, path_);
+  if (H5Tis_variable_str(ft.get()) > 0 && n > 0)
+    if (auto s = detail::read_vlen_strings(id(), n, file_, path_)) return std::move(*s);
   auto rd = [&](hid_t mem, void* buf) {
     if (H5Dread(id(), mem, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf) < 0)
       fail_h5(file_, "cannot read strings (file corrupt or truncated?)", path_);

@@ -64,9 +64,18 @@ expect_rejected "convert: a malformed number type is refused before libhdf5 conv
   "^scurry: error: $F: holds a malformed number type \(bit fields outside its 32 bits; file corrupt\?\) \(/matrix/data\)$" \
   convert "$F" out.h5ad
 
-# libhdf5 loops forever reading a vlen-string attribute of this file: the watchdog ends it (here
-# after 2 s instead of 60).
+# libhdf5 loops forever reading a vlen-string attribute of this file; scurry checks the attribute's
+# heap references first (found in its object header) and refuses it.
 F="$REG/h5ad_attr_heap_hang.h5ad"
+for cmd in info convert; do
+  args=("$cmd" "$F"); [ "$cmd" = convert ] && args+=(out.h5ad)
+  expect_rejected "$cmd: a vlen attribute's damaged heap is refused before libhdf5 loops on it" \
+    "^scurry: error: $F: corrupt variable-length string storage \(a global heap collection's free space is damaged; file corrupt\?\) \(/ attribute 'encoding-(type|version)'\)$" "${args[@]}"
+done
+
+# The same damage with the attributes in dense storage (a fractal heap), where scurry does not look:
+# libhdf5 still loops forever and the watchdog ends it (here after 2 s instead of 60).
+F="$REG/h5ad_attr_dense_heap_hang.h5ad"
 export SCURRY_HDF5_HANG_SECONDS=2
 for cmd in info convert; do
   args=("$cmd" "$F"); [ "$cmd" = convert ] && args+=(out.h5ad)
@@ -75,14 +84,21 @@ for cmd in info convert; do
 done
 unset SCURRY_HDF5_HANG_SECONDS
 
-# The chunked reproducer crashes inside libhdf5 (SIGSEGV in H5Dread's vlen conversion): the crash
-# guard reports it. Under AddressSanitizer the interceptor of memcpy sees libhdf5's overread first
-# and reports it itself (a sanitizer report, exit 1): that build checks the guard in the gtest
-# Hdf5CrashGuard.* instead.
+# Chunked, gzip-compressed barcodes with a damaged heap: scurry inflates the chunk and checks the
+# references itself (libhdf5 crashed on it).
+F="$REG/10x_vlen_heap_chunked.h5"
+expect_rejected "convert: a chunked vlen dataset's damaged heap is refused" \
+  "^scurry: error: $F: corrupt variable-length string storage \(a global heap object runs past its collection; file corrupt\?\) \(/matrix/barcodes\)$" \
+  convert "$F" out.h5ad
+
+# The compact reproducer (a layout scurry leaves to libhdf5) crashes inside libhdf5 (SIGSEGV in
+# H5Dread's vlen conversion): the crash guard reports it. Under AddressSanitizer the interceptor of
+# memcpy sees libhdf5's overread first and reports it itself (a sanitizer report, exit 1): that build
+# checks the guard in the gtest Hdf5CrashGuard.* instead.
 if grep -q __asan_init "$SCURRY" 2>/dev/null; then
   echo "ok - skipped: the crash guard through the CLI (an AddressSanitizer build)"
 else
-  F="$REG/10x_vlen_heap_chunked.h5"
+  F="$REG/10x_vlen_heap_compact.h5"
   for cmd in info convert; do
     args=("$cmd" "$F"); [ "$cmd" = convert ] && args+=(out.h5ad)
     expect_rejected "$cmd: a crash inside libhdf5 is one line, exit 2" \

@@ -7,9 +7,12 @@ tests/cli/test_hostile.sh (issue 16, points 3 and 4). Each is a small valid file
                                contiguous) name a global heap object whose size field is 2^29 + 7:
                                libhdf5 1.10.8's H5Dread crashes on it (SIGSEGV); scurry checks the
                                heap references first (InputError, exit 2).
-  10x_vlen_heap_chunked.h5     the same damage with barcodes chunked and gzip-compressed: the
-                               references are inside compressed chunks, not checked by scurry, and
-                               libhdf5 crashes: the CLI's crash guard reports it (exit 2, one line).
+  10x_vlen_heap_chunked.h5     the same damage with barcodes chunked and gzip-compressed: scurry
+                               inflates the chunk itself and checks the references (InputError,
+                               exit 2); before session 10 libhdf5 crashed on it under the guard.
+  10x_vlen_heap_compact.h5     the same damage with barcodes stored compactly (in the object header),
+                               a layout scurry does not read itself: libhdf5 reads it and crashes,
+                               the CLI's crash guard reports it (exit 2, one line).
   10x_indptr_lies.h5           matrix/indptr's dataspace claims 4,294,967,296 int64 elements (a
                                chunked dataset never written: 12 KB of file); the reader used to
                                allocate 34 GB before any check.
@@ -18,7 +21,12 @@ tests/cli/test_hostile.sh (issue 16, points 3 and 4). Each is a small valid file
                                variable-length string attributes, e.g. encoding-type) have their
                                free-space object's size set to 0: libhdf5 1.10.8 loops forever
                                reading any such attribute (H5HG__cache_heap_deserialize). The CLI's
-                               watchdog ends it (exit 2, one line).
+                               Since session 10 the attribute's references are checked first, from
+                               the object header (InputError, exit 2).
+  h5ad_attr_dense_heap_hang.h5ad  the same damage in a file written with libver="latest" whose root
+                               group has 12 attributes: they live in dense storage (a fractal heap),
+                               where scurry does not look for them, so libhdf5 still loops forever;
+                               the CLI's watchdog ends it (exit 2, one line).
   10x_metadata_huge_alloc.h5   found by fuzz_tenx_h5 (libFuzzer, from the seed v2.h5): a damaged
                                object header under which libhdf5's metadata cache asks malloc for
                                ~4e18 bytes (an AddressSanitizer report inside libhdf5 under the fuzzer;
@@ -92,11 +100,18 @@ p = os.path.join(HERE, "10x_vlen_heap_contiguous.h5")
 tenx(p); damage_heap(p)
 p = os.path.join(HERE, "10x_vlen_heap_chunked.h5")
 tenx(p, {"chunks": (6,), "compression": "gzip"}); damage_heap(p)
+p = os.path.join(HERE, "10x_vlen_heap_compact.h5")
+compact = h5py.h5p.create(h5py.h5p.DATASET_CREATE)
+compact.set_layout(h5py.h5d.COMPACT)
+tenx(p, {"dcpl": compact}); damage_heap(p)
 tenx(os.path.join(HERE, "10x_indptr_lies.h5"), indptr_lies=True)
 
 
-def small_h5ad(path, indptr_lies):
-  with h5py.File(path, "w") as f:
+def small_h5ad(path, indptr_lies, dense_attrs=False):
+  with h5py.File(path, "w", **({"libver": "latest"} if dense_attrs else {})) as f:
+      if dense_attrs:  # more than 8 attributes: dense storage (libhdf5's default max_compact)
+          for i in range(10):
+              f.attrs["extra%d" % i] = "x%d" % i
       f.attrs["encoding-type"] = "anndata"
       f.attrs["encoding-version"] = "0.1.0"
       x = f.create_group("X")
@@ -121,3 +136,5 @@ def small_h5ad(path, indptr_lies):
 small_h5ad(os.path.join(HERE, "h5ad_indptr_lies.h5ad"), True)
 p = os.path.join(HERE, "h5ad_attr_heap_hang.h5ad")
 small_h5ad(p, False); zero_free_space(p)
+p = os.path.join(HERE, "h5ad_attr_dense_heap_hang.h5ad")
+small_h5ad(p, False, dense_attrs=True); zero_free_space(p)

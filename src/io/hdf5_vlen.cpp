@@ -1,0 +1,351 @@
+// scurry: variable-length strings without libhdf5's vlen conversion. See io/hdf5_vlen.hpp.
+#include "io/hdf5_vlen.hpp"
+
+#include <fcntl.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <unordered_map>
+
+#include "core/error.hpp"
+#include "io/hdf5.hpp"
+
+namespace scurry::h5::detail {
+namespace {
+
+uint64_t le_uint(const unsigned char* p, size_t n) {
+  uint64_t v = 0;
+  for (size_t i = n; i-- > 0;) v = (v << 8) | p[i];
+  return v;
+}
+
+// The file's bytes, read with pread, and the geometry of its superblock.
+class RawFile {
+ public:
+  RawFile(hid_t obj, const std::string& file, const std::string& what) : file_(file), what_(what) {
+    Id fid(H5Iget_file_id(obj));
+    if (!fid.valid()) return;
+    Id fcpl(H5Fget_create_plist(fid.get()));
+    hsize_t fsize = 0;
+    if (!fcpl.valid() || H5Pget_sizes(fcpl.get(), &sa_, &ss_) < 0 || H5Pget_userblock(fcpl.get(), &userblock_) < 0 ||
+        H5Fget_filesize(fid.get(), &fsize) < 0)
+      return;
+    fsize_ = fsize;
+    if ((sa_ != 2 && sa_ != 4 && sa_ != 8) || (ss_ != 2 && ss_ != 4 && ss_ != 8)) return;
+    fd_ = ::open(file.c_str(), O_RDONLY | O_CLOEXEC);
+  }
+  ~RawFile() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  RawFile(const RawFile&) = delete;
+  RawFile& operator=(const RawFile&) = delete;
+
+  bool ok() const { return fd_ >= 0; }
+  size_t sizeof_addr() const { return sa_; }
+  size_t sizeof_size() const { return ss_; }
+  uint64_t userblock() const { return userblock_; }
+  uint64_t size() const { return fsize_; }
+
+  [[noreturn]] void bad(const std::string& why) const {
+    fail_h5(file_, "corrupt variable-length string storage (" + why + "; file corrupt?)", what_);
+  }
+  // n bytes at absolute offset `at`, which must lie inside the file.
+  std::vector<unsigned char> read(uint64_t at, uint64_t n, const char* what) const {
+    if (at > fsize_ || n > fsize_ - at) bad(std::string(what) + " lies outside the file");
+    std::vector<unsigned char> buf(static_cast<size_t>(n));
+    auto* p = buf.data();
+    size_t left = buf.size();
+    uint64_t off = at;
+    while (left > 0) {
+      const ssize_t r = ::pread(fd_, p, left, static_cast<off_t>(off));
+      if (r <= 0) bad(std::string(what) + " cannot be read");
+      p += r, left -= static_cast<size_t>(r), off += static_cast<uint64_t>(r);
+    }
+    return buf;
+  }
+
+ private:
+  std::string file_, what_;
+  int fd_ = -1;
+  size_t sa_ = 0, ss_ = 0;
+  hsize_t userblock_ = 0;
+  uint64_t fsize_ = 0;
+};
+
+// The global heap collections the references name, each read and checked once.
+class GlobalHeaps {
+ public:
+  explicit GlobalHeaps(const RawFile& f) : f_(f) {}
+
+  // The bytes of string reference `r` (length, collection address, object index). `exact`: the
+  // object must be exactly the string's length (libhdf5's H5HG_read copies the whole object into a
+  // buffer of the string's length); otherwise it must hold at least that many bytes.
+  std::string resolve(const unsigned char* r, bool exact) {
+    const size_t sa = f_.sizeof_addr();
+    const uint64_t len = le_uint(r, 4), addr = le_uint(r + 4, sa), idx = le_uint(r + 4 + sa, 4);
+    if (addr == 0 && len == 0) return {};  // an empty (or NULL) string
+    if (addr == 0) f_.bad("a string has no heap object");
+    const Collection& c = load(addr);
+    const auto it = std::lower_bound(c.objects.begin(), c.objects.end(), Object{idx, 0, 0},
+                                     [](const Object& a, const Object& b) { return a.index < b.index; });
+    if (it == c.objects.end() || it->index != idx) f_.bad("a string refers to a missing global heap object");
+    if (it->size < len || (exact && it->size != len)) f_.bad("a string's length differs from its global heap object's");
+    const char* p = reinterpret_cast<const char*>(c.bytes.data() + it->offset);
+    // As libhdf5 hands it over: a C string, ending at the first NUL.
+    return std::string(p, strnlen(p, static_cast<size_t>(len)));
+  }
+
+ private:
+  struct Object {
+    uint64_t index;
+    size_t offset;  // of its data in the collection
+    uint64_t size;
+  };
+  struct Collection {
+    std::vector<unsigned char> bytes;
+    std::vector<Object> objects;  // by index (a sorted vector: cheaper than a hash map for the few
+                                  // objects of an attribute's collection, and for many)
+  };
+
+  const Collection& load(uint64_t addr) {
+    auto it = heaps_.find(addr);
+    if (it != heaps_.end()) return it->second;
+    const size_t ss = f_.sizeof_size();
+    if (addr > f_.size()) f_.bad("a global heap collection lies outside the file");
+    const uint64_t at = addr + f_.userblock();
+    // Header: "GCOL", version 1, 3 reserved bytes, the collection's size.
+    const size_t head = 8 + ss;
+    const auto h = f_.read(at, head, "a global heap collection");
+    if (std::memcmp(h.data(), "GCOL", 4) != 0 || h[4] != 1) f_.bad("a global heap collection has no GCOL signature");
+    const uint64_t csize = le_uint(h.data() + 8, ss);
+    if (csize < head) f_.bad("a global heap collection's size is too small");
+    Collection c;
+    c.bytes = f_.read(at, csize, "a global heap collection");
+    // The walk libhdf5's H5HG__cache_heap_deserialize makes, refusing what would make it loop
+    // forever (a free-space object, index 0, of size 0 moves it nowhere) or read past the
+    // collection (an object's size running past its end). Objects: index u16, refcount u16,
+    // reserved u32, size, then the data padded to 8 bytes.
+    const size_t ohead = 8 + ss;
+    for (size_t p = head; p + ohead <= c.bytes.size();) {
+      const uint64_t idx = le_uint(c.bytes.data() + p, 2);
+      const uint64_t osize = le_uint(c.bytes.data() + p + 8, ss);
+      const size_t left = c.bytes.size() - p;
+      if (idx == 0) {  // free space: its size counts its header
+        if (osize < ohead || osize > left) f_.bad("a global heap collection's free space is damaged");
+        p += static_cast<size_t>(osize);
+        continue;
+      }
+      if (osize > left - ohead || ohead + ((osize + 7) / 8) * 8 > left) f_.bad("a global heap object runs past its collection");
+      c.objects.push_back({idx, p + ohead, osize});
+      p += ohead + static_cast<size_t>((osize + 7) / 8) * 8;
+    }
+    // libhdf5 writes the objects in index order; a damaged collection may not. A repeated index is
+    // refused (libhdf5 would take either).
+    auto by_index = [](const Object& a, const Object& b) { return a.index < b.index; };
+    if (!std::is_sorted(c.objects.begin(), c.objects.end(), by_index))
+      std::sort(c.objects.begin(), c.objects.end(), by_index);
+    for (size_t i = 1; i < c.objects.size(); ++i)
+      if (c.objects[i].index == c.objects[i - 1].index) f_.bad("a global heap collection holds an object index twice");
+    return heaps_.emplace(addr, std::move(c)).first->second;
+  }
+
+  const RawFile& f_;
+  std::unordered_map<uint64_t, Collection> heaps_;
+};
+
+// Inflates a deflate (zlib) stream to exactly `want` bytes; false when the stream is damaged or
+// its size differs.
+bool inflate_exact(const std::vector<unsigned char>& in, size_t want, std::vector<unsigned char>& out) {
+  out.assign(want, 0);
+  z_stream z{};
+  if (inflateInit(&z) != Z_OK) return false;
+  z.next_in = const_cast<unsigned char*>(in.data());
+  z.avail_in = static_cast<uInt>(in.size());
+  z.next_out = out.data();
+  z.avail_out = static_cast<uInt>(want);
+  int rc = inflate(&z, Z_FINISH);
+  if (rc == Z_BUF_ERROR && z.avail_out == 0 && want == 0) rc = Z_STREAM_END;
+  const bool ok = rc == Z_STREAM_END && z.avail_out == 0;
+  inflateEnd(&z);
+  return ok;
+}
+
+// HDF5's shuffle filter (H5Zshuffle.c) undone: byte b of element i was stored at b * n + i.
+std::vector<unsigned char> unshuffle(const std::vector<unsigned char>& in, size_t elem) {
+  if (elem <= 1) return in;
+  std::vector<unsigned char> out(in.size());
+  const size_t n = in.size() / elem;
+  for (size_t b = 0; b < elem; ++b)
+    for (size_t i = 0; i < n; ++i) out[i * elem + b] = in[b * n + i];
+  std::copy(in.begin() + static_cast<std::ptrdiff_t>(n * elem), in.end(), out.begin() + static_cast<std::ptrdiff_t>(n * elem));
+  return out;
+}
+
+}  // namespace
+
+std::optional<std::vector<std::string>> read_vlen_strings(hid_t dset, size_t n, const std::string& file,
+                                                          const std::string& obj) {
+  RawFile f(dset, file, obj);
+  if (!f.ok()) return std::nullopt;
+  const size_t elem = 4 + f.sizeof_addr() + 4;
+  Id dcpl(H5Dget_create_plist(dset));
+  if (!dcpl.valid()) return std::nullopt;
+  const H5D_layout_t layout = H5Pget_layout(dcpl.get());
+  std::vector<std::string> out(n);
+  GlobalHeaps heaps(f);
+
+  if (layout == H5D_CONTIGUOUS) {
+    const haddr_t off = H5Dget_offset(dset);  // absolute (the userblock included)
+    if (off == HADDR_UNDEF || H5Pget_external_count(dcpl.get()) != 0) return std::nullopt;  // not allocated, external
+    if (static_cast<double>(off) + static_cast<double>(n) * elem > static_cast<double>(f.size()))
+      f.bad("its references run past the end of the file");
+    const auto refs = f.read(off, n * elem, "its references");
+    for (size_t i = 0; i < n; ++i) out[i] = heaps.resolve(refs.data() + i * elem, false);
+    return out;
+  }
+  if (layout != H5D_CHUNKED || f.userblock() != 0) return std::nullopt;
+  // Chunked, 1-D: each stored chunk's bytes (H5Dget_chunk_info: address, size, filters skipped)
+  // decoded here. Filters other than deflate and shuffle go through libhdf5.
+  hsize_t cdim = 0;
+  if (H5Pget_chunk(dcpl.get(), 1, &cdim) != 1 || cdim == 0) return std::nullopt;
+  unsigned opts = 0;  // partial edge chunks stored unfiltered: their filter mask does not say so
+  if (H5Pget_chunk_opts(dcpl.get(), &opts) < 0 || (opts & H5D_CHUNK_DONT_FILTER_PARTIAL_CHUNKS)) return std::nullopt;
+  const int nf = H5Pget_nfilters(dcpl.get());
+  if (nf < 0 || nf > 8) return std::nullopt;
+  std::vector<H5Z_filter_t> filters;
+  for (int i = 0; i < nf; ++i) {
+    unsigned flags = 0;
+    size_t nvals = 0;
+    unsigned cfg = 0;
+    char name[16];
+    const H5Z_filter_t id = H5Pget_filter2(dcpl.get(), static_cast<unsigned>(i), &flags, &nvals, nullptr, sizeof name, name, &cfg);
+    if (id != H5Z_FILTER_DEFLATE && id != H5Z_FILTER_SHUFFLE) return std::nullopt;
+    filters.push_back(id);
+  }
+  // A chunk decodes to cdim references: bounded as check_claim bounds a dataspace (deflate's
+  // maximum ratio, 1032:1, over the file's bytes, plus 64 MiB).
+  const double chunk_bytes = static_cast<double>(cdim) * static_cast<double>(elem);
+  if (chunk_bytes > static_cast<double>(f.size()) * 1032 + 64.0 * (1 << 20)) f.bad("its chunk size is larger than the file can hold");
+  Id space(H5Dget_space(dset));
+  hsize_t nchunks = 0;
+  if (!space.valid() || H5Dget_num_chunks(dset, space.get(), &nchunks) < 0)
+    fail_h5(file, "cannot read the chunk index (file corrupt?)", obj);
+  if (nchunks > f.size()) f.bad("it claims more chunks than the file can hold");
+  const size_t want = static_cast<size_t>(cdim) * elem;
+  std::vector<unsigned char> raw, dec;
+  for (hsize_t c = 0; c < nchunks; ++c) {
+    hsize_t coff = 0, csize = 0;
+    unsigned mask = 0;
+    haddr_t caddr = HADDR_UNDEF;
+    if (H5Dget_chunk_info(dset, space.get(), c, &coff, &mask, &caddr, &csize) < 0)
+      fail_h5(file, "cannot read the chunk index (file corrupt?)", obj);
+    if (caddr == HADDR_UNDEF) continue;  // not written: the fill value, empty strings
+    if (coff % cdim != 0 || coff >= n) f.bad("a chunk lies outside the dataset");
+    raw = f.read(caddr, csize, "a chunk");
+    for (size_t i = filters.size(); i-- > 0;) {  // undone in reverse order of the pipeline
+      if (mask & (1u << i)) continue;           // this filter was skipped for this chunk
+      if (filters[i] == H5Z_FILTER_DEFLATE) {
+        if (!inflate_exact(raw, want, dec)) f.bad("a compressed chunk does not inflate to its size");
+        raw.swap(dec);
+      } else {
+        raw = unshuffle(raw, elem);
+      }
+    }
+    if (raw.size() != want) f.bad("a chunk's size differs from its shape");
+    const size_t first = static_cast<size_t>(coff);
+    const size_t count = std::min<size_t>(static_cast<size_t>(cdim), n - first);
+    for (size_t j = 0; j < count; ++j) out[first + j] = heaps.resolve(raw.data() + j * elem, false);
+  }
+  return out;
+}
+
+namespace {
+
+// Finds attribute `name`'s stored data in the object header at `addr` (HDF5 File Format
+// Specification 3.0, IV.A.1.a/b: version 1 and version 2 headers, continuation messages 0x10
+// followed; IV.A.2.m: the attribute message, versions 1-3). Returns the header bytes holding it and
+// the data's offset in them, or false when it is not found there.
+bool find_attribute_data(const RawFile& f, uint64_t addr, const std::string& name, size_t data_bytes,
+                         std::vector<unsigned char>& block, size_t& data_at) {
+  const size_t sa = f.sizeof_addr(), ss = f.sizeof_size();
+  const uint64_t ub = f.userblock();
+  if (addr + ub + 16 > f.size()) return false;
+  const auto pre = f.read(addr + ub, std::min<uint64_t>(64, f.size() - addr - ub), "an object header");
+  struct Chunk {
+    uint64_t at, len;
+  };
+  std::vector<Chunk> todo;
+  bool v2 = false;
+  if (pre.size() >= 16 && pre[0] == 1) {
+    todo.push_back({addr + ub + 16, le_uint(pre.data() + 8, 4)});
+  } else if (pre.size() >= 8 && std::memcmp(pre.data(), "OHDR", 4) == 0 && pre[4] == 2) {
+    v2 = true;
+    const unsigned flags = pre[5];
+    size_t p = 6 + ((flags & 0x20) ? 16 : 0) + ((flags & 0x10) ? 4 : 0);
+    const size_t w = size_t(1) << (flags & 3);
+    if (p + w > pre.size()) return false;
+    todo.push_back({addr + ub + p + w, le_uint(pre.data() + p, w)});
+  } else {
+    return false;
+  }
+  bool crt_order = v2 && (pre[5] & 0x04);
+  for (size_t k = 0; k < todo.size() && k < 256; ++k) {
+    uint64_t at = todo[k].at, len = todo[k].len;
+    if (v2 && k > 0) {  // continuation chunk: "OCHK", messages, checksum
+      if (len < 8) return false;
+      at += 4, len -= 8;
+    }
+    if (len > (uint64_t(1) << 26)) return false;
+    block = f.read(at, len, "an object header");
+    const size_t mh = v2 ? 4 + (crt_order ? 2 : 0) : 8;
+    for (size_t p = 0; p + mh <= block.size();) {
+      const unsigned type = v2 ? block[p] : static_cast<unsigned>(le_uint(block.data() + p, 2));
+      const size_t msize = static_cast<size_t>(v2 ? le_uint(block.data() + p + 1, 2) : le_uint(block.data() + p + 2, 2));
+      const unsigned mflags = v2 ? block[p + 3] : block[p + 4];
+      const size_t body = p + mh;
+      if (msize > block.size() - body) break;
+      if (type == 0x10 && msize >= sa + ss) {
+        todo.push_back({le_uint(block.data() + body, sa) + ub, le_uint(block.data() + body + sa, ss)});
+      } else if (type == 0x0C && !(mflags & 0x02) && msize >= 8) {  // an attribute, not shared
+        const unsigned char* m = block.data() + body;
+        const unsigned ver = m[0];
+        const size_t nsize = static_cast<size_t>(le_uint(m + 2, 2)), tsize = static_cast<size_t>(le_uint(m + 4, 2)),
+                     dsize = static_cast<size_t>(le_uint(m + 6, 2));
+        auto pad = [&](size_t x) { return ver == 1 ? (x + 7) / 8 * 8 : x; };
+        const size_t name_at = ver == 3 ? 9 : 8;
+        if ((ver == 1 || ver == 2 || ver == 3) && nsize == name.size() + 1 && name_at + nsize <= msize &&
+            std::memcmp(m + name_at, name.c_str(), nsize) == 0) {
+          const size_t d = name_at + pad(nsize) + pad(tsize) + pad(dsize);
+          if (d > msize || data_bytes > msize - d) return false;
+          data_at = body + d;
+          return true;
+        }
+      }
+      p = body + (v2 ? msize : (msize + 7) / 8 * 8);
+    }
+  }
+  return false;
+}
+
+}  // namespace
+
+void check_vlen_attribute(hid_t obj_id, const std::string& name, size_t n, const std::string& file,
+                          const std::string& where) {
+  if (n == 0) return;
+  RawFile f(obj_id, file, where + " attribute '" + name + "'");
+  if (!f.ok()) return;
+  H5O_info_t info;
+  if (H5Oget_info2(obj_id, &info, H5O_INFO_BASIC) < 0) return;
+  const size_t elem = 4 + f.sizeof_addr() + 4;
+  if (static_cast<double>(n) * elem > static_cast<double>(f.size())) f.bad("its references run past the end of the file");
+  std::vector<unsigned char> block;
+  size_t at = 0;
+  if (!find_attribute_data(f, info.addr, name, n * elem, block, at)) return;
+  GlobalHeaps heaps(f);
+  for (size_t i = 0; i < n; ++i) heaps.resolve(block.data() + at + i * elem, true);
+}
+
+}  // namespace scurry::h5::detail

@@ -1,0 +1,38 @@
+// scurry: variable-length strings read without libhdf5's vlen conversion (issue 16 point 4).
+//
+// A variable-length string is stored as a heap reference -- a u32 length, the address of a global
+// heap collection (sizeof_offsets bytes) and a u32 object index -- and its bytes as an object of
+// that collection (HDF5 File Format Specification 3.0, section III.E "Global Heap", and section
+// IV.A.2.d, the variable-length datatype). libhdf5 1.10.8 follows the references without checking
+// them (H5T__conv_vlen -> H5HG_read): a collection whose object sizes run past its end, an object
+// longer than the string, or a free-space object of size 0 crashes it or makes it loop forever.
+// Here the references are read from the file's bytes (pread; chunks found with H5Dget_chunk_info
+// and decoded by our own inflate and unshuffle), every collection they name is parsed and checked
+// (the walk libhdf5's H5HG__cache_heap_deserialize makes), and each string is copied from its
+// object: H5Dread never follows a heap reference. Internal to the h5 wrappers (io/hdf5.cpp).
+#pragma once
+#include <hdf5.h>
+
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace scurry::h5::detail {
+
+// The n variable-length strings of dataset `dset` (1-D or scalar, contiguous or chunked with
+// deflate/shuffle filters), read from the file's bytes. Throws InputError "FILE: corrupt
+// variable-length string storage (...) (OBJ)" for a damaged reference, collection or chunk.
+// Returns nullopt when the layout is one it does not read (compact storage, other filters, a
+// userblock with chunks, an unusual address size): the caller reads through libhdf5.
+std::optional<std::vector<std::string>> read_vlen_strings(hid_t dset, size_t n, const std::string& file,
+                                                          const std::string& obj);
+
+// Checks the heap references of the variable-length string attribute `name` of object `obj_id`
+// (n elements) before H5Aread follows them: the attribute message is found in the object's header
+// (versions 1 and 2, continuation blocks followed; section IV.A of the specification) and its
+// references checked as above. Throws InputError naming the attribute when one is damaged; does
+// nothing when the message cannot be located (dense attribute storage): libhdf5 reads it then.
+void check_vlen_attribute(hid_t obj_id, const std::string& name, size_t n, const std::string& file,
+                          const std::string& where);
+
+}  // namespace scurry::h5::detail
