@@ -42,8 +42,10 @@ void fill_ahead_for(std::vector<T>& out, size_t n, int threads, int64_t items, E
     try {
       for (int64_t i; !failed.load(std::memory_order_relaxed) && (i = next.fetch_add(1)) < items;) {
         const size_t need = static_cast<size_t>(end_of(i));
-        while (ready.load(std::memory_order_acquire) < need && !failed.load(std::memory_order_relaxed))
+        while (ready.load(std::memory_order_acquire) < need) {
+          if (failed.load(std::memory_order_relaxed)) return;  // (never runs an item before its elements exist)
           std::this_thread::yield();
+        }
         work(i);
       }
     } catch (...) {
