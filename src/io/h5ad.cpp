@@ -690,6 +690,16 @@ scurry::Dataset read_h5ad_rows(const std::string& path, int64_t begin, int64_t e
 
 // ---- public: write --------------------------------------------------------------------------------
 
+namespace {
+// What makes d unwritable before any byte is written: X still being copied, inconsistent shapes,
+// no X where one is needed.
+void check_writable(const scurry::Dataset& d, const std::string& path, const H5adWriteOptions& opt) {
+  if (d.pending_x) fail("internal: writing a dataset whose X is still being copied; settle() it first");
+  d.check_shapes(path);
+  if (d.X.empty() && !opt.allow_no_x) fail_input(path, "cannot write: X is empty");
+}
+}  // namespace
+
 struct H5adWriter::Impl {
   std::string path;
   H5adWriteOptions opt;
@@ -738,11 +748,9 @@ void H5adWriter::write_x(const Matrix& X) {
 void H5adWriter::finish(const scurry::Dataset& d) {
   Impl& w = *impl_;
   const std::string& path = w.path;
-  if (d.pending_x) fail("internal: writing a dataset whose X is still being copied; settle() it first");
+  check_writable(d, path, w.opt);
   if (w.x_written && (d.X.n_rows() != w.x_rows || d.X.n_cols() != w.x_cols))
     fail("internal: H5adWriter::finish with an X other than the one written");
-  d.check_shapes(path);
-  if (d.X.empty() && !w.opt.allow_no_x) fail_input(path, "cannot write: X is empty");
   w.part([&] {
     h5::File& f = w.f;
     if (!w.x_written && !d.X.empty()) write_matrix(f, "X", d.X, w.gz);
@@ -778,9 +786,7 @@ void H5adWriter::finish(const scurry::Dataset& d) {
 }
 
 void write_h5ad(const scurry::Dataset& d, const std::string& path, const H5adWriteOptions& opt) {
-  if (d.pending_x) fail("internal: writing a dataset whose X is still being copied; settle() it first");
-  d.check_shapes(path);
-  if (d.X.empty() && !opt.allow_no_x) fail_input(path, "cannot write: X is empty");
+  check_writable(d, path, opt);  // (before the temporary is made; finish checks again, at no cost)
   H5adWriter w(path, opt);
   w.finish(d);
 }

@@ -603,6 +603,25 @@ struct ContiguousBytes {
   std::string file;  // the path HDF5 opened
   uint64_t offset = 0;
 };
+// Where the `bytes` of dataset d lie in its file: a contiguous dataset without external storage,
+// all of it allocated, in a single file of the sec2 driver (the file's name and the offset); else none.
+std::optional<ContiguousBytes> sec2_extent(hid_t d, size_t bytes) {
+  Id pl(H5Dget_create_plist(d));
+  if (!pl.valid() || H5Pget_layout(pl.get()) != H5D_CONTIGUOUS || H5Pget_external_count(pl.get()) != 0)
+    return std::nullopt;
+  const haddr_t off = H5Dget_offset(d);
+  if (off == HADDR_UNDEF || H5Dget_storage_size(d) != bytes) return std::nullopt;
+  Id file(H5Iget_file_id(d));
+  if (!file.valid()) return std::nullopt;
+  Id fapl(H5Fget_access_plist(file.get()));
+  if (!fapl.valid() || H5Pget_driver(fapl.get()) != H5FD_SEC2) return std::nullopt;
+  const ssize_t len = H5Fget_name(file.get(), nullptr, 0);
+  if (len <= 0) return std::nullopt;
+  std::string name(static_cast<size_t>(len), '\0');
+  if (H5Fget_name(file.get(), name.data(), name.size() + 1) != len) return std::nullopt;
+  return ContiguousBytes{std::move(name), static_cast<uint64_t>(off)};
+}
+
 // Where the n elements of d lie in its file when the fast path applies.
 template <class T>
 std::optional<ContiguousBytes> contiguous_bytes(const Dataset& d, size_t n) {
@@ -612,23 +631,12 @@ std::optional<ContiguousBytes> contiguous_bytes(const Dataset& d, size_t n) {
   if (bytes == 0 || (bytes < kPreadMinBytes && !(e && std::strcmp(e, "force") == 0))) return std::nullopt;
   Id ft(H5Dget_type(d.id()));
   if (!ft.valid() || H5Tequal(ft.get(), native_type<T>()) <= 0) return std::nullopt;
-  Id pl(H5Dget_create_plist(d.id()));
-  if (!pl.valid() || H5Pget_layout(pl.get()) != H5D_CONTIGUOUS || H5Pget_external_count(pl.get()) != 0)
-    return std::nullopt;
-  const haddr_t off = H5Dget_offset(d.id());
-  if (off == HADDR_UNDEF || H5Dget_storage_size(d.id()) != bytes) return std::nullopt;
-  Id file(H5Iget_file_id(d.id()));
-  if (!file.valid()) return std::nullopt;
-  Id fapl(H5Fget_access_plist(file.get()));
-  if (!fapl.valid() || H5Pget_driver(fapl.get()) != H5FD_SEC2) return std::nullopt;
-  const ssize_t len = H5Fget_name(file.get(), nullptr, 0);
-  if (len <= 0) return std::nullopt;
-  std::string name(static_cast<size_t>(len), '\0');
-  if (H5Fget_name(file.get(), name.data(), name.size() + 1) != len) return std::nullopt;
+  auto where = sec2_extent(d.id(), bytes);
   struct stat st {};
-  if (::stat(name.c_str(), &st) != 0 || static_cast<uint64_t>(st.st_size) < static_cast<uint64_t>(off) + bytes)
+  if (!where || ::stat(where->file.c_str(), &st) != 0 ||
+      static_cast<uint64_t>(st.st_size) < where->offset + bytes)
     return std::nullopt;  // H5Dread reports the truncation
-  return ContiguousBytes{std::move(name), static_cast<uint64_t>(off)};
+  return where;
 }
 
 // Reads bytes [a, b) of the file (at off + a) into buf + a. Returns 0, or errno (EIO for a short
@@ -881,19 +889,10 @@ bool mapped_write_wanted(size_t bytes, int gzip, DType disk, hid_t file_type, hi
 // Copies `bytes` of data into the (allocated, contiguous) dataset d through a shared mapping of its
 // file; false where that does not apply (nothing written then). Throws for a full disk.
 bool write_mapped(hid_t d, const void* data, size_t bytes, const std::string& file, const std::string& obj) {
-  Id pl(H5Dget_create_plist(d));
-  if (!pl.valid() || H5Pget_layout(pl.get()) != H5D_CONTIGUOUS) return false;
-  const haddr_t off = H5Dget_offset(d);
-  if (off == HADDR_UNDEF || H5Dget_storage_size(d) != bytes) return false;
-  Id fid(H5Iget_file_id(d));
-  if (!fid.valid()) return false;
-  Id fapl(H5Fget_access_plist(fid.get()));
-  if (!fapl.valid() || H5Pget_driver(fapl.get()) != H5FD_SEC2) return false;
-  const ssize_t len = H5Fget_name(fid.get(), nullptr, 0);
-  if (len <= 0) return false;
-  std::string name(static_cast<size_t>(len), '\0');
-  if (H5Fget_name(fid.get(), name.data(), name.size() + 1) != len) return false;
-  const int fd = ::open(name.c_str(), O_RDWR | O_CLOEXEC);
+  const auto where = sec2_extent(d, bytes);
+  if (!where) return false;
+  const uint64_t off = where->offset;
+  const int fd = ::open(where->file.c_str(), O_RDWR | O_CLOEXEC);
   if (fd < 0) return false;
   struct Close {
     int fd;
