@@ -268,11 +268,8 @@ CombatResult combat(const Context& ctx, Dataset& d, const CombatOptions& opt) {
   for (size_t c = 0; c < cols.size(); ++c)
     for (int64_t i = 0; i < n; ++i) cov(i, static_cast<int64_t>(c)) = cols[c][i];
   DenseF Y = to_dense_f(d.X);
-  // (ComBat stays on the CPU under a GPU context: combat_dense_gpu equals the CPU path in the gpu
-  // tests, up to 6,001 x 300, but on the H200 `bench --integrate combat --synthetic 1306127x2000` did
-  // not finish within 120 s in session 10 (2 s in session 9); it is not dispatched until that is found)
-  CombatResult res = combat_dense(ctx.backend() == Backend::cuda ? Context::cpu(ctx.threads()) : ctx, Y, gr.codes,
-                                  gr.n(), cov);
+  CombatResult res = ctx.backend() == Backend::cuda ? combat_dense_gpu(ctx, Y, gr.codes, gr.n(), cov)
+                                                     : combat_dense(ctx, Y, gr.codes, gr.n(), cov);
   res.batches = gr.names;
   d.X = Matrix(std::move(Y), DType::f32);
   return res;

@@ -244,7 +244,7 @@ TEST(IntegrateGpu, RegressOutDatasetDispatchesToTheGpu) {
 // noise standardised (noise / noise) and changing with the order of the sums; the CPU path did the
 // same under a row permutation (test_combat's RowOrderChangesOnlyRounding). gamma*, delta* within
 // 1e-6, the matrix within 1e-4, the constant gene unchanged, two GPU runs the same bits; and
-// combat() on a Dataset under a GPU context runs the CPU path (combat.cpp says why).
+// combat() on a Dataset dispatches to the GPU (the same bits as combat_dense_gpu).
 TEST(IntegrateGpu, CombatMatchesCpu) {
   SCURRY_REQUIRE_GPU();
   const Context gpu = test::gpu_context(), cpu = Context::cpu(0);
@@ -279,7 +279,7 @@ TEST(IntegrateGpu, CombatMatchesCpu) {
       std::printf("%s: gamma* %.3g, delta* %.3g (relative)\n", what, wg, wd);
     }
   }
-  // The Dataset entry point under a GPU context runs on the CPU for now (combat.cpp says why).
+  // The Dataset entry point under a GPU context runs combat_dense_gpu.
   const Expr e = expression(test::fresh_seed(), 1200, 25, 3);
   Dataset d;
   d.obs.index.resize(1200);
@@ -291,8 +291,8 @@ TEST(IntegrateGpu, CombatMatchesCpu) {
   d.X = Matrix(DenseF(e.Y));
   combat(gpu, d, CombatOptions{});
   DenseF want = e.Y;
-  combat_dense(cpu, want, e.batch, 3, DenseD(1200, 0));
-  EXPECT_TRUE(same_bits(d.X.dense_f(), want)) << "combat() under a GPU context did not run the CPU path";
+  combat_dense_gpu(gpu, want, e.batch, 3, DenseD(1200, 0));
+  EXPECT_TRUE(same_bits(d.X.dense_f(), want)) << "combat() under a GPU context did not run combat_dense_gpu";
 }
 
 TEST(IntegrateGpu, ScrubletKnnOnTheGpuMatchesCpu) {
