@@ -43,7 +43,7 @@ struct CnmfCli {
   bool skip_missing_files = false;
   CnmfConsensusArgs cons;
   std::string engine;            // TrynkaLab's --engine cpu|gpu: alias of --device
-  int gpu_batch = 0;             // TrynkaLab's --gpu-batch: accepted; scurry sizes its GPU batches itself
+  int gpu_batch = 0;             // TrynkaLab's --gpu-batch: replicates per GPU batch (0: R * k ~ 1,200 a device)
   std::string gpus = "all";      // --gpus (with --device gpu)
   bool tf32 = false;             // --tf32: dense GPU layout on TF32 tensor cores
   std::string write_h5ad;        // run: input + obsm['cnmf_usages_k<K>']
@@ -91,7 +91,10 @@ void add_cnmf_options(CLI::App* c, CnmfCli& o, bool input_positional) {
   c->add_flag("--tf32", o.tf32, "[factorize] GPU dense layout: GEMMs on TF32 tensor cores");
   c->add_option("--engine", o.engine, "[factorize] TrynkaLab cNMF's spelling of --device: cpu or gpu")
       ->check(CLI::IsMember({"cpu", "gpu"}));
-  c->add_option("--gpu-batch", o.gpu_batch, "[factorize] TrynkaLab cNMF's GPU batch size: accepted, unused (scurry sizes batches)");
+  c->add_option("--gpu-batch", o.gpu_batch,
+                "[factorize] Replicates per GPU batch (TrynkaLab cNMF's option; 0: R * k ~ 1,200 per GPU, as `cnmf bench`)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
   c->fallthrough();
 }
 
@@ -119,6 +122,7 @@ CnmfFactorizeArgs factorize_args(const Context& ctx, const GlobalOptions& g, con
   CnmfFactorizeArgs a = o.fact;
   a.cuda = g.context.cuda;
   a.tf32 = o.tf32;
+  a.gpu_batch = o.gpu_batch;
   if (ctx.backend() == Backend::cuda) a.gpus = parse_gpus(o.gpus, cuda_device_count());  // bad --gpus fails first
   return a;
 }
@@ -240,6 +244,35 @@ void add_bench_subcommand(CLI::App* cnmf, GlobalOptions& g) {
   });
 }
 
+// ---- simulate (the benchmark's counts as a file) ------------------------------------------------
+
+// `cnmf bench`'s planted-program counts (nmf/cnmf_bench.hpp, the CPU generator) written as an .h5ad,
+// so that the drop-in verbs can run on the issue-6 data from a file. Cells cell0.., genes gene0...
+void add_simulate_subcommand(CLI::App* cnmf, GlobalOptions& g) {
+  auto o = std::make_shared<std::pair<CnmfBenchOptions, std::string>>();
+  CLI::App* s = cnmf->add_subcommand("simulate", "Write `cnmf bench`'s counts with planted programs as an .h5ad");
+  s->add_option("OUT", o->second, "Output .h5ad")->required();
+  s->add_option("--cells", o->first.cells, "Cells")->capture_default_str();
+  s->add_option("--genes", o->first.genes, "Genes")->capture_default_str();
+  s->add_option("--programs", o->first.programs, "Planted programs (1..32)")->capture_default_str();
+  s->add_option("--library-size", o->first.library_size, "Median counts per cell")->capture_default_str();
+  s->add_option("--seed", o->first.seed, "Seed")->capture_default_str();
+  s->callback([&g, o] {
+    Context ctx = make_context(g);
+    check_output_path(o->second, ".h5ad", "OUT");
+    Dataset d;
+    d.X = Matrix(cnmf_bench_counts(ctx, o->first));
+    d.obs.index.resize(static_cast<size_t>(o->first.cells));
+    for (int64_t i = 0; i < o->first.cells; ++i) d.obs.index[i] = "cell" + std::to_string(i);
+    d.var.index.resize(static_cast<size_t>(o->first.genes));
+    for (int64_t j = 0; j < o->first.genes; ++j) d.var.index[j] = "gene" + std::to_string(j);
+    make_parent_dirs(o->second);
+    write_h5ad(d, o->second);
+    log::info("cnmf simulate: " + std::to_string(o->first.cells) + " cells x " + std::to_string(o->first.genes) +
+              " genes, " + std::to_string(o->first.programs) + " planted programs -> " + o->second);
+  });
+}
+
 // ---- project (starCAT) -------------------------------------------------------------------------
 
 struct ProjectCli {
@@ -317,6 +350,7 @@ void add_cnmf_command(CLI::App& app, GlobalOptions& g) {
 
   add_bench_subcommand(cnmf, g);
   add_project_subcommand(cnmf, g);
+  add_simulate_subcommand(cnmf, g);
 
   CLI::App* run = cnmf->add_subcommand("run", "prepare, factorize, combine, consensus and k_selection_plot in one go");
   add_cnmf_options(run, *o, true);

@@ -329,20 +329,58 @@ void cnmf_factorize_step(const Context& ctx, const CnmfPaths& p, const CnmfFacto
     by_k[r.k].push_back(r);
   }
   if (skipped) log::info("cnmf factorize: skipped " + std::to_string(skipped) + " completed replicates");
+  // Batches: on the CPU every replicate of a k in one batch (one read of X serves them all); on the
+  // GPU batches of R replicates with R * k ~ gpu_batch_rk per device (`cnmf bench`'s size), or
+  // --gpu-batch replicates.
+  const bool gpu = ctx.backend() == Backend::cuda;
+  const int devices = std::max<int>(1, static_cast<int>(a.gpus.size()));
+  struct Job {
+    int k;
+    std::vector<Replicate> reps;
+  };
+  std::vector<Job> batches;
+  int64_t max_rk = 0;
   for (const auto& [k, jobs] : by_k) {
+    const size_t per = !gpu ? jobs.size()
+                       : a.gpu_batch > 0 ? static_cast<size_t>(a.gpu_batch)
+                                         : static_cast<size_t>(std::max(1, a.gpu_batch_rk * devices / k));
+    for (size_t q = 0; q < jobs.size(); q += per) {
+      const auto first = jobs.begin() + static_cast<std::ptrdiff_t>(q);
+      batches.push_back({k, std::vector<Replicate>(first, first + static_cast<std::ptrdiff_t>(std::min(per, jobs.size() - q)))});
+      max_rk = std::max<int64_t>(max_rk, static_cast<int64_t>(batches.back().reps.size()) * k);
+    }
+  }
+  if (batches.empty()) return;
+  double x_sum = 0;
+  for (const float v : nc.X.data) x_sum += v;
+  auto make = [&](int b) {
+    const Job& jb = batches[b];
     std::vector<uint64_t> seeds;
-    for (const auto& j : jobs) seeds.push_back(j.seed);
-    NmfBatch init = rp.init == "nndsvd" ? nmf_nndsvd_init(ctx, nc.X, k, seeds) : nmf_random_init(nc.X, k, seeds);
-    const NmfResult r = ctx.backend() == Backend::cuda ? nmf_fit_gpus(nc.X, std::move(init), rp.nmf, a.gpus, a.cuda)
-                                                       : nmf_fit(ctx, nc.X, std::move(init), rp.nmf);
+    for (const auto& j : jb.reps) seeds.push_back(j.seed);
+    return rp.init == "nndsvd" ? nmf_nndsvd_init(ctx, nc.X, jb.k, seeds)
+                               : nmf_random_init(nc.X, jb.k, seeds, ctx.threads(), x_sum);
+  };
+  auto write = [&](int b, const NmfResult& r) {
+    const Job& jb = batches[b];
     int lo = rp.nmf.max_iter, hi = 0;
-    for (size_t q = 0; q < jobs.size(); ++q) {
-      write_df_npz(p.iter_spectra(k, jobs[q].iter), numbered(k), true, nc.genes, false,
+    for (size_t q = 0; q < jb.reps.size(); ++q) {
+      write_df_npz(p.iter_spectra(jb.k, jb.reps[q].iter), numbered(jb.k), true, nc.genes, false,
                    to_d(r.f.h_of(static_cast<int>(q))), NpzDtype::f64);
       lo = std::min(lo, r.n_iter[q]), hi = std::max(hi, r.n_iter[q]);
     }
-    log::info("cnmf factorize: k=" + std::to_string(k) + ", " + std::to_string(jobs.size()) + " replicates, " +
-              std::to_string(lo) + ".." + std::to_string(hi) + " iterations");
+    log::info("cnmf factorize: k=" + std::to_string(jb.k) + ", " + std::to_string(jb.reps.size()) + " replicates, " +
+              std::to_string(lo) + ".." + std::to_string(hi) + " iterations (batch " + std::to_string(b + 1) + "/" +
+              std::to_string(batches.size()) + ")");
+  };
+  if (gpu && (a.gpus.empty() || (a.gpus.size() == 1 && a.gpus[0] == a.cuda.device))) {
+    // One device: X laid out once, each batch's init drawn while the previous one fits.
+    nmf_fit_gpu_batches(ctx, nc.X, static_cast<int>(batches.size()), max_rk, make, rp.nmf,
+                        [&](int b, NmfResult& r) { write(b, r); });
+    return;
+  }
+  for (int b = 0; b < static_cast<int>(batches.size()); ++b) {
+    const NmfResult r = gpu ? nmf_fit_gpus(nc.X, make(b), rp.nmf, a.gpus, a.cuda) : nmf_fit(ctx, nc.X, make(b), rp.nmf);
+    write(b, r);
   }
 }
 

@@ -42,6 +42,8 @@ struct CnmfFactorizeArgs {
   std::vector<int> gpus;                    // with a CUDA context: the devices the replicates spread over
   CudaOptions cuda;                         // resources of the extra GPUs
   bool tf32 = false;                        // GPU dense layout: GEMMs on TF32 tensor cores
+  int gpu_batch = 0;                        // GPU: replicates per batch (0: R * k ~ gpu_batch_rk per device)
+  int gpu_batch_rk = 1200;                  // GPU: components per batch and device (`cnmf bench`'s auto_rk)
 };
 void cnmf_factorize_step(const Context& ctx, const CnmfPaths& p, const CnmfFactorizeArgs& a);
 

@@ -97,7 +97,9 @@ CnmfConsensus cnmf_consensus(const Context& ctx, const DenseF& merged, int k, co
     });
   }
   out.stability = silhouette_score(ctx, kept, km.labels);
-  out.usages = nmf_fit_w_fixed_h(ctx, X, out.spectra, opt.refit);
+  // The usage refit over every cell runs on the device of a CUDA context (k_selection_plot refits every
+  // k: at 2.4M cells the CPU's cd passes would take minutes per k); the other refits stay on the CPU.
+  out.usages = nmf_fit_w_fixed_h(ctx, X, out.spectra, opt.refit, nullptr, ctx.backend() == Backend::cuda);
   out.prediction_error = frobenius_error_sq(ctx, X, out.usages, out.spectra);
   if (opt.keep_filtered_spectra) out.filtered_l2 = std::move(kept);
   if (!opt.skip_density) {

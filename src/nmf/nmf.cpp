@@ -433,24 +433,28 @@ std::vector<uint64_t> nmf_replicate_seeds(uint64_t seed, int64_t n) {
   return out;
 }
 
-NmfBatch nmf_random_init(const CsrF& X, int k, const std::vector<uint64_t>& seeds) {
+NmfBatch nmf_random_init(const CsrF& X, int k, const std::vector<uint64_t>& seeds, int threads, double x_sum) {
   if (k < 1) fail_input("NMF", "the number of components k must be at least 1 (got ", k, ")");
   if (seeds.empty()) fail("nmf_random_init: no seeds");
   NmfBatch b;
   b.n = X.n_rows, b.g = X.n_cols, b.k = k, b.R = static_cast<int>(seeds.size());
-  double total = 0;
-  for (const float v : X.data) total += v;
+  double total = x_sum;
+  if (total < 0) {
+    total = 0;
+    for (const float v : X.data) total += v;
+  }
   const double cells = static_cast<double>(X.n_rows) * static_cast<double>(X.n_cols);
   const double avg = std::sqrt(cells > 0 ? total / cells / k : 0.0);
   b.W.resize(static_cast<size_t>(b.n) * b.rk());
   b.Ht.resize(static_cast<size_t>(b.g) * b.rk());
-  for (int r = 0; r < b.R; ++r) {
+  parallel_for(std::max(1, threads), b.R, [&](int64_t rr) {
+    const int r = static_cast<int>(rr);
     NumpyRandomState rng(numpy_seed(seeds[r]));  // sklearn: check_random_state(seed)
     for (int c = 0; c < k; ++c)
       for (int64_t j = 0; j < b.g; ++j) b.h(r, c, j) = static_cast<float>(std::fabs(avg * rng.standard_normal()));
     for (int64_t i = 0; i < b.n; ++i)
       for (int c = 0; c < k; ++c) b.w(r, i, c) = static_cast<float>(std::fabs(avg * rng.standard_normal()));
-  }
+  });
   return b;
 }
 
@@ -558,7 +562,7 @@ NmfResult nmf_fit(const Context& ctx, const CsrF& X, NmfBatch init, const NmfOpt
   return res;
 }
 
-DenseF nmf_fit_w_fixed_h(const Context& ctx, const CsrF& X, const DenseF& H, NmfOptions opt, int* n_iter) {
+DenseF nmf_fit_w_fixed_h(const Context& ctx, const CsrF& X, const DenseF& H, NmfOptions opt, int* n_iter, bool on_gpu) {
   if (H.n_cols != X.n_cols)
     fail("nmf_fit_w_fixed_h: H has ", H.n_cols, " columns but X has ", X.n_cols);
   const int k = static_cast<int>(H.n_rows);
@@ -571,7 +575,7 @@ DenseF nmf_fit_w_fixed_h(const Context& ctx, const CsrF& X, const DenseF& H, Nmf
   }
   DenseF W0(X.n_rows, k, fill);
   opt.update_h = false;
-  NmfResult r = nmf_fit(ctx, X, NmfBatch::from(W0, H), opt);
+  NmfResult r = on_gpu ? nmf_fit_gpu(ctx, X, NmfBatch::from(W0, H), opt) : nmf_fit(ctx, X, NmfBatch::from(W0, H), opt);
   if (n_iter) *n_iter = r.n_iter[0];
   return r.f.w_of(0);
 }

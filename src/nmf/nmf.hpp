@@ -24,6 +24,7 @@
 // same factors as R single-replicate runs.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -92,7 +93,10 @@ std::vector<uint64_t> nmf_replicate_seeds(uint64_t seed, int64_t n);
 // H = avg * |N(0,1)| (k x g, drawn first), then W = avg * |N(0,1)| (n x k), row-major draw order,
 // the normals from numpy's RandomState(seed).standard_normal: the same values as sklearn's
 // (up to X's float32 mean and the float32 storage).
-NmfBatch nmf_random_init(const CsrF& X, int k, const std::vector<uint64_t>& seeds);
+// threads: replicates drawn in parallel (each from its own stream: the same numbers for any count).
+// x_sum: the sum of X's values when the caller has it (< 0: summed here).
+NmfBatch nmf_random_init(const CsrF& X, int k, const std::vector<uint64_t>& seeds, int threads = 1,
+                         double x_sum = -1);
 
 // sklearn's init='nndsvd' (what cNMF's --init nndsvd asks for; not nndsvda/nndsvdar): the top-k
 // singular triplets of X by randomised SVD (seeded with seeds[0]), then Boutsidis & Gallopoulos'
@@ -106,9 +110,10 @@ NmfBatch nmf_nndsvd_init(const Context& ctx, const CsrF& X, int k, const std::ve
 NmfResult nmf_fit(const Context& ctx, const CsrF& X, NmfBatch init, const NmfOptions& opt);
 
 // sklearn's non_negative_factorization(X, H=H, update_H=False): W (n x k) with H (k x g) fixed,
-// W initialised as sklearn does (zeros for cd, sqrt(mean(X)/k) for mu).
+// W initialised as sklearn does (zeros for cd, sqrt(mean(X)/k) for mu). on_gpu: fitted by
+// nmf_fit_gpu on ctx's device (ctx must be a CUDA context).
 DenseF nmf_fit_w_fixed_h(const Context& ctx, const CsrF& X, const DenseF& H, NmfOptions opt,
-                         int* n_iter = nullptr);
+                         int* n_iter = nullptr, bool on_gpu = false);
 
 // Per replicate: sklearn's _beta_divergence(X, W, H, loss, square_root=True).
 std::vector<double> nmf_objective(const Context& ctx, const CsrF& X, const NmfBatch& f, NmfLoss loss,
@@ -139,6 +144,15 @@ NmfResult nmf_fit_gpu_on(CudaResources& res, const CsrF& X, NmfBatch init, const
 // replicates than devices: the extra devices stay idle.
 NmfResult nmf_fit_gpus(const CsrF& X, NmfBatch init, const NmfOptions& opt, const std::vector<int>& devices,
                        const CudaOptions& base = {});
+
+// Batches of replicates on the one device of ctx (a CUDA context), fitted in order: X checked,
+// uploaded and laid out once (for batches of up to max_rk = R * k components); make(b) returns batch
+// b's initialisation (called on another thread while batch b - 1 fits); done(b, result) receives its
+// factors, H always, W only when want_w (W is empty otherwise), on the calling thread. Each batch's
+// factors are those nmf_fit_gpu gives for it on the same layout.
+void nmf_fit_gpu_batches(const Context& ctx, const CsrF& X, int n_batches, int64_t max_rk,
+                         const std::function<NmfBatch(int)>& make, const NmfOptions& opt,
+                         const std::function<void(int, NmfResult&)>& done, bool want_w = false);
 
 // --gpus: "all" (every visible device), "N" (the first N), "0,2,3" (these ordinals; a comma makes
 // a list, so "1," is device 1 alone). InputError when a device is missing or the list is empty.

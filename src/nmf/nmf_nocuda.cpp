@@ -10,6 +10,10 @@ NmfResult nmf_fit_gpu(const Context&, const CsrF&, NmfBatch, const NmfOptions&) 
 NmfResult nmf_fit_gpu_on(CudaResources&, const CsrF&, NmfBatch, const NmfOptions&) {
   throw InputError("this scurry was built without CUDA; use --device cpu");
 }
+void nmf_fit_gpu_batches(const Context&, const CsrF&, int, int64_t, const std::function<NmfBatch(int)>&,
+                         const NmfOptions&, const std::function<void(int, NmfResult&)>&, bool) {
+  throw InputError("this scurry was built without CUDA; use --device cpu");
+}
 CnmfBenchResult cnmf_bench_gpu(const CnmfBenchOptions&, const CudaOptions&) {
   throw InputError("this scurry was built without CUDA; use --device cpu");
 }

@@ -2,6 +2,7 @@
 #include "nmf/starcat.hpp"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <map>
 #include <unordered_map>
@@ -16,91 +17,26 @@
 #include "nmf/cnmf_files.hpp"
 #include "nmf/cnmf_prepare.hpp"
 #include "nmf/nmf.hpp"
+#include "nmf/nnls_active_set.hpp"
 
 namespace scurry {
 
 namespace {
-
-// Solves G_PP z = b_P by Cholesky (G_PP positive definite on a passive set of independent programs).
-// Returns false when G_PP is singular to working precision.
-bool solve_sub(const DenseD& G, const std::vector<double>& b, const std::vector<int>& P, std::vector<double>& z) {
-  const size_t m = P.size();
-  std::vector<double> L(m * m, 0.0);
-  for (size_t i = 0; i < m; ++i)
-    for (size_t j = 0; j <= i; ++j) {
-      double s = G(P[i], P[j]);
-      for (size_t q = 0; q < j; ++q) s -= L[i * m + q] * L[j * m + q];
-      if (i == j) {
-        if (!(s > 1e-14 * std::max(1.0, G(P[i], P[i])))) return false;
-        L[i * m + i] = std::sqrt(s);
-      } else {
-        L[i * m + j] = s / L[j * m + j];
-      }
-    }
-  z.assign(m, 0.0);
-  for (size_t i = 0; i < m; ++i) {
-    double s = b[P[i]];
-    for (size_t q = 0; q < i; ++q) s -= L[i * m + q] * z[q];
-    z[i] = s / L[i * m + i];
-  }
-  for (size_t i = m; i-- > 0;) {
-    double s = z[i];
-    for (size_t q = i + 1; q < m; ++q) s -= L[q * m + i] * z[q];
-    z[i] = s / L[i * m + i];
-  }
-  return true;
-}
-
+constexpr int64_t kStatRows = 16384;  // cells per partial of the query's gene statistics
 }  // namespace
 
 std::vector<double> nnls_gram(const DenseD& G, const std::vector<double>& b) {
   const int k = static_cast<int>(G.n_rows);
-  std::vector<double> w(k, 0.0), z;
-  std::vector<char> passive(k, 0);
-  double scale = 0;
-  for (int i = 0; i < k; ++i) scale = std::max(scale, G(i, i));
-  const double tol = 1e-12 * std::max(1.0, scale) * k;
-  for (int outer = 0; outer < 3 * k + 10; ++outer) {
-    // Gradient of the objective's negative half: b - G w.
-    int best = -1;
-    double gmax = tol;
-    for (int j = 0; j < k; ++j) {
-      if (passive[j]) continue;
-      double g = b[j];
-      for (int q = 0; q < k; ++q) g -= G(j, q) * w[q];
-      if (g > gmax) gmax = g, best = j;
-    }
-    if (best < 0) break;
-    passive[best] = 1;
-    for (int inner = 0; inner < 3 * k + 10; ++inner) {
-      std::vector<int> P;
-      for (int j = 0; j < k; ++j)
-        if (passive[j]) P.push_back(j);
-      if (!solve_sub(G, b, P, z)) {  // dependent programs: drop the newest and stop growing
-        passive[best] = 0;
-        return w;
-      }
-      bool feasible = true;
-      for (const double v : z) feasible &= v > 0;
-      if (feasible) {
-        for (size_t q = 0; q < P.size(); ++q) w[P[q]] = z[q];
-        break;
-      }
-      double alpha = 1;
-      for (size_t q = 0; q < P.size(); ++q)
-        if (z[q] <= 0) alpha = std::min(alpha, w[P[q]] / (w[P[q]] - z[q]));
-      for (size_t q = 0; q < P.size(); ++q) {
-        w[P[q]] += alpha * (z[q] - w[P[q]]);
-        if (w[P[q]] <= 1e-15 * std::max(1.0, std::fabs(z[q]))) w[P[q]] = 0, passive[P[q]] = 0;
-      }
-    }
-  }
+  std::vector<double> w(k), z(k), L(static_cast<size_t>(k) * (k + 1) / 2);
+  std::vector<int> P(k);
+  std::vector<unsigned char> passive(k);
+  nnls_active_set(G.data.data(), k, b.data(), nnls_tolerance(G.data.data(), k), w.data(), z.data(), P.data(),
+                  passive.data(), L.data());
   return w;
 }
 
-DenseF nnls_fixed_spectra(const Context& ctx, const CsrF& X, const DenseD& H, int64_t rows_per_block) {
-  const int64_t n = X.n_rows, k = H.n_rows, g = H.n_cols;
-  if (X.n_cols != g) fail("nnls_fixed_spectra: X has ", X.n_cols, " genes, the spectra ", g);
+DenseD spectra_gram(const DenseD& H) {
+  const int64_t k = H.n_rows, g = H.n_cols;
   DenseD G(k, k);
   for (int64_t a = 0; a < k; ++a)
     for (int64_t c = 0; c <= a; ++c) {
@@ -108,13 +44,23 @@ DenseF nnls_fixed_spectra(const Context& ctx, const CsrF& X, const DenseD& H, in
       for (int64_t j = 0; j < g; ++j) s += H(a, j) * H(c, j);
       G(a, c) = G(c, a) = s;
     }
+  return G;
+}
+
+DenseF nnls_fixed_spectra(const Context& ctx, const CsrF& X, const DenseD& H, int64_t rows_per_block) {
+  const int64_t n = X.n_rows, k = H.n_rows, g = H.n_cols;
+  if (X.n_cols != g) fail("nnls_fixed_spectra: X has ", X.n_cols, " genes, the spectra ", g);
+  const DenseD G = spectra_gram(H);
+  const double tol = nnls_tolerance(G.data.data(), static_cast<int>(k));
   DenseD Ht(g, k);  // H transposed, for the sparse gather b = H x
   for (int64_t a = 0; a < k; ++a)
     for (int64_t j = 0; j < g; ++j) Ht(j, a) = H(a, j);
   DenseF W(n, k);
   const RowBlocks rb = RowBlocks::uniform(n, std::max<int64_t>(1, rows_per_block));
   parallel_for(ctx.threads(), rb.n_blocks(), [&](int64_t blk) {
-    std::vector<double> b(k);
+    std::vector<double> b(k), w(k), z(k), L(static_cast<size_t>(k * (k + 1) / 2));
+    std::vector<int> P(k);
+    std::vector<unsigned char> passive(k);
     for (int64_t i = rb.begin(blk); i < rb.end(blk); ++i) {
       std::fill(b.begin(), b.end(), 0.0);
       for (int64_t p = X.indptr[i]; p < X.indptr[i + 1]; ++p) {
@@ -122,7 +68,8 @@ DenseF nnls_fixed_spectra(const Context& ctx, const CsrF& X, const DenseD& H, in
         const double* h = Ht.row(X.indices[p]);
         for (int64_t a = 0; a < k; ++a) b[a] += v * h[a];
       }
-      const std::vector<double> w = nnls_gram(G, b);
+      nnls_active_set(G.data.data(), static_cast<int>(k), b.data(), tol, w.data(), z.data(), P.data(), passive.data(),
+                      L.data());
       for (int64_t a = 0; a < k; ++a) W(i, a) = static_cast<float>(w[a]);
     }
   });
@@ -161,43 +108,76 @@ StarcatResult starcat_fit(const Context& ctx, const CsrF& query, const std::vect
             " genes in the reference overlap with the query");
   if (r.genes.empty()) fail_input(where, "no gene of the reference is in the query (compare their var names)");
   const int64_t h = static_cast<int64_t>(r.genes.size());
-  // query[:, shared genes], CSR.
-  std::vector<int64_t> pos(query.n_cols, -1);
-  for (int64_t q = 0; q < h; ++q) pos[qj[q]] = q;
+  // query[:, shared genes], CSR: a count pass and a fill pass over fixed row blocks.
+  std::vector<int32_t> pos(query.n_cols, -1);
+  for (int64_t q = 0; q < h; ++q) pos[qj[q]] = static_cast<int32_t>(q);
   CsrF X;
   X.n_rows = query.n_rows, X.n_cols = h;
   X.indptr.assign(query.n_rows + 1, 0);
-  std::vector<std::pair<int32_t, float>> row;
-  for (int64_t i = 0; i < query.n_rows; ++i) {
-    row.clear();
-    for (int64_t p = query.indptr[i]; p < query.indptr[i + 1]; ++p)
-      if (pos[query.indices[p]] >= 0) row.emplace_back(static_cast<int32_t>(pos[query.indices[p]]), query.data[p]);
-    std::sort(row.begin(), row.end());
-    for (const auto& [j, v] : row) X.indices.push_back(j), X.data.push_back(v);
-    X.indptr[i + 1] = static_cast<int64_t>(X.indices.size());
-  }
+  const RowBlocks rb = RowBlocks::uniform(query.n_rows, std::max<int64_t>(1, opt.rows_per_block));
+  parallel_for(ctx.threads(), rb.n_blocks(), [&](int64_t blk) {
+    for (int64_t i = rb.begin(blk); i < rb.end(blk); ++i) {
+      int64_t c = 0;
+      for (int64_t p = query.indptr[i]; p < query.indptr[i + 1]; ++p) c += pos[query.indices[p]] >= 0;
+      X.indptr[i + 1] = c;
+    }
+  });
+  for (int64_t i = 0; i < query.n_rows; ++i) X.indptr[i + 1] += X.indptr[i];
+  X.indices.resize(static_cast<size_t>(X.indptr[query.n_rows]));
+  X.data.resize(X.indices.size());
+  parallel_for(ctx.threads(), rb.n_blocks(), [&](int64_t blk) {
+    std::vector<std::pair<int32_t, float>> row;
+    for (int64_t i = rb.begin(blk); i < rb.end(blk); ++i) {
+      row.clear();
+      for (int64_t p = query.indptr[i]; p < query.indptr[i + 1]; ++p)
+        if (pos[query.indices[p]] >= 0) row.emplace_back(pos[query.indices[p]], query.data[p]);
+      std::sort(row.begin(), row.end());
+      int64_t o = X.indptr[i];
+      for (const auto& [j, v] : row) X.indices[o] = j, X.data[o] = v, ++o;
+    }
+  });
   if (opt.scale) {
-    std::vector<double> mean, sd;
-    column_mean_std(X, mean, sd);
+    // sklearn's scale(with_mean=False): population std per gene (0 -> 1); sums and sums of squares
+    // over fixed row blocks added in block order (the same bits for any thread count).
+    const RowBlocks sb = RowBlocks::uniform(X.n_rows, kStatRows);
+    std::vector<double> acc;
+    reduce_blocks(ctx.threads(), sb.n_blocks(), static_cast<size_t>(2 * h), acc, [&](int64_t blk, double* part) {
+      for (int64_t p = X.indptr[sb.begin(blk)]; p < X.indptr[sb.end(blk)]; ++p) {
+        const double v = X.data[p];
+        part[X.indices[p]] += v;
+        part[h + X.indices[p]] += v * v;
+      }
+    });
+    std::vector<double> sd(static_cast<size_t>(h));
     int64_t zero = 0;
-    for (double& s : sd)
-      if (s == 0) s = 1, ++zero;
+    const double nn = static_cast<double>(X.n_rows);
+    for (int64_t j = 0; j < h; ++j) {
+      const double mean = acc[j] / nn;
+      sd[j] = std::sqrt(std::max(0.0, acc[h + j] / nn - mean * mean));
+      if (sd[j] == 0) sd[j] = 1, ++zero;
+    }
     if (zero) log::warn("starCAT: " + std::to_string(zero) + " shared genes have 0 counts in the query; their values stay 0");
-    for (size_t p = 0; p < X.data.size(); ++p) X.data[p] = static_cast<float>(X.data[p] / sd[X.indices[p]]);
+    parallel_for(ctx.threads(), rb.n_blocks(), [&](int64_t blk) {
+      for (int64_t p = X.indptr[rb.begin(blk)]; p < X.indptr[rb.end(blk)]; ++p)
+        X.data[p] = static_cast<float>(X.data[p] / sd[X.indices[p]]);
+    });
   }
   DenseD H(k, h);
   for (int64_t a = 0; a < k; ++a)
     for (int64_t q = 0; q < h; ++q) H(a, q) = static_cast<double>(static_cast<float>(reference(a, rj[q])));
+  const auto t0 = std::chrono::steady_clock::now();
+  const bool gpu = ctx.backend() == Backend::cuda;
   if (opt.exact) {
-    r.usages = nnls_fixed_spectra(ctx, X, H, opt.rows_per_block);
+    r.usages = gpu ? nnls_fixed_spectra_gpu(ctx, X, H, opt.gpu_rows_per_block) : nnls_fixed_spectra(ctx, X, H, opt.rows_per_block);
   } else {
     NmfOptions mu;
     mu.solver = NmfSolver::mu;
     mu.loss = NmfLoss::frobenius;
     DenseF Hf(k, h);
     for (size_t q = 0; q < H.data.size(); ++q) Hf.data[q] = static_cast<float>(H.data[q]);
-    r.usages = nmf_fit_w_fixed_h(ctx, X, Hf, mu);
+    r.usages = nmf_fit_w_fixed_h(ctx, X, Hf, mu, nullptr, gpu);
   }
+  r.solve_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return r;
 }
 
@@ -228,7 +208,8 @@ void starcat_project_files(const Context& ctx, const std::string& reference, con
   if (ends(out, ".npz")) write_df_npz(out, d.obs.index, false, programs, false, r.usages);
   else write_tsv_table(out, d.obs.index, programs, r.usages);
   log::info("starCAT: " + std::to_string(r.usages.n_rows) + " cells x " + std::to_string(r.usages.n_cols) +
-            " programs -> " + out);
+            " programs -> " + out + " (fit " + std::to_string(r.solve_seconds) + " s on the " +
+            (ctx.backend() == Backend::cuda ? "GPU" : "CPU") + ")");
 }
 
 }  // namespace scurry

@@ -1,0 +1,63 @@
+// scurry: batches of NMF replicates fitted one after another on one GPU that holds X once (see
+// nmf_fit_gpu_batches in nmf.hpp): what cNMF's factorize runs on the device, as `cnmf bench` does.
+//
+// X is uploaded, checked and laid out (dense or CSR, nmf_device_x) once for the largest batch; then
+// per batch its factors are uploaded, fitted (nmf_fit_device) and H downloaded (W only on request:
+// cNMF's factorize keeps only the spectra). The next batch's initialisation is made on a host
+// thread while the current one fits, so the host's numpy-stream draws overlap the device.
+#include <cmath>
+#include <exception>
+#include <future>
+
+#include "core/error.hpp"
+#include "core/log.hpp"
+#include "exec/cuda_resources.cuh"
+#include "exec/device_csr.cuh"
+#include "nmf/nmf.hpp"
+#include "nmf/nmf_gpu.cuh"
+
+namespace scurry {
+
+void nmf_fit_gpu_batches(const Context& ctx, const CsrF& X, int n_batches, int64_t max_rk,
+                         const std::function<NmfBatch(int)>& make, const NmfOptions& opt,
+                         const std::function<void(int, NmfResult&)>& done, bool want_w) {
+  CudaResources* resp = ctx.cuda();
+  if (!resp) fail_input("--device", "the GPU NMF needs a CUDA context (--device gpu)");
+  if (opt.loss == NmfLoss::itakura_saito) fail_input("--beta-loss", "itakura-saito runs on the CPU only; use --device cpu");
+  if (n_batches < 1) return;
+  CudaResources& res = *resp;
+  for (const float v : X.data)
+    if (!std::isfinite(v) || v < 0) fail_input("NMF input", "X has the value ", v, "; NMF needs finite non-negative values");
+  std::future<NmfBatch> next = std::async(std::launch::async, make, 0);
+  NmfBatch first = next.get();
+  const int k0 = std::max(1, first.k);
+  const int r_plan = static_cast<int>(std::max<int64_t>(1, (max_rk + k0 - 1) / k0));
+  const NmfDeviceX x = nmf_device_x(res, upload(res, X), &X, opt, r_plan, k0);
+  log::info(std::string("NMF on the GPU: X laid out ") + (x.dense ? "dense" : "sparse") + " once for " +
+            std::to_string(n_batches) + " batches");
+  NmfBatch cur = std::move(first);
+  for (int b = 0; b < n_batches; ++b) {
+    if (cur.n != X.n_rows || cur.g != X.n_cols)
+      fail("nmf_fit_gpu_batches: batch ", b, " is for ", cur.n, " x ", cur.g, " but X is ", X.n_rows, " x ", X.n_cols);
+    if (cur.k > kNmfGpuMaxK) fail_input("-k", "the GPU NMF handles at most ", kNmfGpuMaxK, " components (got ", cur.k, ")");
+    NmfDeviceFactors f = nmf_upload_factors(res, cur);
+    std::vector<float>().swap(cur.W);  // the host copy of W is not needed while it fits
+    if (b + 1 < n_batches) next = std::async(std::launch::async, make, b + 1);
+    NmfDeviceStats st = nmf_fit_device(res, x, f, opt, true);
+    NmfResult out;
+    out.f.n = f.n, out.f.g = f.g, out.f.k = f.k, out.f.R = f.R;
+    out.f.Ht.resize(f.Ht.size());
+    copy_to_host(res, out.f.Ht.data(), f.Ht.data(), f.Ht.size() * sizeof(float));
+    if (want_w) {
+      out.f.W.resize(f.W.size());
+      copy_to_host(res, out.f.W.data(), f.W.data(), f.W.size() * sizeof(float));
+    }
+    out.n_iter = std::move(st.n_iter);
+    out.error = std::move(st.error);
+    f = NmfDeviceFactors{};
+    done(b, out);
+    if (b + 1 < n_batches) cur = next.get();
+  }
+}
+
+}  // namespace scurry

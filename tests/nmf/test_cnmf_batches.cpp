@@ -1,0 +1,48 @@
+// The pieces of cNMF's batched factorize and of starCAT's fit that run on the host threads: the same
+// bits for any thread count (sklearn's random init drawn per replicate in parallel; the query's
+// overlap and scaling over row blocks), and the init equal to the serial draw of each replicate.
+#include "nmf/nmf.hpp"
+#include "nmf/starcat.hpp"
+#include "testlib.hpp"
+
+using namespace scurry;
+
+TEST(CnmfBatches, RandomInitAnyThreadCountEqualsSingleReplicates) {
+  const uint64_t seed = test::fresh_seed();
+  const CsrF X = test::random_counts(300, 50, 0.2, seed);
+  const auto seeds = nmf_replicate_seeds(seed & 0xffffffffu, 5);
+  const NmfBatch one = nmf_random_init(X, 4, seeds, 1);
+  const NmfBatch three = nmf_random_init(X, 4, seeds, 3);
+  double sum = 0;
+  for (const float v : X.data) sum += v;
+  const NmfBatch given = nmf_random_init(X, 4, seeds, 2, sum);
+  EXPECT_EQ(one.W, three.W);
+  EXPECT_EQ(one.Ht, three.Ht);
+  EXPECT_EQ(one.W, given.W);
+  for (int r = 0; r < 5; ++r) {  // replicate r of the batch = a batch of that seed alone
+    const NmfBatch alone = nmf_random_init(X, 4, {seeds[r]});
+    EXPECT_EQ(one.w_of(r).data, alone.w_of(0).data) << r;
+    EXPECT_EQ(one.h_of(r).data, alone.h_of(0).data) << r;
+  }
+}
+
+TEST(CnmfBatches, StarcatAnyThreadCountAndBlockSize) {
+  const uint64_t seed = test::fresh_seed();
+  const CsrF Q = test::random_counts(2100, 60, 0.3, seed);
+  std::vector<std::string> genes;
+  for (int j = 0; j < 60; ++j) genes.push_back("g" + std::to_string(j));
+  std::vector<std::string> ref_genes(genes.rbegin(), genes.rbegin() + 40);
+  const CsrF R = test::random_counts(6, 40, 0.7, seed + 1);
+  DenseD ref(6, 40);
+  for (int64_t i = 0; i < 6; ++i)
+    for (int64_t p = R.indptr[i]; p < R.indptr[i + 1]; ++p) ref(i, R.indices[p]) = R.data[p];
+  StarcatOptions a, b;
+  b.rows_per_block = 37;
+  const StarcatResult one = starcat_fit(Context::cpu(1), Q, genes, ref, ref_genes, a, "q");
+  const StarcatResult three = starcat_fit(Context::cpu(3), Q, genes, ref, ref_genes, b, "q");
+  ASSERT_EQ(one.genes.size(), 40u);
+  EXPECT_EQ(one.usages.data, three.usages.data);
+  int64_t positive = 0;
+  for (const float v : one.usages.data) positive += v > 0;
+  EXPECT_GT(positive, 2100);
+}
