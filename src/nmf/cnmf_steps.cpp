@@ -2,6 +2,7 @@
 #include "nmf/cnmf_steps.hpp"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -360,7 +361,11 @@ void cnmf_factorize_step(const Context& ctx, const CnmfPaths& p, const CnmfFacto
     return rp.init == "nndsvd" ? nmf_nndsvd_init(ctx, nc.X, jb.k, seeds)
                                : nmf_random_init(nc.X, jb.k, seeds, ctx.threads(), x_sum);
   };
+  auto last = std::chrono::steady_clock::now();
   auto write = [&](int b, const NmfResult& r) {
+    const auto now = std::chrono::steady_clock::now();
+    const double secs = std::chrono::duration<double>(now - last).count();  // this batch (the first: + X's layout)
+    last = now;
     const Job& jb = batches[b];
     int lo = rp.nmf.max_iter, hi = 0;
     for (size_t q = 0; q < jb.reps.size(); ++q) {
@@ -370,7 +375,7 @@ void cnmf_factorize_step(const Context& ctx, const CnmfPaths& p, const CnmfFacto
     }
     log::info("cnmf factorize: k=" + std::to_string(jb.k) + ", " + std::to_string(jb.reps.size()) + " replicates, " +
               std::to_string(lo) + ".." + std::to_string(hi) + " iterations (batch " + std::to_string(b + 1) + "/" +
-              std::to_string(batches.size()) + ")");
+              std::to_string(batches.size()) + ", " + std::to_string(secs) + " s)");
   };
   if (gpu && (a.gpus.empty() || (a.gpus.size() == 1 && a.gpus[0] == a.cuda.device))) {
     // One device: X laid out once, each batch's init drawn while the previous one fits.
