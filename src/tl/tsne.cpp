@@ -694,6 +694,8 @@ TsneResult tsne(const Context& ctx, const DenseF& X, const TsneOptions& opt) {
   tsne_detail::neighbours_without_self(knn, k, metric, threads, nbr, sq);
   const CsrD P = tsne_affinities(nbr, sq, n, k, opt.perplexity, threads);
   res.affinity_seconds = seconds_since(t0);
+  res.p_nnz = static_cast<int64_t>(P.indices.size());
+  res.knn_used = opt.knn == "ivf" ? "ivf" : "exact";
   t0 = std::chrono::steady_clock::now();
 
   std::vector<double> y = opt.init == "pca" ? pca_init(X, threads) : tsne_detail::random_layout(n, opt.random_state);

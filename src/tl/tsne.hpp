@@ -82,6 +82,8 @@ struct TsneResult {
   double knn_seconds = 0, attraction_seconds = 0, grid_seconds = 0, fft_seconds = 0, interpolation_seconds = 0,
          update_seconds = 0, host_seconds = 0;
   std::string knn_used;  // "exact" | "ivf"
+  int64_t p_nnz = 0;      // stored entries of P (both triangles)
+  int64_t grid_size = 0;  // the GPU path: the last FFT grid's M (0 for all pairs)
 };
 
 // Low level: t-SNE of the rows of X (n x d; n >= 4, perplexity < n - 1 as sklearn requires).

@@ -526,6 +526,7 @@ class Layout {
   }
 
   DeviceArray<double>& scratch() { return scratch_; }
+  int64_t grid_size() const { return grid_ ? grid_->M() : 0; }
 
  private:
   void start() { SCURRY_CUDA(cudaEventRecord(ev_[kPhases], r_.stream)); }
@@ -669,6 +670,8 @@ TsneResult tsne_gpu(const Context& ctx, const DenseF& X, const TsneOptions& opt)
   res.attraction_seconds = L.phase[kAttract];
   res.update_seconds = L.phase[kUpdate];
   res.host_seconds = L.host_seconds;
+  res.grid_size = L.grid_size();
+  res.p_nnz = P.nnz;
   return res;
 }
 
