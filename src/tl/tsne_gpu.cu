@@ -121,19 +121,6 @@ __global__ void iota_kernel(int32_t* v, int64_t n) {
   if (i < n) v[i] = static_cast<int32_t>(i);
 }
 
-// starts[b] = the first sorted position of box b (b <= n_boxes).
-__global__ void box_starts_kernel(const uint32_t* keys, int64_t n, int64_t n_boxes, int32_t* starts) {
-  const int64_t b = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (b > n_boxes) return;
-  int64_t lo = 0, hi = n;
-  while (lo < hi) {
-    const int64_t mid = (lo + hi) / 2;
-    if (static_cast<int64_t>(keys[mid]) < b) lo = mid + 1;
-    else hi = mid;
-  }
-  starts[b] = static_cast<int32_t>(lo);
-}
-
 // One block a box: its points (in index order, from the stable sort) strided over the threads, each
 // thread's P x P x 4 charges in registers, then a fixed tree over the warp and the warps in order.
 // The box's nodes are its own (FIt-SNE's), so no two blocks write the same grid value: no atomics.
@@ -481,7 +468,7 @@ class Layout {
     if (sort_tmp_.size() < bytes) sort_tmp_ = DeviceArray<uint8_t>(r_, std::max<size_t>(bytes, 16), "tsne sort scratch");
     SCURRY_CUDA(cub::DeviceRadixSort::SortPairs(sort_tmp_.data(), bytes, keys_.data(), skeys_.data(), iota_.data(),
                                                 order_.data(), n_, 0, bits, r_.stream));
-    box_starts_kernel<<<blocks_for(nb + 1), kThreads, 0, r_.stream>>>(skeys_.data(), n_, nb, starts_.data());
+    segment_starts_kernel<<<blocks_for(nb + 1), kThreads, 0, r_.stream>>>(skeys_.data(), n_, nb, starts_.data());
     SCURRY_CUDA_LAUNCH();
     grid_->clear_charges();
     const unsigned gb = blocks_for(nb, 1);

@@ -37,4 +37,19 @@ void sum_fixed(CudaResources& r, const double* x, int64_t n, double* out, Device
 
 unsigned blocks_for(int64_t n, int threads = kThreads);
 
+// starts[b] = the first position of sorted keys[0..n) whose key is >= b, for b <= count (the
+// segment starts of sorted box ids or CSR rows), a thread each.
+template <class Key, class Out>
+__global__ void segment_starts_kernel(const Key* keys, int64_t n, int64_t count, Out* starts) {
+  const int64_t b = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (b > count) return;
+  int64_t lo = 0, hi = n;
+  while (lo < hi) {
+    const int64_t mid = (lo + hi) / 2;
+    if (static_cast<int64_t>(keys[mid]) < b) lo = mid + 1;
+    else hi = mid;
+  }
+  starts[b] = static_cast<Out>(lo);
+}
+
 }  // namespace scurry::gpu::tsne

@@ -102,19 +102,6 @@ __global__ void normalise_kernel(const double* merged, int64_t nnz, const double
   if (e < nnz) out[e] = static_cast<float>(merged[e] / fmax(*total, DBL_EPSILON));
 }
 
-// indptr[r] = the first entry of row r (rows sorted), r <= n.
-__global__ void row_ptr_kernel(const int32_t* rows, int64_t nnz, int64_t n, int64_t* indptr) {
-  const int64_t r = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (r > n) return;
-  int64_t lo = 0, hi = nnz;
-  while (lo < hi) {
-    const int64_t mid = (lo + hi) / 2;
-    if (rows[mid] < r) lo = mid + 1;
-    else hi = mid;
-  }
-  indptr[r] = lo;
-}
-
 __global__ void centre_kernel(const float* X, int64_t nd, int64_t d, const double* mean, double* Xc) {
   const int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (e < nd) Xc[e] = static_cast<double>(X[e]) - mean[e % d];
@@ -222,7 +209,7 @@ DeviceP affinities(CudaResources& r, const std::vector<int32_t>& nbr, const std:
     sum_fixed(r, merged.data(), nnz, total.data(), scratch);
     normalise_kernel<<<blocks_for(nnz), kThreads, 0, r.stream>>>(merged.data(), nnz, total.data(), P.values.data());
     SCURRY_CUDA_LAUNCH();
-    row_ptr_kernel<<<blocks_for(n + 1), kThreads, 0, r.stream>>>(rows.data(), nnz, n, P.indptr.data());
+    segment_starts_kernel<<<blocks_for(n + 1), kThreads, 0, r.stream>>>(rows.data(), nnz, n, P.indptr.data());
     SCURRY_CUDA_LAUNCH();
     SCURRY_CUDA(cudaStreamSynchronize(r.stream));  // before the scratch arrays go
   }

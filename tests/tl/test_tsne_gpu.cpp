@@ -7,7 +7,6 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
-#include <random>
 
 #include "core/error.hpp"
 #include "testlib.hpp"
@@ -18,16 +17,12 @@ using namespace scurry;
 
 namespace {
 
-// A layout of a few clusters (as an embedding has them), `scale` its extent.
+// A layout of 5 clusters (as an embedding has them) whose extent is about 2 scale: testlib's blobs in
+// 2 dims (centres sd 5, points sd 1), times scale / 5.
 std::vector<double> clustered_layout(int64_t n, double scale, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::normal_distribution<double> nd(0, 1);
-  std::vector<double> y(static_cast<size_t>(2 * n));
-  for (int64_t i = 0; i < n; ++i) {
-    const int c = static_cast<int>(rng() % 5);
-    y[2 * i] = scale * std::cos(c) + scale * 0.2 * nd(rng);
-    y[2 * i + 1] = scale * std::sin(c) + scale * 0.2 * nd(rng);
-  }
+  const DenseF p = test::clustered_points(n, 2, 5, seed, 0.0f);
+  std::vector<double> y(p.data.size());
+  for (size_t i = 0; i < y.size(); ++i) y[i] = static_cast<double>(p.data[i]) * scale / 5.0;
   return y;
 }
 
