@@ -55,7 +55,8 @@ void bind_tools(py::module_& m) {
       .RW(TsneOptions, n_pcs).RW(TsneOptions, use_rep).RW(TsneOptions, perplexity)
       .RW(TsneOptions, early_exaggeration).RW(TsneOptions, learning_rate).RW(TsneOptions, random_state)
       .RW(TsneOptions, n_jobs).RW(TsneOptions, metric).RW(TsneOptions, n_iter).RW(TsneOptions, exaggeration_iter)
-      .RW(TsneOptions, init).RW(TsneOptions, method).RW(TsneOptions, exact_below).RW(TsneOptions, key_added);
+      .RW(TsneOptions, init).RW(TsneOptions, method).RW(TsneOptions, exact_below).RW(TsneOptions, key_added)
+      .RW(TsneOptions, knn).RW(TsneOptions, knn_ivf_from);
   py::class_<DiffmapOptions>(m, "DiffmapOptions")
       .def(py::init<>())
       .RW(DiffmapOptions, n_comps).RW(DiffmapOptions, neighbors_key).RW(DiffmapOptions, random_state);

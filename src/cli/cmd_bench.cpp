@@ -66,6 +66,7 @@ struct BenchOptions {
   int marker_groups = 30;            // --marker-groups
   std::string integrate;             // --integrate harmony|regress-out|combat: time that step instead
   int integrate_batches = 8;         // --integrate-batches
+  int64_t tsne = 0;                  // --tsne CELLS: time t-SNE on a synthetic embedding instead (bench_tsne.cpp)
   PreprocessOptions pp = [] {
     PreprocessOptions p;
     p.qc_vars = {"mt"};
@@ -80,6 +81,9 @@ struct BenchOptions {
 // bench_integrate.cpp
 void bench_integrate(Context& ctx, const std::string& step, int64_t cells, int64_t cols, int batches, int repeat,
                      uint64_t seed, const std::string& json);
+// bench_tsne.cpp
+void bench_tsne(Context& ctx, int64_t cells, int clusters, uint64_t seed, int repeat, const std::string& json,
+                const std::string& write);
 // bench_markers.cpp
 void bench_markers(Context& ctx, Dataset& base, const std::vector<std::string>& methods, int n_groups, int repeat,
                    uint64_t seed, const std::string& json);
@@ -285,6 +289,7 @@ void run_bench(const GlobalOptions& g, BenchOptions& o) {
   if (ctx.backend() == Backend::cuda) prefault_heap(size_t(768) << 20, ctx.threads());
   const double t_context = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();
   if (!o.read.empty()) return bench_read(o.read, o.repeat);
+  if (o.tsne > 0) return bench_tsne(ctx, o.tsne, o.sim.n_clusters, o.sim.seed, o.repeat, o.json, o.write);
   int64_t cells = 0, genes = 0;
   {
     char x = 0;
@@ -489,6 +494,10 @@ void add_bench_command(CLI::App& app, GlobalOptions& g) {
   cmd->add_option("--integrate", o->integrate,
                   "Time harmony, regress-out or combat on synthetic data instead (--synthetic CELLSxCOLS: COLS = PCs "
                   "for harmony, genes otherwise)");
+  cmd->add_option("--tsne", o->tsne,
+                  "Time t-SNE (scurry tsne's defaults) on a synthetic CELLS x 50 embedding (--clusters blobs, --seed) "
+                  "instead, --repeat runs compared bit for bit, quality on a subsample; --write: the embedding as an "
+                  "h5ad (obsm X_pca)");
   cmd->add_option("--integrate-batches", o->integrate_batches, "With --integrate: number of batches")
       ->capture_default_str();
   cmd->add_option("--read", o->read, "Time reading this file (h5ad, zarr, 10x) instead of the pipeline");

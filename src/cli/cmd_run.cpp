@@ -318,7 +318,7 @@ void add_run_options(CLI::App& cmd, RunOptions& o) {
   add_umap_options(cmd, o.umap, true);
   add_leiden_options(cmd, o.leiden, true);
   cmd.add_flag("!--no-graph", o.graph, "Stop after PCA (no neighbors, UMAP, Leiden)");
-  cmd.add_flag("--tsne", o.tsne, "Also t-SNE after Leiden (obsm X_tsne; CPU; scurry tsne's defaults)");
+  cmd.add_flag("--tsne", o.tsne, "Also t-SNE after Leiden (obsm X_tsne; scurry tsne's defaults, on the GPU with --device gpu)");
   cmd.add_flag("--paga", o.paga, "Also PAGA of the Leiden clusters (uns paga)");
   cmd.add_flag("--draw-graph", o.draw_graph,
                "Also ForceAtlas2 of the graph after Leiden (obsm X_draw_graph_fa; CPU; scurry draw-graph's defaults)");
@@ -528,7 +528,7 @@ std::vector<Step> build_pipeline(const RunOptions& o) {
                  }});
     if (o.tsne)
       p.push_back({"tsne", [](Context& ctx, Dataset& d, Timings&) {
-                     if (ctx.comm().rank() == 0) tsne(Context::cpu(ctx.threads()), d, TsneOptions{});
+                     if (ctx.comm().rank() == 0) tsne(ctx, d, TsneOptions{});  // on the GPU with --device gpu
                    }});
     if (o.paga)
       p.push_back({"paga", [&o](Context& ctx, Dataset& d, Timings&) {

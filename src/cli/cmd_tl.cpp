@@ -32,6 +32,10 @@ void add_tsne_options(CLI::App& c, TsneOptions& o, const std::string& prefix) {
   c.add_option("--" + prefix + "init", o.init, "tsne: pca or random")->capture_default_str();
   c.add_option("--" + prefix + "method", o.method, "tsne: auto (exact below --" + prefix + "exact-below cells, else fft), fft or exact")
       ->capture_default_str();
+  c.add_option("--" + prefix + "knn", o.knn, "tsne: the affinities' kNN: auto (exact; on the GPU IVF-Flat from --" + prefix +
+                                         "knn-ivf-from cells), exact or ivf")->capture_default_str();
+  c.add_option("--" + prefix + "knn-ivf-from", o.knn_ivf_from, "tsne: knn auto's IVF threshold on the GPU (cells)")
+      ->capture_default_str();
   c.add_option("--" + prefix + "exact-below", o.exact_below, "tsne: method auto's all-pairs threshold (cells)")
       ->capture_default_str();
 }
@@ -54,7 +58,7 @@ namespace {
 template <class Opt>
 void add_tool(CLI::App& app, GlobalOptions& g, const std::string& name, const std::string& help,
               const std::function<void(CLI::App&, Opt&)>& bind,
-              const std::function<void(Context&, Dataset&, const Opt&)>& run) {
+              const std::function<void(Context&, Dataset&, const Opt&)>& run, bool gpu = false) {
   struct Cmd {
     std::string input, output;
     ReadOptions read;
@@ -66,12 +70,12 @@ void add_tool(CLI::App& app, GlobalOptions& g, const std::string& name, const st
       ->required();
   cmd->add_option("-o,--output", o->output, "Output .h5ad file (written atomically)")->required();
   bind(*cmd, o->opt);
-  cmd->callback([&g, o, run, name] {
+  cmd->callback([&g, o, run, name, gpu] {
     log::set_quiet(g.quiet);
     check_output_path(o->output, ".h5ad", "-o/--output");
     check_free_space(o->output, input_bytes(o->input), true);
     Context ctx = make_context(g);
-    if (ctx.backend() == Backend::cuda) {
+    if (ctx.backend() == Backend::cuda && !gpu) {
       log::info(name + " runs on the CPU");
       ctx = Context::cpu(g.context.threads);
     }
@@ -88,7 +92,7 @@ void add_tool(CLI::App& app, GlobalOptions& g, const std::string& name, const st
 void add_tl_commands(CLI::App& app, GlobalOptions& g) {
   add_tool<TsneOptions>(app, g, "tsne", "tsne: t-SNE embedding (obsm X_tsne), sklearn's TSNE as scanpy calls it, FFT-accelerated",
                         [](CLI::App& c, TsneOptions& o) { add_tsne_options(c, o, ""); },
-                        [](Context& ctx, Dataset& d, const TsneOptions& o) { tsne(ctx, d, o); });
+                        [](Context& ctx, Dataset& d, const TsneOptions& o) { tsne(ctx, d, o); }, true);
   add_tool<DiffmapOptions>(app, g, "diffmap", "diffmap: diffusion map of the neighbours graph (obsm X_diffmap, uns diffmap_evals)",
                            [](CLI::App& c, DiffmapOptions& o) {
                              c.add_option("--n-comps", o.n_comps, "number of diffusion components")->capture_default_str();

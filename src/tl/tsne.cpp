@@ -16,8 +16,53 @@
 #include "exec/parallel.hpp"
 #include "graph/knn.hpp"
 #include "graph/neighbors.hpp"
+#include "tl/tsne_detail.hpp"
+#include "tl/tsne_gpu.hpp"
 
 namespace scurry {
+
+namespace tsne_detail {
+
+// FFTW (Frigo & Johnson 2005, "The design and implementation of FFTW3", Proc. IEEE 93) is fastest on
+// sizes whose factors are small: 2^a 3^b 5^c.
+bool fft_friendly(int64_t m) {
+  for (int64_t f : {2, 3, 5})
+    while (m % f == 0) m /= f;
+  return m == 1;
+}
+
+// Boxes of width 1 / intervals_per_integer while the layout spans between min_num_intervals and
+// max_num_intervals of them (FIt-SNE's rule: the kernel's spectrum is the same while the grid size
+// is); outside that range (the start, where the layout is tiny, and the swell of the early
+// exaggeration) min or max boxes whose width is rounded up to a ladder of 2^(1/8) steps, so that the
+// spectrum is recomputed only when the layout has grown or shrunk by 9 %, not every iteration. The
+// number of boxes is then raised to the least with an FFT-friendly M (finer boxes cost nothing).
+GridShape grid_shape(double span, const TsneOptions& opt) {
+  const double unit = 1.0 / opt.intervals_per_integer;
+  const auto ladder = [unit](double w) { return unit * std::exp2(std::ceil(8.0 * std::log2(w / unit)) / 8.0); };
+  GridShape g;
+  int64_t want;
+  if (span < static_cast<double>(opt.min_num_intervals) * unit) {
+    want = opt.min_num_intervals;
+    g.bw = ladder(span / static_cast<double>(want));
+  } else if (span <= static_cast<double>(opt.max_num_intervals) * unit) {
+    want = static_cast<int64_t>(std::ceil(span / unit));
+    g.bw = unit;
+  } else {
+    want = opt.max_num_intervals;
+    g.bw = ladder(span / static_cast<double>(want));
+  }
+  const int64_t p = opt.n_interpolation_points;
+  g.boxes = want;
+  while (!fft_friendly(2 * p * g.boxes)) ++g.boxes;
+  g.M = 2 * p * g.boxes;
+  return g;
+}
+
+}  // namespace tsne_detail
+
+using tsne_detail::GridShape;
+using tsne_detail::grid_shape;
 
 namespace {
 
@@ -85,48 +130,6 @@ double repulsion_exact(const std::vector<double>& y, int64_t n, int threads, std
   double z = 0;
   for (double v : zpart) z += v;
   return z;
-}
-
-// FFTW (Frigo & Johnson 2005, "The design and implementation of FFTW3", Proc. IEEE 93) is fastest on
-// sizes whose factors are small: 2^a 3^b 5^c.
-bool fft_friendly(int64_t m) {
-  for (int64_t f : {2, 3, 5})
-    while (m % f == 0) m /= f;
-  return m == 1;
-}
-
-// The grid of one evaluation: `boxes` a side of width `bw`, p nodes a box, padded to M = 2 p boxes.
-struct GridShape {
-  int64_t boxes = 0, M = 0;
-  double bw = 0;
-};
-
-// Boxes of width 1 / intervals_per_integer while the layout spans between min_num_intervals and
-// max_num_intervals of them (FIt-SNE's rule: the kernel's spectrum is the same while the grid size
-// is); outside that range (the start, where the layout is tiny, and the swell of the early
-// exaggeration) min or max boxes whose width is rounded up to a ladder of 2^(1/8) steps, so that the
-// spectrum is recomputed only when the layout has grown or shrunk by 9 %, not every iteration. The
-// number of boxes is then raised to the least with an FFT-friendly M (finer boxes cost nothing).
-GridShape grid_shape(double span, const TsneOptions& opt) {
-  const double unit = 1.0 / opt.intervals_per_integer;
-  const auto ladder = [unit](double w) { return unit * std::exp2(std::ceil(8.0 * std::log2(w / unit)) / 8.0); };
-  GridShape g;
-  int64_t want;
-  if (span < static_cast<double>(opt.min_num_intervals) * unit) {
-    want = opt.min_num_intervals;
-    g.bw = ladder(span / static_cast<double>(want));
-  } else if (span <= static_cast<double>(opt.max_num_intervals) * unit) {
-    want = static_cast<int64_t>(std::ceil(span / unit));
-    g.bw = unit;
-  } else {
-    want = opt.max_num_intervals;
-    g.bw = ladder(span / static_cast<double>(want));
-  }
-  const int64_t p = opt.n_interpolation_points;
-  g.boxes = want;
-  while (!fft_friendly(2 * p * g.boxes)) ++g.boxes;
-  g.M = 2 * p * g.boxes;
-  return g;
 }
 
 constexpr int64_t kFftRows = 8;   // grid rows a real-to-complex (and back) transform batch
@@ -409,15 +412,27 @@ double kl_divergence(const CsrD& P, const std::vector<double>& y, double z) {
   return kl;
 }
 
-// sklearn's PCA init: two leading principal components (exact, via the d x d covariance and power
-// iteration with deflation would do; here Jacobi on the covariance for exactness), svd_flip signs,
-// scaled so that column 0 has std 1e-4.
-std::vector<double> pca_init(const DenseF& X) {
+}  // namespace
+
+namespace tsne_detail {
+
+// sklearn's PCA init, in pieces the GPU path shares (it forms the covariance on the device): the
+// column means, the covariance of the centred rows, then two leading principal components (Jacobi on
+// the d x d covariance, d being small), svd_flip signs, scaled so that column 0 has std 1e-4. The
+// means and the projections are per column / per row, so running them in parallel keeps the bits.
+std::vector<double> column_means(const DenseF& X, int threads) {
   const int64_t n = X.n_rows, d = X.n_cols;
   std::vector<double> mean(static_cast<size_t>(d), 0.0);
-  for (int64_t i = 0; i < n; ++i)
-    for (int64_t c = 0; c < d; ++c) mean[c] += X(i, c);
-  for (auto& m : mean) m /= static_cast<double>(n);
+  parallel_for(threads, d, [&](int64_t c) {
+    double m = 0;
+    for (int64_t i = 0; i < n; ++i) m += X(i, c);
+    mean[c] = m / static_cast<double>(n);
+  });
+  return mean;
+}
+
+std::vector<double> covariance(const DenseF& X, const std::vector<double>& mean) {
+  const int64_t n = X.n_rows, d = X.n_cols;
   std::vector<double> C(static_cast<size_t>(d * d), 0.0);
   std::vector<double> row(static_cast<size_t>(d));
   for (int64_t i = 0; i < n; ++i) {
@@ -427,6 +442,11 @@ std::vector<double> pca_init(const DenseF& X) {
   }
   for (int64_t a = 0; a < d; ++a)
     for (int64_t b = 0; b < a; ++b) C[b * d + a] = C[a * d + b];
+  return C;
+}
+
+std::vector<double> pca_layout(const DenseF& X, const std::vector<double>& mean, std::vector<double> C, int threads) {
+  const int64_t n = X.n_rows, d = X.n_cols;
   // Cyclic Jacobi (Golub & Van Loan, Algorithm 8.4.3): d is small (the PCs).
   std::vector<double> V(static_cast<size_t>(d * d), 0.0);
   for (int64_t a = 0; a < d; ++a) V[a * d + a] = 1;
@@ -465,13 +485,16 @@ std::vector<double> pca_init(const DenseF& X) {
   std::vector<double> y(static_cast<size_t>(2 * n), 0.0);
   for (int comp = 0; comp < 2 && comp < d; ++comp) {
     const int64_t v = order[comp];
-    double best = 0;
-    for (int64_t i = 0; i < n; ++i) {
-      double s = 0;
-      for (int64_t c = 0; c < d; ++c) s += (X(i, c) - mean[c]) * V[c * d + v];
-      y[2 * i + comp] = s;
-      if (std::abs(s) > std::abs(best)) best = s;
-    }
+    parallel_for(threads, blocks_of(n, kRowBlock), [&](int64_t b) {
+      for (int64_t i = b * kRowBlock; i < std::min(n, (b + 1) * kRowBlock); ++i) {
+        double s = 0;
+        for (int64_t c = 0; c < d; ++c) s += (X(i, c) - mean[c]) * V[c * d + v];
+        y[2 * i + comp] = s;
+      }
+    });
+    double best = 0;  // the first largest |score| (svd_flip)
+    for (int64_t i = 0; i < n; ++i)
+      if (std::abs(y[2 * i + comp]) > std::abs(best)) best = y[2 * i + comp];
     if (best < 0)
       for (int64_t i = 0; i < n; ++i) y[2 * i + comp] = -y[2 * i + comp];
   }
@@ -484,6 +507,23 @@ std::vector<double> pca_init(const DenseF& X) {
   const double f = s0 > 0 ? 1e-4 / s0 : 1.0;
   for (auto& v : y) v *= f;
   return y;
+}
+
+std::vector<double> random_layout(int64_t n, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<double> nd(0.0, 1.0);
+  std::vector<double> y(static_cast<size_t>(2 * n));
+  for (auto& v : y) v = 1e-4 * nd(rng);
+  return y;
+}
+
+}  // namespace tsne_detail
+
+namespace {
+
+std::vector<double> pca_init(const DenseF& X, int threads) {
+  const std::vector<double> mean = tsne_detail::column_means(X, threads);
+  return tsne_detail::pca_layout(X, mean, tsne_detail::covariance(X, mean), threads);
 }
 
 }  // namespace
@@ -571,18 +611,20 @@ CsrD tsne_affinities(const std::vector<int32_t>& nbr, const std::vector<double>&
 
 double tsne_repulsion(const std::vector<double>& y, int64_t n, const TsneOptions& opt, int threads,
                       std::vector<double>& rep) {
-  if (opt.method == "exact" || (opt.method == "auto" && n < opt.exact_below))
-    return repulsion_exact(y, n, threads, rep);
+  if (tsne_detail::exact_repulsion(opt, n)) return repulsion_exact(y, n, threads, rep);
   TsneFftCache cache;
   return repulsion_fft(y, n, opt, threads, rep, cache);
 }
 
-TsneResult tsne(const Context& ctx, const DenseF& X, const TsneOptions& opt) {
-  const int64_t n = X.n_rows;
+namespace tsne_detail {
+
+void check_options(const TsneOptions& opt, int64_t n) {
   if (opt.method != "auto" && opt.method != "fft" && opt.method != "exact")
     fail_input(kWhere, "method '", opt.method, "' is not supported; use auto, fft or exact");
   if (opt.init != "pca" && opt.init != "random")
     fail_input(kWhere, "init '", opt.init, "' is not supported; use pca or random");
+  if (opt.knn != "auto" && opt.knn != "exact" && opt.knn != "ivf")
+    fail_input(kWhere, "knn '", opt.knn, "' is not supported; use auto, exact or ivf");
   if (n < 4) fail_input(kWhere, "t-SNE needs at least 4 cells, got ", n);
   if (!(opt.perplexity > 0) || opt.perplexity >= static_cast<double>(n - 1))
     fail_input(kWhere, "perplexity = ", opt.perplexity, " must be positive and less than the number of cells - 1 (",
@@ -594,45 +636,73 @@ TsneResult tsne(const Context& ctx, const DenseF& X, const TsneOptions& opt) {
     fail_input(kWhere, "n_iter must be positive and exaggeration_iter non-negative");
   if (opt.n_interpolation_points < 2 || opt.min_num_intervals < 1 || !(opt.intervals_per_integer > 0))
     fail_input(kWhere, "the interpolation grid needs >= 2 points a box, >= 1 box and intervals_per_integer > 0");
+}
+
+bool exact_repulsion(const TsneOptions& opt, int64_t n) {
+  return opt.method == "exact" || (opt.method == "auto" && n < opt.exact_below);
+}
+
+int64_t n_neighbors(const TsneOptions& opt, int64_t n) {
+  // sklearn: n_neighbors = min(n - 1, int(3 * perplexity + 1)), the cell itself excluded.
+  return std::min<int64_t>(n - 1, static_cast<int64_t>(3.0 * opt.perplexity + 1.0));
+}
+
+void neighbours_without_self(const Knn& knn, int64_t k, KnnMetric metric, int threads, std::vector<int32_t>& nbr,
+                             std::vector<double>& sq) {
+  const int64_t n = knn.n;
+  nbr.assign(static_cast<size_t>(n * k), 0);
+  sq.assign(static_cast<size_t>(n * k), 0.0);
+  std::vector<int64_t> missing(static_cast<size_t>(blocks_of(n, kRowBlock)), 0);
+  parallel_for(threads, blocks_of(n, kRowBlock), [&](int64_t b) {
+    for (int64_t i = b * kRowBlock; i < std::min(n, (b + 1) * kRowBlock); ++i) {
+      // Column 0 is the cell itself unless duplicates tie with it: drop the cell wherever it sits.
+      int64_t o = 0;
+      for (int64_t j = 0; j <= k && o < k; ++j) {
+        const int32_t t = knn.index(i, j);
+        if (t == i) continue;
+        if (t < 0) break;  // an approximate search found fewer neighbours
+        const double dist = knn.distance(i, j);
+        nbr[static_cast<size_t>(i * k + o)] = t;
+        sq[static_cast<size_t>(i * k + o)] = metric == KnnMetric::euclidean ? dist * dist : dist;
+        ++o;
+      }
+      if (o < k) ++missing[static_cast<size_t>(b)];
+    }
+  });
+  int64_t m = 0;
+  for (int64_t v : missing) m += v;
+  if (m > 0)
+    fail_input(kWhere, m, " cells have fewer than ", k, " neighbours in the approximate (IVF) search; use knn = exact");
+}
+
+}  // namespace tsne_detail
+
+TsneResult tsne(const Context& ctx, const DenseF& X, const TsneOptions& opt) {
+  const int64_t n = X.n_rows;
+  tsne_detail::check_options(opt, n);
+  if (ctx.backend() == Backend::cuda) return tsne_gpu(ctx, X, opt);
   const int threads = opt.n_jobs > 0 ? opt.n_jobs : ctx.threads();
   const Context kctx = Context::cpu(threads);
   TsneResult res;
   auto t0 = std::chrono::steady_clock::now();
-  // sklearn: n_neighbors = min(n - 1, int(3 * perplexity + 1)), the cell itself excluded.
-  const int64_t k = std::min<int64_t>(n - 1, static_cast<int64_t>(3.0 * opt.perplexity + 1.0));
+  const int64_t k = tsne_detail::n_neighbors(opt, n);
   const KnnMetric metric = parse_knn_metric(opt.metric, kWhere);
-  const Knn knn = knn_exact(kctx, X, k + 1, metric);
-  std::vector<int32_t> nbr(static_cast<size_t>(n * k));
-  std::vector<double> sq(static_cast<size_t>(n * k));
-  for (int64_t i = 0; i < n; ++i) {
-    // Column 0 is the cell itself unless duplicates tie with it: drop the cell wherever it sits.
-    int64_t o = 0;
-    for (int64_t j = 0; j <= k && o < k; ++j) {
-      const int32_t t = knn.index(i, j);
-      if (t == i) continue;
-      const double dist = knn.distance(i, j);
-      nbr[static_cast<size_t>(i * k + o)] = t;
-      sq[static_cast<size_t>(i * k + o)] = metric == KnnMetric::euclidean ? dist * dist : dist;
-      ++o;
-    }
-  }
+  // sklearn's search is exact, and so is ours on the CPU unless knn = ivf is asked for.
+  const Knn knn = opt.knn == "ivf" ? knn_ivf(kctx, X, k + 1, metric) : knn_exact(kctx, X, k + 1, metric);
+  std::vector<int32_t> nbr;
+  std::vector<double> sq;
+  tsne_detail::neighbours_without_self(knn, k, metric, threads, nbr, sq);
   const CsrD P = tsne_affinities(nbr, sq, n, k, opt.perplexity, threads);
   res.affinity_seconds = seconds_since(t0);
+  res.p_nnz = static_cast<int64_t>(P.indices.size());
+  res.knn_used = opt.knn == "ivf" ? "ivf" : "exact";
   t0 = std::chrono::steady_clock::now();
 
-  std::vector<double> y;
-  if (opt.init == "pca") {
-    y = pca_init(X);
-  } else {
-    std::mt19937_64 rng(opt.random_state);
-    std::normal_distribution<double> nd(0.0, 1.0);
-    y.resize(static_cast<size_t>(2 * n));
-    for (auto& v : y) v = 1e-4 * nd(rng);
-  }
+  std::vector<double> y = opt.init == "pca" ? pca_init(X, threads) : tsne_detail::random_layout(n, opt.random_state);
   std::vector<double> update(y.size(), 0.0), gains(y.size(), 1.0), att, rep;
   double z = 1;
   TsneFftCache cache;
-  const bool exact = opt.method == "exact" || (opt.method == "auto" && n < opt.exact_below);
+  const bool exact = tsne_detail::exact_repulsion(opt, n);
   auto repulsion = [&]() {
     return exact ? repulsion_exact(y, n, threads, rep) : repulsion_fft(y, n, opt, threads, rep, cache);
   };
@@ -678,9 +748,15 @@ TsneResult tsne(const Context& ctx, Dataset& d, const TsneOptions& opt) {
   Dict t;
   t["params"] = Value(std::move(params));
   d.uns["tsne"] = Value(std::move(t));
-  log::info(detail::concat("tsne: ", x.n_rows, " cells in ", used, " (", x.n_cols, " dims): affinities ",
-                           res.affinity_seconds, " s, ", opt.n_iter, " iterations ", res.optimize_seconds,
-                           " s, KL ", res.kl_divergence));
+  const bool gpu = ctx.backend() == Backend::cuda;
+  log::info(detail::concat(gpu ? "tsne (gpu): " : "tsne: ", x.n_rows, " cells in ", used, " (", x.n_cols,
+                           " dims): affinities ", res.affinity_seconds, " s, ", opt.n_iter, " iterations ",
+                           res.optimize_seconds, " s, KL ", res.kl_divergence));
+  if (gpu)
+    log::info(detail::concat("tsne (gpu): kNN (", res.knn_used, ") ", res.knn_seconds, " s; device s: attraction ",
+                             res.attraction_seconds, ", grid ", res.grid_seconds, ", fft ", res.fft_seconds,
+                             ", interpolation ", res.interpolation_seconds, ", update ", res.update_seconds,
+                             "; host setup ", res.host_seconds));
   return res;
 }
 

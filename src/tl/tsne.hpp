@@ -25,6 +25,9 @@
 // Differences from sklearn: the repulsion is FIt-SNE's, not Barnes-Hut's (angle 0.5); both are
 // approximations of the same exact gradient. Random streams are our own. Deterministic: the same
 // seed gives the same bits for any thread count (fixed blocks, fixed-order sums).
+//
+// A CUDA Context runs the same algorithm on the GPU (tsne_gpu.hpp): tsne(ctx, ...) dispatches on
+// ctx.backend(), so `scurry --device gpu tsne`, `run --tsne` and the Python package follow it.
 #pragma once
 #include <cstdint>
 #include <optional>
@@ -59,12 +62,28 @@ struct TsneOptions {
   int64_t max_num_intervals = 128;  // past this the boxes widen (bounds the grid at 768^2)
   double intervals_per_integer = 1;
   std::string key_added = "X_tsne";  // obsm key written
+  // The affinities' kNN: "exact" (sklearn's), "ivf" (IVF-Flat: the CPU's knn_ivf, the GPU's
+  // knn_ivf_gpu) or "auto": exact on the CPU; on the GPU exact below knn_ivf_from cells, IVF-Flat
+  // from there (k = 3 perplexity + 1 = 91 is past the GPU's fused exact kernels, whose candidate
+  // lists hold at most 64: the exact search then runs the cuBLAS tile path, O(n^2) selections).
+  std::string knn = "auto";
+  int64_t knn_ivf_from = 100000;
 };
 
 struct TsneResult {
   DenseF embedding;              // n x 2 (obsm X_tsne)
   double kl_divergence = 0;      // KL(P || Q) at the end (exact over the kNN pairs, Z from the grid)
   double affinity_seconds = 0, optimize_seconds = 0;
+  // The GPU path only: its kNN's share of affinity_seconds (host clock) and device seconds per phase
+  // of the iterations (CUDA events, summed): the attraction over P; the grid (the points sorted by
+  // box, charges spread); the FFT (cuFFT R2C, times the kernel's spectrum, C2R); the interpolation
+  // (potentials back at the points, Z); the gradient step; and the host's share (the layout's
+  // bounds read back each iteration, plans and kernel spectra made when the grid changes).
+  double knn_seconds = 0, attraction_seconds = 0, grid_seconds = 0, fft_seconds = 0, interpolation_seconds = 0,
+         update_seconds = 0, host_seconds = 0;
+  std::string knn_used;  // "exact" | "ivf"
+  int64_t p_nnz = 0;      // stored entries of P (both triangles)
+  int64_t grid_size = 0;  // the GPU path: the last FFT grid's M (0 for all pairs)
 };
 
 // Low level: t-SNE of the rows of X (n x d; n >= 4, perplexity < n - 1 as sklearn requires).
