@@ -88,3 +88,32 @@ TEST(StarcatGpu, FitThroughStarcatEqualsCpu) {
     for (int64_t a = 0; a < k; ++a) ASSERT_NEAR(got.usages(i, a), want.usages(i, a), 1e-6 * scale) << i << " " << a;
   }
 }
+
+// starCAT's own solver on the GPU (nmf_fit_gpu with H fixed: float32 products, sklearn's stopping
+// rule every 10 iterations) against the CPU's (float64 sums): both stop near the same point of the
+// same iterations; a rounding difference can move the stop by 10 iterations, so the check is on the
+// usages as a whole: relative Frobenius difference <= 1e-2 (a wrong update differs by O(1)).
+TEST(StarcatGpu, MuSolverNearCpu) {
+  SCURRY_REQUIRE_GPU();
+  const Context gpu = test::gpu_context();
+  const uint64_t seed = test::fresh_seed();
+  std::mt19937_64 rng(seed);
+  const int k = 7;
+  const int64_t g = 90;
+  const CsrF Q = test::random_counts(1500, g, 0.35, seed + 2);
+  std::vector<std::string> genes;
+  for (int64_t j = 0; j < g; ++j) genes.push_back("g" + std::to_string(j));
+  const DenseD ref = random_spectra(k, g, rng);
+  StarcatOptions opt;
+  opt.exact = false;
+  const StarcatResult want = starcat_fit(Context::cpu(2), Q, genes, ref, genes, opt, "query");
+  const StarcatResult got = starcat_fit(gpu, Q, genes, ref, genes, opt, "query");
+  ASSERT_EQ(got.usages.data.size(), want.usages.data.size());
+  double d2 = 0, n2 = 0;
+  for (size_t q = 0; q < want.usages.data.size(); ++q) {
+    const double d = static_cast<double>(got.usages.data[q]) - want.usages.data[q];
+    d2 += d * d, n2 += static_cast<double>(want.usages.data[q]) * want.usages.data[q];
+  }
+  ASSERT_GT(n2, 0);
+  EXPECT_LE(std::sqrt(d2 / n2), 1e-2);
+}
