@@ -27,6 +27,13 @@ DenseD random_spectra(int k, int64_t g, std::mt19937_64& rng) {
   return H;
 }
 
+// Gene names g0, g<step>, g<2 step>, ...: n of them.
+std::vector<std::string> gene_names(int64_t n, int64_t step = 1) {
+  std::vector<std::string> v;
+  for (int64_t j = 0; j < n; ++j) v.push_back("g" + std::to_string(j * step));
+  return v;
+}
+
 void expect_gpu_equals_cpu(const Context& gpu, const CsrF& X, const DenseD& H, int64_t block) {
   const DenseF want = nnls_fixed_spectra(Context::cpu(2), X, H, 256);
   const DenseF got = nnls_fixed_spectra_gpu(gpu, X, H, block);
@@ -72,9 +79,7 @@ TEST(StarcatGpu, FitThroughStarcatEqualsCpu) {
   const int k = 9;
   const int64_t g = 120;
   const CsrF Q = test::random_counts(1800, g + 30, 0.3, seed + 1);
-  std::vector<std::string> q_genes, ref_genes;
-  for (int64_t j = 0; j < g + 30; ++j) q_genes.push_back("g" + std::to_string(j));
-  for (int64_t j = 0; j < g; ++j) ref_genes.push_back("g" + std::to_string(2 * j));  // half shared, other order
+  const std::vector<std::string> q_genes = gene_names(g + 30), ref_genes = gene_names(g, 2);  // ~half shared
   const DenseD ref = random_spectra(k, g, rng);
   StarcatOptions opt;
   opt.gpu_rows_per_block = 500;
@@ -101,8 +106,7 @@ TEST(StarcatGpu, MuSolverNearCpu) {
   const int k = 7;
   const int64_t g = 90;
   const CsrF Q = test::random_counts(1500, g, 0.35, seed + 2);
-  std::vector<std::string> genes;
-  for (int64_t j = 0; j < g; ++j) genes.push_back("g" + std::to_string(j));
+  const std::vector<std::string> genes = gene_names(g);
   const DenseD ref = random_spectra(k, g, rng);
   StarcatOptions opt;
   opt.exact = false;
