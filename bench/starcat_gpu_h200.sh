@@ -22,7 +22,7 @@ for dev in gpu cpu; do
   for rep in 1 2; do
     /usr/bin/time -v -o "$D/$dev.time" "$S" --threads 16 --device $dev cnmf project "$REF" "$Q" -o "$D/u_$dev.txt" \
       2> "$D/$dev.log" || { echo "$dev run failed: $(tail -1 "$D/$dev.log")"; continue; }
-    echo "$dev run $rep: $(grep -o 'fit [0-9.]* s on the [A-Z]*' "$D/$dev.log"); whole command wall $(grep Elapsed "$D/$dev.time" | awk '{print $NF}'), user $(grep 'User time' "$D/$dev.time" | awk '{print $NF}') s, peak RSS $(grep 'Maximum resident' "$D/$dev.time" | awk '{print $NF}') KB"
+    echo "$dev run $rep: $(grep -o 'fit [0-9.]* s: .*' "$D/$dev.log"); whole command wall $(grep Elapsed "$D/$dev.time" | awk '{print $NF}'), user $(grep 'User time' "$D/$dev.time" | awk '{print $NF}') s, peak RSS $(grep 'Maximum resident' "$D/$dev.time" | awk '{print $NF}') KB"
   done
 done
 if cmp -s "$D/u_gpu.txt" "$D/u_cpu.txt"; then echo "GPU usages == CPU usages, byte for byte ($N cells)"

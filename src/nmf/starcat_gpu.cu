@@ -4,7 +4,8 @@
 // Hanson's active set on the k x k Gram (nmf/nnls_active_set.hpp, the code the CPU runs; its
 // products unfused), the Gram in shared memory, the solver's scratch (a packed Cholesky factor of at
 // most k (k + 1) / 2 doubles) in local memory, sized by a compile-time bound on k. The query is
-// uploaded in blocks of cells, each block's usages downloaded before the next is uploaded; no
+// uploaded in blocks of cells (all of it at once through upload()'s pinned staging when it is one
+// block), each block's usages downloaded before the next is uploaded; no
 // atomics, no reduction across threads: the usages are the CPU's bit for bit, for any block size.
 //
 // Cost at 1M cells, 1,500 genes, k = 20 (H200): the gather reads ~450 nonzeros x 20 doubles of H^T
@@ -80,19 +81,25 @@ DenseF nnls_fixed_spectra_gpu(const Context& ctx, const CsrF& X, const DenseD& H
   for (int64_t r0 = 0; r0 < n; r0 += step) {
     const int64_t rows = std::min(step, n - r0);
     const int64_t p0 = X.indptr[r0], nnz = X.indptr[r0 + rows] - p0;
-    DeviceArray<int64_t> ip(res, static_cast<size_t>(rows + 1), "starCAT row pointers");
-    DeviceArray<int32_t> ix(res, static_cast<size_t>(nnz), "starCAT indices");
-    DeviceArray<float> dx(res, static_cast<size_t>(nnz), "starCAT values");
+    DeviceCsr blk;  // the whole query in one block: upload()'s pinned staging (several times a plain copy)
+    if (rows == n) {
+      blk = upload(res, X);
+    } else {
+      blk.indptr = DeviceArray<int64_t>(res, static_cast<size_t>(rows + 1), "starCAT row pointers");
+      blk.indices = DeviceArray<int32_t>(res, static_cast<size_t>(nnz), "starCAT indices");
+      blk.data = DeviceArray<float>(res, static_cast<size_t>(nnz), "starCAT values");
+      to_device(res, blk.indptr.data(), X.indptr.data() + r0, static_cast<size_t>(rows + 1));
+      to_device(res, blk.indices.data(), X.indices.data() + p0, static_cast<size_t>(nnz));
+      to_device(res, blk.data.data(), X.data.data() + p0, static_cast<size_t>(nnz));
+    }
     DeviceArray<float> dW(res, static_cast<size_t>(rows * k), "starCAT usages");
-    to_device(res, ip.data(), X.indptr.data() + r0, static_cast<size_t>(rows + 1));
-    to_device(res, ix.data(), X.indices.data() + p0, static_cast<size_t>(nnz));
-    to_device(res, dx.data(), X.data.data() + p0, static_cast<size_t>(nnz));
     const unsigned blocks = static_cast<unsigned>((rows + kThreads - 1) / kThreads);
     const size_t shared = static_cast<size_t>(k * k) * sizeof(double);
     const int kk = static_cast<int>(k);
 #define SCURRY_STARCAT_LAUNCH(KM)                                                                            \
-  starcat_nnls_kernel<KM><<<blocks, kThreads, shared, res.stream>>>(rows, kk, ip.data(), p0, ix.data(), dx.data(), \
-                                                                   dHt.data(), dG.data(), tol, dW.data())
+  starcat_nnls_kernel<KM><<<blocks, kThreads, shared, res.stream>>>(rows, kk, blk.indptr.data(), p0,            \
+                                                                   blk.indices.data(), blk.data.data(), dHt.data(), \
+                                                                   dG.data(), tol, dW.data())
     if (k <= 8) SCURRY_STARCAT_LAUNCH(8);
     else if (k <= 16) SCURRY_STARCAT_LAUNCH(16);
     else if (k <= 32) SCURRY_STARCAT_LAUNCH(32);

@@ -27,6 +27,13 @@ DenseD random_spectra(int k, int64_t g, std::mt19937_64& rng) {
   return H;
 }
 
+// Gene names g0, g<step>, g<2 step>, ...: n of them.
+std::vector<std::string> gene_names(int64_t n, int64_t step = 1) {
+  std::vector<std::string> v;
+  for (int64_t j = 0; j < n; ++j) v.push_back("g" + std::to_string(j * step));
+  return v;
+}
+
 void expect_gpu_equals_cpu(const Context& gpu, const CsrF& X, const DenseD& H, int64_t block) {
   const DenseF want = nnls_fixed_spectra(Context::cpu(2), X, H, 256);
   const DenseF got = nnls_fixed_spectra_gpu(gpu, X, H, block);
@@ -72,9 +79,7 @@ TEST(StarcatGpu, FitThroughStarcatEqualsCpu) {
   const int k = 9;
   const int64_t g = 120;
   const CsrF Q = test::random_counts(1800, g + 30, 0.3, seed + 1);
-  std::vector<std::string> q_genes, ref_genes;
-  for (int64_t j = 0; j < g + 30; ++j) q_genes.push_back("g" + std::to_string(j));
-  for (int64_t j = 0; j < g; ++j) ref_genes.push_back("g" + std::to_string(2 * j));  // half shared, other order
+  const std::vector<std::string> q_genes = gene_names(g + 30), ref_genes = gene_names(g, 2);  // ~half shared
   const DenseD ref = random_spectra(k, g, rng);
   StarcatOptions opt;
   opt.gpu_rows_per_block = 500;
@@ -87,4 +92,32 @@ TEST(StarcatGpu, FitThroughStarcatEqualsCpu) {
     for (int64_t a = 0; a < k; ++a) scale = std::max(scale, static_cast<double>(want.usages(i, a)));
     for (int64_t a = 0; a < k; ++a) ASSERT_NEAR(got.usages(i, a), want.usages(i, a), 1e-6 * scale) << i << " " << a;
   }
+}
+
+// starCAT's own solver on the GPU (nmf_fit_gpu with H fixed: float32 products, sklearn's stopping
+// rule every 10 iterations) against the CPU's (float64 sums): both stop near the same point of the
+// same iterations; a rounding difference can move the stop by 10 iterations, so the check is on the
+// usages as a whole: relative Frobenius difference <= 1e-2 (a wrong update differs by O(1)).
+TEST(StarcatGpu, MuSolverNearCpu) {
+  SCURRY_REQUIRE_GPU();
+  const Context gpu = test::gpu_context();
+  const uint64_t seed = test::fresh_seed();
+  std::mt19937_64 rng(seed);
+  const int k = 7;
+  const int64_t g = 90;
+  const CsrF Q = test::random_counts(1500, g, 0.35, seed + 2);
+  const std::vector<std::string> genes = gene_names(g);
+  const DenseD ref = random_spectra(k, g, rng);
+  StarcatOptions opt;
+  opt.exact = false;
+  const StarcatResult want = starcat_fit(Context::cpu(2), Q, genes, ref, genes, opt, "query");
+  const StarcatResult got = starcat_fit(gpu, Q, genes, ref, genes, opt, "query");
+  ASSERT_EQ(got.usages.data.size(), want.usages.data.size());
+  double d2 = 0, n2 = 0;
+  for (size_t q = 0; q < want.usages.data.size(); ++q) {
+    const double d = static_cast<double>(got.usages.data[q]) - want.usages.data[q];
+    d2 += d * d, n2 += static_cast<double>(want.usages.data[q]) * want.usages.data[q];
+  }
+  ASSERT_GT(n2, 0);
+  EXPECT_LE(std::sqrt(d2 / n2), 1e-2);
 }
