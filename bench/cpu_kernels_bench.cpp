@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "core/matrix.hpp"
+#include "exec/blas_core.hpp"
 #include "exec/context.hpp"
 #include "graph/knn.hpp"
 #include "io/read.hpp"
@@ -121,6 +122,8 @@ DenseF scaled_like(int64_t n, int64_t g, uint64_t seed) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  scurry::use_fast_blas_core();  // as the CLI (OPENBLAS_CORETYPE=Prescott for OpenBLAS's fallback)
+  std::printf("BLAS: %s\n", scurry::blas_core_status().c_str());
   if (argc < 2) {
     std::fprintf(stderr, "usage: %s sgemm | knn SRC [options] | pca SRC\n", argv[0]);
     return 2;
