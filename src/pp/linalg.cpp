@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <climits>
 #include <limits>
+#include <type_traits>
 #include <cstddef>
 
 #include "core/error.hpp"
@@ -111,21 +112,6 @@ void dsyrk_lower(bool trans, int64_t n, int64_t k, double alpha, const double* a
 
 namespace {
 
-void syevr(const char* jobz, const char* range, const char* uplo, const int* n, double* a, const int* lda,
-           const double* vl, const double* vu, const int* il, const int* iu, const double* abstol, int* m, double* w,
-           double* z, const int* ldz, int* isuppz, double* work, const int* lwork, int* iwork, const int* liwork,
-           int* info) {
-  dsyevr_(jobz, range, uplo, n, a, lda, vl, vu, il, iu, abstol, m, w, z, ldz, isuppz, work, lwork, iwork, liwork, info,
-          1, 1, 1);
-}
-void syevr(const char* jobz, const char* range, const char* uplo, const int* n, float* a, const int* lda,
-           const float* vl, const float* vu, const int* il, const int* iu, const float* abstol, int* m, float* w,
-           float* z, const int* ldz, int* isuppz, float* work, const int* lwork, int* iwork, const int* liwork,
-           int* info) {
-  ssyevr_(jobz, range, uplo, n, a, lda, vl, vu, il, iu, abstol, m, w, z, ldz, isuppz, work, lwork, iwork, liwork, info,
-          1, 1, 1);
-}
-
 // The m largest eigenpairs of the n x n row-major lower triangle `a` (destroyed) by LAPACK ?syevr in T.
 template <class T>
 SymEigen eigh_top_in(std::vector<T>& a, int64_t n64, int64_t m, const char* routine) {
@@ -141,18 +127,24 @@ SymEigen eigh_top_in(std::vector<T>& a, int64_t n64, int64_t m, const char* rout
   std::vector<T> z(static_cast<size_t>(n) * static_cast<size_t>(m));
   std::vector<int> isuppz(2 * static_cast<size_t>(std::max<int64_t>(1, m)));
   const int lda = std::max(1, n), ldz = std::max(1, n);
+  auto syevr = [&](T* work, const int* lwork, int* iwork, const int* liwork) {
+    if constexpr (std::is_same_v<T, double>)
+      dsyevr_(&jobz, &range, &uplo, &n, a.data(), &lda, &vl, &vu, &il, &iu, &abstol, &found, w.data(), z.data(), &ldz,
+              isuppz.data(), work, lwork, iwork, liwork, &info, 1, 1, 1);
+    else
+      ssyevr_(&jobz, &range, &uplo, &n, a.data(), &lda, &vl, &vu, &il, &iu, &abstol, &found, w.data(), z.data(), &ldz,
+              isuppz.data(), work, lwork, iwork, liwork, &info, 1, 1, 1);
+  };
   // Workspace query.
   T wq = 0;
   int iwq = 0, lwork = -1, liwork = -1;
-  syevr(&jobz, &range, &uplo, &n, a.data(), &lda, &vl, &vu, &il, &iu, &abstol, &found, w.data(), z.data(), &ldz,
-        isuppz.data(), &wq, &lwork, &iwq, &liwork, &info);
+  syevr(&wq, &lwork, &iwq, &liwork);
   if (info != 0) fail("internal: LAPACK ", routine, " workspace query failed, info = ", info);
   lwork = static_cast<int>(wq) + 1;
   liwork = iwq;
   std::vector<T> work(static_cast<size_t>(lwork));
   std::vector<int> iwork(static_cast<size_t>(std::max(1, liwork)));
-  syevr(&jobz, &range, &uplo, &n, a.data(), &lda, &vl, &vu, &il, &iu, &abstol, &found, w.data(), z.data(), &ldz,
-        isuppz.data(), work.data(), &lwork, iwork.data(), &liwork, &info);
+  syevr(work.data(), &lwork, iwork.data(), &liwork);
   if (info != 0) fail("internal: LAPACK ", routine, " failed, info = ", info);
   if (found != m) fail("internal: LAPACK ", routine, " returned ", found, " eigenpairs instead of ", m);
   SymEigen out;
