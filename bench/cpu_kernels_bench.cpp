@@ -4,7 +4,7 @@
 //     SRC: an h5ad with obsm['X_pca'], or mix:N:D (a seeded Gaussian mixture of 12 clusters in D
 //     dims whose per-dimension spread falls off like a PCA spectrum)
 //     --methods exact,ivf,hnsw  --probes P1,P2,..  --lists-per-sqrt F  --recall-sample S  --k K
-//   scurry_cpu_kernels_bench pca SRC [--solver S] [--comps K]   PCA of the dense scaled HVG matrix
+//   scurry_cpu_kernels_bench pca N G [SOLVER [THREADS [REPS]]]   PCA of a scaled-like N x G matrix (REPS > 0: only the default PCA, timed REPS times)
 //     written by `scurry run` ... not the default run; SRC an h5ad whose X is the scaled matrix.
 #include <cblas.h>
 
@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "core/matrix.hpp"
+#include "exec/blas_core.hpp"
 #include "exec/context.hpp"
 #include "graph/knn.hpp"
 #include "io/read.hpp"
@@ -121,6 +122,8 @@ DenseF scaled_like(int64_t n, int64_t g, uint64_t seed) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  scurry::use_fast_blas_core();  // as the CLI (OPENBLAS_CORETYPE=Prescott for OpenBLAS's fallback)
+  std::printf("BLAS: %s\n", scurry::blas_core_status().c_str());
   if (argc < 2) {
     std::fprintf(stderr, "usage: %s sgemm | knn SRC [options] | pca SRC\n", argv[0]);
     return 2;
@@ -213,10 +216,11 @@ int main(int argc, char** argv) {
     const int64_t n = std::atol(argv[2]), g = std::atol(argv[3]);
     const std::string solver = argc >= 5 ? argv[4] : "auto";
     const int threads = argc >= 6 ? std::atoi(argv[5]) : 2;
+    const int reps = argc >= 7 ? std::atoi(argv[6]) : 0;  // > 0: only time the default PCA, reps times
     double t0 = now();
     const DenseF x = scaled_like(n, g, 1);
     std::printf("data %ld x %ld: %.1f s\n", n, g, now() - t0);
-    {
+    if (reps == 0) {
       std::mt19937_64 rng(3);
       std::normal_distribution<double> nd;
       DenseD a(g, g);
@@ -226,7 +230,24 @@ int main(int argc, char** argv) {
       const double c0 = cpu_now();
       linalg::SymEigen e = linalg::eigh_top(a, 50);
       std::printf("eigh_top(%ld, 50), 1 thread: %.2f s wall, %.2f s cpu\n", g, now() - t0, cpu_now() - c0);
+      DenseD b(g, g);
+      for (auto& v : b.data) v = nd(rng);
+      t0 = now();
+      const double c1 = cpu_now();
+      linalg::SymEigen f = linalg::eigh_top_f32(b, 70);
+      std::printf("eigh_top_f32(%ld, 70), 1 thread: %.2f s wall, %.2f s cpu\n", g, now() - t0, cpu_now() - c1);
     }
+    const Context ctx0 = Context::cpu(threads);
+    for (int rep = 0; rep < reps; ++rep) {
+      PcaOptions o;
+      o.svd_solver = solver;
+      t0 = now();
+      const double c0 = cpu_now();
+      PcaResult r = pca(ctx0, x, o);
+      std::printf("pca %s (%s), %d threads: %.2f s wall, %.2f s cpu; var[0] %.9g var[49] %.9g\n", solver.c_str(),
+                  r.solver.c_str(), threads, now() - t0, cpu_now() - c0, r.variance[0], r.variance[49]);
+    }
+    if (reps > 0) return 0;
     const Context ctx = Context::cpu(threads);
     PcaOptions ref_opt;
     ref_opt.svd_solver = "gram";
@@ -254,14 +275,6 @@ int main(int argc, char** argv) {
       }
       std::printf("pca %s refine %d: %.2f s wall, %.2f s cpu; worst variance rel err (50) %.2e, worst |r| (top 20) %.7f\n",
                   r.solver.c_str(), refine, tw, tc, worst_var, worst_r);
-    }
-    for (int rep = 0; rep < 0; ++rep) {
-      PcaOptions o;
-      t0 = now();
-      const double c0 = cpu_now();
-      PcaResult r = pca(ctx, x, o);
-      std::printf("pca %s (%s), %d threads: %.2f s wall, %.2f s cpu; var[0] %.6g var[49] %.6g\n", solver.c_str(),
-                  r.solver.c_str(), threads, now() - t0, cpu_now() - c0, r.variance[0], r.variance[49]);
     }
     return 0;
   }

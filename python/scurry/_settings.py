@@ -8,7 +8,16 @@ class _Settings:
     """n_jobs: CPU threads (0 or -1: all cores); verbosity: 0 silences scurry's messages and progress
     bars (errors are always raised), 1 or more shows them; device: 'cpu' (the GPU backend of the
     package comes later: 'gpu' raises NotImplementedError); memory: the GPU memory mode
-    (pool, managed, managed-pool, plain), kept for the GPU backend."""
+    (pool, managed, managed-pool, plain), kept for the GPU backend; blas_core (read only): the OpenBLAS
+    kernel set in use and why.
+
+    BLAS kernels: OpenBLAS falls back to its SSE3 ("Prescott") kernels on a CPU model it does not know;
+    at import the package switches it to the CPU's AVX-512 (SkylakeX) or AVX2 (Haswell) kernels, as
+    the ``scurry`` command does at start-up, so both run the same kernels and give the same bits. The
+    switch is for the whole process: numpy linked to the same libopenblas (Debian's) runs the new
+    kernels too, whether it was imported before scurry or after. It is skipped when
+    OPENBLAS_CORETYPE is set (OpenBLAS then uses that) or SCURRY_FAST_BLAS=0. Import scurry while no
+    other thread is inside a BLAS call."""
 
     _devices = ("cpu", "gpu")
     _memories = ("pool", "managed", "managed-pool", "plain")
@@ -64,9 +73,13 @@ class _Settings:
             raise ValueError(f"settings.memory: '{m}' is not one of {self._memories}")
         self._memory = m
 
+    @property
+    def blas_core(self):
+        return _scurry.blas_core_status()
+
     def __repr__(self):
         return (f"scurry.settings(n_jobs={self.n_jobs}, verbosity={self.verbosity}, device='{self.device}', "
-                f"memory='{self.memory}')")
+                f"memory='{self.memory}', blas_core='{self.blas_core}')")
 
 
 settings = _Settings()

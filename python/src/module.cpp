@@ -24,6 +24,7 @@
 #include "core/error.hpp"
 #include "core/log.hpp"
 #include "core/progress.hpp"
+#include "exec/blas_core.hpp"
 #include "exec/context.hpp"
 #include "get/aggregate.hpp"
 #include "graph/leiden.hpp"
@@ -351,6 +352,11 @@ void bind_io(py::module_& m) {
 PYBIND11_MODULE(_scurry, m) {
   m.doc() = "scurry's C++ core: Dataset, the steps' Options and entry points, the readers";
   m.attr("__version__") = SCURRY_VERSION;
+  // The CLI's rule, before any BLAS call of the package: OpenBLAS's generic SSE3 kernels switched to
+  // the CPU's own (exec/blas_core.hpp), so the package and the CLI run the same kernels.
+  use_fast_blas_core();
+  m.def("blas_core", [] { return std::string(blas_core_name()); });
+  m.def("blas_core_status", [] { return blas_core_status(); });
   py::register_exception_translator([](std::exception_ptr p) {
     try {
       if (p) std::rethrow_exception(p);

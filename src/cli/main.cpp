@@ -43,15 +43,15 @@ std::string version_string() {
   } else {
     v += " (CPU only: built without CUDA)";
   }
-  return v;
+  return v + "\nBLAS: " + scurry::blas_core_status();
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
   using namespace scurry;
-  // OpenBLAS on a CPU model it does not know runs its SSE3 kernels: re-executed with the right ones.
-  reexec_with_fast_blas_core(argv);
+  // OpenBLAS on a CPU model it does not know runs its SSE3 kernels: switched to the CPU's own ones.
+  use_fast_blas_core();
   // Large vectors come and go step after step: keep freed memory in the heap for reuse rather than
   // returning it to the kernel (each fresh page costs a fault, dear on virtual machines).
   mallopt(M_MMAP_THRESHOLD, 32 << 20);

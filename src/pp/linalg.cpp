@@ -7,6 +7,8 @@
 
 #include <algorithm>
 #include <climits>
+#include <limits>
+#include <type_traits>
 #include <cstddef>
 
 #include "core/error.hpp"
@@ -23,6 +25,10 @@ void dsyevr_(const char* jobz, const char* range, const char* uplo, const int* n
              const double* vl, const double* vu, const int* il, const int* iu, const double* abstol, int* m,
              double* w, double* z, const int* ldz, int* isuppz, double* work, const int* lwork, int* iwork,
              const int* liwork, int* info, size_t, size_t, size_t);
+void ssyevr_(const char* jobz, const char* range, const char* uplo, const int* n, float* a, const int* lda,
+             const float* vl, const float* vu, const int* il, const int* iu, const float* abstol, int* m, float* w,
+             float* z, const int* ldz, int* isuppz, float* work, const int* lwork, int* iwork, const int* liwork,
+             int* info, size_t, size_t, size_t);
 void dgeqrf_(const int* m, const int* n, double* a, const int* lda, double* tau, double* work, const int* lwork,
              int* info);
 void dorgqr_(const int* m, const int* n, const int* k, double* a, const int* lda, const double* tau, double* work,
@@ -104,44 +110,68 @@ void dsyrk_lower(bool trans, int64_t n, int64_t k, double alpha, const double* a
               beta, c, to_int(ldc, "ldc"));
 }
 
-SymEigen eigh_top(DenseD& a, int64_t m) {
-  const int64_t n64 = a.n_rows;
-  if (a.n_cols != n64) fail("internal: eigh_top on a non-square ", a.n_rows, "x", a.n_cols, " matrix");
+namespace {
+
+// The m largest eigenpairs of the n x n row-major lower triangle `a` (destroyed) by LAPACK ?syevr in T.
+template <class T>
+SymEigen eigh_top_in(std::vector<T>& a, int64_t n64, int64_t m, const char* routine) {
   if (m < 1 || m > n64) fail("internal: eigh_top asked for ", m, " eigenpairs of a ", n64, "x", n64, " matrix");
   const int n = to_int(n64, "n");
   // Row-major lower triangle == column-major upper triangle.
   const char jobz = 'V', range = m == n64 ? 'A' : 'I', uplo = 'U';
   const int il = n - static_cast<int>(m) + 1, iu = n;
-  const double vl = 0, vu = 0;
-  const double abstol = 2.2250738585072014e-308;  // dlamch('S'): highest relative accuracy
+  const T vl = 0, vu = 0;
+  const T abstol = std::numeric_limits<T>::min();  // ?lamch('S'): highest relative accuracy
   int found = 0, info = 0;
-  std::vector<double> w(static_cast<size_t>(n));
-  std::vector<double> z(static_cast<size_t>(n) * static_cast<size_t>(m));
+  std::vector<T> w(static_cast<size_t>(n));
+  std::vector<T> z(static_cast<size_t>(n) * static_cast<size_t>(m));
   std::vector<int> isuppz(2 * static_cast<size_t>(std::max<int64_t>(1, m)));
   const int lda = std::max(1, n), ldz = std::max(1, n);
+  auto syevr = [&](T* work, const int* lwork, int* iwork, const int* liwork) {
+    if constexpr (std::is_same_v<T, double>)
+      dsyevr_(&jobz, &range, &uplo, &n, a.data(), &lda, &vl, &vu, &il, &iu, &abstol, &found, w.data(), z.data(), &ldz,
+              isuppz.data(), work, lwork, iwork, liwork, &info, 1, 1, 1);
+    else
+      ssyevr_(&jobz, &range, &uplo, &n, a.data(), &lda, &vl, &vu, &il, &iu, &abstol, &found, w.data(), z.data(), &ldz,
+              isuppz.data(), work, lwork, iwork, liwork, &info, 1, 1, 1);
+  };
   // Workspace query.
-  double wq = 0;
+  T wq = 0;
   int iwq = 0, lwork = -1, liwork = -1;
-  dsyevr_(&jobz, &range, &uplo, &n, a.data.data(), &lda, &vl, &vu, &il, &iu, &abstol, &found, w.data(), z.data(),
-          &ldz, isuppz.data(), &wq, &lwork, &iwq, &liwork, &info, 1, 1, 1);
-  if (info != 0) fail("internal: LAPACK dsyevr workspace query failed, info = ", info);
+  syevr(&wq, &lwork, &iwq, &liwork);
+  if (info != 0) fail("internal: LAPACK ", routine, " workspace query failed, info = ", info);
   lwork = static_cast<int>(wq) + 1;
   liwork = iwq;
-  std::vector<double> work(static_cast<size_t>(lwork));
+  std::vector<T> work(static_cast<size_t>(lwork));
   std::vector<int> iwork(static_cast<size_t>(std::max(1, liwork)));
-  dsyevr_(&jobz, &range, &uplo, &n, a.data.data(), &lda, &vl, &vu, &il, &iu, &abstol, &found, w.data(), z.data(),
-          &ldz, isuppz.data(), work.data(), &lwork, iwork.data(), &liwork, &info, 1, 1, 1);
-  if (info != 0) fail("internal: LAPACK dsyevr failed, info = ", info);
-  if (found != m) fail("internal: LAPACK dsyevr returned ", found, " eigenpairs instead of ", m);
+  syevr(work.data(), &lwork, iwork.data(), &liwork);
+  if (info != 0) fail("internal: LAPACK ", routine, " failed, info = ", info);
+  if (found != m) fail("internal: LAPACK ", routine, " returned ", found, " eigenpairs instead of ", m);
   SymEigen out;
   out.values.resize(static_cast<size_t>(m));
   out.vectors = DenseD(n64, m);
   for (int64_t j = 0; j < m; ++j) {
-    const int64_t src = m - 1 - j;  // dsyevr returns ascending order
+    const int64_t src = m - 1 - j;  // ?syevr returns ascending order
     out.values[j] = w[src];
     for (int64_t i = 0; i < n64; ++i) out.vectors(i, j) = z[static_cast<size_t>(src) * n64 + i];
   }
   return out;
+}
+
+}  // namespace
+
+SymEigen eigh_top(DenseD& a, int64_t m) {
+  if (a.n_cols != a.n_rows) fail("internal: eigh_top on a non-square ", a.n_rows, "x", a.n_cols, " matrix");
+  return eigh_top_in(a.data, a.n_rows, m, "dsyevr");
+}
+
+SymEigen eigh_top_f32(const DenseD& a, int64_t m) {
+  const int64_t n = a.n_rows;
+  if (a.n_cols != n) fail("internal: eigh_top_f32 on a non-square ", a.n_rows, "x", a.n_cols, " matrix");
+  std::vector<float> af(static_cast<size_t>(n) * static_cast<size_t>(n), 0.0f);
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t j = 0; j <= i; ++j) af[static_cast<size_t>(i) * n + j] = static_cast<float>(a(i, j));
+  return eigh_top_in(af, n, m, "ssyevr");
 }
 
 void orthonormalize_columns(DenseD& a) {

@@ -33,6 +33,9 @@ struct SymEigen {
 // The m largest eigenpairs of the symmetric n x n matrix `a` (row-major; only its lower triangle
 // is read; `a` is used as scratch and destroyed). LAPACK dsyevr (MRRR).
 SymEigen eigh_top(DenseD& a, int64_t m);
+// The same in float32 (LAPACK ssyevr on a float copy of the lower triangle; `a` is kept): half the
+// memory traffic of dsyevr's tridiagonalisation, vectors to float32 accuracy (eps_f32 ||a|| / gap).
+SymEigen eigh_top_f32(const DenseD& a, int64_t m);
 
 // Replaces the columns of `a` (rows x cols, rows >= cols) by an orthonormal basis of their span
 // (Householder QR: dgeqrf + dorgqr). Deterministic for a given input.

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <functional>
 #include <random>
+#include <utility>
 
 #include <cblas.h>
 
@@ -37,6 +38,7 @@ constexpr double kCellGramMaxElems = 2e8;                   // cells x genes den
 
 constexpr int64_t kGram32Rows = 1024;   // rows per float32 Gram product (its float32 sums are this long)
 constexpr int64_t kGram32Groups = 4;    // float64 partial Gram matrices (memory: this many g^2 doubles)
+constexpr double kKeepProjBytes = 256.0 * (1 << 20);  // most bytes of Xc Q kept for X_pca (else a pass over X)
 
 const char* kWhere = "pca";
 
@@ -240,14 +242,17 @@ void gram_f32(const Context& ctx, const Input& in, const std::vector<double>& mu
   ctx.comm().allreduce_sum(c.data.data(), c.data.size());
 }
 
-// Z = A Q with A = Xc^T Xc (Xc = X - 1 mu^T; mu empty = no centring), Q g x l.
-DenseD apply_cov(const Context& ctx, const Input& in, const std::vector<double>& mu, const DenseD& q) {
+// Z = A Q with A = Xc^T Xc (Xc = X - 1 mu^T; mu empty = no centring), Q g x l. With xq, also
+// Xc Q (n x l, this rank's rows) into *xq: the projection onto span(Q) that X_pca is made from.
+DenseD apply_cov(const Context& ctx, const Input& in, const std::vector<double>& mu, const DenseD& q,
+                 DenseD* xq = nullptr) {
   const int64_t g = in.g, l = q.n_cols;
   std::vector<double> shift(l, 0.0);  // mu^T Q
   if (!mu.empty())
     for (int64_t j = 0; j < g; ++j)
       for (int64_t c = 0; c < l; ++c) shift[c] += mu[j] * q(j, c);
   const size_t len = static_cast<size_t>(g * l + l);
+  if (xq) *xq = DenseD(in.n, l);
   std::vector<double> acc = sum_over_blocks(ctx, in.blocks.n_blocks(), len, [&](int64_t b, double* z) {
     const int64_t r0 = in.blocks.begin(b), r1 = in.blocks.end(b);
     double* tsum = z + g * l;
@@ -271,6 +276,7 @@ DenseD apply_cov(const Context& ctx, const Input& in, const std::vector<double>&
           for (int64_t c = 0; c < l; ++c) zj[c] += x * t[c];
         }
         for (int64_t c = 0; c < l; ++c) tsum[c] += t[c];
+        if (xq) std::copy(t.begin(), t.end(), xq->row(r));
       }
     } else {
       const int64_t rows = r1 - r0;
@@ -283,6 +289,7 @@ DenseD apply_cov(const Context& ctx, const Input& in, const std::vector<double>&
           tsum[c] += t[r * l + c];
         }
       linalg::dgemm(true, false, g, l, rows, 1.0, d.data(), g, t.data(), l, 1.0, z, l);
+      if (xq) std::copy(t.begin(), t.end(), xq->row(r0));
     }
   });
   DenseD out(g, l);
@@ -393,11 +400,31 @@ std::vector<double> column_variance(const Context& ctx, const Dense<T>& x, int64
   return ss;
 }
 
+// X_pca = P F from P = Xc Q (n x l, kept by apply_cov) and the Ritz vectors F (l x k): the
+// components are Q F, so no pass over X. Row blocks, one-threaded BLAS: thread-count independent.
+template <class T>
+void project_from(const Context& ctx, const DenseD& p, const DenseD& f, Dense<T>& out) {
+  const int64_t n = p.n_rows, l = p.n_cols, k = f.n_cols;
+  out = Dense<T>(n, k);
+  const RowBlocks rb = RowBlocks::uniform(n, 4096);
+  parallel_for(ctx.threads(), rb.n_blocks(), [&](int64_t b) {
+    const int64_t r0 = rb.begin(b), rows = rb.end(b) - r0;
+    std::vector<double> t(static_cast<size_t>(rows) * k);
+    linalg::dgemm(false, false, rows, k, l, 1.0, p.row(r0), l, f.data.data(), k, 0.0, t.data(), k);
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = 0; c < k; ++c) out(r0 + r, c) = static_cast<T>(t[r * k + c]);
+  });
+}
+
+// proj: X_pca's pre-image (P, F) when the solver kept it (project_from), else null (one pass over X).
 template <class T>
 void finish(const Context& ctx, const Input& in, const PcaOptions& opt, const std::vector<double>& mu,
-            int64_t n_total, PcaResult& res) {
+            int64_t n_total, PcaResult& res, const std::pair<DenseD, DenseD>* proj) {
   Dense<T> x;
-  project(ctx, in, opt.zero_center ? mu : std::vector<double>{}, res.components, x);
+  if (proj && proj->first.n_rows == in.n)
+    project_from(ctx, proj->first, proj->second, x);
+  else
+    project(ctx, in, opt.zero_center ? mu : std::vector<double>{}, res.components, x);
   flip_signs(ctx, x, res.components);
   if (!opt.zero_center) res.variance = column_variance(ctx, x, n_total);
   res.x_pca = Matrix(std::move(x));
@@ -434,6 +461,7 @@ PcaResult run(const Context& ctx, Input& in, const PcaOptions& opt) {
   PcaResult res;
   res.solver = solver;
   std::vector<double> mu(g);
+  std::pair<DenseD, DenseD> proj;  // (Xc Q, F) when the refinement kept them: X_pca = (Xc Q) F
 
   // Fewer cells than genes (small enough to hold densely): the same exact PCA from the cells' Gram
   // matrix Xc Xc^T (n x n) instead of the genes' (g x g): the eigen-solve is (g/n)^3 cheaper.
@@ -482,7 +510,10 @@ PcaResult run(const Context& ctx, Input& in, const PcaOptions& opt) {
       for (int64_t j = 0; j <= i; ++j) c(i, j) *= scale;
     }
     const int64_t l = opt.gram_refine > 0 ? std::min(g, k + std::max<int64_t>(0, opt.n_oversamples)) : k;
-    linalg::SymEigen e = linalg::eigh_top(c, l);
+    // With the refinement, the start vectors need only float32 accuracy (the Rayleigh-Ritz step makes
+    // the variances' error second order in theirs, and rotates within span(Q) exactly): ssyevr,
+    // whose tridiagonalisation moves half dsyevr's bytes (0.43 against 0.81 CPU s at g = 2,000).
+    linalg::SymEigen e = opt.gram_refine > 0 ? linalg::eigh_top_f32(c, l) : linalg::eigh_top(c, l);
     if (opt.gram_refine <= 0) {
       res.components = std::move(e.vectors);
       res.variance = std::move(e.values);
@@ -491,13 +522,17 @@ PcaResult run(const Context& ctx, Input& in, const PcaOptions& opt) {
       // iteration from a nearly converged start): the eigenvalues' error becomes second order in
       // the vectors' error, i.e. that of a float64 Gram.
       DenseD q = std::move(e.vectors);
+      linalg::orthonormalize_columns(q);  // float32 vectors are orthonormal only to ~g eps_f32
       DenseD z;
+      // Keep Xc Q (n x l doubles) for X_pca when it is small: saves the projection's pass over X.
+      const bool keep_proj = static_cast<double>(in.n) * static_cast<double>(l) * 8.0 <= kKeepProjBytes;
       for (int it = 0; it < opt.gram_refine; ++it) {
         if (it > 0) {
           q = std::move(z);
           linalg::orthonormalize_columns(q);
         }
-        z = apply_cov(ctx, in, center, q);
+        const bool last = it + 1 == opt.gram_refine;
+        z = apply_cov(ctx, in, center, q, last && keep_proj ? &proj.first : nullptr);
       }
       DenseD bm(l, l);
       linalg::dgemm(true, false, l, l, g, 1.0, q.data.data(), l, z.data.data(), l, 0.0, bm.data.data(), l);
@@ -509,6 +544,7 @@ PcaResult run(const Context& ctx, Input& in, const PcaOptions& opt) {
                     res.components.data.data(), k);
       res.variance.resize(k);
       for (int64_t cc = 0; cc < k; ++cc) res.variance[cc] = f.values[cc] * scale;
+      if (keep_proj) proj.second = std::move(f.vectors);
     }
     for (double& v : res.variance) v = std::max(0.0, v);
   } else if (solver == "gram") {
@@ -563,10 +599,11 @@ PcaResult run(const Context& ctx, Input& in, const PcaOptions& opt) {
   if (!(res.total_variance > 0))
     fail_input(kWhere, "every gene is constant across cells (total variance 0); PCA has nothing to explain");
 
+  const std::pair<DenseD, DenseD>* kept = proj.second.n_cols > 0 ? &proj : nullptr;
   if (opt.dtype == DType::f64)
-    finish<double>(ctx, in, opt, mu, n_total, res);
+    finish<double>(ctx, in, opt, mu, n_total, res, kept);
   else
-    finish<float>(ctx, in, opt, mu, n_total, res);
+    finish<float>(ctx, in, opt, mu, n_total, res, kept);
   res.variance_ratio.resize(k);
   for (int64_t c = 0; c < k; ++c) res.variance_ratio[c] = res.variance[c] / res.total_variance;
   return res;

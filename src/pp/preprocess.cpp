@@ -100,18 +100,27 @@ void preprocess(Context& ctx, Dataset& d, const PreprocessOptions& o, Timings* t
     }
     h.subset = false;
     highly_variable_genes(ctx, d, h);
-    if (o.raw) {
-      d.raw = std::make_shared<Dataset>();
-      d.raw->X = d.X;
-      d.raw->var = d.var;
-    }
+    std::vector<int64_t> keep;
     if (o.subset_hvg) {
-      std::vector<int64_t> keep;
       const auto& hv = d.var.boolean("highly_variable");
       for (size_t g = 0; g < hv.size(); ++g)
         if (hv[g]) keep.push_back(static_cast<int64_t>(g));
-      d.subset_vars(keep);
     }
+    if (o.raw) {
+      d.raw = std::make_shared<Dataset>();
+      d.raw->var = d.var;
+      if (o.subset_hvg) {
+        // raw takes X itself (no copy of every nonzero: 1.4 GB at 100,000 cells), X becomes a copy
+        // of its HVG columns (the same entries, in the same order, as subsetting a copy in place).
+        d.raw->X = std::move(d.X);
+        d.X = Matrix();
+        d.subset_vars(keep);
+        d.X = take_cols(d.raw->X, keep);
+        return;
+      }
+      d.raw->X = d.X;
+    }
+    if (o.subset_hvg) d.subset_vars(keep);
   });
   run("scale", [&] { scale(ctx, d, o.scale); });
   run("pca", [&] { pca(ctx, d, o.pca); });
