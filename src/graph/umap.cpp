@@ -83,11 +83,15 @@ constexpr int64_t kNoisePiece = 65536;   // start layout: entries (rows) per par
 // AVX-512 instance does not contract a * b + c where the scalar code rounds twice.
 enum : int32_t { kNop = 0, kAttract = 1, kRepulse = 2, kStart = 3, kEnd = 4 };
 constexpr int kMaxLanes = 64;  // the most lanes an instruction set runs (lanes_of)
+// An operation in the layout: the vertex it reads << kKindBits | its kind (the gather splits them),
+// so vertices below 2^28 (batched_epoch takes the vertex-by-vertex path above).
+constexpr int kKindBits = 3;
+constexpr int64_t kLaneMaxVertices = int64_t(1) << (31 - kKindBits);
 
 struct LaneScratch {
   int lanes = 0;
   int64_t rows = 0;              // rows allocated; every cell of them is kNop/0 between blocks
-  std::vector<int32_t> li, lk;   // the lanes' operations: vertex read, kind (step-major)
+  std::vector<int32_t> li, lk;   // the lanes' operations (vertex << kKindBits | kind), kinds (step-major)
   std::vector<float> lx, ly, rx, ry;  // the positions read, the results
   std::vector<int64_t> due;      // the block's due edges
   std::vector<int32_t> nneg;     // their negative samples now
@@ -100,7 +104,7 @@ struct LaneScratch {
   void grow(int64_t need) {
     const int64_t r = std::max<int64_t>({need, 2 * rows, 256});
     const size_t cells = static_cast<size_t>(r * lanes);
-    li.resize(cells, 0), lk.resize(cells, kNop);
+    li.resize(cells, kNop), lk.resize(cells);
     lx.resize(cells), ly.resize(cells), rx.resize(cells), ry.resize(cells);
     rows = r;
   }
@@ -112,7 +116,8 @@ struct LaneScratch {
 // smallest m > n with F(m) >= F(n) + 1: a guess from ceil((F(n) + 1) eps), corrected by a step or
 // two with the same expression. INT32_MAX when never (eps <= 0, or beyond 2^31 epochs). The lanes
 // keep it per edge, so an epoch tests each edge with one comparison instead of the quotients.
-int32_t next_due(float eps_f, int64_t n) {
+// (always inlined: next to due_negatives the compiler shares the quotient n / eps.)
+__attribute__((always_inline)) inline int32_t next_due(float eps_f, int64_t n) {
   const double eps = eps_f;
   if (!(eps > 0)) return std::numeric_limits<int32_t>::max();
   auto F = [&](int64_t m) { return umap_sgd::floor_pos(static_cast<double>(m) / eps); };
@@ -346,9 +351,8 @@ void lanes_block(const float* in, const CsrF& g, const float* eps, int32_t* next
     const int32_t i = static_cast<int32_t>(vertex(sc.unit_v[u]));
     const int l = sc.unit_lane[u];
     int32_t* li = sc.li.data() + sc.unit_row[u] * L + l;
-    int32_t* lk = sc.lk.data() + sc.unit_row[u] * L + l;
     int64_t t = 0;
-    auto push = [&](int32_t who, int32_t kind) { li[t * L] = who, lk[t * L] = kind, ++t; };
+    auto push = [&](int32_t who, int32_t kind) { li[t * L] = (who << kKindBits) | kind, ++t; };
     push(i, kStart);
     for (int64_t q = sc.unit_d[u]; q < sc.unit_d[u + 1]; ++q) {
       const int32_t n_neg = nneg[q];
@@ -371,13 +375,14 @@ void lanes_block(const float* in, const CsrF& g, const float* eps, int32_t* next
   const int32_t* li = sc.li.data();
   float* lx = sc.lx.data();
   float* ly = sc.ly.data();
+  int32_t* lk = sc.lk.data();
   for (int64_t c = 0; c < cells; ++c) {
-    if (c + kAhead < cells) __builtin_prefetch(in + 2 * static_cast<int64_t>(li[c + kAhead]));
-    const float* q = in + 2 * static_cast<int64_t>(li[c]);
-    lx[c] = q[0], ly[c] = q[1];
+    if (c + kAhead < cells) __builtin_prefetch(in + 2 * static_cast<int64_t>(li[c + kAhead] >> kKindBits));
+    const float* q = in + 2 * static_cast<int64_t>(li[c] >> kKindBits);
+    lx[c] = q[0], ly[c] = q[1], lk[c] = li[c] & ((1 << kKindBits) - 1);
   }
   // 4. The lanes.
-  run_lanes(isa, lx, ly, sc.lk.data(), steps, p, sc.rx.data(), sc.ry.data());
+  run_lanes(isa, lx, ly, lk, steps, p, sc.rx.data(), sc.ry.data());
   // 5. vertex_epoch's sums: acc = 0 + delta_0 + delta_1 + ... in chunk order, out = position + acc.
   for (int64_t u = 0; u < nu;) {
     const int32_t v = sc.unit_v[u];
@@ -390,9 +395,8 @@ void lanes_block(const float* in, const CsrF& g, const float* eps, int32_t* next
     out[2 * i] = in[2 * i] + accx;
     out[2 * i + 1] = in[2 * i + 1] + accy;
   }
-  // Back to kNop/0 for the next block (the rows beyond `steps` were never written).
-  std::fill_n(sc.li.begin(), cells, 0);
-  std::fill_n(sc.lk.begin(), cells, static_cast<int32_t>(kNop));
+  // Back to kNop (vertex 0) for the next block (the rows beyond `steps` were never written).
+  std::fill_n(sc.li.begin(), cells, static_cast<int32_t>(kNop));
 }
 
 // One batched epoch (umap_sgd.hpp): the groups one after the other, each computed into `tmp` from
@@ -406,7 +410,7 @@ void batched_epoch(const Context& ctx, const CsrF& g, const std::vector<float>& 
     const int64_t m = (n - s + umap_sgd::kSubRounds - 1) / umap_sgd::kSubRounds;  // the group's vertices
     parallel_for(ctx.threads(), (m + kEpochBlock - 1) / kEpochBlock, [&](int64_t blk) {
       const int64_t t0 = blk * kEpochBlock, t1 = std::min(m, (blk + 1) * kEpochBlock);
-      if (D == 2 && dim == 2 && !reference) {
+      if (D == 2 && dim == 2 && !reference && n < kLaneMaxVertices) {
         lanes_block(pos, g, eps.data(), next, s, t0, t1, p, tmp);
         return;
       }
