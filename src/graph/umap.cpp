@@ -1,6 +1,6 @@
 // (GCC's ABI note for 32- and 64-byte vectors in functions compiled without AVX does not apply: the
 // AVX2 and AVX-512 instances of the 2-D lanes are inlined into run_lanes_avx2 / _avx512 only.)
-#if defined(__GNUC__) && !defined(__clang__)
+#if defined(__GNUC__)  // (GCC and Clang)
 #pragma GCC diagnostic ignored "-Wpsabi"
 #endif
 #include "graph/umap.hpp"
