@@ -1,6 +1,6 @@
-// (GCC's ABI note for 32-byte vectors in functions compiled without AVX does not apply: the AVX2
-// instances of the 2-D lanes are inlined into run_lanes_avx2 only.)
-#if defined(__GNUC__) && !defined(__clang__)
+// (GCC's ABI note for 32- and 64-byte vectors in functions compiled without AVX does not apply: the
+// AVX2 and AVX-512 instances of the 2-D lanes are inlined into run_lanes_avx2 / _avx512 only.)
+#if defined(__GNUC__)  // (GCC and Clang)
 #pragma GCC diagnostic ignored "-Wpsabi"
 #endif
 #include "graph/umap.hpp"
@@ -65,25 +65,49 @@ constexpr int64_t kNoisePiece = 65536;   // start layout: entries (rows) per par
 // ---- The batched epoch for 2-D layouts in lanes (the CPU's form of umap_sgd::vertex_epoch<2>) ----
 //
 // A vertex's moves in an epoch are a chain: each move starts from the position the previous one
-// reached, and one move (a fast pow, two divisions) takes ~100 cycles of latency, so walking one
-// vertex after the other leaves the core idle. Here the vertices of a block are first turned into
-// lists of operations (the other end's or the negative sample's position, read from the positions
-// the group found: the same reads vertex_epoch makes), the lists dealt to kLanes lanes (each vertex
-// to the shortest lane, in vertex order) and the lanes stepped together, one operation per lane
-// per step, with selects instead of branches: kLanes independent chains that the compiler
-// vectorises and the core overlaps. Each operation is umap_sgd's arithmetic in vertex_epoch's
-// order (attract_coef_pb, repulse_coef_pb, clip4, the chunk sums), so the result is the same bits as
-// vertex_epoch<2> (tests: Umap.LanesEqualVertexEpoch) and independent of the thread count.
-constexpr int kLanes = 16;
-enum : int32_t { kNop = 0, kAttract = 1, kRepulse = 2, kChunk = 3, kStart = 4, kEnd = 5 };
+// reached, and one move (a fast pow, three divisions) takes ~100 cycles of latency, so walking one
+// vertex after the other leaves the core idle. Here the vertices of a block are dealt to L lanes
+// (each vertex to the shortest lane so far) and written straight into a step-major layout as
+// operations: for step t and lane l, cell t L + l holds the kind of the move and the vertex whose
+// position it reads (the other end, a negative sample, the vertex itself at its start: the reads
+// vertex_epoch makes). One pass then gathers the positions those cells name (independent loads,
+// prefetched, not interleaved with the bookkeeping), and the lanes are stepped together, one
+// operation per lane per step, with selects instead of branches: L independent chains, V vectors
+// of W floats a step, so that several vectors' chains overlap in the core. Each operation is
+// umap_sgd's arithmetic in vertex_epoch's order (attract_coef_pb, repulse_coef_pb, clip4, the chunk
+// sums), the attractive and repulsive coefficients taken from one division of the selected
+// numerator and denominator (the same operations on the same values as either expression), so the
+// result is the same bits as vertex_epoch<2> for any L, W, V (tests: Umap.LanesEqualVertexEpoch)
+// and independent of the thread count. The lane a vertex goes to changes no bits, only the
+// balance. No FMA: this file is compiled with -ffp-contract=off (CMakeLists.txt), so that the
+// AVX-512 instance does not contract a * b + c where the scalar code rounds twice.
+enum : int32_t { kNop = 0, kAttract = 1, kRepulse = 2, kStart = 3, kEnd = 4 };
+constexpr int kMaxLanes = 64;  // the most lanes an instruction set runs (lanes_of)
+// An operation in the layout: the vertex it reads << kKindBits | its kind (the gather splits them),
+// so vertices below 2^28 (batched_epoch takes the vertex-by-vertex path above).
+constexpr int kKindBits = 3;
+constexpr int64_t kLaneMaxVertices = int64_t(1) << (31 - kKindBits);
 
 struct LaneScratch {
-  std::vector<float> ox, oy;   // operations, vertex after vertex
-  std::vector<int32_t> kind;
-  std::vector<int64_t> first;  // first operation of each vertex of the block (and the end)
-  std::vector<float> lx, ly, rx, ry;  // the lanes' operations (step-major) and results
-  std::vector<int32_t> lk;
-  std::vector<int64_t> at;     // each vertex's kEnd slot in the lanes
+  int lanes = 0;
+  int64_t rows = 0;              // rows allocated; every cell of them is kNop/0 between blocks
+  std::vector<int32_t> li, lk;   // the lanes' operations (vertex << kKindBits | kind), kinds (step-major)
+  std::vector<float> lx, ly, rx, ry;  // the positions read, the results
+  std::vector<int64_t> due;      // the block's due edges
+  std::vector<int32_t> nneg;     // their negative samples now
+  std::vector<int32_t> unit_v, unit_n, unit_lane, by_size, count;  // units: vertex (in the block), size, lane
+  std::vector<int64_t> unit_d, unit_row;  // units: first due edge; first row, then the kEnd row
+  void reset(int l) {
+    lanes = l, rows = 0;
+    li.clear(), lk.clear();
+  }
+  void grow(int64_t need) {
+    const int64_t r = std::max<int64_t>({need, 2 * rows, 256});
+    const size_t cells = static_cast<size_t>(r * lanes);
+    li.resize(cells, kNop), lk.resize(cells);
+    lx.resize(cells), ly.resize(cells), rx.resize(cells), ry.resize(cells);
+    rows = r;
+  }
 };
 
 // The first epoch after n at which an edge of eps epochs per sample is due in umap_sgd's schedule
@@ -92,7 +116,8 @@ struct LaneScratch {
 // smallest m > n with F(m) >= F(n) + 1: a guess from ceil((F(n) + 1) eps), corrected by a step or
 // two with the same expression. INT32_MAX when never (eps <= 0, or beyond 2^31 epochs). The lanes
 // keep it per edge, so an epoch tests each edge with one comparison instead of the quotients.
-int32_t next_due(float eps_f, int64_t n) {
+// (always inlined: next to due_negatives the compiler shares the quotient n / eps.)
+__attribute__((always_inline)) inline int32_t next_due(float eps_f, int64_t n) {
   const double eps = eps_f;
   if (!(eps > 0)) return std::numeric_limits<int32_t>::max();
   auto F = [&](int64_t m) { return umap_sgd::floor_pos(static_cast<double>(m) / eps); };
@@ -104,216 +129,274 @@ int32_t next_due(float eps_f, int64_t n) {
   return m > std::numeric_limits<int32_t>::max() ? std::numeric_limits<int32_t>::max() : static_cast<int32_t>(m);
 }
 
-// The operations of vertex i (vertex_epoch<2>'s reads, in its order); next: each edge's next due
-// epoch (next_due), advanced here for the edges due now.
-void vertex_ops(const float* in, const int32_t* tail, const float* eps, int32_t* next, int64_t begin, int64_t end,
-                int32_t i, const umap_sgd::EpochParams& p, LaneScratch& sc) {
-  auto push = [&](float x, float y, int32_t k) {
-    sc.ox.push_back(x);
-    sc.oy.push_back(y);
-    sc.kind.push_back(k);
+// GCC/Clang vector extensions as lane types of umap_sgd's templates: N floats, comparisons giving
+// all ones or zero per lane. Every helper is always_inline, so that the AVX2 and AVX-512 instances
+// are inlined into their target functions only.
+#define SCURRY_LANE_INLINE __attribute__((always_inline)) inline
+template <int N>
+struct VecN;
+#define SCURRY_LANE_VEC(N)                                                                              \
+  template <>                                                                                          \
+  struct VecN<N> {                                                                                     \
+    typedef float F __attribute__((vector_size(4 * N)));                                               \
+    typedef int32_t I __attribute__((vector_size(4 * N)));                                             \
+    typedef uint32_t U __attribute__((vector_size(4 * N)));                                            \
+    using M = I;                                                                                       \
+    SCURRY_LANE_INLINE static F f(float v) { return F{} + v; }                                         \
+    SCURRY_LANE_INLINE static I i(int32_t v) { return I{} + v; }                                       \
+    SCURRY_LANE_INLINE static U u(uint32_t v) { return U{} + v; }                                      \
+    SCURRY_LANE_INLINE static U bits(F x) { return reinterpret_cast<U>(x); }                           \
+    SCURRY_LANE_INLINE static F from_bits(U v) { return reinterpret_cast<F>(v); }                      \
+    SCURRY_LANE_INLINE static F to_f(I v) { return __builtin_convertvector(v, F); }                    \
+    SCURRY_LANE_INLINE static I to_i(F v) { return __builtin_convertvector(v, I); } /* truncates */    \
+    SCURRY_LANE_INLINE static U as_u(I v) { return reinterpret_cast<U>(v); }                           \
+    SCURRY_LANE_INLINE static I as_i(U v) { return reinterpret_cast<I>(v); }                           \
+    SCURRY_LANE_INLINE static F sel(M c, F a, F b) {                                                   \
+      const U m = reinterpret_cast<U>(c);                                                              \
+      return reinterpret_cast<F>((reinterpret_cast<U>(a) & m) | (reinterpret_cast<U>(b) & ~m));        \
+    }                                                                                                  \
+    SCURRY_LANE_INLINE static I seli(M c, I a, I b) { return (a & c) | (b & ~c); }                     \
   };
-  push(in[2 * static_cast<int64_t>(i)], in[2 * static_cast<int64_t>(i) + 1], kStart);
-  for (int64_t b = begin; b < end; b += umap_sgd::kChunk) {
-    if (b > begin) push(0.0f, 0.0f, kChunk);
-    const int64_t e1 = end - b < umap_sgd::kChunk ? end : b + umap_sgd::kChunk;
-    for (int64_t e = b; e < e1; ++e) {
-      if (next[e] != p.epoch) continue;
-      const int64_t n_neg = umap_sgd::due_negatives(eps[e], p.epoch, p.neg_rate);
-      next[e] = next_due(eps[e], p.epoch);
-      if (n_neg < 0) continue;  // (cannot happen: due by construction)
-      const int32_t j = tail[e];
-      const float jx = in[2 * static_cast<int64_t>(j)], jy = in[2 * static_cast<int64_t>(j) + 1];
-      push(jx, jy, kAttract);
-      const uint64_t key = umap_sgd::edge_key(p.seed, i, j);
-      for (int64_t s = 0; s < n_neg; ++s) {
-        const uint32_t k = umap_sgd::random_vertex_of(key, p.epoch, s, p.n_vertices);
-        if (static_cast<int32_t>(k) == i) continue;
-        push(in[2 * static_cast<int64_t>(k)], in[2 * static_cast<int64_t>(k) + 1], kRepulse);
-      }
-      push(jx, jy, kAttract);
-    }
-  }
-  push(0.0f, 0.0f, kEnd);
-}
+SCURRY_LANE_VEC(4)
+SCURRY_LANE_VEC(8)
+SCURRY_LANE_VEC(16)
+#undef SCURRY_LANE_VEC
 
-// Four floats in an SSE register (GCC/Clang vector extensions; x86-64's baseline), as a lane type
-// of umap_sgd's templates.
-typedef float v4f __attribute__((vector_size(16)));
-typedef int32_t v4i __attribute__((vector_size(16)));
-typedef uint32_t v4u __attribute__((vector_size(16)));
-struct Vec4 {
-  using F = v4f;
-  using I = v4i;
-  using U = v4u;
-  using M = v4i;  // comparison results: all ones or zero per lane
-  static F f(float v) { return F{v, v, v, v}; }
-  static I i(int32_t v) { return I{v, v, v, v}; }
-  static U u(uint32_t v) { return U{v, v, v, v}; }
-  static U bits(F x) { return reinterpret_cast<U>(x); }
-  static F from_bits(U v) { return reinterpret_cast<F>(v); }
-  static F to_f(I v) { return __builtin_convertvector(v, F); }
-  static I to_i(F v) { return __builtin_convertvector(v, I); }  // truncates
-  static U as_u(I v) { return reinterpret_cast<U>(v); }
-  static I as_i(U v) { return reinterpret_cast<I>(v); }
-  static F sel(M c, F a, F b) {
-    const U m = reinterpret_cast<U>(c);
-    return reinterpret_cast<F>((reinterpret_cast<U>(a) & m) | (reinterpret_cast<U>(b) & ~m));
-  }
-  static I seli(M c, I a, I b) { return (a & c) | (b & ~c); }
-};
-
-template <class V>
-V load_v(const float* p) {
+template <class V, class E>
+SCURRY_LANE_INLINE V load_v(const E* p) {
   V v;
   std::memcpy(&v, p, sizeof v);
   return v;
 }
 template <class V>
-V load_vi(const int32_t* p) {
-  V v;
-  std::memcpy(&v, p, sizeof v);
-  return v;
-}
-template <class V>
-void store_v(float* p, V v) {
+SCURRY_LANE_INLINE void store_v(float* p, V v) {
   std::memcpy(p, &v, sizeof v);
 }
 
-// kLanes chains for `steps` steps: lane l's operations at [t * kLanes + l], T::F's lanes to a
-// vector, every operation's arithmetic computed for every lane and the result selected by its kind.
-template <class T, int W>
-__attribute__((always_inline)) inline void run_lanes_body(const float* __restrict ox, const float* __restrict oy,
-                                                          const int32_t* __restrict kind, int64_t steps,
-                                                          const umap_sgd::EpochParams& p, float* __restrict rx,
-                                                          float* __restrict ry) {
+// The L = W V lanes for `steps` steps: lane l's operations at [t L + l], W lanes to a vector,
+// every operation's arithmetic computed for every lane and the result selected by its kind. A lane
+// runs units (one chunk of one vertex, umap_sgd::chunk_moves) one after the other: kStart loads the
+// vertex's position, the moves follow, and at kEnd (and every other step: only kEnd's is read)
+// rx, ry get the displacement c - start, chunk_moves' delta.
+template <int W, int V>
+SCURRY_LANE_INLINE void run_lanes_body(const float* __restrict ox, const float* __restrict oy,
+                                       const int32_t* __restrict kind, int64_t steps, const umap_sgd::EpochParams& p,
+                                       float* __restrict rx, float* __restrict ry) {
+  using T = VecN<W>;
   using F = typename T::F;
   using I = typename T::I;
-  constexpr int kVecs = kLanes / W;
-  F cx[kVecs], cy[kVecs], ix[kVecs], iy[kVecs], ax[kVecs], ay[kVecs];
-  for (int l = 0; l < kVecs; ++l) cx[l] = cy[l] = ix[l] = iy[l] = ax[l] = ay[l] = T::f(0.0f);
-  const F a = T::f(p.a), b = T::f(p.b), gamma = T::f(p.gamma), alpha = T::f(p.alpha), zero = T::f(0.0f),
-          clip = T::f(umap_sgd::kClip);
+  constexpr int L = W * V;
+  F cx[V], cy[V], ix[V], iy[V];
+  for (int v = 0; v < V; ++v) cx[v] = cy[v] = ix[v] = iy[v] = T::f(0.0f);
+  // attract_coef_pb_t = ((-2 a) b (pb / d2)) / (a pb + 1); repulse_coef_pb_t = (2 gamma b) /
+  // ((0.001 + d2)(a pb + 1)): the constant factors are the same float products either way.
+  const F a = T::f(p.a), b = T::f(p.b), alpha = T::f(p.alpha), zero = T::f(0.0f), one = T::f(1.0f),
+          clip = T::f(umap_sgd::kClip), natt = T::f(-2.0f * p.a * p.b), nrep = T::f(2.0f * p.gamma * p.b),
+          eps3 = T::f(0.001f);
   for (int64_t t = 0; t < steps; ++t) {
-    for (int l = 0; l < kVecs; ++l) {
-      const int64_t o = t * kLanes + W * l;
+#pragma GCC unroll 4
+    for (int v = 0; v < V; ++v) {
+      const int64_t o = t * L + W * v;
       const F qx = load_v<F>(ox + o), qy = load_v<F>(oy + o);
-      const I k = load_vi<I>(kind + o);
-      const F dx = cx[l] - qx, dy = cy[l] - qy;
+      const I k = load_v<I>(kind + o);
+      const F dx = cx[v] - qx, dy = cy[v] - qy;
       const F d2 = dx * dx + dy * dy;
       const F pb = umap_sgd::pow_pos_t<T>(d2, b);
-      const F gc = umap_sgd::attract_coef_pb_t<T>(d2, pb, a, b);
-      const I pos = d2 > zero;
-      const F gr = T::sel(pos, umap_sgd::repulse_coef_pb_t<T>(d2, pb, a, b, gamma), zero);
-      const I grp = gr > zero;
-      const F mx = cx[l] + alpha * umap_sgd::clip4_t<T>(gc * dx), my = cy[l] + alpha * umap_sgd::clip4_t<T>(gc * dy);
-      const F rxx = cx[l] + alpha * T::sel(grp, umap_sgd::clip4_t<T>(gr * dx), clip);
-      const F ryy = cy[l] + alpha * T::sel(grp, umap_sgd::clip4_t<T>(gr * dy), clip);
-      const I att = (k == T::i(kAttract)) & pos, rep = k == T::i(kRepulse),
-              sum = (k == T::i(kChunk)) | (k == T::i(kEnd)), start = k == T::i(kStart);
-      const F nax = T::sel(sum, ax[l] + (cx[l] - ix[l]), T::sel(start, zero, ax[l]));
-      const F nay = T::sel(sum, ay[l] + (cy[l] - iy[l]), T::sel(start, zero, ay[l]));
-      const F nix = T::sel(start, qx, ix[l]), niy = T::sel(start, qy, iy[l]);
-      const F ncx = T::sel(start, qx, T::sel(sum, ix[l], T::sel(att, mx, T::sel(rep, rxx, cx[l]))));
-      const F ncy = T::sel(start, qy, T::sel(sum, iy[l], T::sel(att, my, T::sel(rep, ryy, cy[l]))));
-      ax[l] = nax, ay[l] = nay, ix[l] = nix, iy[l] = niy, cx[l] = ncx, cy[l] = ncy;
-      store_v<F>(rx + o, nix + nax);
-      store_v<F>(ry + o, niy + nay);
+      const I att = k == T::i(kAttract), rep = k == T::i(kRepulse), pos = d2 > zero, start = k == T::i(kStart);
+      const F apb = a * pb + one;
+      const F num = T::sel(att, natt * (pb / d2), nrep), den = T::sel(att, apb, (eps3 + d2) * apb);
+      const F coef = num / den;
+      // attraction: moved by clip4(coef d) where d2 > 0, else not at all; repulsion: by
+      // clip4(coef d) where d2 > 0 and coef > 0, else by kClip (umap_sgd::chunk_moves).
+      const I full = att | (pos & (coef > zero)), moving = (att & pos) | rep;
+      const F ux = T::sel(full, umap_sgd::clip4_t<T>(coef * dx), clip), uy = T::sel(full, umap_sgd::clip4_t<T>(coef * dy), clip);
+      const F mx = cx[v] + alpha * ux, my = cy[v] + alpha * uy;
+      ix[v] = T::sel(start, qx, ix[v]), iy[v] = T::sel(start, qy, iy[v]);
+      cx[v] = T::sel(start, qx, T::sel(moving, mx, cx[v]));
+      cy[v] = T::sel(start, qy, T::sel(moving, my, cy[v]));
+      store_v<F>(rx + o, cx[v] - ix[v]);
+      store_v<F>(ry + o, cy[v] - iy[v]);
     }
   }
 }
 
+// The instruction sets of the lanes, chosen at run time (tests ask for each: the same bits).
+enum class LaneIsa { sse2 = 0, avx2 = 1, avx512 = 2 };
+constexpr int kLaneVecs = 4;  // vectors a step (independent chains per lane group)
+constexpr int lanes_of(LaneIsa isa) { return kLaneVecs * (isa == LaneIsa::sse2 ? 4 : isa == LaneIsa::avx2 ? 8 : 16); }
+static_assert(lanes_of(LaneIsa::avx512) <= kMaxLanes);
+
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-// Eight floats in an AVX register, for the CPUs that have AVX2 (chosen at run time): the same
-// operations as Vec4 (no FMA: the target has none, so nothing is contracted and the bits are the
-// same), half the instructions.
-typedef float v8f __attribute__((vector_size(32)));
-typedef int32_t v8i __attribute__((vector_size(32)));
-typedef uint32_t v8u __attribute__((vector_size(32)));
-struct Vec8 {
-  using F = v8f;
-  using I = v8i;
-  using U = v8u;
-  using M = v8i;
-  __attribute__((always_inline)) static F f(float v) { return F{v, v, v, v, v, v, v, v}; }
-  __attribute__((always_inline)) static I i(int32_t v) { return I{v, v, v, v, v, v, v, v}; }
-  __attribute__((always_inline)) static U u(uint32_t v) { return U{v, v, v, v, v, v, v, v}; }
-  __attribute__((always_inline)) static U bits(F x) { return reinterpret_cast<U>(x); }
-  __attribute__((always_inline)) static F from_bits(U v) { return reinterpret_cast<F>(v); }
-  __attribute__((always_inline)) static F to_f(I v) { return __builtin_convertvector(v, F); }
-  __attribute__((always_inline)) static I to_i(F v) { return __builtin_convertvector(v, I); }
-  __attribute__((always_inline)) static U as_u(I v) { return reinterpret_cast<U>(v); }
-  __attribute__((always_inline)) static I as_i(U v) { return reinterpret_cast<I>(v); }
-  __attribute__((always_inline)) static F sel(M c, F a, F b) {
-    const U m = reinterpret_cast<U>(c);
-    return reinterpret_cast<F>((reinterpret_cast<U>(a) & m) | (reinterpret_cast<U>(b) & ~m));
-  }
-  __attribute__((always_inline)) static I seli(M c, I a, I b) { return (a & c) | (b & ~c); }
-};
 __attribute__((target("avx2"), flatten)) void run_lanes_avx2(const float* ox, const float* oy, const int32_t* kind,
                                                              int64_t steps, const umap_sgd::EpochParams& p, float* rx,
                                                              float* ry) {
-  run_lanes_body<Vec8, 8>(ox, oy, kind, steps, p, rx, ry);
+  run_lanes_body<8, kLaneVecs>(ox, oy, kind, steps, p, rx, ry);
 }
-const bool kHaveAvx2 = __builtin_cpu_supports("avx2");
+__attribute__((target("avx512f,avx512dq,avx512bw,avx512vl"), flatten)) void run_lanes_avx512(
+    const float* ox, const float* oy, const int32_t* kind, int64_t steps, const umap_sgd::EpochParams& p, float* rx,
+    float* ry) {
+  run_lanes_body<16, kLaneVecs>(ox, oy, kind, steps, p, rx, ry);
+}
+const LaneIsa kBestIsa = (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&
+                          __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl"))
+                             ? LaneIsa::avx512
+                             : __builtin_cpu_supports("avx2") ? LaneIsa::avx2 : LaneIsa::sse2;
 #else
-const bool kHaveAvx2 = false;
+const LaneIsa kBestIsa = LaneIsa::sse2;
 #endif
 
-bool g_lanes_sse_only = false;  // umap_lanes_sse_only (tests: both paths, the same bits)
+int g_lanes_isa = -1;  // umap_lanes_isa (tests): -1 the best the CPU has, else a LaneIsa up to it
 
-void run_lanes(const float* ox, const float* oy, const int32_t* kind, int64_t steps, const umap_sgd::EpochParams& p,
-               float* rx, float* ry) {
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-  if (kHaveAvx2 && !g_lanes_sse_only) {
-    run_lanes_avx2(ox, oy, kind, steps, p, rx, ry);
-    return;
-  }
-#endif
-  run_lanes_body<Vec4, 4>(ox, oy, kind, steps, p, rx, ry);
+LaneIsa lane_isa() {
+  return g_lanes_isa < 0 ? kBestIsa : static_cast<LaneIsa>(std::min(g_lanes_isa, static_cast<int>(kBestIsa)));
 }
 
-// Vertices s + t kSubRounds, t in [t0, t1), of a group: their positions after the epoch into out.
+void run_lanes(LaneIsa isa, const float* ox, const float* oy, const int32_t* kind, int64_t steps,
+               const umap_sgd::EpochParams& p, float* rx, float* ry) {
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+  if (isa == LaneIsa::avx512) return run_lanes_avx512(ox, oy, kind, steps, p, rx, ry);
+  if (isa == LaneIsa::avx2) return run_lanes_avx2(ox, oy, kind, steps, p, rx, ry);
+#endif
+  run_lanes_body<4, kLaneVecs>(ox, oy, kind, steps, p, rx, ry);
+}
+
+// Vertices s + t kSubRounds, t in [t0, t1), of a group: their positions after the epoch into out;
+// next: each edge's next due epoch (next_due), advanced here for the edges due now.
+//  1. The schedule: the block's due edges, their negative samples now, next advanced (a loop of
+//     independent iterations: the divisions overlap).
+//  2. Units, one per chunk of kChunk edges of a row (umap_sgd::vertex_epoch: each chunk's moves
+//     start from the group's position, its displacement added in chunk order), sized from step 1
+//     (an upper bound: a negative sample that hits the vertex itself is skipped), dealt longest
+//     first to the shortest lane (LPT: the lanes end close together; which lane a unit runs in
+//     changes no bits), their operations written at their lane's rows.
+//  3. The positions the operations read, gathered; 4. the lanes run; 5. each vertex's chunk
+//     displacements summed in chunk order onto its position, as vertex_epoch does.
 void lanes_block(const float* in, const CsrF& g, const float* eps, int32_t* next, int64_t s, int64_t t0, int64_t t1,
                  const umap_sgd::EpochParams& p, float* out) {
   thread_local LaneScratch sc;
-  sc.ox.clear(), sc.oy.clear(), sc.kind.clear(), sc.first.clear();
-  for (int64_t t = t0; t < t1; ++t) {
-    const int64_t i = s + t * umap_sgd::kSubRounds;
-    sc.first.push_back(static_cast<int64_t>(sc.kind.size()));
-    vertex_ops(in, g.indices.data(), eps, next, g.indptr[i], g.indptr[i + 1], static_cast<int32_t>(i), p, sc);
-  }
+  const LaneIsa isa = lane_isa();
+  const int L = lanes_of(isa);
+  if (sc.lanes != L) sc.reset(L);
   const int64_t nv = t1 - t0;
-  sc.first.push_back(static_cast<int64_t>(sc.kind.size()));
-  // Deal the vertices to the lanes: each to the shortest so far (the first such lane).
-  int64_t len[kLanes] = {};
-  std::vector<int32_t> lane(static_cast<size_t>(nv));
-  std::vector<int64_t> slot(static_cast<size_t>(nv));
+  const int32_t* tail = g.indices.data();
+  auto vertex = [&](int64_t v) { return s + (t0 + v) * umap_sgd::kSubRounds; };
+  // 1. The schedule: the due edges listed without a branch (whether an edge is due is close to a
+  // coin toss: a branch would be mispredicted every few edges), then their negative samples and
+  // next due epochs; units (vertex v, its due edges [unit_d, next unit's)) with their sizes.
+  sc.unit_v.clear(), sc.unit_d.clear(), sc.unit_n.clear();
+  int64_t n_edges = 0;
+  for (int64_t v = 0; v < nv; ++v) n_edges += g.indptr[vertex(v) + 1] - g.indptr[vertex(v)];
+  sc.due.resize(static_cast<size_t>(n_edges));
+  sc.nneg.resize(static_cast<size_t>(n_edges));
+  int64_t n_due = 0;
+  int64_t* due = sc.due.data();
   for (int64_t v = 0; v < nv; ++v) {
-    int best = 0;
-    for (int l = 1; l < kLanes; ++l)
-      if (len[l] < len[best]) best = l;
-    lane[v] = best;
-    slot[v] = len[best];
-    len[best] += sc.first[v + 1] - sc.first[v];
-  }
-  int64_t steps = 0;
-  for (int l = 0; l < kLanes; ++l) steps = std::max(steps, len[l]);
-  const size_t cells = static_cast<size_t>(steps * kLanes);
-  sc.lx.assign(cells, 0.0f), sc.ly.assign(cells, 0.0f), sc.lk.assign(cells, kNop);
-  sc.rx.resize(cells), sc.ry.resize(cells);
-  for (int64_t v = 0; v < nv; ++v)
-    for (int64_t q = sc.first[v], t = slot[v]; q < sc.first[v + 1]; ++q, ++t) {
-      const size_t c = static_cast<size_t>(t * kLanes + lane[v]);
-      sc.lx[c] = sc.ox[q], sc.ly[c] = sc.oy[q], sc.lk[c] = sc.kind[q];
+    const int64_t i = vertex(v), begin = g.indptr[i], end = g.indptr[i + 1];
+    for (int64_t b = begin; b < end || b == begin; b += umap_sgd::kChunk) {
+      sc.unit_v.push_back(static_cast<int32_t>(v)), sc.unit_d.push_back(n_due);
+      for (int64_t e = b, e1 = std::min(end, b + umap_sgd::kChunk); e < e1; ++e) {
+        due[n_due] = e;
+        n_due += next[e] == p.epoch;
+      }
+      if (end == begin) break;
     }
-  run_lanes(sc.lx.data(), sc.ly.data(), sc.lk.data(), steps, p, sc.rx.data(), sc.ry.data());
-  for (int64_t v = 0; v < nv; ++v) {
-    const int64_t i = s + (t0 + v) * umap_sgd::kSubRounds;
-    const size_t c = static_cast<size_t>((slot[v] + sc.first[v + 1] - sc.first[v] - 1) * kLanes + lane[v]);
-    out[2 * i] = sc.rx[c];
-    out[2 * i + 1] = sc.ry[c];
   }
+  sc.unit_d.push_back(n_due);
+  int32_t* nneg = sc.nneg.data();
+  for (int64_t q = 0; q < n_due; ++q) {
+    const int64_t e = due[q];
+    const int64_t n_neg = umap_sgd::due_negatives(eps[e], p.epoch, p.neg_rate);
+    next[e] = next_due(eps[e], p.epoch);
+    nneg[q] = static_cast<int32_t>(n_neg);  // (never -1: due by construction; skipped if it were)
+  }
+  for (size_t u = 0; u + 1 < sc.unit_d.size(); ++u) {
+    int64_t size = 2;  // kStart, kEnd
+    for (int64_t q = sc.unit_d[u]; q < sc.unit_d[u + 1]; ++q) size += nneg[q] >= 0 ? 2 + nneg[q] : 0;
+    sc.unit_n.push_back(static_cast<int32_t>(size));
+  }
+  const int64_t nu = static_cast<int64_t>(sc.unit_v.size());
+  // 2. LPT: units by size, longest first (ties: in unit order), each to the shortest lane.
+  sc.by_size.resize(static_cast<size_t>(nu));
+  // (a counting sort by size, descending, stable: sizes are at most 2 + kChunk (2 + negatives))
+  int32_t max_size = 0;
+  for (int32_t z : sc.unit_n) max_size = std::max(max_size, z);
+  sc.count.assign(static_cast<size_t>(max_size) + 2, 0);
+  for (int32_t z : sc.unit_n) ++sc.count[max_size - z + 1];
+  for (size_t c = 1; c < sc.count.size(); ++c) sc.count[c] += sc.count[c - 1];
+  for (int64_t u = 0; u < nu; ++u) sc.by_size[sc.count[max_size - sc.unit_n[u]]++] = static_cast<int32_t>(u);
+  // a min-heap of (length, lane)
+  std::pair<int64_t, int32_t> heap[kMaxLanes];
+  for (int c = 0; c < L; ++c) heap[c] = {0, c};
+  sc.unit_lane.resize(static_cast<size_t>(nu)), sc.unit_row.resize(static_cast<size_t>(nu));
+  int64_t steps = 0;
+  for (int64_t q = 0; q < nu; ++q) {
+    const int32_t u = sc.by_size[q];
+    auto [len, l] = heap[0];
+    sc.unit_lane[u] = l, sc.unit_row[u] = len;
+    len += sc.unit_n[u];
+    steps = std::max(steps, len);
+    // sift down the new root
+    int h = 0;
+    for (;;) {
+      int c = 2 * h + 1;
+      if (c >= L) break;
+      if (c + 1 < L && heap[c + 1] < heap[c]) ++c;
+      if (!(heap[c] < std::pair<int64_t, int32_t>(len, l))) break;
+      heap[h] = heap[c], h = c;
+    }
+    heap[h] = {len, l};
+  }
+  if (steps > sc.rows) sc.grow(steps);
+  for (int64_t u = 0; u < nu; ++u) {
+    const int32_t i = static_cast<int32_t>(vertex(sc.unit_v[u]));
+    const int l = sc.unit_lane[u];
+    int32_t* li = sc.li.data() + sc.unit_row[u] * L + l;
+    int64_t t = 0;
+    auto push = [&](int32_t who, int32_t kind) { li[t * L] = (who << kKindBits) | kind, ++t; };
+    push(i, kStart);
+    for (int64_t q = sc.unit_d[u]; q < sc.unit_d[u + 1]; ++q) {
+      const int32_t n_neg = nneg[q];
+      if (n_neg < 0) continue;
+      const int32_t j = tail[due[q]];
+      push(j, kAttract);
+      const uint64_t key = umap_sgd::edge_key(p.seed, i, j);
+      for (int32_t r = 0; r < n_neg; ++r) {
+        const uint32_t k = umap_sgd::random_vertex_of(key, p.epoch, r, p.n_vertices);
+        if (static_cast<int32_t>(k) != i) push(static_cast<int32_t>(k), kRepulse);
+      }
+      push(j, kAttract);
+    }
+    push(0, kEnd);
+    sc.unit_row[u] += t - 1;  // the unit's kEnd row
+  }
+  // 3. The positions the cells read, in one pass of independent loads (prefetched ahead).
+  const int64_t cells = steps * L;
+  constexpr int64_t kAhead = 64;
+  const int32_t* li = sc.li.data();
+  float* lx = sc.lx.data();
+  float* ly = sc.ly.data();
+  int32_t* lk = sc.lk.data();
+  for (int64_t c = 0; c < cells; ++c) {
+    if (c + kAhead < cells) __builtin_prefetch(in + 2 * static_cast<int64_t>(li[c + kAhead] >> kKindBits));
+    const float* q = in + 2 * static_cast<int64_t>(li[c] >> kKindBits);
+    lx[c] = q[0], ly[c] = q[1], lk[c] = li[c] & ((1 << kKindBits) - 1);
+  }
+  // 4. The lanes.
+  run_lanes(isa, lx, ly, lk, steps, p, sc.rx.data(), sc.ry.data());
+  // 5. vertex_epoch's sums: acc = 0 + delta_0 + delta_1 + ... in chunk order, out = position + acc.
+  for (int64_t u = 0; u < nu;) {
+    const int32_t v = sc.unit_v[u];
+    const int64_t i = vertex(v);
+    float accx = 0.0f, accy = 0.0f;
+    for (; u < nu && sc.unit_v[u] == v; ++u) {
+      const size_t c = static_cast<size_t>(sc.unit_row[u] * L + sc.unit_lane[u]);
+      accx += sc.rx[c], accy += sc.ry[c];
+    }
+    out[2 * i] = in[2 * i] + accx;
+    out[2 * i + 1] = in[2 * i + 1] + accy;
+  }
+  // Back to kNop (vertex 0) for the next block (the rows beyond `steps` were never written).
+  std::fill_n(sc.li.begin(), cells, static_cast<int32_t>(kNop));
 }
 
 // One batched epoch (umap_sgd.hpp): the groups one after the other, each computed into `tmp` from
@@ -327,7 +410,7 @@ void batched_epoch(const Context& ctx, const CsrF& g, const std::vector<float>& 
     const int64_t m = (n - s + umap_sgd::kSubRounds - 1) / umap_sgd::kSubRounds;  // the group's vertices
     parallel_for(ctx.threads(), (m + kEpochBlock - 1) / kEpochBlock, [&](int64_t blk) {
       const int64_t t0 = blk * kEpochBlock, t1 = std::min(m, (blk + 1) * kEpochBlock);
-      if (D == 2 && dim == 2 && !reference) {
+      if (D == 2 && dim == 2 && !reference && n < kLaneMaxVertices) {
         lanes_block(pos, g, eps.data(), next, s, t0, t1, p, tmp);
         return;
       }
@@ -346,9 +429,9 @@ void batched_epoch(const Context& ctx, const CsrF& g, const std::vector<float>& 
 
 }  // namespace
 
-// Tests only (declared in tests/graph/test_umap.cpp): the 2-D lanes on SSE2 even where AVX2 is
-// available, to check that both paths give the same bits.
-void umap_lanes_sse_only(bool on) { g_lanes_sse_only = on; }
+// Tests only (declared in tests/graph/test_umap.cpp): the 2-D lanes on SSE2 (0), AVX2 (1) or AVX-512
+// (2), at most what the CPU has; -1: the best it has.
+void umap_lanes_isa(int isa) { g_lanes_isa = isa; }
 
 void validate_umap_options(const UmapOptions& opt) {
   check_sgd(opt);

@@ -17,7 +17,7 @@
 #include "testlib.hpp"
 
 namespace scurry {
-void umap_lanes_sse_only(bool on);  // umap.cpp (tests only)
+void umap_lanes_isa(int isa);  // umap.cpp (tests only): 0 SSE2, 1 AVX2, 2 AVX-512 (at most the CPU's), -1 best
 namespace {
 
 const Dataset& golden() {
@@ -170,7 +170,8 @@ TEST(Umap, FastPowMatchesStdPow) {
 
 TEST(Umap, LanesEqualVertexEpoch) {
   // The CPU's 2-D batched epochs in lanes (umap.cpp) against umap_sgd::vertex_epoch, the scalar
-  // code the GPU kernel runs: the same bits, on 1, 2 and 3 threads, on a graph with hubs (rows
+  // code the GPU kernel runs: the same bits, on 1, 2 and 3 threads, for each lane width the CPU has
+  // (16 SSE2 lanes, 32 AVX2, 64 AVX-512), on a graph with hubs (rows
   // longer than a chunk) and isolated rows, from a random start.
   const uint64_t seed = test::fresh_seed();
   const int64_t n = 3000;
@@ -206,15 +207,15 @@ TEST(Umap, LanesEqualVertexEpoch) {
   for (float& v : start.embedding.data) v = pos(rng);
   UmapResult ref = start;
   umap_batched_epochs(Context::cpu(2), g, o, ref, /*reference=*/true);
-  for (bool sse : {false, true}) {  // AVX2 where the CPU has it, and SSE2
-    umap_lanes_sse_only(sse);
+  for (int isa : {2, 1, 0}) {  // AVX-512, AVX2 (where the CPU has them: else the best it has) and SSE2
+    umap_lanes_isa(isa);
     for (int threads : {1, 2, 3}) {
       UmapResult lanes = start;
       umap_batched_epochs(Context::cpu(threads), g, o, lanes);
-      ASSERT_EQ(lanes.embedding.data, ref.embedding.data) << threads << " threads, sse only " << sse;
+      ASSERT_EQ(lanes.embedding.data, ref.embedding.data) << threads << " threads, lanes isa " << isa;
     }
   }
-  umap_lanes_sse_only(false);
+  umap_lanes_isa(-1);
   EXPECT_NE(ref.embedding.data, start.embedding.data);
 }
 
