@@ -8,8 +8,9 @@
 //     contiguous block of rows and one sgemm scores a block of queries against it.
 //  2. Queries are taken list by list in blocks of kQueryBlock cells of one home list. A block finds
 //     each query's n_probes nearest centroids (one sgemm against the centroids) and scans the union
-//     of those lists for all its queries (one sgemm per list): cells of one list are close to each
-//     other, so the union is small and every query gets at least its own probes.
+//     of those lists (one sgemm per list): cells of one list are close to each other, so the union
+//     is small. A query takes candidates from its own probes only, so its result does not depend on
+//     the block it shares (a range of query rows gives those rows of the full search).
 //  3. Per query, the best candidates by the float32 score ||y||^2 - 2 x.y are kept in a max-heap
 //     and re-ranked by exact float64 distance (knn_detail::finish_row), as the exact search does.
 // Every block is independent and writes only its own rows, the k-means sums are reduced in block
@@ -242,7 +243,11 @@ Knn knn_ivf(const Context& ctx, const DenseF& X, int64_t k, KnnMetric metric, co
     // Each query's n_probes nearest centroids; the block scans their union.
     std::vector<float> cs(static_cast<size_t>(nq * n_lists));
     scores(qrows.data(), nq, cent.c.data(), n_lists, cent.sq.data(), d, cs.data());
-    std::vector<char> probe(static_cast<size_t>(n_lists), 0);
+    // mine[q * n_lists + list]: the list is one of query q's own probes. The block scans the union
+    // (one sgemm a list), but a query takes candidates from its own probes only, so that its result
+    // does not depend on which other queries share its block (a query range, one rank's share of
+    // the cells, then gives those rows of the full search).
+    std::vector<char> probe(static_cast<size_t>(n_lists), 0), mine(static_cast<size_t>(nq * n_lists), 0);
     std::vector<int32_t> ids(static_cast<size_t>(n_lists));
     for (int64_t q = 0; q < nq; ++q) {
       const float* r = cs.data() + q * n_lists;
@@ -250,7 +255,7 @@ Knn knn_ivf(const Context& ctx, const DenseF& X, int64_t k, KnnMetric metric, co
       std::nth_element(ids.begin(), ids.begin() + (n_probes - 1), ids.end(), [&](int32_t a, int32_t c) {
         return r[a] < r[c] || (r[a] == r[c] && a < c);
       });
-      for (int64_t j = 0; j < n_probes; ++j) probe[ids[j]] = 1;
+      for (int64_t j = 0; j < n_probes; ++j) probe[ids[j]] = 1, mine[q * n_lists + ids[j]] = 1;
     }
     std::vector<std::vector<std::pair<float, int32_t>>> heaps(static_cast<size_t>(nq));
     for (auto& h : heaps) h.reserve(static_cast<size_t>(n_cand));
@@ -262,6 +267,7 @@ Knn knn_ivf(const Context& ctx, const DenseF& X, int64_t k, KnnMetric metric, co
       dots.resize(static_cast<size_t>(nq * nr));
       scores(qrows.data(), nq, Yp.row(p0), nr, sqp.data() + p0, d, dots.data());
       for (int64_t q = 0; q < nq; ++q) {
+        if (!mine[q * n_lists + list]) continue;
         auto& h = heaps[q];
         float* dq = dots.data() + q * nr;
         const int64_t self = qpos[t0 + q] - p0;
