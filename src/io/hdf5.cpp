@@ -598,7 +598,7 @@ namespace {
 constexpr size_t kPreadMinBytes = size_t(64) << 20;
 constexpr size_t kPreadPiece = size_t(16) << 20;
 constexpr int kPreadThreads = 8;
-constexpr size_t kMapWindow = size_t(256) << 20;  // the mapped write's window (write_mapped)
+constexpr size_t kMapWindow = size_t(64) << 20;  // the mapped write's window (write_mapped)
 
 struct ContiguousBytes {
   std::string file;  // the path HDF5 opened
