@@ -425,6 +425,7 @@ struct StreamState {
   // A CPU run (one rank, no --report) writes raw/X, layers/counts and X as soon as each is final and
   // lets them go (peak memory: issue 19 point 5); the markers step reads raw/X back from the output.
   bool raw_in_output = false;
+  bool x_let_go = false;  // X written and let go after the PCA (no later step reads it)
 };
 
 // A step after the preprocessing reads X: the markers test X (not raw, not a layer), or the kNN
@@ -547,7 +548,7 @@ std::vector<Step> build_pipeline(const RunOptions& o) {
                    Timings::Scope s = t.scope("write_x");
                    st->writer->write_x(d.X);
                    s.set_extra(shape_of(d));
-                   if (!later_reads_x(o)) d.X = Matrix();
+                   if (!later_reads_x(o)) d.X = Matrix(), st->x_let_go = true;
                    return;
                  }
                  po.background_x = true;  // the GPU's scaled X comes back while the graph steps run
@@ -596,7 +597,7 @@ std::vector<Step> build_pipeline(const RunOptions& o) {
     if (o.markers)
       p.push_back({"rank_genes_groups", [&o, st](Context& ctx, Dataset& d, Timings&) {
                      if (ctx.comm().rank() != 0) return;
-                     if (d.X.empty() && !d.pending_x && !d.raw) {  // a streamed run keeps no matrix to test
+                     if (d.X.empty() && !d.pending_x && !d.raw && !st->x_let_go) {  // a streamed run keeps no matrix to test
                        log::info("rank_genes_groups skipped: a streamed run keeps no X or raw");
                        return;
                      }

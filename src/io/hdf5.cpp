@@ -604,14 +604,8 @@ struct ContiguousBytes {
   std::string file;  // the path HDF5 opened
   uint64_t offset = 0;
 };
-// Where the `bytes` of dataset d lie in its file: a contiguous dataset without external storage,
-// all of it allocated, in a single file of the sec2 driver (the file's name and the offset); else none.
-std::optional<ContiguousBytes> sec2_extent(hid_t d, size_t bytes) {
-  Id pl(H5Dget_create_plist(d));
-  if (!pl.valid() || H5Pget_layout(pl.get()) != H5D_CONTIGUOUS || H5Pget_external_count(pl.get()) != 0)
-    return std::nullopt;
-  const haddr_t off = H5Dget_offset(d);
-  if (off == HADDR_UNDEF || H5Dget_storage_size(d) != bytes) return std::nullopt;
+// The name of the single file of the sec2 driver that holds object d; none for other drivers.
+std::optional<std::string> sec2_file_of(hid_t d) {
   Id file(H5Iget_file_id(d));
   if (!file.valid()) return std::nullopt;
   Id fapl(H5Fget_access_plist(file.get()));
@@ -620,7 +614,20 @@ std::optional<ContiguousBytes> sec2_extent(hid_t d, size_t bytes) {
   if (len <= 0) return std::nullopt;
   std::string name(static_cast<size_t>(len), '\0');
   if (H5Fget_name(file.get(), name.data(), name.size() + 1) != len) return std::nullopt;
-  return ContiguousBytes{std::move(name), static_cast<uint64_t>(off)};
+  return name;
+}
+
+// Where the `bytes` of dataset d lie in its file: a contiguous dataset without external storage,
+// all of it allocated, in a single file of the sec2 driver (the file's name and the offset); else none.
+std::optional<ContiguousBytes> sec2_extent(hid_t d, size_t bytes) {
+  Id pl(H5Dget_create_plist(d));
+  if (!pl.valid() || H5Pget_layout(pl.get()) != H5D_CONTIGUOUS || H5Pget_external_count(pl.get()) != 0)
+    return std::nullopt;
+  const haddr_t off = H5Dget_offset(d);
+  if (off == HADDR_UNDEF || H5Dget_storage_size(d) != bytes) return std::nullopt;
+  auto name = sec2_file_of(d);
+  if (!name) return std::nullopt;
+  return ContiguousBytes{std::move(*name), static_cast<uint64_t>(off)};
 }
 
 // Where the n elements of d lie in its file when the fast path applies.
@@ -654,26 +661,37 @@ int pread_range(int fd, char* buf, size_t a, size_t b, uint64_t off) {
   return 0;
 }
 
-// Reads the n elements of d lying at `where` into out, which it sizes (its zero fill runs on this
-// thread a step ahead of the reads: core/fill_ahead.hpp); false if the file cannot be opened.
-template <class T>
-bool read_contiguous_parallel(const Dataset& d, const ContiguousBytes& where, size_t n, std::vector<T>& out) {
-  const int fd = ::open(where.file.c_str(), O_RDONLY | O_CLOEXEC);
+// Reads the n elements of d into out, which it sizes (its zero fill runs on this thread a step ahead
+// of the reads: core/fill_ahead.hpp), as `pieces` pieces on several threads: piece i holds the
+// elements [begin(i), begin(i + 1)) (begin(pieces) == n), read with pread at the file offset at(i);
+// false if the file cannot be opened.
+template <class T, class Begin, class At>
+bool read_pieces_parallel(const Dataset& d, const std::string& file, size_t n, int64_t pieces, Begin begin, At at,
+                          std::vector<T>& out) {
+  const int fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return false;
   struct Close {
     int fd;
     ~Close() { ::close(fd); }
   } close_fd{fd};
-  const size_t bytes = n * sizeof(T), per = kPreadPiece / sizeof(T);
-  const int64_t pieces = static_cast<int64_t>((bytes + kPreadPiece - 1) / kPreadPiece);
   fill_ahead_for(
-      out, n, kPreadThreads, pieces, [&](int64_t i) { return std::min(n, static_cast<size_t>(i + 1) * per); },
+      out, n, kPreadThreads, pieces, [&](int64_t i) { return begin(i + 1); },
       [&](int64_t i) {
-        const size_t a = static_cast<size_t>(i) * kPreadPiece;
-        if (pread_range(fd, reinterpret_cast<char*>(out.data()), a, std::min(bytes, a + kPreadPiece), where.offset))
+        const size_t e0 = begin(i), e1 = begin(i + 1);
+        if (pread_range(fd, reinterpret_cast<char*>(out.data() + e0), 0, (e1 - e0) * sizeof(T), at(i)))
           fail_h5(d.file(), "cannot read the data (file corrupt or truncated?)", d.path());
       });
   return true;
+}
+
+// The contiguous dataset's n elements at `where`, in pieces of kPreadPiece bytes.
+template <class T>
+bool read_contiguous_parallel(const Dataset& d, const ContiguousBytes& where, size_t n, std::vector<T>& out) {
+  const size_t per = kPreadPiece / sizeof(T);
+  const int64_t pieces = static_cast<int64_t>((n + per - 1) / per);
+  return read_pieces_parallel(
+      d, where.file, n, pieces, [&](int64_t i) { return std::min(n, static_cast<size_t>(i) * per); },
+      [&](int64_t i) { return where.offset + static_cast<uint64_t>(i) * per * sizeof(T); }, out);
 }
 }  // namespace
 
@@ -732,14 +750,9 @@ std::optional<ChunkedBytes> chunked_bytes(const Dataset& d, size_t n) {
     out.address[i] = static_cast<uint64_t>(addr);
   }
   // The file: sec2, one file (as for contiguous datasets), each chunk inside it.
-  Id file(H5Iget_file_id(d.id()));
-  if (!file.valid()) return std::nullopt;
-  Id fapl(H5Fget_access_plist(file.get()));
-  if (!fapl.valid() || H5Pget_driver(fapl.get()) != H5FD_SEC2) return std::nullopt;
-  const ssize_t len = H5Fget_name(file.get(), nullptr, 0);
-  if (len <= 0) return std::nullopt;
-  out.file.assign(static_cast<size_t>(len), '\0');
-  if (H5Fget_name(file.get(), out.file.data(), out.file.size() + 1) != len) return std::nullopt;
+  auto name = sec2_file_of(d.id());
+  if (!name) return std::nullopt;
+  out.file = std::move(*name);
   struct stat st {};
   if (::stat(out.file.c_str(), &st) != 0) return std::nullopt;
   for (size_t i = 0; i < n_chunks; ++i) {
@@ -751,23 +764,11 @@ std::optional<ChunkedBytes> chunked_bytes(const Dataset& d, size_t n) {
 
 template <class T>
 bool read_chunked_parallel(const Dataset& d, const ChunkedBytes& where, size_t n, std::vector<T>& out) {
-  const int fd = ::open(where.file.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return false;
-  struct Close {
-    int fd;
-    ~Close() { ::close(fd); }
-  } close_fd{fd};
   const size_t ce = where.chunk_elems;
-  fill_ahead_for(
-      out, n, kPreadThreads, static_cast<int64_t>(where.address.size()),
-      [&](int64_t i) { return std::min(n, static_cast<size_t>(i + 1) * ce); },
-      [&](int64_t i) {
-        const size_t a = static_cast<size_t>(i) * ce, b = std::min(n, a + ce);
-        char* buf = reinterpret_cast<char*>(out.data() + a);
-        if (pread_range(fd, buf, 0, (b - a) * sizeof(T), where.address[static_cast<size_t>(i)]))
-          fail_h5(d.file(), "cannot read the data (file corrupt or truncated?)", d.path());
-      });
-  return true;
+  return read_pieces_parallel(
+      d, where.file, n, static_cast<int64_t>(where.address.size()),
+      [&](int64_t i) { return std::min(n, static_cast<size_t>(i) * ce); },
+      [&](int64_t i) { return where.address[static_cast<size_t>(i)]; }, out);
 }
 }  // namespace
 
