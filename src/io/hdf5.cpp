@@ -630,15 +630,23 @@ std::optional<ContiguousBytes> sec2_extent(hid_t d, size_t bytes) {
   return ContiguousBytes{std::move(*name), static_cast<uint64_t>(off)};
 }
 
+// Whether a whole read of the n elements of d may take a pread path: SCURRY_H5_PREAD, the size, and
+// the file's element type equal to T's.
+template <class T>
+bool pread_wanted(const Dataset& d, size_t n) {
+  const size_t bytes = n * sizeof(T);
+  const char* e = std::getenv("SCURRY_H5_PREAD");
+  if (e && std::strcmp(e, "0") == 0) return false;
+  if (bytes == 0 || (bytes < kPreadMinBytes && !(e && std::strcmp(e, "force") == 0))) return false;
+  Id ft(H5Dget_type(d.id()));
+  return ft.valid() && H5Tequal(ft.get(), native_type<T>()) > 0;
+}
+
 // Where the n elements of d lie in its file when the fast path applies.
 template <class T>
 std::optional<ContiguousBytes> contiguous_bytes(const Dataset& d, size_t n) {
+  if (!pread_wanted<T>(d, n)) return std::nullopt;
   const size_t bytes = n * sizeof(T);
-  const char* e = std::getenv("SCURRY_H5_PREAD");
-  if (e && std::strcmp(e, "0") == 0) return std::nullopt;
-  if (bytes == 0 || (bytes < kPreadMinBytes && !(e && std::strcmp(e, "force") == 0))) return std::nullopt;
-  Id ft(H5Dget_type(d.id()));
-  if (!ft.valid() || H5Tequal(ft.get(), native_type<T>()) <= 0) return std::nullopt;
   auto where = sec2_extent(d.id(), bytes);
   struct stat st {};
   if (!where || ::stat(where->file.c_str(), &st) != 0 ||
@@ -709,16 +717,11 @@ struct ChunkedBytes {
 };
 template <class T>
 std::optional<ChunkedBytes> chunked_bytes(const Dataset& d, size_t n) {
-  const size_t bytes = n * sizeof(T);
-  const char* e = std::getenv("SCURRY_H5_PREAD");
-  if (e && std::strcmp(e, "0") == 0) return std::nullopt;
-  if (bytes == 0 || (bytes < kPreadMinBytes && !(e && std::strcmp(e, "force") == 0))) return std::nullopt;
+  if (!pread_wanted<T>(d, n)) return std::nullopt;
   Id pl(H5Dget_create_plist(d.id()));
   if (!pl.valid() || H5Pget_layout(pl.get()) != H5D_CHUNKED || H5Pget_nfilters(pl.get()) != 0 ||
       H5Pget_external_count(pl.get()) != 0)
     return std::nullopt;
-  Id ft(H5Dget_type(d.id()));
-  if (!ft.valid() || H5Tequal(ft.get(), native_type<T>()) <= 0) return std::nullopt;
   Id space(H5Dget_space(d.id()));
   const int rank = space.valid() ? H5Sget_simple_extent_ndims(space.get()) : -1;
   if (rank < 1 || rank > 8) return std::nullopt;
