@@ -21,6 +21,7 @@
 #include <cstring>
 #include <future>
 #include <exception>
+#include <functional>
 #include <new>
 #include <memory>
 #include <string>
@@ -265,7 +266,9 @@ void run_ranks(const GlobalOptions& g, const RunOptions& o) {
   if (!log::quiet()) {
     std::printf("scurry run: %s -> %s\n", o.input.c_str(), o.output.c_str());
     std::printf("  cells %lld, genes %lld, nnz %lld; %s\n\n", static_cast<long long>(d.n_obs()),
-                static_cast<long long>(d.n_vars()), static_cast<long long>(d.X.nnz()), ctx.describe().c_str());
+                static_cast<long long>(d.n_vars()),
+                // (a CPU run lets its dense X go once written: n_obs x n_vars entries)
+                static_cast<long long>(d.X.empty() ? d.n_obs() * d.n_vars() : d.X.nnz()), ctx.describe().c_str());
     if (d.obs.has("leiden")) {
       const auto& cl = std::get<CategoricalColumn>(d.obs.at("leiden").c);
       std::vector<int64_t> size(cl.categories.size(), 0);
@@ -419,7 +422,49 @@ struct StreamState {
   // (SCURRY_RUN_LATE_WRITE=1: all at the end, as before). The graph steps make no HDF5 call, so
   // libhdf5 is used by one thread at a time.
   std::shared_ptr<H5adWriter> writer;
+  // A CPU run (one rank, no --report) writes raw/X, layers/counts and X as soon as each is final and
+  // lets them go (peak memory: issue 19 point 5); the markers step reads raw/X back from the output.
+  bool raw_in_output = false;
+  bool x_let_go = false;  // X written and let go after the PCA (no later step reads it)
 };
+
+// A step after the preprocessing reads X: the markers test X (not raw, not a layer), or the kNN
+// runs on X (--use-rep X, or no PCA).
+bool later_reads_x(const RunOptions& o) {
+  if (!o.graph) return false;
+  const auto& skip = o.preprocess.skip;
+  if (o.neighbors.use_rep == "X" || std::find(skip.begin(), skip.end(), "pca") != skip.end()) return true;
+  return o.markers && o.rank_genes_groups.layer.empty() && !(o.preprocess.raw && o.rank_genes_groups.use_raw.value_or(true));
+}
+
+// The CPU run's early writes (StreamState::raw_in_output): one rank, not streamed, no --report (it
+// plots raw/X after the write), SCURRY_RUN_LATE_WRITE unset or 0. Opens the output and returns the
+// chain's early_write: raw/X and layers/counts go out at once (the counts stay when the markers test
+// them), timed as steps of their own.
+std::function<bool(const std::string&, const Matrix&)> start_cpu_early_writes(const RunOptions& o, Context& ctx,
+                                                                            StreamState& st, Timings& t) {
+  const char* late = std::getenv("SCURRY_RUN_LATE_WRITE");
+  if (ctx.backend() != Backend::cpu || ctx.comm().size() != 1 || st.on || !o.report.empty() ||
+      (late && std::strcmp(late, "0") != 0))
+    return {};
+  make_parent_dirs(o.output);
+  st.writer = std::make_shared<H5adWriter>(o.output, o.write);
+  const bool keep_counts = o.graph && o.markers && o.rank_genes_groups.layer == "counts";
+  return [&o, &st, &t, keep_counts](const std::string& slot, const Matrix& m) {
+    if (slot == "layers/counts" && !keep_counts) {
+      Timings::Scope s = t.scope("write_counts");
+      st.writer->write_layer("counts", m);
+      return true;
+    }
+    if (slot == "raw/X") {
+      Timings::Scope s = t.scope("write_raw");
+      st.writer->write_raw_x(m);
+      st.raw_in_output = true;
+      return true;
+    }
+    return false;
+  };
+}
 
 // After the preprocessing: when X is still coming back from the GPU (Dataset::pending_x) and this is
 // the only rank, opens the output and chains X's write behind its copy back.
@@ -497,6 +542,15 @@ std::vector<Step> build_pipeline(const RunOptions& o) {
                  }
                  if (o.gpus.size() > 1) return preprocess_gpu_sharded(o.gpus, d, o.preprocess, &t);
                  PreprocessOptions po = o.preprocess;
+                 po.early_write = start_cpu_early_writes(o, ctx, *st, t);
+                 if (po.early_write) {  // CPU: X out once the PCA is done, let go when no later step reads it
+                   preprocess(ctx, d, po, &t);
+                   Timings::Scope s = t.scope("write_x");
+                   st->writer->write_x(d.X);
+                   s.set_extra(shape_of(d));
+                   if (!later_reads_x(o)) d.X = Matrix(), st->x_let_go = true;
+                   return;
+                 }
                  po.background_x = true;  // the GPU's scaled X comes back while the graph steps run
                  // ... and stays on the device for the markers when they test X, not raw
                  po.keep_device_x = o.graph && o.markers && o.rank_genes_groups.layer.empty() &&
@@ -541,18 +595,23 @@ std::vector<Step> build_pipeline(const RunOptions& o) {
                      if (ctx.comm().rank() == 0) draw_graph(Context::cpu(ctx.threads()), d, DrawGraphOptions{});
                    }});
     if (o.markers)
-      p.push_back({"rank_genes_groups", [&o](Context& ctx, Dataset& d, Timings&) {
+      p.push_back({"rank_genes_groups", [&o, st](Context& ctx, Dataset& d, Timings&) {
                      if (ctx.comm().rank() != 0) return;
-                     if (d.X.empty() && !d.pending_x && !d.raw) {  // a streamed run keeps no matrix to test
+                     if (d.X.empty() && !d.pending_x && !d.raw && !st->x_let_go) {  // a streamed run keeps no matrix to test
                        log::info("rank_genes_groups skipped: a streamed run keeps no X or raw");
                        return;
                      }
                      // the test reads raw, or X (which a GPU run may still be copying back)
-                     const bool on_raw = d.raw && !d.raw->X.empty() && o.rank_genes_groups.use_raw.value_or(true) &&
-                                         o.rank_genes_groups.layer.empty();
+                     const bool on_raw = d.raw && (!d.raw->X.empty() || st->raw_in_output) &&
+                                         o.rank_genes_groups.use_raw.value_or(true) && o.rank_genes_groups.layer.empty();
                      if (!on_raw) d.settle();
+                     // A CPU run wrote raw/X early and let it go: read back for the test, let go after it.
+                     const bool reread = st->raw_in_output && d.raw && d.raw->X.empty() &&
+                                         o.rank_genes_groups.use_raw.value_or(true) && o.rank_genes_groups.layer.empty();
+                     if (reread) d.raw->X = st->writer->read_back("raw/X");
                      rank_genes_groups_inplace(d, o.rank_genes_groups, ctx);  // on the GPU in a GPU run
                      d.device_x.reset();
+                     if (reread) d.raw->X = Matrix();
                    }});
   }
   // The rest of the scaled X's copy back from the GPU (what the graph steps did not hide).

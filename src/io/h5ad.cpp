@@ -706,8 +706,16 @@ struct H5adWriter::Impl {
   int gz = 0;
   TempOutput tmp;  // removed on failure, on SIGINT/SIGTERM/SIGHUP, or as stale by a later write
   h5::File f;
-  bool x_written = false, failed = false, done = false;
+  bool x_written = false, raw_x_written = false, failed = false, done = false;
   int64_t x_rows = 0, x_cols = 0;
+  std::vector<std::string> layers_written;  // write_layer's keys
+  // The dict group NAME ("layers"), created with its encoding on first use.
+  Group dict_group(const std::string& name) {
+    if (f.has(name)) return f.group(name);
+    Group g = f.create_group(name);
+    set_encoding(g, "dict", "0.1.0");
+    return g;
+  }
   Impl(const std::string& p, const H5adWriteOptions& o) : path(p), opt(o), gz(std::clamp(o.gzip_level, 0, 9)), tmp(p) {}
   // Runs one part; on failure frees the file's space (a full disk), closes it and rethrows naming PATH.
   template <class F>
@@ -745,12 +753,55 @@ void H5adWriter::write_x(const Matrix& X) {
   });
 }
 
+void H5adWriter::write_layer(const std::string& key, const Matrix& m) {
+  Impl& w = *impl_;
+  if (std::find(w.layers_written.begin(), w.layers_written.end(), key) != w.layers_written.end())
+    fail("internal: H5adWriter::write_layer called twice for layers/" + key);
+  w.part([&] {
+    write_matrix(w.dict_group("layers"), key, m, w.gz);
+    w.layers_written.push_back(key);
+  });
+}
+
+void H5adWriter::write_raw_x(const Matrix& m) {
+  Impl& w = *impl_;
+  if (w.raw_x_written) fail("internal: H5adWriter::write_raw_x called twice");
+  w.part([&] {
+    Group rg = w.f.create_group("raw");
+    set_encoding(rg, "raw", "0.1.0");
+    write_matrix(rg, "X", m, w.gz);
+    w.raw_x_written = true;
+  });
+}
+
+Matrix H5adWriter::read_back(const std::string& slot) {
+  Impl& w = *impl_;
+  if (w.failed || w.done) fail("internal: H5adWriter::read_back after it failed or finished");
+  Matrix m;
+  w.part([&] {  // (a failure here is the file's: it is discarded as for a failed write)
+    const size_t cut = slot.rfind('/');
+    if (cut == std::string::npos) m = *read_matrix(w.f, slot, true);
+    else m = *read_matrix(w.f.group(slot.substr(0, cut)), slot.substr(cut + 1), true);
+  });
+  return m;
+}
+
 void H5adWriter::finish(const scurry::Dataset& d) {
   Impl& w = *impl_;
   const std::string& path = w.path;
-  check_writable(d, path, w.opt);
-  if (w.x_written && (d.X.n_rows() != w.x_rows || d.X.n_cols() != w.x_cols))
-    fail("internal: H5adWriter::finish with an X other than the one written");
+  if (w.x_written && d.X.empty()) {  // X let go after write_x: the other slots' shapes
+    if (d.pending_x) fail("internal: writing a dataset whose X is still being copied; settle() it first");
+    d.check_shapes(path);
+    if (d.n_obs() != w.x_rows || d.n_vars() != w.x_cols)
+      fail("internal: H5adWriter::finish with obs/var other than the X written");
+  } else {
+    check_writable(d, path, w.opt);
+    if (w.x_written && (d.X.n_rows() != w.x_rows || d.X.n_cols() != w.x_cols))
+      fail("internal: H5adWriter::finish with an X other than the one written");
+  }
+  for (const auto& k : w.layers_written)
+    if (d.layers.count(k)) fail("internal: H5adWriter::finish with layers/" + k + " written twice");
+  if (w.raw_x_written && !d.raw) fail("internal: H5adWriter::finish without raw after write_raw_x");
   w.part([&] {
     h5::File& f = w.f;
     if (!w.x_written && !d.X.empty()) write_matrix(f, "X", d.X, w.gz);
@@ -758,7 +809,10 @@ void H5adWriter::finish(const scurry::Dataset& d) {
     const int gz = w.gz;
     write_dataframe(f, "obs", d.obs);
     write_dataframe(f, "var", d.var);
-    write_matrix_dict(f, "layers", d.layers, gz);
+    {
+      Group lg = w.dict_group("layers");
+      for (const auto& [k, m] : d.layers) write_matrix(lg, k, m, gz);
+    }
     write_matrix_dict(f, "obsm", d.obsm, gz);
     write_matrix_dict(f, "varm", d.varm, gz);
     write_matrix_dict(f, "obsp", d.obsp, gz);
@@ -768,7 +822,12 @@ void H5adWriter::finish(const scurry::Dataset& d) {
       set_encoding(u, "dict", "0.1.0");
       for (const auto& [k, v] : d.uns) write_value(u, k, v, gz);
     }
-    if (d.raw && !d.raw->X.empty()) {
+    if (w.raw_x_written) {  // raw/X written early (write_raw_x): raw's var and varm beside it
+      const auto& r = *d.raw;
+      Group rg = f.group("raw");
+      write_dataframe(rg, "var", r.var);
+      write_matrix_dict(rg, "varm", r.varm, gz);
+    } else if (d.raw && !d.raw->X.empty()) {
       const auto& r = *d.raw;
       if (r.X.n_rows() != d.n_obs() || r.X.n_cols() != r.var.n_rows())
         fail_input(path, "raw/X has shape ", r.X.n_rows(), "x", r.X.n_cols(), " but obs has ", d.n_obs(),

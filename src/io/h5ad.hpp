@@ -55,8 +55,17 @@ class H5adWriter {
   H5adWriter& operator=(const H5adWriter&) = delete;
   // Writes X (at most once, before finish; an empty X is left out).
   void write_x(const Matrix& X);
+  // Writes layers/KEY (at most once a key, before finish), so that its caller can let the matrix go:
+  // finish then writes d.layers' other keys beside it (d.layers must not hold KEY).
+  void write_layer(const std::string& key, const Matrix& m);
+  // Writes raw/X (at most once, before finish); finish then writes raw/var and raw/varm from d.raw,
+  // whose X is not written again (it may be empty).
+  void write_raw_x(const Matrix& m);
+  // Reads back a matrix written so far ("X", "raw/X", "layers/KEY"): what a late step needs of a
+  // matrix its caller let go after writing it (scurry run's markers read raw/X).
+  Matrix read_back(const std::string& slot);
   // Writes the rest of d (and d.X, if write_x was not called), closes and renames the file. d.X must
-  // be the matrix given to write_x, if it was called.
+  // be the matrix given to write_x, if it was called, or empty (let go after write_x).
   void finish(const Dataset& d);
 
  private:

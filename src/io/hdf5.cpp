@@ -598,19 +598,14 @@ namespace {
 constexpr size_t kPreadMinBytes = size_t(64) << 20;
 constexpr size_t kPreadPiece = size_t(16) << 20;
 constexpr int kPreadThreads = 8;
+constexpr size_t kMapWindow = size_t(64) << 20;  // the mapped write's window (write_mapped)
 
 struct ContiguousBytes {
   std::string file;  // the path HDF5 opened
   uint64_t offset = 0;
 };
-// Where the `bytes` of dataset d lie in its file: a contiguous dataset without external storage,
-// all of it allocated, in a single file of the sec2 driver (the file's name and the offset); else none.
-std::optional<ContiguousBytes> sec2_extent(hid_t d, size_t bytes) {
-  Id pl(H5Dget_create_plist(d));
-  if (!pl.valid() || H5Pget_layout(pl.get()) != H5D_CONTIGUOUS || H5Pget_external_count(pl.get()) != 0)
-    return std::nullopt;
-  const haddr_t off = H5Dget_offset(d);
-  if (off == HADDR_UNDEF || H5Dget_storage_size(d) != bytes) return std::nullopt;
+// The name of the single file of the sec2 driver that holds object d; none for other drivers.
+std::optional<std::string> sec2_file_of(hid_t d) {
   Id file(H5Iget_file_id(d));
   if (!file.valid()) return std::nullopt;
   Id fapl(H5Fget_access_plist(file.get()));
@@ -619,18 +614,39 @@ std::optional<ContiguousBytes> sec2_extent(hid_t d, size_t bytes) {
   if (len <= 0) return std::nullopt;
   std::string name(static_cast<size_t>(len), '\0');
   if (H5Fget_name(file.get(), name.data(), name.size() + 1) != len) return std::nullopt;
-  return ContiguousBytes{std::move(name), static_cast<uint64_t>(off)};
+  return name;
+}
+
+// Where the `bytes` of dataset d lie in its file: a contiguous dataset without external storage,
+// all of it allocated, in a single file of the sec2 driver (the file's name and the offset); else none.
+std::optional<ContiguousBytes> sec2_extent(hid_t d, size_t bytes) {
+  Id pl(H5Dget_create_plist(d));
+  if (!pl.valid() || H5Pget_layout(pl.get()) != H5D_CONTIGUOUS || H5Pget_external_count(pl.get()) != 0)
+    return std::nullopt;
+  const haddr_t off = H5Dget_offset(d);
+  if (off == HADDR_UNDEF || H5Dget_storage_size(d) != bytes) return std::nullopt;
+  auto name = sec2_file_of(d);
+  if (!name) return std::nullopt;
+  return ContiguousBytes{std::move(*name), static_cast<uint64_t>(off)};
+}
+
+// Whether a whole read of the n elements of d may take a pread path: SCURRY_H5_PREAD, the size, and
+// the file's element type equal to T's.
+template <class T>
+bool pread_wanted(const Dataset& d, size_t n) {
+  const size_t bytes = n * sizeof(T);
+  const char* e = std::getenv("SCURRY_H5_PREAD");
+  if (e && std::strcmp(e, "0") == 0) return false;
+  if (bytes == 0 || (bytes < kPreadMinBytes && !(e && std::strcmp(e, "force") == 0))) return false;
+  Id ft(H5Dget_type(d.id()));
+  return ft.valid() && H5Tequal(ft.get(), native_type<T>()) > 0;
 }
 
 // Where the n elements of d lie in its file when the fast path applies.
 template <class T>
 std::optional<ContiguousBytes> contiguous_bytes(const Dataset& d, size_t n) {
+  if (!pread_wanted<T>(d, n)) return std::nullopt;
   const size_t bytes = n * sizeof(T);
-  const char* e = std::getenv("SCURRY_H5_PREAD");
-  if (e && std::strcmp(e, "0") == 0) return std::nullopt;
-  if (bytes == 0 || (bytes < kPreadMinBytes && !(e && std::strcmp(e, "force") == 0))) return std::nullopt;
-  Id ft(H5Dget_type(d.id()));
-  if (!ft.valid() || H5Tequal(ft.get(), native_type<T>()) <= 0) return std::nullopt;
   auto where = sec2_extent(d.id(), bytes);
   struct stat st {};
   if (!where || ::stat(where->file.c_str(), &st) != 0 ||
@@ -653,26 +669,109 @@ int pread_range(int fd, char* buf, size_t a, size_t b, uint64_t off) {
   return 0;
 }
 
-// Reads the n elements of d lying at `where` into out, which it sizes (its zero fill runs on this
-// thread a step ahead of the reads: core/fill_ahead.hpp); false if the file cannot be opened.
-template <class T>
-bool read_contiguous_parallel(const Dataset& d, const ContiguousBytes& where, size_t n, std::vector<T>& out) {
-  const int fd = ::open(where.file.c_str(), O_RDONLY | O_CLOEXEC);
+// Reads the n elements of d into out, which it sizes (its zero fill runs on this thread a step ahead
+// of the reads: core/fill_ahead.hpp), as `pieces` pieces on several threads: piece i holds the
+// elements [begin(i), begin(i + 1)) (begin(pieces) == n), read with pread at the file offset at(i);
+// false if the file cannot be opened.
+template <class T, class Begin, class At>
+bool read_pieces_parallel(const Dataset& d, const std::string& file, size_t n, int64_t pieces, Begin begin, At at,
+                          std::vector<T>& out) {
+  const int fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return false;
   struct Close {
     int fd;
     ~Close() { ::close(fd); }
   } close_fd{fd};
-  const size_t bytes = n * sizeof(T), per = kPreadPiece / sizeof(T);
-  const int64_t pieces = static_cast<int64_t>((bytes + kPreadPiece - 1) / kPreadPiece);
   fill_ahead_for(
-      out, n, kPreadThreads, pieces, [&](int64_t i) { return std::min(n, static_cast<size_t>(i + 1) * per); },
+      out, n, kPreadThreads, pieces, [&](int64_t i) { return begin(i + 1); },
       [&](int64_t i) {
-        const size_t a = static_cast<size_t>(i) * kPreadPiece;
-        if (pread_range(fd, reinterpret_cast<char*>(out.data()), a, std::min(bytes, a + kPreadPiece), where.offset))
+        const size_t e0 = begin(i), e1 = begin(i + 1);
+        if (pread_range(fd, reinterpret_cast<char*>(out.data() + e0), 0, (e1 - e0) * sizeof(T), at(i)))
           fail_h5(d.file(), "cannot read the data (file corrupt or truncated?)", d.path());
       });
   return true;
+}
+
+// The contiguous dataset's n elements at `where`, in pieces of kPreadPiece bytes.
+template <class T>
+bool read_contiguous_parallel(const Dataset& d, const ContiguousBytes& where, size_t n, std::vector<T>& out) {
+  const size_t per = kPreadPiece / sizeof(T);
+  const int64_t pieces = static_cast<int64_t>((n + per - 1) / per);
+  return read_pieces_parallel(
+      d, where.file, n, pieces, [&](int64_t i) { return std::min(n, static_cast<size_t>(i) * per); },
+      [&](int64_t i) { return where.offset + static_cast<uint64_t>(i) * per * sizeof(T); }, out);
+}
+}  // namespace
+
+namespace {
+// The same for a chunked dataset without filters (h5py's and anndata's `chunks=True` files, e.g. the
+// shared synthetic data: 1 MiB chunks, uncompressed): each chunk's bytes lie as they are at their own
+// address, so the chunks are read with pread on several threads, each once its elements exist.
+// Chunks must split the first axis only (a chunk is a run of whole rows: contiguous in the buffer),
+// every chunk must be allocated, whole and unfiltered; else none (H5Dread). H5Dget_chunk_info_by_coord
+// (HDF5 1.10.5) looks each chunk up in the chunk index.
+struct ChunkedBytes {
+  std::string file;
+  size_t chunk_elems = 0;          // elements of a whole chunk
+  std::vector<uint64_t> address;   // chunk i's file offset, i along the first axis
+};
+template <class T>
+std::optional<ChunkedBytes> chunked_bytes(const Dataset& d, size_t n) {
+  if (!pread_wanted<T>(d, n)) return std::nullopt;
+  Id pl(H5Dget_create_plist(d.id()));
+  if (!pl.valid() || H5Pget_layout(pl.get()) != H5D_CHUNKED || H5Pget_nfilters(pl.get()) != 0 ||
+      H5Pget_external_count(pl.get()) != 0)
+    return std::nullopt;
+  Id space(H5Dget_space(d.id()));
+  const int rank = space.valid() ? H5Sget_simple_extent_ndims(space.get()) : -1;
+  if (rank < 1 || rank > 8) return std::nullopt;
+  hsize_t dims[8], chunk[8];
+  if (H5Sget_simple_extent_dims(space.get(), dims, nullptr) != rank || H5Pget_chunk(pl.get(), rank, chunk) != rank)
+    return std::nullopt;
+  size_t row = 1;
+  for (int i = 1; i < rank; ++i) {
+    if (chunk[i] != dims[i]) return std::nullopt;  // chunks across the other axes: not runs of rows
+    row *= static_cast<size_t>(dims[i]);
+  }
+  if (chunk[0] == 0 || row * static_cast<size_t>(dims[0]) != n) return std::nullopt;
+  ChunkedBytes out;
+  out.chunk_elems = row * static_cast<size_t>(chunk[0]);
+  const size_t n_chunks = static_cast<size_t>((dims[0] + chunk[0] - 1) / chunk[0]);
+  hsize_t stored = 0;
+  if (H5Dget_num_chunks(d.id(), space.get(), &stored) < 0 || stored != n_chunks) return std::nullopt;  // some unallocated
+  // (HDF5 1.10 takes no H5S_ALL there: the dataset's own dataspace, all selected)
+  out.address.resize(n_chunks);
+  for (size_t i = 0; i < n_chunks; ++i) {
+    hsize_t at[8] = {};
+    at[0] = static_cast<hsize_t>(i) * chunk[0];
+    unsigned mask = 0;
+    haddr_t addr = HADDR_UNDEF;
+    hsize_t size = 0;
+    if (H5Dget_chunk_info_by_coord(d.id(), at, &mask, &addr, &size) < 0 || addr == HADDR_UNDEF || mask != 0 ||
+        size != out.chunk_elems * sizeof(T))
+      return std::nullopt;
+    out.address[i] = static_cast<uint64_t>(addr);
+  }
+  // The file: sec2, one file (as for contiguous datasets), each chunk inside it.
+  auto name = sec2_file_of(d.id());
+  if (!name) return std::nullopt;
+  out.file = std::move(*name);
+  struct stat st {};
+  if (::stat(out.file.c_str(), &st) != 0) return std::nullopt;
+  for (size_t i = 0; i < n_chunks; ++i) {
+    const size_t elems = std::min(out.chunk_elems, n - i * out.chunk_elems);
+    if (static_cast<uint64_t>(st.st_size) < out.address[i] + elems * sizeof(T)) return std::nullopt;  // truncated
+  }
+  return out;
+}
+
+template <class T>
+bool read_chunked_parallel(const Dataset& d, const ChunkedBytes& where, size_t n, std::vector<T>& out) {
+  const size_t ce = where.chunk_elems;
+  return read_pieces_parallel(
+      d, where.file, n, static_cast<int64_t>(where.address.size()),
+      [&](int64_t i) { return std::min(n, static_cast<size_t>(i) * ce); },
+      [&](int64_t i) { return where.address[static_cast<size_t>(i)]; }, out);
 }
 }  // namespace
 
@@ -681,6 +780,16 @@ std::vector<T> Dataset::read() const {
   InHdf5 in_hdf5(file_.c_str(), path_.c_str(), /*metadata=*/false);
   const size_t n = static_cast<size_t>(size());
   if constexpr (std::is_arithmetic_v<T> && !std::is_same_v<T, bool>) {
+    if (auto where = chunked_bytes<T>(*this, n)) {
+      const auto t0 = std::chrono::steady_clock::now();
+      std::vector<T> out;
+      if (read_chunked_parallel(*this, *where, n, out)) {
+        if (std::getenv("SCURRY_H5_TIMES"))
+          std::fprintf(stderr, "[h5] %s: %zu bytes in %zu chunks, buffer + pread %.3f s\n", path_.c_str(), n * sizeof(T),
+                       where->address.size(), std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+        return out;
+      }
+    }
     if (auto where = contiguous_bytes<T>(*this, n)) {
       const auto t0 = std::chrono::steady_clock::now();
       std::vector<T> out;
@@ -902,24 +1011,38 @@ bool write_mapped(hid_t d, const void* data, size_t bytes, const std::string& fi
     if (err == ENOSPC || err == EDQUOT || err == EFBIG) fail_write(file, err, "cannot write dataset at " + obj);
     return false;  // (EOPNOTSUPP, EINVAL: this file system cannot reserve space; H5Dwrite instead)
   }
+  // The mapping's pages count in the process's resident set while mapped: the dataset is mapped a
+  // window of kMapWindow bytes at a time (unmapped, its pages stay in the page cache, out of the
+  // process's RSS), so a write adds at most one window to the peak, not the dataset's size.
+  // SCURRY_H5_MMAP_WINDOW=BYTES sets the window (rounded up to whole pages; the tests use one page).
   const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
-  const size_t lead = static_cast<size_t>(off) % page;
-  void* map = ::mmap(nullptr, bytes + lead, PROT_WRITE, MAP_SHARED, fd, static_cast<off_t>(off - lead));
-  if (map == MAP_FAILED) return false;
-  char* dst = static_cast<char*>(map) + lead;
+  size_t window = kMapWindow;
+  if (const char* w = std::getenv("SCURRY_H5_MMAP_WINDOW"))
+    window = std::max<size_t>(page, (std::strtoull(w, nullptr, 10) + page - 1) / page * page);
   const char* src = static_cast<const char*>(data);
-  std::atomic<size_t> next{0};
-  auto work = [&] {
-    for (size_t a; (a = next.fetch_add(kPreadPiece)) < bytes;)
-      std::memcpy(dst + a, src + a, std::min(bytes, a + kPreadPiece) - a);
-  };
-  {
-    std::vector<std::thread> pool;
-    for (int t = 1; t < kPreadThreads; ++t) pool.emplace_back(work);
-    work();
-    for (auto& t : pool) t.join();
+  for (size_t w0 = 0; w0 < bytes; w0 += window) {
+    const size_t w1 = std::min(bytes, w0 + window), len = w1 - w0;
+    const uint64_t at = off + w0;
+    const size_t lead = static_cast<size_t>(at % page);
+    void* map = ::mmap(nullptr, len + lead, PROT_WRITE, MAP_SHARED, fd, static_cast<off_t>(at - lead));
+    if (map == MAP_FAILED) {
+      if (w0 == 0) return false;  // nothing written yet: H5Dwrite instead
+      fail_write(file, errno, "cannot map dataset at " + obj);
+    }
+    char* dst = static_cast<char*>(map) + lead;
+    std::atomic<size_t> next{0};
+    auto work = [&] {
+      for (size_t a; (a = next.fetch_add(kPreadPiece)) < len;)
+        std::memcpy(dst + a, src + w0 + a, std::min(len, a + kPreadPiece) - a);
+    };
+    {
+      std::vector<std::thread> pool;
+      for (int t = 1; t < kPreadThreads; ++t) pool.emplace_back(work);
+      work();
+      for (auto& t : pool) t.join();
+    }
+    if (::munmap(map, len + lead) != 0) fail_write(file, errno, "cannot write dataset at " + obj);
   }
-  if (::munmap(map, bytes + lead) != 0) fail_write(file, errno, "cannot write dataset at " + obj);
   return true;
 }
 }  // namespace

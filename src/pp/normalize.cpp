@@ -16,6 +16,7 @@ namespace {
 
 // Fixed block partition (independent of the thread count): see pp/qc.cpp.
 constexpr int64_t kBlockNnz = int64_t{1} << 18;
+constexpr int kMemo = 64;  // the integer values whose log1p is computed once a row (normalize_impl)
 
 
 // One row of a view: its column indices (null for a dense row: the column is the position) and values.
@@ -145,15 +146,36 @@ NormalizeTotalResult normalize_impl(const Context& ctx, const M& X, const Normal
       c = c / after;
       const T inv = T(1) / c;
       const auto row = row_of(X, r);
-      for (int64_t k = 0; k < row.n; ++k) {
+      auto value = [&](T x) {
         T y;
-        if constexpr (is_dense_view<M>::value) y = row.val[k] / c;
-        else y = row.val[k] * inv;
+        if constexpr (is_dense_view<M>::value) y = x / c;
+        else y = x * inv;
         if (lg) {
           const double l = std::log1p(static_cast<double>(y));
           y = static_cast<T>(has_base ? l * log_scale : l);
         }
-        row.val[k] = y;
+        return y;
+      };
+      if (!lg) {
+        for (int64_t k = 0; k < row.n; ++k) row.val[k] = value(row.val[k]);
+        continue;
+      }
+      // Counts are small integers: a row's values repeat, and the value of x depends on x and the
+      // row only, so each of 0..kMemo-1 is computed once a row (on first use) and looked up after:
+      // the same bits as computing every entry, without a log1p call per nonzero.
+      T memo[kMemo];
+      uint64_t have = 0;
+      for (int64_t k = 0; k < row.n; ++k) {
+        const T x = row.val[k];
+        if (x >= T(0) && x < T(kMemo)) {
+          const int i = static_cast<int>(x);
+          if (static_cast<T>(i) == x) {
+            if (!((have >> i) & 1u)) memo[i] = value(x), have |= uint64_t{1} << i;
+            row.val[k] = memo[i];
+            continue;
+          }
+        }
+        row.val[k] = value(x);
       }
     }
   });

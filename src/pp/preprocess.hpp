@@ -3,6 +3,7 @@
 // src/pp/*.cpp; the GPU path in preprocess_gpu.cu keeps the matrix on the device from start to PCA
 // and shares every piece of host math with the CPU steps). Each step is timed into `timings`.
 #pragma once
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -43,6 +44,12 @@ struct PreprocessOptions {
   // the GPU (run's markers test X there when it does not test raw), where it takes at most a quarter
   // of the device's memory.
   bool keep_device_x = false;
+  // CPU chain, with a CSR X and the HVG subset (issue 19 point 5): called with raw/X (the
+  // log-normalised matrix of all genes, just before the subset) and layers/counts (the HVGs'
+  // counts, just after it) as soon as each is final. When it returns true (it wrote the matrix:
+  // `scurry run`'s H5adWriter), the chain keeps no copy: d.raw holds var only, d.layers no
+  // "counts". Empty (the default): both are kept in d.
+  std::function<bool(const std::string& slot, const Matrix& m)> early_write;
   // Steps to leave out (by name: qc, filter_cells, filter_genes, normalize_total, log1p,
   // highly_variable_genes, scale, pca).
   std::vector<std::string> skip;

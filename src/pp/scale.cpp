@@ -7,6 +7,7 @@
 #include "core/cancel.hpp"
 #include "core/error.hpp"
 #include "core/matrix_view.hpp"
+#include "core/memory.hpp"
 #include "core/row_blocks.hpp"
 #include "exec/parallel.hpp"
 
@@ -152,7 +153,11 @@ ScaleResult scale_csr_centred(const Context& ctx, const CsrView<const float, I, 
   const size_t g = static_cast<size_t>(X.n_cols);
   std::vector<float> zero(g);
   for (size_t j = 0; j < g; ++j) zero[j] = clip(centred(0.0f, st.mean[j], st.std[j]));
-  DenseF Y(X.n_rows, X.n_cols);
+  // (its pages faulted in as huge pages on several threads first: a cold multi-GB buffer otherwise
+  // costs more in page faults on one thread than the pass that fills it)
+  DenseF Y;
+  Y.n_rows = X.n_rows, Y.n_cols = X.n_cols;
+  resize_large(Y.data, static_cast<size_t>(X.n_rows) * g);
   parallel_for(ctx.threads(), rb.n_blocks(), [&](int64_t b) {
     for (int64_t r = rb.begin(b); r < rb.end(b); ++r) {
       float* y = Y.row(r);

@@ -16,6 +16,7 @@
 
 #include "core/error.hpp"
 #include "io/h5ad.hpp"
+#include "io/hdf5.hpp"
 #include "io/sample_datasets.hpp"
 #include "testlib.hpp"
 
@@ -155,6 +156,86 @@ TEST(H5ad, ParallelContiguousReadEqualsHdf5Read) {
   } catch (const InputError& err) {
     EXPECT_NE(std::string(err.what()).find(p), std::string::npos) << err.what();
   }
+}
+
+// The parallel pread path for chunked datasets without filters (hdf5.cpp; h5py's chunks=True files)
+// reads what H5Dread reads: 1-D with a partial last chunk, 2-D chunked by rows, and the layouts it
+// must leave to H5Dread (chunks across columns, an unwritten chunk, gzip); a file truncated inside
+// a chunk is an error naming the file.
+TEST(H5ad, ParallelChunkedReadEqualsHdf5Read) {
+  Rng rng(test::fresh_seed());
+  test::TempDir tmp;
+  const std::string p = tmp.path("chunked.h5");
+  struct Spec {
+    const char* name;
+    std::vector<hsize_t> dims, chunk;
+    bool gzip = false, skip_one = false;
+  };
+  const hsize_t n1 = static_cast<hsize_t>(rng.integer(20000, 40000)), rows = static_cast<hsize_t>(rng.integer(900, 1500));
+  const std::vector<Spec> specs = {{"one", {n1}, {1000}},
+                                   {"rows", {rows, 13}, {64, 13}},
+                                   {"cols", {rows, 13}, {64, 5}},
+                                   {"hole", {n1}, {1000}, false, true},
+                                   {"gz", {n1}, {1000}, true}};
+  std::map<std::string, std::vector<float>> want;
+  {
+    hid_t f = H5Fcreate(p.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+    for (const Spec& sp : specs) {
+      hsize_t n = 1;
+      for (hsize_t x : sp.dims) n *= x;
+      std::vector<float> v(n);
+      for (float& x : v) x = static_cast<float>(rng.normal());
+      hid_t space = H5Screate_simple(static_cast<int>(sp.dims.size()), sp.dims.data(), nullptr);
+      hid_t pl = H5Pcreate(H5P_DATASET_CREATE);
+      H5Pset_chunk(pl, static_cast<int>(sp.chunk.size()), sp.chunk.data());
+      if (sp.gzip) H5Pset_deflate(pl, 4);
+      hid_t d = H5Dcreate2(f, sp.name, H5T_NATIVE_FLOAT, space, H5P_DEFAULT, pl, H5P_DEFAULT);
+      if (sp.skip_one) {  // every chunk but the third written: it reads as the fill value, 0
+        std::fill(v.begin() + 2000, v.begin() + 3000, 0.0f);
+        for (hsize_t c = 0; c * 1000 < n; ++c) {
+          if (c == 2) continue;
+          hsize_t start = c * 1000, count = std::min<hsize_t>(1000, n - start);
+          hid_t fs_ = H5Dget_space(d);
+          H5Sselect_hyperslab(fs_, H5S_SELECT_SET, &start, nullptr, &count, nullptr);
+          hid_t ms = H5Screate_simple(1, &count, nullptr);
+          H5Dwrite(d, H5T_NATIVE_FLOAT, ms, fs_, H5P_DEFAULT, v.data() + start);
+          H5Sclose(ms);
+          H5Sclose(fs_);
+        }
+      } else {
+        H5Dwrite(d, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, v.data());
+      }
+      H5Dclose(d);
+      H5Pclose(pl);
+      H5Sclose(space);
+      want[sp.name] = std::move(v);
+    }
+    H5Fclose(f);
+  }
+  auto read = [&](const char* name, const char* mode) {
+    setenv("SCURRY_H5_PREAD", mode, 1);
+    std::vector<float> v = h5::File::open(p).dataset(name).read<float>();
+    unsetenv("SCURRY_H5_PREAD");
+    return v;
+  };
+  for (const Spec& sp : specs) {
+    SCOPED_TRACE(sp.name);
+    const std::vector<float> fast = read(sp.name, "force"), slow = read(sp.name, "0");
+    EXPECT_EQ(fast, want[sp.name]);
+    EXPECT_EQ(slow, want[sp.name]);
+  }
+  // A truncated file: an error naming it (from HDF5's open, or the read's own size check).
+  fs::resize_file(p, fs::file_size(p) / 3);
+  int failed = 0;
+  for (const char* name : {"one", "rows"}) {
+    try {
+      read(name, "force");
+    } catch (const InputError& err) {
+      ++failed;
+      EXPECT_NE(std::string(err.what()).find(p), std::string::npos) << err.what();
+    }
+  }
+  EXPECT_EQ(failed, 2);
 }
 
 // The mapped write of large contiguous datasets (hdf5.cpp; forced for every size here) writes what
@@ -514,6 +595,56 @@ TEST(H5ad, TwoPartWriterWritesTheSameFile) {
   }
   EXPECT_FALSE(fs::exists(tmp.path("new.h5ad")));
   EXPECT_EQ(files(), 1);
+}
+
+// H5adWriter's early parts (scurry run on the CPU writes raw/X and layers/counts as soon as they are
+// made, then X, and lets each go): the file equals write_h5ad's of the whole dataset, whatever was
+// let go before finish(); read_back returns what was written; the mapped write (forced, in windows
+// of one page: SCURRY_H5_MMAP_WINDOW) and the pread read-back (forced) included.
+TEST(H5ad, EarlyPartsWriteTheSameFile) {
+  test::TempDir tmp;
+  struct Env {
+    Env(const char* k, const char* v) : k_(k) { setenv(k, v, 1); }
+    ~Env() { unsetenv(k_); }
+    const char* k_;
+  };
+  const uint64_t seed = test::fresh_seed();
+  for (int kind = 0; kind < 5; ++kind) {
+    SCOPED_TRACE("X kind " + std::to_string(kind));
+    const Dataset d = random_dataset(seed + kind, kind);
+    const std::string one = tmp.path("one.h5ad"), two = tmp.path("two.h5ad");
+    const int gz = kind % 2 ? 4 : 0;
+    write_h5ad(d, one, {gz});
+    {
+      Env mw("SCURRY_H5_MMAP_WRITE", kind < 3 ? "force" : "0"), win("SCURRY_H5_MMAP_WINDOW", "1"),
+          pr("SCURRY_H5_PREAD", "force");
+      Dataset rest = d;  // what is left once the early parts are let go
+      H5adWriter w(two, {gz});
+      w.write_layer("counts", d.layers.at("counts"));
+      rest.layers.erase("counts");
+      w.write_raw_x(d.raw->X);
+      rest.raw = std::make_shared<Dataset>(*d.raw);
+      rest.raw->X = Matrix();
+      w.write_x(d.X);
+      if (kind != 4) rest.X = Matrix();  // (kind 4: X kept, as when a later step reads it)
+      expect_matrix_eq(d.raw->X, w.read_back("raw/X"), "raw/X read back");
+      expect_matrix_eq(d.layers.at("counts"), w.read_back("layers/counts"), "layers/counts read back");
+      expect_matrix_eq(d.X, w.read_back("X"), "X read back");
+      w.finish(rest);
+    }
+    expect_dataset_eq(d, read_h5ad(two));
+    expect_dataset_eq(read_h5ad(one), read_h5ad(two));
+    fs::remove(one);
+    fs::remove(two);
+  }
+  // A layer written early and again at finish is an internal error, and nothing is left behind.
+  const Dataset d = random_dataset(seed, 0);
+  {
+    H5adWriter w(tmp.path("twice.h5ad"));
+    w.write_layer("counts", d.layers.at("counts"));
+    EXPECT_THROW(w.finish(d), Error);
+  }
+  EXPECT_FALSE(fs::exists(tmp.path("twice.h5ad")));
 }
 
 // Writes a rich file and a JSON sidecar of expected values for tests/io/anndata_client.py; runs

@@ -1,6 +1,8 @@
 // The whole CPU chain (what `scurry run` does up to PCA) against scanpy 1.9.6's tutorial run on the
 // pbmc3k subset (tests/data), and identical for 1 and 2 threads.
 #include <cmath>
+#include <map>
+#include <random>
 
 #include "io/h5ad.hpp"
 #include "pp/preprocess.hpp"
@@ -62,4 +64,92 @@ TEST(Preprocess, IdenticalForOneAndTwoThreads) {
   EXPECT_EQ(a.X.dense_f().data, b.X.dense_f().data);
   EXPECT_EQ(a.obsm.at("X_pca").dense_f().data, b.obsm.at("X_pca").dense_f().data);
   EXPECT_EQ(a.obs.numeric("pct_counts_in_top_50_genes"), b.obs.numeric("pct_counts_in_top_50_genes"));
+}
+
+// The chain's HVG subset of a CSR X (pp/preprocess.cpp: the counts' values saved beside X, new
+// copies of the kept genes, raw/X and layers/counts handed to early_write) gives what the steps one
+// by one give (the oracle: counts copied before normalize_total, log1p apart, raw copied, the copy
+// subset with X): raw/X, layers['counts'] (values and dtype), X, X_pca bit for bit. Counts below the
+// log1p memo's 64, above it, above uint16 (the float32 fallback) and non-integers (the same).
+TEST(Preprocess, LeanSubsetEqualsStepsOneByOne) {
+  const uint64_t seed = test::fresh_seed();
+  for (int kind = 0; kind < 3; ++kind) {
+    SCOPED_TRACE("kind " + std::to_string(kind));
+    Dataset in = test::simulated_counts(400, 600, 120);
+    CsrF& x = in.X.csr_f();
+    std::mt19937_64 rng(seed + static_cast<uint64_t>(kind));
+    for (float& v : x.data) {  // a few large counts; kind 1: some above 65535, kind 2: non-integers
+      const uint64_t u = rng() % 1000;
+      if (u < 20) v += static_cast<float>(100 + rng() % 900);
+      if (kind == 1 && u == 999) v = 70000.0f + static_cast<float>(rng() % 100);
+      if (kind == 2 && u >= 990) v += 0.5f;
+    }
+    in.X.dtype = kind == 0 ? DType::i32 : DType::f32;
+    PreprocessOptions o;
+    o.qc_vars = {"mt"};
+    o.filter_cells.min_genes = 20;
+    o.hvg.n_top_genes = 150;
+    o.pca.n_comps = 10;
+    Context ctx = Context::cpu(2);
+
+    Dataset want = in;  // the oracle: the steps one by one
+    {
+      mark_qc_vars(want, o.qc_vars);
+      QcOptions q = o.qc;
+      q.qc_vars = qc_var_names(o.qc_vars);
+      calculate_qc_metrics(ctx, want, q);
+      filter_cells(ctx, want, o.filter_cells);
+      filter_genes(ctx, want, o.filter_genes);
+      want.layers["counts"] = want.X;
+      normalize_total(ctx, want, o.normalize);
+      log1p(ctx, want, o.log1p);
+      HvgOptions h = o.hvg;
+      h.subset = false;
+      highly_variable_genes(ctx, want, h);
+      want.raw = std::make_shared<Dataset>();
+      want.raw->X = want.X;
+      want.raw->var = want.var;
+      std::vector<int64_t> keep;
+      const auto& hv = want.var.boolean("highly_variable");
+      for (size_t g = 0; g < hv.size(); ++g)
+        if (hv[g]) keep.push_back(static_cast<int64_t>(g));
+      want.subset_vars(keep);
+      scale(ctx, want, o.scale);
+      pca(ctx, want, o.pca);
+    }
+    auto same_csr = [](const Matrix& a, const Matrix& b, const char* what) {
+      SCOPED_TRACE(what);
+      EXPECT_EQ(a.dtype, b.dtype);
+      const CsrF &p = a.csr_f(), &q = b.csr_f();
+      EXPECT_EQ(p.n_rows, q.n_rows);
+      EXPECT_EQ(p.n_cols, q.n_cols);
+      EXPECT_EQ(p.indptr, q.indptr);
+      EXPECT_EQ(p.indices, q.indices);
+      EXPECT_EQ(p.data, q.data);
+    };
+    Dataset kept = in;
+    preprocess(ctx, kept, o);
+    same_csr(kept.raw->X, want.raw->X, "raw/X kept");
+    same_csr(kept.layers.at("counts"), want.layers.at("counts"), "layers/counts kept");
+    EXPECT_EQ(kept.X.dense_f().data, want.X.dense_f().data);
+    EXPECT_EQ(kept.obsm.at("X_pca").dense_f().data, want.obsm.at("X_pca").dense_f().data);
+    EXPECT_EQ(kept.var.index, want.var.index);
+
+    Dataset early = in;  // handed out and let go
+    std::map<std::string, Matrix> out;
+    PreprocessOptions oe = o;
+    oe.early_write = [&](const std::string& slot, const Matrix& m) {
+      out[slot] = m;
+      return true;
+    };
+    preprocess(ctx, early, oe);
+    ASSERT_EQ(out.size(), 2u);
+    same_csr(out.at("raw/X"), want.raw->X, "raw/X handed out");
+    same_csr(out.at("layers/counts"), want.layers.at("counts"), "layers/counts handed out");
+    ASSERT_TRUE(early.raw);
+    EXPECT_TRUE(early.raw->X.empty());
+    EXPECT_EQ(early.raw->var.index, want.raw->var.index);
+    EXPECT_FALSE(early.layers.count("counts"));
+    EXPECT_EQ(early.X.dense_f().data, want.X.dense_f().data);
+  }
 }
