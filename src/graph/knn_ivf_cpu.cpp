@@ -8,9 +8,9 @@
 //     contiguous block of rows and one sgemm scores a block of queries against it.
 //  2. Queries are taken list by list in blocks of kQueryBlock cells of one home list. A block finds
 //     each query's n_probes nearest centroids (one sgemm against the centroids) and scans the union
-//     of those lists (one sgemm per list): cells of one list are close to each other, so the union
-//     is small. A query takes candidates from its own probes only, so its result does not depend on
-//     the block it shares (a range of query rows gives those rows of the full search).
+//     of those lists for all its queries (one sgemm per list): cells of one list are close to each
+//     other, so the union is small and every query gets at least its own probes. The blocks are cut
+//     from all cells, so a range of query rows gives those rows of the full search.
 //  3. Per query, the best candidates by the float32 score ||y||^2 - 2 x.y are kept in a max-heap
 //     and re-ranked by exact float64 distance (knn_detail::finish_row), as the exact search does.
 // Every block is independent and writes only its own rows, the k-means sums are reduced in block
@@ -218,44 +218,44 @@ Knn knn_ivf(const Context& ctx, const DenseF& X, int64_t k, KnnMetric metric, co
     sqp[p] = static_cast<float>(s);
   }
 
-  // Query blocks: the queries in [row_begin, row_end), by home list, up to kQueryBlock a block.
-  std::vector<int64_t> qpos;  // positions (into order) of this call's queries, in list order
-  qpos.reserve(static_cast<size_t>(row_end - row_begin));
-  for (int64_t p = 0; p < n; ++p)
-    if (order[p] >= row_begin && order[p] < row_end) qpos.push_back(p);
-  std::vector<int64_t> bstart;
-  for (size_t t = 0; t < qpos.size();) {
-    bstart.push_back(static_cast<int64_t>(t));
-    const int32_t list = home[order[qpos[t]]];
-    size_t e = t;
-    while (e < qpos.size() && e - t < static_cast<size_t>(kQueryBlock) && home[order[qpos[e]]] == list) ++e;
-    t = e;
+  // Query blocks: all cells by home list, up to kQueryBlock a block, the same blocks for any query
+  // range; a block scans the union of its members' probes. Only blocks holding a query of
+  // [row_begin, row_end) are searched, for those queries, so a range (one rank's share of the cells)
+  // gives those rows of the full search: the union does not depend on the range.
+  std::vector<int64_t> bstart;  // positions into order
+  for (int64_t p = 0; p < n;) {
+    bstart.push_back(p);
+    const int32_t list = home[order[p]];
+    int64_t e = p;
+    while (e < n && e - p < kQueryBlock && home[order[e]] == list) ++e;
+    p = e;
   }
-  bstart.push_back(static_cast<int64_t>(qpos.size()));
+  bstart.push_back(n);
   const int64_t n_blocks = static_cast<int64_t>(bstart.size()) - 1;
   const int64_t want = k - 1;
   const int64_t n_cand = std::min(n - 1, want + std::max(kMinMargin, want));
 
   parallel_for(ctx.threads(), n_blocks, [&](int64_t b) {
-    const int64_t t0 = bstart[b], t1 = bstart[b + 1], nq = t1 - t0;
+    const int64_t b0 = bstart[b], nall = bstart[b + 1] - b0;
+    std::vector<int64_t> qp;  // this call's queries in the block (positions into order)
+    for (int64_t p = b0; p < b0 + nall; ++p)
+      if (order[p] >= row_begin && order[p] < row_end) qp.push_back(p);
+    if (qp.empty()) return;
+    const int64_t nq = static_cast<int64_t>(qp.size());
     std::vector<float> qrows(static_cast<size_t>(nq * d));
-    for (int64_t t = t0; t < t1; ++t) std::copy_n(Yp.row(qpos[t]), d, qrows.data() + (t - t0) * d);
-    // Each query's n_probes nearest centroids; the block scans their union.
-    std::vector<float> cs(static_cast<size_t>(nq * n_lists));
-    scores(qrows.data(), nq, cent.c.data(), n_lists, cent.sq.data(), d, cs.data());
-    // mine[q * n_lists + list]: the list is one of query q's own probes. The block scans the union
-    // (one sgemm a list), but a query takes candidates from its own probes only, so that its result
-    // does not depend on which other queries share its block (a query range, one rank's share of
-    // the cells, then gives those rows of the full search).
-    std::vector<char> probe(static_cast<size_t>(n_lists), 0), mine(static_cast<size_t>(nq * n_lists), 0);
+    for (int64_t q = 0; q < nq; ++q) std::copy_n(Yp.row(qp[q]), d, qrows.data() + q * d);
+    // Each member's n_probes nearest centroids (all members, rows b0.. of Yp); the block scans their union.
+    std::vector<float> cs(static_cast<size_t>(nall * n_lists));
+    scores(Yp.row(b0), nall, cent.c.data(), n_lists, cent.sq.data(), d, cs.data());
+    std::vector<char> probe(static_cast<size_t>(n_lists), 0);
     std::vector<int32_t> ids(static_cast<size_t>(n_lists));
-    for (int64_t q = 0; q < nq; ++q) {
+    for (int64_t q = 0; q < nall; ++q) {
       const float* r = cs.data() + q * n_lists;
       std::iota(ids.begin(), ids.end(), 0);
       std::nth_element(ids.begin(), ids.begin() + (n_probes - 1), ids.end(), [&](int32_t a, int32_t c) {
         return r[a] < r[c] || (r[a] == r[c] && a < c);
       });
-      for (int64_t j = 0; j < n_probes; ++j) probe[ids[j]] = 1, mine[q * n_lists + ids[j]] = 1;
+      for (int64_t j = 0; j < n_probes; ++j) probe[ids[j]] = 1;
     }
     std::vector<std::vector<std::pair<float, int32_t>>> heaps(static_cast<size_t>(nq));
     for (auto& h : heaps) h.reserve(static_cast<size_t>(n_cand));
@@ -267,10 +267,9 @@ Knn knn_ivf(const Context& ctx, const DenseF& X, int64_t k, KnnMetric metric, co
       dots.resize(static_cast<size_t>(nq * nr));
       scores(qrows.data(), nq, Yp.row(p0), nr, sqp.data() + p0, d, dots.data());
       for (int64_t q = 0; q < nq; ++q) {
-        if (!mine[q * n_lists + list]) continue;
         auto& h = heaps[q];
         float* dq = dots.data() + q * nr;
-        const int64_t self = qpos[t0 + q] - p0;
+        const int64_t self = qp[q] - p0;
         if (self >= 0 && self < nr) dq[self] = std::numeric_limits<float>::infinity();
         // Only scores at or below the heap's current worst touch the heap.
         float worst = static_cast<int64_t>(h.size()) < n_cand ? std::numeric_limits<float>::infinity() : h.front().first;
@@ -284,7 +283,7 @@ Knn knn_ivf(const Context& ctx, const DenseF& X, int64_t k, KnnMetric metric, co
     for (int64_t q = 0; q < nq; ++q) {
       cands.clear();
       for (const auto& c : heaps[q]) cands.emplace_back(0.0, c.second);
-      finish_row(X, nrm, metric, order[qpos[t0 + q]], cands, out, row_begin);
+      finish_row(X, nrm, metric, order[qp[q]], cands, out, row_begin);
     }
   });
   return out;
