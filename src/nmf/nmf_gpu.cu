@@ -1732,12 +1732,20 @@ NmfDeviceStats nmf_fit_device(CudaResources& res, const NmfDeviceX& X, NmfDevice
   return out;
 }
 
-NmfResult nmf_fit_gpu_on(CudaResources& res, const CsrF& X, NmfBatch init, const NmfOptions& opt) {
+void nmf_gpu_check_x(const CsrF& X) {
   for (const float v : X.data)
     if (!std::isfinite(v) || v < 0) fail_input("NMF input", "X has the value ", v, "; NMF needs finite non-negative values");
-  if (init.n != X.n_rows || init.g != X.n_cols)
-    fail("nmf_fit_gpu: factors are for ", init.n, " x ", init.g, " but X is ", X.n_rows, " x ", X.n_cols);
-  if (init.k > kMaxK) fail_input("-k", "the GPU NMF handles at most ", kMaxK, " components (got ", init.k, ")");
+}
+
+void nmf_gpu_check_batch(const CsrF& X, const NmfBatch& b, const std::string& what) {
+  if (b.n != X.n_rows || b.g != X.n_cols)
+    fail(what, " is for ", b.n, " x ", b.g, " but X is ", X.n_rows, " x ", X.n_cols);
+  if (b.k > kMaxK) fail_input("-k", "the GPU NMF handles at most ", kMaxK, " components (got ", b.k, ")");
+}
+
+NmfResult nmf_fit_gpu_on(CudaResources& res, const CsrF& X, NmfBatch init, const NmfOptions& opt) {
+  nmf_gpu_check_x(X);
+  nmf_gpu_check_batch(X, init, "nmf_fit_gpu: factors");
   const NmfDeviceX x = nmf_device_x(res, upload(res, X), &X, opt, init.R, init.k);
   NmfDeviceFactors f = nmf_upload_factors(res, init);
   NmfDeviceStats st = nmf_fit_device(res, x, f, opt, true);

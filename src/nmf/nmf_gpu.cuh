@@ -3,6 +3,7 @@
 // these; the cNMF benchmark generates X on the device and calls them directly.
 #pragma once
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "exec/device_csr.cuh"
@@ -57,5 +58,10 @@ std::vector<double> nmf_device_objective(CudaResources& res, const NmfDeviceX& X
 
 // The most components the GPU kernels handle.
 constexpr int kNmfGpuMaxK = 64;
+
+// What the GPU fit needs of its input: X finite and non-negative (an InputError otherwise).
+void nmf_gpu_check_x(const CsrF& X);
+// ... and of a batch of factors: X's shape, at most kNmfGpuMaxK components (`what` names the batch).
+void nmf_gpu_check_batch(const CsrF& X, const NmfBatch& b, const std::string& what);
 
 }  // namespace scurry

@@ -5,9 +5,9 @@
 // per batch its factors are uploaded, fitted (nmf_fit_device) and H downloaded (W only on request:
 // cNMF's factorize keeps only the spectra). The next batch's initialisation is made on a host
 // thread while the current one fits, so the host's numpy-stream draws overlap the device.
-#include <cmath>
 #include <exception>
 #include <future>
+#include <string>
 
 #include "core/error.hpp"
 #include "core/log.hpp"
@@ -26,8 +26,7 @@ void nmf_fit_gpu_batches(const Context& ctx, const CsrF& X, int n_batches, int64
   if (opt.loss == NmfLoss::itakura_saito) fail_input("--beta-loss", "itakura-saito runs on the CPU only; use --device cpu");
   if (n_batches < 1) return;
   CudaResources& res = *resp;
-  for (const float v : X.data)
-    if (!std::isfinite(v) || v < 0) fail_input("NMF input", "X has the value ", v, "; NMF needs finite non-negative values");
+  nmf_gpu_check_x(X);
   std::future<NmfBatch> next = std::async(std::launch::async, make, 0);
   NmfBatch first = next.get();
   const int k0 = std::max(1, first.k);
@@ -37,9 +36,7 @@ void nmf_fit_gpu_batches(const Context& ctx, const CsrF& X, int n_batches, int64
             std::to_string(n_batches) + " batches");
   NmfBatch cur = std::move(first);
   for (int b = 0; b < n_batches; ++b) {
-    if (cur.n != X.n_rows || cur.g != X.n_cols)
-      fail("nmf_fit_gpu_batches: batch ", b, " is for ", cur.n, " x ", cur.g, " but X is ", X.n_rows, " x ", X.n_cols);
-    if (cur.k > kNmfGpuMaxK) fail_input("-k", "the GPU NMF handles at most ", kNmfGpuMaxK, " components (got ", cur.k, ")");
+    nmf_gpu_check_batch(X, cur, "nmf_fit_gpu_batches: batch " + std::to_string(b));
     NmfDeviceFactors f = nmf_upload_factors(res, cur);
     std::vector<float>().swap(cur.W);  // the host copy of W is not needed while it fits
     if (b + 1 < n_batches) next = std::async(std::launch::async, make, b + 1);

@@ -4,7 +4,6 @@
 // bits run after run; a CPU context is an InputError.
 #include <gtest/gtest.h>
 
-#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
