@@ -291,6 +291,12 @@ int candidate_width(int64_t k) {
   return pow2_width(want + std::max(kMinMargin, want));
 }
 
+int ivf_candidate_width(int64_t k) {
+  const int64_t want = k - 1;
+  if (want <= 32) return candidate_width(k);
+  return pow2_width(want + std::max(kMinMargin, want / 4));
+}
+
 void row_stats(CudaResources& r, const float* dX, int64_t n, int64_t d, const float* mean, double* nrm, float* sqn) {
   row_stats_kernel<<<grid_for(n * kWarp), kThreads, 0, r.stream>>>(dX, n, d, mean, nrm, sqn);
   SCURRY_CUDA_LAUNCH();

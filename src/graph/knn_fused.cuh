@@ -86,6 +86,8 @@ struct TileWalk {
 // written): an index split over GPUs makes Q for every row and D for a share of them.
 int64_t mma_depth(int64_t d, bool euclidean);
 bool mma_supported(int64_t kp, int w);
+// The IVF form (mma_candidates_ranges) also takes wide lists: W up to kShortMaxW (256) with a short buffer.
+bool mma_ivf_supported(int64_t kp, int w);
 bool mma_enabled();  // not SCURRY_KNN_KERNEL=wmma
 void mma_operands(CudaResources& r, const float* A, const float* sqn, int64_t n, int64_t ka, int64_t d, int64_t kp,
                   float* Q, float* D);

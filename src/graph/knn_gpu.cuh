@@ -19,6 +19,11 @@ void check_input(const Context& ctx, const DenseF& X, int64_t k, const char* whe
 // Candidates kept per query before the float64 re-rank: the power of two >= (k - 1) + max(8, k - 1),
 // at least 32.
 int candidate_width(int64_t k);
+// Candidates kept per query by the IVF search: candidate_width(k) up to k = 33 (W <= 64); past that a
+// margin of a quarter, (k - 1) + max(8, (k - 1) / 4) rounded up to a power of two (k = 92: 128, not
+// 256), so that the mma kernel's lists fit in shared memory. The margin covers TF32 rounding of the
+// scores near the (k - 1)-th (a relative 2^-11 of the norms); the search itself is approximate.
+int ivf_candidate_width(int64_t k);
 // Smallest power of two >= max(v, 32).
 int pow2_width(int64_t v);
 

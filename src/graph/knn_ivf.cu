@@ -10,7 +10,9 @@
 // the unit rows of cosine, which are searched by their euclidean order) gives W candidates per cell by
 // original index; the float64 re-rank orders them exactly (no certificate: IVF is approximate). Every query scans at least its own P lists unless the cap drops one that few of its
 // block probe; the union usually adds more, so recall is at least plain P-probe IVF's in practice.
-// Depths over 64 or W over 64 (k > 33) fall back to a warp-per-query scalar scan of the P lists.
+// W over 64 (k > 33; W = ivf_candidate_width(k): a quarter's margin, so k = 92 keeps 128) runs on the
+// mma kernel with wide lists and a short buffer (up to W = 256, k <= 205); depths over 64 or wider W
+// fall back to a warp-per-query scalar scan of the P lists.
 // Several GPUs (knn_ivf_gpus): the query blocks split (every GPU holds every list), or the lists dealt
 // to the GPUs (the index sharded: the list order puts each GPU's lists together; a GPU scans the part
 // of every block's probe set it owns; the candidate lists are merged on the host, then re-ranked).
@@ -610,7 +612,10 @@ void ivf_search(CudaResources& r, const float* Y, const float* dX, int64_t n, in
   // then per query block its probe set as row ranges (fused path) or the per-query scan (fallback).
   const int wp = pow2_width(P);
   const int64_t kp = (d + kColumnPad - 1) / kColumnPad * kColumnPad;
-  const bool fused = k > 1 && fused_supported(kp, w);
+  // The block-union search takes W up to 64 on the WMMA kernel, and up to kShortMaxW on the mma kernel
+  // (wide lists, e.g. t-SNE's k = 92); the warp-per-query scan is left for W past both.
+  const bool wide_mma = mma_enabled() && w > 64 && mma_ivf_supported(mma_depth(d, true), w);
+  const bool fused = k > 1 && (fused_supported(kp, w) || wide_mma);
   if (ex && !fused) fail("exact kNN through the lists: the fused kernel does not take depth ", kp, " and width ", w);
   const int cap = static_cast<int>(std::min<int64_t>(L, kProbeUnion * P));
   float* best_d = best_d_out;
@@ -698,7 +703,7 @@ void ivf_search(CudaResources& r, const float* Y, const float* dX, int64_t n, in
   // queries), D for this part's positions [db0, db1) only (all of them with one index). (The WMMA
   // kernel keeps the whole operand A either way.)
   const int64_t kpm = mma_depth(d, true);
-  const bool mma = mma_enabled() && mma_supported(kpm, w);
+  const bool mma = mma_enabled() && mma_ivf_supported(kpm, w);
   DeviceArray<float> Qm, Dm;
   if (mma) {
     Qm = DeviceArray<float>(r, static_cast<size_t>(n * kpm), "IVF mma operand (queries)");
@@ -859,7 +864,7 @@ Knn ivf_part(const Context& ctx, const DenseF& X, int64_t k, KnnMetric metric, c
     unit = DeviceArray<float>(r, static_cast<size_t>(n * d), "kNN unit rows");
     unit_rows(r, dX.data(), nrm.data(), n, d, unit.data());
   }
-  const int w = candidate_width(k);
+  const int w = ivf_candidate_width(k);
   DeviceArray<float> best_d(r, static_cast<size_t>(n) * w, "kNN candidate scores");
   DeviceArray<int32_t> best_i(r, static_cast<size_t>(n) * w, "kNN candidates");
   ivf_search(r, cosine ? unit.data() : dX.data(), dX.data(), n, d, cosine, k, opt, w, best_d.data(), best_i.data(),
@@ -913,7 +918,7 @@ Knn rerank_candidates(const Context& ctx, const DenseF& X, int64_t k, KnnMetric 
   CudaResources& r = require_cuda(ctx, "neighbors");
   const int64_t n = X.n_rows, d = X.n_cols;
   const int w = static_cast<int>(cand.w);
-  if (cand.n != n || w != candidate_width(k)) fail("IVF: ", cand.n, " x ", w, " candidates for ", n, " cells");
+  if (cand.n != n || w != ivf_candidate_width(k)) fail("IVF: ", cand.n, " x ", w, " candidates for ", n, " cells");
   DeviceArray<float> dX(r, static_cast<size_t>(n * d), "kNN embedding");
   SCURRY_CUDA(cudaMemcpyAsync(dX.data(), X.data.data(), static_cast<size_t>(n * d) * sizeof(float),
                               cudaMemcpyHostToDevice, r.stream));
@@ -942,7 +947,7 @@ Knn knn_ivf_gpus(const std::vector<Context*>& ctxs, const DenseF& X, int64_t k, 
     check_input(*ctxs[0], X, k, "neighbors");
     std::vector<TopkLists> cand(static_cast<size_t>(S));
     on_each_gpu(ctxs, [&](int s) { ivf_part(*ctxs[s], X, k, metric, opt, nullptr, s, S, &cand[s]); });
-    const int64_t w = candidate_width(k);
+    const int64_t w = ivf_candidate_width(k);
     const TopkLists merged = merge_topk(cand, w, ctxs[0]->threads());
     cand.clear();
     Knn out;

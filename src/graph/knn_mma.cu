@@ -87,10 +87,16 @@ struct MmaParams {
   bool sort_merge;  // SCURRY_KNN_MERGE=sort: merge buffers by sorting (WarpTopK::flush), not insertion
 };
 
+// The lists' buffer capacity: w up to 64 (the merge by insertion or by sorting, as before), a short
+// buffer of kChunk entries past that (a chunk adds at most kChunk candidates to a query: WarpTopK's
+// merge_short), so that the wide lists of large k (t-SNE's 3 perplexity + 1 = 91 neighbours: W = 128)
+// fit in shared memory with two blocks per multiprocessor.
+__host__ __device__ constexpr int topk_cap(int w) { return w <= 64 ? w : kChunk; }
+
 size_t mma_smem_bytes(int kp, int w, int warps) {
   const int rows = 16 * warps;
   return sizeof(float) * static_cast<size_t>(rows) * mma_stride(kp) +
-         static_cast<size_t>(rows) * static_cast<size_t>(warp_topk_smem_bytes(w)) + sizeof(int) * rows;
+         static_cast<size_t>(rows) * static_cast<size_t>(warp_topk_smem_bytes(w, topk_cap(w))) + sizeof(int) * rows;
 }
 
 __device__ __forceinline__ void mma_tf32(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
@@ -109,9 +115,10 @@ __global__ void __launch_bounds__(32 * kWarps, kIvf ? 4 : 2) mma_knn_kernel(MmaP
   static_assert(kRows * vec % kThreads == 0, "tile slots");
   extern __shared__ __align__(16) float smem[];
   float* rs = smem;                                                     // kRows x ks
-  char* lists = reinterpret_cast<char*>(rs + kRows * ks);               // kQ x warp_topk_smem_bytes(w)
-  int* counts = reinterpret_cast<int*>(lists + static_cast<size_t>(kQ) * warp_topk_smem_bytes(P.w));
-  const int w = P.w;
+  const int w = P.w, cap = topk_cap(w);
+  const size_t tk_bytes = static_cast<size_t>(warp_topk_smem_bytes(w, cap));
+  char* lists = reinterpret_cast<char*>(rs + kRows * ks);  // kQ x tk_bytes
+  int* counts = reinterpret_cast<int*>(lists + static_cast<size_t>(kQ) * tk_bytes);
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x & (kWarp - 1);
   const int g = lane >> 2, t4 = lane & 3;  // fragment row group and thread-in-group
   const int64_t blk = blockIdx.x;
@@ -139,10 +146,10 @@ __global__ void __launch_bounds__(32 * kWarps, kIvf ? 4 : 2) mma_knn_kernel(MmaP
       a[s][h + 2] = ok ? __float_as_uint(__ldg(row + p + 1)) : 0u;  // k = 8s + t4 + 4
     }
   }
-  char* my_lists = lists + static_cast<size_t>(warp * 16) * warp_topk_smem_bytes(w);
-  auto list_of = [&](int q) { return my_lists + static_cast<size_t>(q) * warp_topk_smem_bytes(w); };
+  char* my_lists = lists + static_cast<size_t>(warp * 16) * tk_bytes;
+  auto list_of = [&](int q) { return my_lists + static_cast<size_t>(q) * tk_bytes; };
   for (int q = 0; q < 16; ++q) {
-    WarpTopK top(list_of(q), w);
+    WarpTopK top(list_of(q), w, cap);
     const int64_t qg = qw0 + q;
     if (kIvf && P.ivf.seeded && qg < q_end) {
       const int64_t o = out_row(qg) * w;
@@ -158,7 +165,7 @@ __global__ void __launch_bounds__(32 * kWarps, kIvf ? 4 : 2) mma_knn_kernel(MmaP
   auto read_thr = [&] {
 #pragma unroll
     for (int h = 0; h < 2; ++h)
-      thr[h] = qpos[h] < q_end ? WarpTopK(list_of(g + 8 * h), w).list_d[w - 1] : -__int_as_float(0x7f800000);
+      thr[h] = qpos[h] < q_end ? WarpTopK(list_of(g + 8 * h), w, cap).list_d[w - 1] : -__int_as_float(0x7f800000);
   };
   read_thr();
 
@@ -235,7 +242,7 @@ __global__ void __launch_bounds__(32 * kWarps, kIvf ? 4 : 2) mma_knn_kernel(MmaP
             const int64_t pos = r0 + c0 + 8 * t + 2 * t4 + (v & 1);
             if (acc[t][v] < thr[h] && pos < r_end && pos != qpos[h]) {
               const int slot = atomicAdd(&counts[warp * 16 + g + 8 * h], 1);  // < kChunk <= w
-              WarpTopK top(list_of(g + 8 * h), w);
+              WarpTopK top(list_of(g + 8 * h), w, cap);
               top.buf_d[slot] = acc[t][v];
               top.buf_i[slot] = original_id(pos);
             }
@@ -246,7 +253,7 @@ __global__ void __launch_bounds__(32 * kWarps, kIvf ? 4 : 2) mma_knn_kernel(MmaP
         while (todo) {
           const int q = __ffs(todo) - 1;
           todo &= todo - 1;
-          WarpTopK top(list_of(q), w);
+          WarpTopK top(list_of(q), w, cap);
           top.count = __shfl_sync(kFullMask, cnt, q);
           if (P.sort_merge)
             top.flush();
@@ -265,7 +272,7 @@ __global__ void __launch_bounds__(32 * kWarps, kIvf ? 4 : 2) mma_knn_kernel(MmaP
   for (int q = 0; q < 16; ++q) {
     const int64_t qg = qw0 + q;
     if (qg >= q_end) break;
-    WarpTopK top(list_of(q), w);
+    WarpTopK top(list_of(q), w, cap);
     top.count = 0;
     const int64_t o = out_row(qg) * w;
     top.store(P.best_d + o, P.best_i + o);
@@ -344,6 +351,12 @@ bool mma_supported(int64_t kp, int w) {
          mma_smem_bytes(static_cast<int>(kp), w, kIvfWarps) <= 113 * 1024;
 }
 
+bool mma_ivf_supported(int64_t kp, int w) {
+  if (w <= 64) return mma_supported(kp, w);  // as before (W = 64 stays on the WMMA kernel: the same results)
+  return kp % 8 == 0 && kp >= 8 && kp <= 64 && w <= kShortMaxW && (w & (w - 1)) == 0 &&
+         mma_smem_bytes(static_cast<int>(kp), w, kIvfWarps) <= 113 * 1024;
+}
+
 bool mma_enabled() {
   const char* e = std::getenv("SCURRY_KNN_KERNEL");
   return !(e && std::string(e) == "wmma");
@@ -376,7 +389,7 @@ void mma_candidates(CudaResources& r, const float* Q, const float* D, int64_t n,
 
 void mma_candidates_ranges(CudaResources& r, const float* Q, const float* D, int64_t n, int64_t kp, int64_t d, int w,
                            const FusedBlocks& blocks, float* best_d, int32_t* best_i, int64_t db0) {
-  if (!mma_supported(kp, w)) fail("mma kNN: unsupported depth ", kp, " or width ", w);
+  if (!mma_ivf_supported(kp, w)) fail("mma kNN: unsupported depth ", kp, " or width ", w);
   if (blocks.n_blocks == 0 || n == 0) return;
   if (blocks.n_blocks > INT32_MAX || blocks.range_cap < 1 || !blocks.query_range || !blocks.ranges ||
       !blocks.n_ranges || !blocks.ids)

@@ -14,6 +14,7 @@ namespace scurry::gpu {
 constexpr int kWarp = 32;
 constexpr unsigned kFullMask = 0xffffffffu;
 constexpr int kMaxTopK = 1024;  // largest W
+constexpr int kShortMaxW = 256;  // largest W with a short (kWarp-entry) buffer (WarpTopK::merge_short)
 
 template <class K>
 __device__ __forceinline__ bool cand_less(K da, int32_t ia, K db, int32_t ib) {
@@ -61,26 +62,31 @@ __device__ void warp_bitonic_merge(K* key, int32_t* id, int n) {
   }
 }
 
-// Shared memory one warp needs for WarpTopK of width w.
-__host__ __device__ constexpr int64_t warp_topk_smem_bytes(int w) { return 4 * static_cast<int64_t>(w) * 4; }
+// Shared memory one warp needs for WarpTopK of width w with a buffer of cap entries (cap = w: the
+// general form; cap = kWarp: the short buffer of callers that add at most 32 candidates between
+// merges, e.g. the mma kernel's chunks, which keeps wide lists small enough for shared memory).
+__host__ __device__ constexpr int64_t warp_topk_smem_bytes(int w, int cap = 0) {
+  return 8 * (static_cast<int64_t>(w) + (cap > 0 ? cap : w));
+}
 
 struct WarpTopK {
   float* list_d;   // W, sorted ascending
   int32_t* list_i;
-  float* buf_d;    // W, the first `count` filled
+  float* buf_d;    // cap, the first `count` filled
   int32_t* buf_i;
   int w = 0;
+  int cap = 0;        // buffer capacity: w, or kWarp (then at most kWarp entries between merges)
   int count = 0;      // warp-uniform
   float thr_d = 0;    // the current W-th entry (warp-uniform)
   int32_t thr_i = -1;
 
-  // `smem`: warp_topk_smem_bytes(w) bytes private to this warp (4-byte aligned).
-  __device__ WarpTopK(void* smem, int w_) : w(w_) {
+  // `smem`: warp_topk_smem_bytes(w, cap) bytes private to this warp (4-byte aligned).
+  __device__ WarpTopK(void* smem, int w_, int cap_ = 0) : w(w_), cap(cap_ > 0 ? cap_ : w_) {
     float* base = static_cast<float*>(smem);
     list_d = base;
     list_i = reinterpret_cast<int32_t*>(base + w);
     buf_d = base + 2 * w;
-    buf_i = reinterpret_cast<int32_t*>(base + 3 * w);
+    buf_i = reinterpret_cast<int32_t*>(base + 2 * w + cap);
   }
 
   // Starts from a stored sorted list (global memory, w entries), e.g. the result of earlier tiles.
@@ -104,6 +110,10 @@ struct WarpTopK {
   }
 
   __device__ void flush() {
+    if (cap < w) {
+      merge_short();
+      return;
+    }
     const int lane = threadIdx.x & (kWarp - 1);
     for (int t = count + lane; t < w; t += kWarp) buf_d[t] = __int_as_float(0x7f800000), buf_i[t] = -1;
     warp_bitonic_sort(buf_d, buf_i, w);  // syncs first
@@ -113,6 +123,71 @@ struct WarpTopK {
       if (cand_less(b, bi, list_d[t], list_i[t])) list_d[t] = b, list_i[t] = bi;
     }
     warp_bitonic_merge(list_d, list_i, w);  // syncs first and after every stage
+    thr_d = list_d[w - 1];
+    thr_i = list_i[w - 1];
+    count = 0;
+    __syncwarp();
+  }
+
+  // flush() for a short buffer (cap = kWarp < w, count <= kWarp): the buffer is sorted across the
+  // lanes (one entry a lane, bitonic by shuffles), then every list entry moves up by the number of
+  // buffered entries before it and every buffered entry goes to its rank among both (binary searches;
+  // (score, id) pairs are distinct apart from the empty (+inf, -1) slots, whose places do not matter):
+  // the best w of list and buffer, sorted, as flush() gives. w <= kShortMaxW. Called by all 32 lanes
+  // together.
+  __device__ void merge_short() {
+    const int lane = threadIdx.x & (kWarp - 1);
+    __syncwarp();
+    const int nb = count;
+    float cd = lane < nb ? buf_d[lane] : __int_as_float(0x7f800000);
+    int32_t ci = lane < nb ? buf_i[lane] : -1;
+    for (int size = 2; size <= kWarp; size <<= 1)
+      for (int stride = size >> 1; stride > 0; stride >>= 1) {
+        const float od = __shfl_xor_sync(kFullMask, cd, stride);
+        const int32_t oi = __shfl_xor_sync(kFullMask, ci, stride);
+        const bool keep_min = ((lane & size) == 0) == ((lane & stride) == 0);
+        if (keep_min ? cand_less(od, oi, cd, ci) : cand_less(cd, ci, od, oi)) cd = od, ci = oi;
+      }
+    buf_d[lane] = cd;  // sorted; entries past nb are empty
+    buf_i[lane] = ci;
+    __syncwarp();
+    // This lane's buffered entry: its rank in the list (entries before it).
+    int pos_b = -1;
+    if (lane < nb) {
+      int lo = 0, hi = w;
+      while (lo < hi) {
+        const int mid = (lo + hi) >> 1;
+        if (cand_less(list_d[mid], list_i[mid], cd, ci)) lo = mid + 1; else hi = mid;
+      }
+      pos_b = lo + lane;
+    }
+    // This lane's list entries t = lane + 32 j: their new places.
+    constexpr int kMaxSeg = kShortMaxW / kWarp;
+    float ld[kMaxSeg];
+    int32_t li[kMaxSeg];
+    int pos_l[kMaxSeg];
+    const int segs = w / kWarp;
+#pragma unroll
+    for (int j = 0; j < kMaxSeg; ++j) {
+      if (j >= segs) break;
+      const int t = lane + kWarp * j;
+      ld[j] = list_d[t];
+      li[j] = list_i[t];
+      int lo = 0, hi = nb;
+      while (lo < hi) {
+        const int mid = (lo + hi) >> 1;
+        if (cand_less(buf_d[mid], buf_i[mid], ld[j], li[j])) lo = mid + 1; else hi = mid;
+      }
+      pos_l[j] = t + lo;
+    }
+    __syncwarp();
+#pragma unroll
+    for (int j = 0; j < kMaxSeg; ++j) {
+      if (j >= segs) break;
+      if (pos_l[j] < w) list_d[pos_l[j]] = ld[j], list_i[pos_l[j]] = li[j];
+    }
+    if (pos_b >= 0 && pos_b < w) list_d[pos_b] = cd, list_i[pos_b] = ci;
+    __syncwarp();
     thr_d = list_d[w - 1];
     thr_i = list_i[w - 1];
     count = 0;
@@ -159,7 +234,7 @@ struct WarpTopK {
     bool take = valid && cand_less(s, id, thr_d, thr_i);
     unsigned mask = __ballot_sync(kFullMask, take);
     if (mask == 0) return;
-    if (count + __popc(mask) > w) {
+    if (count + __popc(mask) > cap) {
       flush();
       take = valid && cand_less(s, id, thr_d, thr_i);
       mask = __ballot_sync(kFullMask, take);

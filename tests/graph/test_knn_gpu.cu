@@ -399,39 +399,63 @@ void expect_valid_ivf(const Knn& a, const DenseF& x, KnnMetric metric, int64_t s
 // n_probes = n_lists: every block scans every list, so IVF is the fused TF32 candidate search plus the
 // float64 re-rank, and its neighbour sets equal the float64 brute force (ties aside). Sizes not
 // multiples of 64 / 128, lists of ~52 cells (smaller than a database tile, blocks of fewer than 64
-// queries), a single list, odd depth.
+// queries), a single list, odd depth; k = 15 (W = 32), and the wide lists of the mma kernel with
+// their short buffer: k = 92 (t-SNE's 3 perplexity + 1 + the cell: W = 128) and k = 150 (W = 256).
 TEST(KnnGpu, IvfAllProbesEqualsExact) {
   SCURRY_REQUIRE_GPU();
   const Context ctx = gpu_ctx();
   const uint64_t seed = test::fresh_seed();
   const DenseF x = clustered(5003, 37, 20, seed);
   for (KnnMetric metric : {KnnMetric::euclidean, KnnMetric::cosine}) {
-    const Oracle o = make_oracle(x, metric, 15, seed, 1500, 6000);  // every row
-    const Knn exact = knn_exact_gpu(ctx, x, 15, metric);
-    for (int64_t lists : {int64_t(97), int64_t(1)}) {
-      IvfOptions opt;
-      opt.seed = seed;
-      opt.n_lists = lists;
-      opt.n_probes = lists;
-      const Knn a = knn_ivf_gpu(ctx, x, 15, metric, opt);
-      ASSERT_EQ(a.n, x.n_rows);
-      ASSERT_EQ(a.k, 15);
-      double err = 0;
-      const int64_t bad = mismatches(a, o, &err);
-      std::printf("ivf %s, %lld lists all probed: %lld of %zu rows differ from float64, max distance error %.3g, "
-                  "recall vs exact gpu %.5f\n",
-                  knn_metric_name(metric), static_cast<long long>(lists), static_cast<long long>(bad), o.rows.size(),
-                  err, recall(a, exact));
-      EXPECT_EQ(bad, 0) << knn_metric_name(metric) << " lists=" << lists;
-      EXPECT_LT(err, 1e-4) << knn_metric_name(metric) << " lists=" << lists;
-      EXPECT_GE(recall(a, exact), 0.9999) << knn_metric_name(metric) << " lists=" << lists;
+    const Oracle o = make_oracle(x, metric, 150, seed, 1500, 6000);  // every row
+    for (int64_t k : {int64_t(15), int64_t(92), int64_t(150)}) {
+      const Knn exact = knn_exact_gpu(ctx, x, k, metric);
+      for (int64_t lists : {int64_t(97), int64_t(1)}) {
+        IvfOptions opt;
+        opt.seed = seed;
+        opt.n_lists = lists;
+        opt.n_probes = lists;
+        const Knn a = knn_ivf_gpu(ctx, x, k, metric, opt);
+        ASSERT_EQ(a.n, x.n_rows);
+        ASSERT_EQ(a.k, k);
+        double err = 0;
+        const int64_t bad = mismatches(a, o, &err);
+        std::printf("ivf %s, k = %lld, %lld lists all probed: %lld of %zu rows differ from float64, max distance "
+                    "error %.3g, recall vs exact gpu %.5f\n",
+                    knn_metric_name(metric), static_cast<long long>(k), static_cast<long long>(lists),
+                    static_cast<long long>(bad), o.rows.size(), err, recall(a, exact));
+        EXPECT_EQ(bad, 0) << knn_metric_name(metric) << " k=" << k << " lists=" << lists;
+        EXPECT_LT(err, 1e-4) << knn_metric_name(metric) << " k=" << k << " lists=" << lists;
+        EXPECT_GE(recall(a, exact), 0.9999) << knn_metric_name(metric) << " k=" << k << " lists=" << lists;
+        if (k > 15) expect_valid_ivf(a, x, metric, 997);
+      }
     }
   }
 }
 
+// The wide lists at the default probes (k = 92: t-SNE's neighbour count): recall against the exact
+// search, the same bits run to run.
+TEST(KnnGpu, IvfWideListsRecallAndSameBits) {
+  SCURRY_REQUIRE_GPU();
+  const Context ctx = gpu_ctx();
+  const uint64_t seed = test::fresh_seed();
+  const DenseF x = clustered(20011, 50, 25, seed, 0.0f);
+  const Knn exact = knn_exact_gpu(ctx, x, 92, KnnMetric::euclidean);
+  IvfOptions opt;
+  opt.seed = seed;
+  const Knn a = knn_ivf_gpu(ctx, x, 92, KnnMetric::euclidean, opt);
+  const double rc = recall(a, exact);
+  std::printf("ivf euclidean k = 92, 20011 cells, default probes: recall %.5f\n", rc);
+  EXPECT_GE(rc, 0.97);
+  expect_valid_ivf(a, x, KnnMetric::euclidean, 1999);
+  const Knn b = knn_ivf_gpu(ctx, x, 92, KnnMetric::euclidean, opt);
+  EXPECT_EQ(a.indices, b.indices);
+  EXPECT_EQ(a.distances, b.distances);
+}
+
 // Lists much smaller than a database tile (~10 cells: a block's probe set is many short ranges, each one
-// partial tile) with fewer probes than lists; and the scalar-scan fallback (k = 40: W = 128 is too wide
-// for the fused kernel; depth 70 > 64 too deep). Results are valid rows with exact distances and high
+// partial tile) with fewer probes than lists; and the scalar-scan fallback (k = 300: W = 512 is too wide
+// for the mma kernel's lists; depth 70 > 64 too deep). Results are valid rows with exact distances and high
 // recall.
 TEST(KnnGpu, IvfSmallListsAndFallback) {
   SCURRY_REQUIRE_GPU();
@@ -455,7 +479,7 @@ TEST(KnnGpu, IvfSmallListsAndFallback) {
       EXPECT_EQ(a.distances, b.distances);
     }
   }
-  for (const auto& [n, d, k] : {std::tuple<int64_t, int64_t, int64_t>{4001, 20, 40}, {4001, 70, 15}}) {
+  for (const auto& [n, d, k] : {std::tuple<int64_t, int64_t, int64_t>{4001, 20, 300}, {4001, 70, 15}}) {
     const DenseF x = clustered(n, d, 12, seed + 1);
     for (KnnMetric metric : {KnnMetric::euclidean, KnnMetric::cosine}) {
       const Knn exact = knn_exact_gpu(ctx, x, k, metric);
