@@ -19,8 +19,10 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/dataset.hpp"
 #include "core/error.hpp"
 #include "core/matrix.hpp"
+#include "io/h5ad.hpp"
 #include "exec/context.hpp"
 #include "exec/parallel.hpp"
 #include "pp/combat.hpp"
@@ -44,7 +46,7 @@ double median_of(std::vector<double> v) {
 }  // namespace
 
 void bench_integrate(Context& ctx, const std::string& step, int64_t cells, int64_t cols, int batches, int repeat,
-                     uint64_t seed, const std::string& json) {
+                     uint64_t seed, const std::string& json, const std::string& write) {
   if (batches < 2) throw InputError("--integrate-batches must be at least 2");
   if (repeat < 1) throw InputError("--repeat must be at least 1");
   if (step != "harmony" && step != "regress-out" && step != "combat")
@@ -73,6 +75,21 @@ void bench_integrate(Context& ctx, const std::string& step, int64_t cells, int64
     for (int64_t i = 0; i < cells; ++i)
       for (int64_t q = 0; q < cols; ++q)
         Z(i, q) = centre[type[i] * cols + q] + shift[batch[i] * cols + q] + nd(rng);
+    if (!write.empty()) {  // the same data as a file (X_pca as float32, obs batch), for the user's command
+      Dataset d;
+      d.obs.index.resize(static_cast<size_t>(cells));
+      for (int64_t i = 0; i < cells; ++i) d.obs.index[static_cast<size_t>(i)] = std::to_string(i);
+      CategoricalColumn bc;
+      for (int b = 0; b < batches; ++b) bc.categories.push_back("b" + std::to_string(b));
+      bc.codes = batch;
+      d.obs.set("batch", Column(std::move(bc)));
+      DenseF zf(cells, cols);
+      for (size_t e = 0; e < zf.data.size(); ++e) zf.data[e] = static_cast<float>(Z.data[e]);
+      d.X = Matrix(CsrF::zeros(cells, 0));  // no genes: the embedding alone
+      d.obsm["X_pca"] = Matrix(std::move(zf), DType::f32);
+      write_h5ad(d, write);
+      std::printf("wrote the embedding (obsm X_pca, obs batch) to %s\n", write.c_str());
+    }
     HarmonyOptions opt;
     opt.keys = {"batch"};
     HarmonyResult res;

@@ -80,7 +80,7 @@ struct BenchOptions {
 }  // namespace
 // bench_integrate.cpp
 void bench_integrate(Context& ctx, const std::string& step, int64_t cells, int64_t cols, int batches, int repeat,
-                     uint64_t seed, const std::string& json);
+                     uint64_t seed, const std::string& json, const std::string& write);
 // bench_tsne.cpp
 void bench_tsne(Context& ctx, int64_t cells, int clusters, uint64_t seed, int repeat, const std::string& json,
                 const std::string& write);
@@ -300,7 +300,7 @@ void run_bench(const GlobalOptions& g, BenchOptions& o) {
   o.sim.n_cells = cells;
   o.sim.n_genes = genes;
   if (!o.integrate.empty())
-    return bench_integrate(ctx, o.integrate, cells, genes, o.integrate_batches, o.repeat, o.sim.seed, o.json);
+    return bench_integrate(ctx, o.integrate, cells, genes, o.integrate_batches, o.repeat, o.sim.seed, o.json, o.write);
   if (o.repeat < (o.on_device ? 0 : 1))
     throw InputError(o.on_device ? "--repeat must be at least 0" : "--repeat must be at least 1 (0 only with --on-device)");
   if (o.on_device && ctx.backend() != Backend::cuda) throw InputError("--on-device needs --device gpu");

@@ -72,6 +72,8 @@ bool copied_directly(CudaResources& r, void* dst, const void* src, size_t bytes,
   return true;
 }
 
+}  // namespace
+
 // Host (pageable) to device through two pinned staging buffers: the copy into one buffer (spread over
 // the CPU threads) overlaps the DMA of the other. Pageable cudaMemcpy runs at ~7 GB/s on the H200
 // machine; pinned DMA at ~50 GB/s.
@@ -94,7 +96,6 @@ void copy_to_device(CudaResources& r, void* dst, const void* src, size_t bytes) 
   SCURRY_CUDA(cudaStreamSynchronize(r.stream));
 }
 
-}  // namespace
 
 void copy_to_host(CudaResources& r, void* dst, const void* src, size_t bytes) {
   if (copied_directly(r, dst, src, bytes, cudaMemcpyDeviceToHost)) return;

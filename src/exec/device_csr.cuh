@@ -24,6 +24,8 @@ DeviceCsr copy_on_device(CudaResources& r, const DeviceCsr& m);
 // Device to pageable host memory through pinned staging buffers (large copies ~7x faster than a
 // plain cudaMemcpy from pageable memory); synchronous.
 void copy_to_host(CudaResources& r, void* dst, const void* src, size_t bytes);
+// Pageable host memory to the device the same way (pinned staging, filled on the CPU threads); synchronous.
+void copy_to_device(CudaResources& r, void* dst, const void* src, size_t bytes);
 // A copy like copy_to_host, to run later on any host thread: the returned function copies src to
 // the dst it is given, on a stream and pinned staging buffers of its own, once the work queued on
 // r.stream before this call has run (the copy engine then overlaps the kernels of later steps).

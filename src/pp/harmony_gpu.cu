@@ -6,14 +6,19 @@
 #include <cub/device/device_radix_sort.cuh>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <limits>
 #include <numeric>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "core/error.hpp"
 #include "exec/cuda_resources.cuh"
+#include "exec/device_csr.cuh"
 #include "graph/mix64.cuh"
 #include "pp/harmony_gpu.hpp"
 #include "pp/fixed_order_sums.cuh"
@@ -383,6 +388,66 @@ __global__ void sample_cells(const double* closest, const double* seg_sums, int6
   out[j] = pick;
 }
 
+// sample_cells with a block per query: the segment sums, then the chosen segment's cells, are staged
+// through shared memory and scanned by one thread in order, so the running sums are the same
+// additions in the same order as sample_cells (the same picks) without a dependent global load per
+// step. seg <= kSampleTile.
+constexpr int kSampleTile = 2048;
+__global__ void sample_cells_block(const double* __restrict__ closest, const double* __restrict__ seg_sums, int64_t n,
+                                   int64_t nseg, int64_t seg, const double* __restrict__ v, int64_t trials,
+                                   int64_t* out) {
+  __shared__ double tile[kSampleTile];
+  __shared__ int64_t s_found;
+  __shared__ double s_run;
+  const int64_t j = blockIdx.x, r = j / trials;
+  const double* x = closest + r * n;
+  const double* ss = seg_sums + r * nseg;
+  const double target = v[j];
+  double run = 0;
+  int64_t found = -1;
+  for (int64_t t0 = 0; t0 < nseg; t0 += kSampleTile) {
+    const int64_t t1 = min(nseg, t0 + kSampleTile);
+    __syncthreads();
+    for (int64_t i = t0 + threadIdx.x; i < t1; i += blockDim.x) tile[i - t0] = ss[i];
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      for (int64_t s = t0; s < t1; ++s) {
+        if (run + tile[s - t0] >= target) {
+          found = s;
+          break;
+        }
+        run += tile[s - t0];
+      }
+      s_found = found;
+      s_run = run;
+    }
+    __syncthreads();
+    found = s_found;
+    run = s_run;
+    if (found >= 0) break;  // block-uniform
+  }
+  if (found < 0) {
+    if (threadIdx.x == 0) out[j] = n - 1;
+    return;
+  }
+  const int64_t j0 = found * seg, j1 = min(n, j0 + seg);
+  __syncthreads();
+  for (int64_t i = j0 + threadIdx.x; i < j1; i += blockDim.x) tile[i - j0] = x[i];
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    int64_t pick = j1 - 1;  // rounding: the segment's sum reached the target but its running sum did not
+    double rr = run;
+    for (int64_t i = j0; i < j1; ++i) {
+      rr += tile[i - j0];
+      if (rr >= target) {
+        pick = i;
+        break;
+      }
+    }
+    out[j] = pick;
+  }
+}
+
 // p[j * nch + ch] = sum over the chunk's cells of min(closest[j / trials][i], D[i * m + j]).
 __global__ void min_sums(const double* closest, const float* D, int64_t n, int64_t m, int64_t trials, int64_t chunk,
                          int64_t nch, double* part) {
@@ -408,6 +473,69 @@ __global__ void assign_labels(const float* D, int64_t n, int64_t n_init, int64_t
     if (row[c] < row[bl]) bl = static_cast<int32_t>(c);
   lab[e] = bl;
   best[e] = fmaxf(0.0f, row[bl] + xsq[i]);
+}
+
+// assign_labels on D = -2 X C^T as the GEMM left it (no finish_dists pass over the n x m matrix): the
+// score of centre c is D + csq[c], the same float sum finish_dists would store, so the same labels
+// and distances. One warp per cell: the lanes read the row's n_init k scores coalesced; per restart a
+// lane keeps its first minimum over c = lane, lane + 32, ... and the warp takes the least (score, c).
+__global__ void assign_labels_warp(const float* __restrict__ D, int64_t n, int64_t n_init, int64_t k,
+                                   const float* __restrict__ csq, const float* __restrict__ xsq, int32_t* lab,
+                                   float* best) {
+  const int64_t i = (blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x) / 32;
+  const int lane = threadIdx.x & 31;
+  if (i >= n) return;  // warp-uniform
+  const float* row = D + i * n_init * k;
+  for (int64_t r = 0; r < n_init; ++r) {
+    float bv = __int_as_float(0x7f800000);
+    int64_t bl = k;  // none yet (every score +inf: centre 0, as assign_labels)
+    for (int64_t c = lane; c < k; c += 32) {
+      const float v = row[r * k + c] + csq[r * k + c];
+      if (v < bv) bv = v, bl = c;
+    }
+    for (int o = 16; o > 0; o >>= 1) {
+      const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+      const int64_t ol = __shfl_xor_sync(0xffffffffu, bl, o);
+      if (ov < bv || (ov == bv && ol < bl)) bv = ov, bl = ol;
+    }
+    if (lane == 0) {
+      if (bl == k) bl = 0, bv = row[r * k] + csq[r * k];
+      lab[i * n_init + r] = static_cast<int32_t>(bl);
+      best[i * n_init + r] = fmaxf(0.0f, bv + xsq[i]);
+    }
+  }
+}
+
+// centre_sums with the chunk's partial sums of one restart in shared memory (k (d + 1) doubles):
+// block (ch, r), thread q adds column q of the chunk's cells in cell order, as centre_sums does, then
+// the block writes its partials (the same values, the same order of additions: the same bits).
+__global__ void centre_sums_shared(const float* __restrict__ X, const int32_t* __restrict__ lab,
+                                   const uint8_t* __restrict__ done, int64_t n, int64_t d, int64_t n_init, int64_t k,
+                                   int64_t chunk, int64_t nch, double* __restrict__ part) {
+  extern __shared__ double sh_sums[];
+  const int64_t ch = blockIdx.x, r = blockIdx.y, i0 = ch * chunk, i1 = min(n, i0 + chunk);
+  if (done[r]) return;  // block-uniform; its partials stay zero
+  const int64_t w = k * (d + 1);
+  for (int64_t t = threadIdx.x; t < w; t += blockDim.x) sh_sums[t] = 0.0;
+  __syncthreads();
+  constexpr int kAhead = 8;  // cells whose label and value are loaded before their adds
+  for (int64_t q = threadIdx.x; q <= d; q += blockDim.x) {
+    for (int64_t i = i0; i < i1; i += kAhead) {
+      int32_t ll[kAhead];
+      double xv[kAhead];
+#pragma unroll
+      for (int u = 0; u < kAhead; ++u) {
+        const bool in = i + u < i1;
+        ll[u] = in ? lab[(i + u) * n_init + r] : 0;
+        xv[u] = !in ? 0.0 : q < d ? static_cast<double>(X[(i + u) * d + q]) : 1.0;
+      }
+#pragma unroll
+      for (int u = 0; u < kAhead; ++u)
+        if (i + u < i1) sh_sums[ll[u] * (d + 1) + q] += xv[u];
+    }
+  }
+  __syncthreads();
+  for (int64_t t = threadIdx.x; t < w; t += blockDim.x) part[((r * k) * (d + 1) + t) * nch + ch] = sh_sums[t];
 }
 
 // Per chunk of rows of a row-major float matrix (n x cols): part[c * nch + ch] = the column's sum.
@@ -438,6 +566,45 @@ __global__ void centre_sums(const float* __restrict__ X, const int32_t* __restri
 
 double uniform01(std::mt19937_64& rng) { return static_cast<double>(rng() >> 11) * 0x1.0p-53; }
 
+// SCURRY_HARMONY_TIMES=1: mark(what) prints the wall time since the previous mark on stderr (the
+// stream synchronised first); without it, nothing (no synchronisation).
+struct Phases {
+  explicit Phases(CudaResources& res) : r(res) {
+    const char* e = std::getenv("SCURRY_HARMONY_TIMES");
+    on = e && std::string(e) == "1";
+  }
+  void mark(const std::string& what) {
+    if (!on) return;
+    SCURRY_CUDA(cudaStreamSynchronize(r.stream));
+    const auto now = std::chrono::steady_clock::now();
+    std::fprintf(stderr, "[harmony gpu] %s %.4f s\n", what.c_str(), std::chrono::duration<double>(now - last).count());
+    last = now;
+  }
+  // Adds the time since the previous mark or lap to the total of `what` (printed by report()).
+  void lap(const char* what) {
+    if (!on) return;
+    SCURRY_CUDA(cudaStreamSynchronize(r.stream));
+    const auto now = std::chrono::steady_clock::now();
+    const double t = std::chrono::duration<double>(now - last).count();
+    last = now;
+    for (auto& e : laps)
+      if (e.first == what) {
+        e.second += t;
+        return;
+      }
+    laps.emplace_back(what, t);
+  }
+  void report(const std::string& head) {
+    if (!on) return;
+    for (const auto& e : laps) std::fprintf(stderr, "[harmony gpu] %s: %s %.4f s\n", head.c_str(), e.first.c_str(), e.second);
+    laps.clear();
+  }
+  CudaResources& r;
+  bool on = false;
+  std::chrono::steady_clock::time_point last = std::chrono::steady_clock::now();
+  std::vector<std::pair<std::string, double>> laps;
+};
+
 struct Kmeans {
   CudaResources& r;
   int64_t n, d;
@@ -446,7 +613,8 @@ struct Kmeans {
   DeviceArray<double> part, red;
 
   // D (n x m) = squared distances of every cell to the m centres C (host, m x d).
-  void sq_dists(const std::vector<float>& C, int64_t m, bool with_x) {
+  // finish = false: D is left as -2 X C^T (the centre norms in dcsq): assign_labels_warp adds them.
+  void sq_dists(const std::vector<float>& C, int64_t m, bool with_x, bool finish = true) {
     std::vector<float> csq(static_cast<size_t>(m));
     for (int64_t c = 0; c < m; ++c) {
       double s = 0;
@@ -462,6 +630,7 @@ struct Kmeans {
     to_device(r, dC, C.data(), C.size());
     to_device(r, dcsq, csq.data(), csq.size());
     rm_sgemm(r.cublas, false, true, n, m, d, -2.0f, X.data(), d, dC.data(), d, 0.0f, D.data(), m);
+    if (!finish) return;
     finish_dists<<<grid_for(n * m, kThreads), kThreads, 0, r.stream>>>(D.data(), n, m, xsq.data(), dcsq.data(), with_x);
     SCURRY_CUDA_LAUNCH();
   }
@@ -521,6 +690,7 @@ std::vector<std::vector<float>> kmeans_pp(Kmeans& km, int k, int n_init, std::ve
   const int64_t chunk = chunk_for(n, m, 256), nch = n_chunks(n, chunk);
   std::vector<double> hv(static_cast<size_t>(m)), p(static_cast<size_t>(m));
   std::vector<int64_t> picks(static_cast<size_t>(m));
+  Phases ph(r);
   for (int c = 1; c < k; ++c) {
     segment_sums<<<dim3(as_grid(nseg), as_grid(n_init)), kReduceThreads, 0, r.stream>>>(closest.data(), n, kScanChunk,
                                                                                         nseg, seg.data());
@@ -528,17 +698,21 @@ std::vector<std::vector<float>> kmeans_pp(Kmeans& km, int k, int n_init, std::ve
     for (int q = 0; q < n_init; ++q)
       for (int t = 0; t < trials; ++t) hv[q * trials + t] = uniform01(rngs[q]) * pot[q];
     to_device(r, v, hv.data(), hv.size());
-    sample_cells<<<grid_for(m, kThreads), kThreads, 0, r.stream>>>(closest.data(), seg.data(), n, nseg, kScanChunk,
-                                                                   v.data(), m, trials, ids.data());
+    sample_cells_block<<<as_grid(m), 256, 0, r.stream>>>(closest.data(), seg.data(), n, nseg, kScanChunk, v.data(),
+                                                         trials, ids.data());
     SCURRY_CUDA_LAUNCH();
     to_host(r, picks.data(), ids.data(), picks.size());
+    ph.lap("sampling");
     gather(picks);
+    ph.lap("gather");
     km.sq_dists(cand, m, true);
+    ph.lap("distances");
     double* pp = km.partials(m * nch);
     min_sums<<<as_grid(nch), kSumThreads, 0, r.stream>>>(closest.data(), km.D.data(), n, m, trials, chunk, nch, pp);
     SCURRY_CUDA_LAUNCH();
     reduce(r, pp, m, nch, dpot);
     to_host(r, p.data(), dpot, p.size());
+    ph.lap("potentials");
     for (int q = 0; q < n_init; ++q) {
       int best = 0;
       for (int t = 1; t < trials; ++t)
@@ -551,7 +725,9 @@ std::vector<std::vector<float>> kmeans_pp(Kmeans& km, int k, int n_init, std::ve
     closest_update<<<grid_for(n * n_init, kThreads), kThreads, 0, r.stream>>>(km.D.data(), n, m, cols.data(), n_init,
                                                                               false, closest.data());
     SCURRY_CUDA_LAUNCH();
+    ph.lap("closest update");
   }
+  ph.report("k-means++");
   return C;
 }
 
@@ -568,12 +744,15 @@ std::vector<double> lloyd_best(Kmeans& km, int k, std::vector<std::vector<float>
   DeviceArray<uint8_t> done_d(r, static_cast<size_t>(n_init), "k-means restart flags");
   std::vector<uint8_t> done(static_cast<size_t>(n_init), 0);
   const int64_t ichunk = chunk_for(n, n_init, 256), inch = n_chunks(n, ichunk);
+  Phases ph(r);
   auto assign = [&]() {
     for (int q = 0; q < n_init; ++q) std::copy(C[q].begin(), C[q].end(), all.begin() + q * k * d);
-    km.sq_dists(all, m, false);
-    assign_labels<<<grid_for(n * n_init, kThreads), kThreads, 0, r.stream>>>(km.D.data(), n, n_init, k, km.xsq.data(),
-                                                                              lab.data(), best.data());
+    km.sq_dists(all, m, false, /*finish=*/false);
+    ph.lap("distances (GEMM)");
+    assign_labels_warp<<<grid_for(n * 32, kThreads), kThreads, 0, r.stream>>>(km.D.data(), n, n_init, k, km.dcsq.data(),
+                                                                              km.xsq.data(), lab.data(), best.data());
     SCURRY_CUDA_LAUNCH();
+    ph.lap("labels");
     double* pp = km.partials(n_init * inch);
     float_column_sums<<<as_grid(inch), kSumThreads, 0, r.stream>>>(best.data(), n, n_init, ichunk, inch, pp);
     SCURRY_CUDA_LAUNCH();
@@ -581,22 +760,39 @@ std::vector<double> lloyd_best(Kmeans& km, int k, std::vector<std::vector<float>
     reduce(r, pp, n_init, inch, out);
     std::vector<double> inertia(static_cast<size_t>(n_init));
     to_host(r, inertia.data(), out, inertia.size());
+    ph.lap("inertia");
     return inertia;
   };
   const int64_t width = m * (d + 1);
   const int64_t chunk = chunk_for(n, width, 256), nch = n_chunks(n, chunk);
   std::vector<double> acc(static_cast<size_t>(width));
   std::vector<float> hbest;
+  int64_t empties = 0;
+  const size_t csum_smem = static_cast<size_t>(k * (d + 1)) * sizeof(double);
+  const bool csum_shared = csum_smem <= 96 * 1024;
+  if (csum_shared)
+    SCURRY_CUDA(cudaFuncSetAttribute(centre_sums_shared, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                     static_cast<int>(csum_smem)));
+  int iters = 0;
   for (int it = 0; it < max_iter; ++it) {
+    ++iters;
     assign();
     to_device(r, done_d, done.data(), done.size());
     double* pp = km.partials(width * nch);
     zero(r, pp, static_cast<size_t>(width * nch) * sizeof(double));
-    centre_sums<<<as_grid(nch), 512, 0, r.stream>>>(km.X.data(), lab.data(), done_d.data(), n, d, n_init, k, chunk, nch, pp);
+    if (csum_shared) {
+      centre_sums_shared<<<dim3(as_grid(nch), as_grid(n_init)), 64, csum_smem, r.stream>>>(
+          km.X.data(), lab.data(), done_d.data(), n, d, n_init, k, chunk, nch, pp);
+    } else {
+      centre_sums<<<as_grid(nch), 512, 0, r.stream>>>(km.X.data(), lab.data(), done_d.data(), n, d, n_init, k, chunk,
+                                                     nch, pp);
+    }
     SCURRY_CUDA_LAUNCH();
+    ph.lap("centre sums");
     double* out = km.reduced(width);
     reduce(r, pp, width, nch, out);
     to_host(r, acc.data(), out, acc.size());
+    ph.lap("centre sums reduced and downloaded");
     hbest.clear();
     bool all_done = true;
     for (int q = 0; q < n_init; ++q) {
@@ -622,6 +818,7 @@ std::vector<double> lloyd_best(Kmeans& km, int k, std::vector<std::vector<float>
           }
           const int64_t pnt = far.back();
           far.pop_back();
+          ++empties;
           std::vector<int64_t> one{pnt};
           DeviceArray<int64_t> id(r, 1, "k-means empty cluster");
           to_device(r, id, one.data(), 1);
@@ -638,9 +835,11 @@ std::vector<double> lloyd_best(Kmeans& km, int k, std::vector<std::vector<float>
       if (shift <= tol) done[q] = 1;
       all_done = all_done && done[q];
     }
+    ph.lap("host update");
     if (all_done) break;
   }
   const std::vector<double> inertia = assign();
+  ph.report("lloyd, " + std::to_string(iters) + " iterations (" + std::to_string(empties) + " empty clusters)");
   int b = 0;
   for (int q = 1; q < n_init; ++q)
     if (inertia[q] < inertia[b]) b = q;
@@ -674,7 +873,9 @@ std::vector<double> initial_centroids(CudaResources& r, const double* Zcos, int6
   const int n_init = std::max(1, opt.kmeans_n_init);
   std::vector<std::mt19937_64> rngs;
   for (int q = 0; q < n_init; ++q) rngs.emplace_back(rng());
+  Phases ph(r);
   std::vector<std::vector<float>> C = kmeans_pp(km, k, n_init, rngs);
+  ph.mark("  k-means++ (" + std::to_string(k) + " centres, " + std::to_string(n_init) + " restarts)");
   return lloyd_best(km, k, C, opt.kmeans_max_iter, tol);
 }
 
@@ -892,6 +1093,8 @@ HarmonyResult harmony_gpu(const Context& ctx, const DenseD& Z, const std::vector
   detail::HarmonySetup st = detail::harmony_setup(Z, codes, n_levels, opt);
   CudaResources& r = *ctx.cuda();
   SCURRY_CUDA(cudaSetDevice(r.device));
+  Phases ph(r);
+  auto mark = [&](const std::string& what) { ph.mark(what); };
   const int64_t N = st.N, d = st.d, K = st.K, B = st.B, V = st.V;
   const size_t ND = static_cast<size_t>(N * d), NK = static_cast<size_t>(N * K), KB = static_cast<size_t>(K * B);
   Gpu s(r);
@@ -959,13 +1162,15 @@ HarmonyResult harmony_gpu(const Context& ctx, const DenseD& Z, const std::vector
     to_device(r, s.dPr, s.Pr.data(), s.Pr.size());
     to_device(r, s.dtheta, s.theta.data(), s.theta.size());
     to_device(r, s.col, st.col.data(), st.col.size());
-    to_device(r, s.Zorig, Z.data.data(), ND);
+    copy_to_device(r, s.Zorig.data(), Z.data.data(), ND * sizeof(double));  // pinned staging
     SCURRY_CUDA(cudaMemcpyAsync(s.Zcorr.data(), s.Zorig.data(), ND * sizeof(double), cudaMemcpyDeviceToDevice, r.stream));
     SCURRY_CUDA(cudaStreamSynchronize(r.stream));  // the host vectors above go out of scope
   }
+  mark("setup and upload");
   cosine_init<<<grid_for(N, kThreads), kThreads, 0, r.stream>>>(s.Zorig.data(), N, d, s.Zcos.data());
   SCURRY_CUDA_LAUNCH();
   std::vector<double> Y0 = initial_centroids(r, s.Zcos.data(), N, d, static_cast<int>(K), opt, s.rng);
+  mark("initial k-means");
   for (int64_t k = 0; k < K; ++k) {  // normalize_rows on the host, as harmony.cpp
     double sq = 0;
     for (int64_t q = 0; q < d; ++q) sq += Y0[k * d + q] * Y0[k * d + q];
@@ -979,10 +1184,13 @@ HarmonyResult harmony_gpu(const Context& ctx, const DenseD& Z, const std::vector
   s.fresh_EO();
   s.compute_objective();
   s.obj_harmony.push_back(s.obj_kmeans.back());
+  mark("first R and objective");
   HarmonyResult res;
   for (int it = 1; it <= opt.max_iter_harmony; ++it) {
     res.kmeans_rounds.push_back(s.cluster(opt));
+    mark("iteration " + std::to_string(it) + ": clustering (" + std::to_string(res.kmeans_rounds.back()) + " rounds)");
     s.moe_correct_ridge();
+    mark("iteration " + std::to_string(it) + ": ridge correction");
     res.iterations = it;
     const double o = s.obj_harmony[s.obj_harmony.size() - 2], n = s.obj_harmony.back();
     if ((o - n) / std::fabs(o) < opt.epsilon_harmony) {
@@ -991,7 +1199,8 @@ HarmonyResult harmony_gpu(const Context& ctx, const DenseD& Z, const std::vector
     }
   }
   res.Z_corr = DenseD(N, d);
-  to_host(r, res.Z_corr.data.data(), s.Zcorr.data(), ND);
+  copy_to_host(r, res.Z_corr.data.data(), s.Zcorr.data(), ND * sizeof(double));  // pinned staging
+  mark("download");
   res.objective_harmony = s.obj_harmony;
   return res;
 }
