@@ -851,12 +851,23 @@ HarmonyResult harmony(const Context& ctx, const DenseD& Z, const std::vector<std
   return res;
 }
 
+constexpr int64_t kConvertPiece = int64_t{1} << 20;  // values per piece of the float32 <-> float64 copies
+
 HarmonyResult harmony_integrate(const Context& ctx, Dataset& d, const HarmonyOptions& opt) {
   const char* where = "harmony_integrate";
   if (opt.keys.empty()) fail_input(where, "no batch key given (e.g. --key sample)");
   auto it = d.obsm.find(opt.basis);
   if (it == d.obsm.end()) fail_input(where, "obsm has no '", opt.basis, "' (run PCA first)");
-  const DenseD Z = to_dense_d(it->second);
+  DenseD Z;
+  if (const DenseF* zf = std::get_if<DenseF>(&it->second.m)) {  // X_pca as written: float32, widened on the threads
+    Z = DenseD(zf->n_rows, zf->n_cols);
+    const int64_t total = static_cast<int64_t>(zf->data.size()), pieces = (total + kConvertPiece - 1) / kConvertPiece;
+    parallel_for(ctx.threads(), pieces, [&](int64_t b) {
+      for (int64_t e = b * kConvertPiece; e < std::min(total, (b + 1) * kConvertPiece); ++e) Z.data[e] = zf->data[e];
+    });
+  } else {
+    Z = to_dense_d(it->second);
+  }
   if (Z.n_rows != d.n_obs()) fail_input(where, "obsm['", opt.basis, "'] has ", Z.n_rows, " rows for ", d.n_obs(), " cells");
   std::vector<std::vector<int32_t>> codes;
   std::vector<int32_t> levels;
@@ -867,7 +878,11 @@ HarmonyResult harmony_integrate(const Context& ctx, Dataset& d, const HarmonyOpt
   }
   HarmonyResult res = ctx.backend() == Backend::cuda ? harmony_gpu(ctx, Z, codes, levels, opt) : harmony(ctx, Z, codes, levels, opt);
   DenseF out(res.Z_corr.n_rows, res.Z_corr.n_cols);
-  for (size_t k = 0; k < out.data.size(); ++k) out.data[k] = static_cast<float>(res.Z_corr.data[k]);
+  const int64_t total = static_cast<int64_t>(out.data.size()), pieces = (total + kConvertPiece - 1) / kConvertPiece;
+  parallel_for(ctx.threads(), pieces, [&](int64_t b) {
+    for (int64_t e = b * kConvertPiece; e < std::min(total, (b + 1) * kConvertPiece); ++e)
+      out.data[e] = static_cast<float>(res.Z_corr.data[e]);
+  });
   d.obsm[opt.adjusted_basis] = Matrix(std::move(out), DType::f32);
   return res;
 }
