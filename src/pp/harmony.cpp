@@ -1,7 +1,10 @@
 #include "pp/harmony.hpp"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <random>
@@ -743,14 +746,31 @@ namespace detail {
 
 double harmony_exp_neg(double x) { return exp_neg(x); }
 
+bool all_finite(const float* x, int64_t n, int threads) {
+  constexpr int64_t kPiece = int64_t{1} << 20;
+  const int64_t pieces = (n + kPiece - 1) / kPiece;
+  std::vector<uint8_t> bad(static_cast<size_t>(pieces), 0);
+  parallel_for(threads, pieces, [&](int64_t b) {
+    for (int64_t e = b * kPiece; e < std::min(n, (b + 1) * kPiece); ++e)
+      if (!std::isfinite(x[e])) bad[b] = 1;
+  });
+  return std::find(bad.begin(), bad.end(), 1) == bad.end();
+}
+
 HarmonySetup harmony_setup(const DenseD& Z, const std::vector<std::vector<int32_t>>& codes,
                            const std::vector<int32_t>& n_levels, const HarmonyOptions& opt) {
+  bool finite = true;
+  for (double v : Z.data) finite = finite && std::isfinite(v);
+  return harmony_setup(Z.n_rows, Z.n_cols, finite, codes, n_levels, opt);
+}
+
+HarmonySetup harmony_setup(int64_t N, int64_t d, bool finite, const std::vector<std::vector<int32_t>>& codes,
+                           const std::vector<int32_t>& n_levels, const HarmonyOptions& opt) {
   const char* where = "harmony_integrate";
-  const int64_t N = Z.n_rows, d = Z.n_cols, V = static_cast<int64_t>(codes.size());
+  const int64_t V = static_cast<int64_t>(codes.size());
   if (V == 0) fail_input(where, "no batch key given");
   if (N < 2 || d < 1) fail_input(where, "the embedding has ", N, " cells x ", d, " dims; Harmony needs at least 2 cells");
-  for (double v : Z.data)
-    if (!std::isfinite(v)) fail_input(where, "the embedding has missing or infinite values");
+  if (!finite) fail_input(where, "the embedding has missing or infinite values");
   if (!(opt.block_size > 0 && opt.block_size <= 1)) fail_input(where, "block_size=", opt.block_size, " must be in (0, 1]");
   if (!(opt.sigma > 0)) fail_input(where, "sigma=", opt.sigma, " must be positive");
   if (opt.max_iter_kmeans < 1) fail_input(where, "max_iter_kmeans must be at least 1");
@@ -855,11 +875,40 @@ constexpr int64_t kConvertPiece = int64_t{1} << 20;  // values per piece of the 
 
 HarmonyResult harmony_integrate(const Context& ctx, Dataset& d, const HarmonyOptions& opt) {
   const char* where = "harmony_integrate";
+  // SCURRY_HARMONY_TIMES=1: the time of the input, Harmony and the output on stderr.
+  const char* te = std::getenv("SCURRY_HARMONY_TIMES");
+  const bool times = te && std::string(te) == "1";
+  auto t0 = std::chrono::steady_clock::now();
+  auto lap = [&](const char* what) {
+    if (!times) return;
+    const auto now = std::chrono::steady_clock::now();
+    std::fprintf(stderr, "[harmony_integrate] %s %.4f s\n", what, std::chrono::duration<double>(now - t0).count());
+    t0 = now;
+  };
   if (opt.keys.empty()) fail_input(where, "no batch key given (e.g. --key sample)");
   auto it = d.obsm.find(opt.basis);
   if (it == d.obsm.end()) fail_input(where, "obsm has no '", opt.basis, "' (run PCA first)");
+  const DenseF* zf = std::get_if<DenseF>(&it->second.m);
+  if (zf && ctx.backend() == Backend::cuda) {  // float32 X_pca on the GPU: widened and narrowed on the device
+    if (zf->n_rows != d.n_obs())
+      fail_input(where, "obsm['", opt.basis, "'] has ", zf->n_rows, " rows for ", d.n_obs(), " cells");
+    std::vector<std::vector<int32_t>> codes;
+    std::vector<int32_t> levels;
+    for (const auto& k : opt.keys) {
+      ObsGroups g = obs_groups(d.obs, k, where);
+      codes.push_back(std::move(g.codes));
+      levels.push_back(g.n());
+    }
+    lap("batches");
+    DenseF out;
+    HarmonyResult res = harmony_gpu(ctx, *zf, codes, levels, opt, out);
+    lap("harmony");
+    d.obsm[opt.adjusted_basis] = Matrix(std::move(out), DType::f32);
+    lap("result");
+    return res;
+  }
   DenseD Z;
-  if (const DenseF* zf = std::get_if<DenseF>(&it->second.m)) {  // X_pca as written: float32, widened on the threads
+  if (zf) {  // X_pca as written: float32, widened on the threads
     Z = DenseD(zf->n_rows, zf->n_cols);
     const int64_t total = static_cast<int64_t>(zf->data.size()), pieces = (total + kConvertPiece - 1) / kConvertPiece;
     parallel_for(ctx.threads(), pieces, [&](int64_t b) {
@@ -876,7 +925,9 @@ HarmonyResult harmony_integrate(const Context& ctx, Dataset& d, const HarmonyOpt
     codes.push_back(std::move(g.codes));
     levels.push_back(g.n());
   }
+  lap("embedding and batches");
   HarmonyResult res = ctx.backend() == Backend::cuda ? harmony_gpu(ctx, Z, codes, levels, opt) : harmony(ctx, Z, codes, levels, opt);
+  lap("harmony");
   DenseF out(res.Z_corr.n_rows, res.Z_corr.n_cols);
   const int64_t total = static_cast<int64_t>(out.data.size()), pieces = (total + kConvertPiece - 1) / kConvertPiece;
   parallel_for(ctx.threads(), pieces, [&](int64_t b) {
@@ -884,6 +935,7 @@ HarmonyResult harmony_integrate(const Context& ctx, Dataset& d, const HarmonyOpt
       out.data[e] = static_cast<float>(res.Z_corr.data[e]);
   });
   d.obsm[opt.adjusted_basis] = Matrix(std::move(out), DType::f32);
+  lap("result");
   return res;
 }
 

@@ -69,6 +69,11 @@ struct HarmonySetup {
 };
 HarmonySetup harmony_setup(const DenseD& Z, const std::vector<std::vector<int32_t>>& codes,
                            const std::vector<int32_t>& n_levels, const HarmonyOptions& opt);
+// The same from the embedding's shape and whether all its values are finite.
+HarmonySetup harmony_setup(int64_t N, int64_t d, bool finite, const std::vector<std::vector<int32_t>>& codes,
+                           const std::vector<int32_t>& n_levels, const HarmonyOptions& opt);
+// Whether all n values are finite (checked in pieces on the threads).
+bool all_finite(const float* x, int64_t n, int threads);
 }  // namespace detail
 
 // Dataset level (CPU or GPU by ctx.backend()): reads obsm[basis] and obs[keys], writes obsm[adjusted_basis] (float32, as the

@@ -18,7 +18,6 @@
 
 #include "core/error.hpp"
 #include "exec/cuda_resources.cuh"
-#include "exec/device_csr.cuh"
 #include "graph/mix64.cuh"
 #include "pp/harmony_gpu.hpp"
 #include "pp/fixed_order_sums.cuh"
@@ -1087,10 +1086,22 @@ struct Gpu {
 
 }  // namespace
 
-HarmonyResult harmony_gpu(const Context& ctx, const DenseD& Z, const std::vector<std::vector<int32_t>>& codes,
-                          const std::vector<int32_t>& n_levels, const HarmonyOptions& opt) {
-  if (ctx.backend() != Backend::cuda || !ctx.cuda()) fail("harmony_gpu: the context has no CUDA device");
-  detail::HarmonySetup st = detail::harmony_setup(Z, codes, n_levels, opt);
+namespace {
+
+__global__ void widen(const float* x, int64_t n, double* y) {
+  const int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (e < n) y[e] = x[e];
+}
+__global__ void narrow(const double* x, int64_t n, float* y) {
+  const int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (e < n) y[e] = static_cast<float>(x[e]);
+}
+
+// Harmony on the device; the embedding is given as float64 (Zd) or float32 (Zf, widened on the
+// device), and the result comes back as float64 (into res.Z_corr) or, with outf, narrowed to float32
+// on the device into *outf (res.Z_corr left empty).
+HarmonyResult run_harmony_gpu(const Context& ctx, const detail::HarmonySetup& st, const std::vector<int32_t>& n_levels,
+                              const double* Zd, const float* Zf, const HarmonyOptions& opt, DenseF* outf) {
   CudaResources& r = *ctx.cuda();
   SCURRY_CUDA(cudaSetDevice(r.device));
   Phases ph(r);
@@ -1162,7 +1173,18 @@ HarmonyResult harmony_gpu(const Context& ctx, const DenseD& Z, const std::vector
     to_device(r, s.dPr, s.Pr.data(), s.Pr.size());
     to_device(r, s.dtheta, s.theta.data(), s.theta.size());
     to_device(r, s.col, st.col.data(), st.col.size());
-    copy_to_device(r, s.Zorig.data(), Z.data.data(), ND * sizeof(double));  // pinned staging
+    // A pageable copy: in a fresh process the pinned staging buffers' first use costs more (~0.25 s)
+    // than this 0.5 GB copy.
+    if (Zf) {  // half the bytes over the bus; the same values as a host-side widening
+      DeviceArray<float> zf(r, ND, "harmony Z (float32)");
+      to_device(r, zf, Zf, ND);
+      widen<<<grid_for(static_cast<int64_t>(ND), kThreads), kThreads, 0, r.stream>>>(zf.data(), static_cast<int64_t>(ND),
+                                                                                     s.Zorig.data());
+      SCURRY_CUDA_LAUNCH();
+      SCURRY_CUDA(cudaStreamSynchronize(r.stream));
+    } else {
+      to_device(r, s.Zorig, Zd, ND);
+    }
     SCURRY_CUDA(cudaMemcpyAsync(s.Zcorr.data(), s.Zorig.data(), ND * sizeof(double), cudaMemcpyDeviceToDevice, r.stream));
     SCURRY_CUDA(cudaStreamSynchronize(r.stream));  // the host vectors above go out of scope
   }
@@ -1198,11 +1220,42 @@ HarmonyResult harmony_gpu(const Context& ctx, const DenseD& Z, const std::vector
       break;
     }
   }
-  res.Z_corr = DenseD(N, d);
-  copy_to_host(r, res.Z_corr.data.data(), s.Zcorr.data(), ND * sizeof(double));  // pinned staging
+  if (outf) {
+    DeviceArray<float> zf(r, ND, "harmony Z_corr (float32)");
+    narrow<<<grid_for(static_cast<int64_t>(ND), kThreads), kThreads, 0, r.stream>>>(s.Zcorr.data(), static_cast<int64_t>(ND),
+                                                                                    zf.data());
+    SCURRY_CUDA_LAUNCH();
+    *outf = DenseF(N, d);
+    to_host(r, outf->data.data(), zf.data(), ND);
+  } else {
+    res.Z_corr = DenseD(N, d);
+    to_host(r, res.Z_corr.data.data(), s.Zcorr.data(), ND);  // pageable: see the upload
+  }
   mark("download");
   res.objective_harmony = s.obj_harmony;
   return res;
+}
+
+void require_gpu(const Context& ctx) {
+  if (ctx.backend() != Backend::cuda || !ctx.cuda()) fail("harmony_gpu: the context has no CUDA device");
+}
+
+}  // namespace
+
+HarmonyResult harmony_gpu(const Context& ctx, const DenseD& Z, const std::vector<std::vector<int32_t>>& codes,
+                          const std::vector<int32_t>& n_levels, const HarmonyOptions& opt) {
+  require_gpu(ctx);
+  const detail::HarmonySetup st = detail::harmony_setup(Z, codes, n_levels, opt);
+  return run_harmony_gpu(ctx, st, n_levels, Z.data.data(), nullptr, opt, nullptr);
+}
+
+HarmonyResult harmony_gpu(const Context& ctx, const DenseF& Z, const std::vector<std::vector<int32_t>>& codes,
+                          const std::vector<int32_t>& n_levels, const HarmonyOptions& opt, DenseF& Z_corr) {
+  require_gpu(ctx);
+  const detail::HarmonySetup st =
+      detail::harmony_setup(Z.n_rows, Z.n_cols, detail::all_finite(Z.data.data(), static_cast<int64_t>(Z.data.size()), ctx.threads()),
+                            codes, n_levels, opt);
+  return run_harmony_gpu(ctx, st, n_levels, nullptr, Z.data.data(), opt, &Z_corr);
 }
 
 }  // namespace scurry

@@ -27,5 +27,10 @@ namespace scurry {
 // As harmony(), on ctx's GPU. Throws scurry::Error without a CUDA build or device.
 HarmonyResult harmony_gpu(const Context& ctx, const DenseD& Z, const std::vector<std::vector<int32_t>>& codes,
                           const std::vector<int32_t>& n_levels, const HarmonyOptions& opt);
+// The same from a float32 embedding (X_pca as anndata stores it), widened to float64 on the device;
+// the result is narrowed to float32 on the device into Z_corr (the returned Z_corr stays empty).
+// Equal to harmony_gpu on the widened embedding, narrowed.
+HarmonyResult harmony_gpu(const Context& ctx, const DenseF& Z, const std::vector<std::vector<int32_t>>& codes,
+                          const std::vector<int32_t>& n_levels, const HarmonyOptions& opt, DenseF& Z_corr);
 
 }  // namespace scurry

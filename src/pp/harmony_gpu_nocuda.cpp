@@ -9,4 +9,9 @@ HarmonyResult harmony_gpu(const Context&, const DenseD&, const std::vector<std::
   fail_input("harmony_integrate (gpu)", "this scurry was built without CUDA; use --device cpu");
 }
 
+HarmonyResult harmony_gpu(const Context&, const DenseF&, const std::vector<std::vector<int32_t>>&,
+                          const std::vector<int32_t>&, const HarmonyOptions&, DenseF&) {
+  fail_input("harmony_integrate (gpu)", "this scurry was built without CUDA; use --device cpu");
+}
+
 }  // namespace scurry

@@ -17,11 +17,13 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
+#include <limits>
 #include <cmath>
 #include <random>
 #include <vector>
 
 #include "core/dataset.hpp"
+#include "core/error.hpp"
 #include "exec/context.hpp"
 #include "integration_metrics.hpp"
 #include "pp/combat.hpp"
@@ -186,13 +188,22 @@ TEST(IntegrateGpu, HarmonyIntegrateDispatchesToTheGpu) {
   const HarmonyResult r = harmony_integrate(gpu, d, opt);
   const DenseF& out = d.obsm.at("X_pca_harmony").dense_f();
   ASSERT_EQ(out.n_rows, 1500);
-  for (size_t k = 0; k < out.data.size(); ++k) EXPECT_EQ(out.data[k], static_cast<float>(r.Z_corr.data[k]));
-  // the same as calling harmony_gpu on the float32 basis read back as float64
+  ASSERT_EQ(out.n_cols, 10);
+  // The float32 basis goes through harmony_gpu's float32 entry (widened and narrowed on the device):
+  // the same as harmony_gpu on the basis widened to float64 on the host, narrowed.
   DenseD z(1500, 10);
   const DenseF& basis = d.obsm.at("X_pca").dense_f();
   for (size_t k = 0; k < z.data.size(); ++k) z.data[k] = basis.data[k];
   const HarmonyResult g = harmony_gpu(gpu, z, {b.batch}, {2}, opt);
-  EXPECT_TRUE(std::memcmp(g.Z_corr.data.data(), r.Z_corr.data.data(), g.Z_corr.data.size() * sizeof(double)) == 0);
+  ASSERT_EQ(g.Z_corr.data.size(), out.data.size());
+  for (size_t k = 0; k < out.data.size(); ++k) ASSERT_EQ(out.data[k], static_cast<float>(g.Z_corr.data[k])) << k;
+  EXPECT_EQ(r.objective_harmony, g.objective_harmony);
+  EXPECT_EQ(r.iterations, g.iterations);
+  // A non-finite value is an input error on this path too.
+  DenseF bad = basis;
+  bad.data[17] = std::numeric_limits<float>::quiet_NaN();
+  d.obsm["X_pca"] = Matrix(std::move(bad));
+  EXPECT_THROW(harmony_integrate(gpu, d, opt), InputError);
 }
 
 TEST(IntegrateGpu, RegressOutMatchesCpu) {
