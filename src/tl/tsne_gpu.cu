@@ -248,21 +248,39 @@ __global__ void exact_kernel(const double* y, int64_t n, double* rep, double* zr
   zrow[i] = z - 1.0;  // the j = i term
 }
 
-// The attraction over row i of P, a warp a row (lanes strided over the row, a fixed butterfly).
+// The attraction over row i of P, a warp a row (lanes strided over the row, a fixed butterfly). A
+// lane's entries are taken kAttractAhead at a time, their indices and then their positions loaded
+// before any is used (the gathers of y are the kernel's latency), and added in the same order as one
+// at a time: the same sums.
+constexpr int kAttractAhead = 4;
+__device__ __forceinline__ void attract_one(double2 yi, double2 yj, float v, double ex, double& a0, double& a1) {
+  const double d0 = yi.x - yj.x, d1 = yi.y - yj.y;
+  const double w = static_cast<double>(v) * ex / (1.0 + d0 * d0 + d1 * d1);
+  a0 += w * d0;
+  a1 += w * d1;
+}
 __global__ void attraction_kernel(const int64_t* indptr, const int32_t* idx, const float* val, const double* y,
                                   int64_t n, double ex, double* att) {
   const int64_t row = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / kWarp;
   const int lane = static_cast<int>(threadIdx.x % kWarp);
   if (row >= n) return;  // warp-uniform
-  const double y0 = y[2 * row], y1 = y[2 * row + 1];
+  const double2* y2 = reinterpret_cast<const double2*>(y);  // (x, y) pairs, 16-byte aligned
+  const double2 yi = y2[row];
   double a0 = 0, a1 = 0;
-  for (int64_t e = indptr[row] + lane; e < indptr[row + 1]; e += kWarp) {
-    const int64_t j = idx[e];
-    const double d0 = y0 - y[2 * j], d1 = y1 - y[2 * j + 1];
-    const double w = static_cast<double>(val[e]) * ex / (1.0 + d0 * d0 + d1 * d1);
-    a0 += w * d0;
-    a1 += w * d1;
+  const int64_t end = indptr[row + 1];
+  int64_t e = indptr[row] + lane;
+  for (; e + (kAttractAhead - 1) * kWarp < end; e += kAttractAhead * kWarp) {
+    int32_t j[kAttractAhead];
+    float v[kAttractAhead];
+    double2 yj[kAttractAhead];
+#pragma unroll
+    for (int u = 0; u < kAttractAhead; ++u) j[u] = __ldg(idx + e + u * kWarp), v[u] = __ldg(val + e + u * kWarp);
+#pragma unroll
+    for (int u = 0; u < kAttractAhead; ++u) yj[u] = y2[j[u]];
+#pragma unroll
+    for (int u = 0; u < kAttractAhead; ++u) attract_one(yi, yj[u], v[u], ex, a0, a1);
   }
+  for (; e < end; e += kWarp) attract_one(yi, y2[idx[e]], val[e], ex, a0, a1);
   a0 = warp_sum(a0);
   a1 = warp_sum(a1);
   if (lane == 0) {
