@@ -1,6 +1,9 @@
 // scurry: cNMF's verbs over a run folder (see cnmf_steps.hpp).
 #include "nmf/cnmf_steps.hpp"
+#include "exec/parallel.hpp"
 
+#include <cstdlib>
+#include <cstdio>
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -354,12 +357,19 @@ void cnmf_factorize_step(const Context& ctx, const CnmfPaths& p, const CnmfFacto
   if (batches.empty()) return;
   double x_sum = 0;
   for (const float v : nc.X.data) x_sum += v;
+  const char* pe = std::getenv("SCURRY_NMF_BATCH_TIMES");
+  const bool prof = pe && std::string(pe) == "1";
   auto make = [&](int b) {
+    const auto t0 = std::chrono::steady_clock::now();
     const Job& jb = batches[b];
     std::vector<uint64_t> seeds;
     for (const auto& j : jb.reps) seeds.push_back(j.seed);
-    return rp.init == "nndsvd" ? nmf_nndsvd_init(ctx, nc.X, jb.k, seeds)
-                               : nmf_random_init(nc.X, jb.k, seeds, ctx.threads(), x_sum);
+    NmfBatch nb = rp.init == "nndsvd" ? nmf_nndsvd_init(ctx, nc.X, jb.k, seeds)
+                                      : nmf_random_init(nc.X, jb.k, seeds, ctx.threads(), x_sum);
+    if (prof)
+      std::fprintf(stderr, "[cnmf factorize] batch %d init %.3f s\n", b,
+                   std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    return nb;
   };
   auto last = std::chrono::steady_clock::now();
   auto write = [&](int b, const NmfResult& r) {
@@ -368,11 +378,12 @@ void cnmf_factorize_step(const Context& ctx, const CnmfPaths& p, const CnmfFacto
     last = now;
     const Job& jb = batches[b];
     int lo = rp.nmf.max_iter, hi = 0;
-    for (size_t q = 0; q < jb.reps.size(); ++q) {
-      write_df_npz(p.iter_spectra(jb.k, jb.reps[q].iter), numbered(jb.k), true, nc.genes, false,
+    const std::vector<std::string> comps = numbered(jb.k);
+    parallel_for(ctx.threads(), static_cast<int64_t>(jb.reps.size()), [&](int64_t q) {  // one file each
+      write_df_npz(p.iter_spectra(jb.k, jb.reps[q].iter), comps, true, nc.genes, false,
                    to_d(r.f.h_of(static_cast<int>(q))), NpzDtype::f64);
-      lo = std::min(lo, r.n_iter[q]), hi = std::max(hi, r.n_iter[q]);
-    }
+    });
+    for (size_t q = 0; q < jb.reps.size(); ++q) lo = std::min(lo, r.n_iter[q]), hi = std::max(hi, r.n_iter[q]);
     log::info("cnmf factorize: k=" + std::to_string(jb.k) + ", " + std::to_string(jb.reps.size()) + " replicates, " +
               std::to_string(lo) + ".." + std::to_string(hi) + " iterations (batch " + std::to_string(b + 1) + "/" +
               std::to_string(batches.size()) + ", " + std::to_string(secs) + " s)");

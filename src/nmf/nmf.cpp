@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "core/error.hpp"
+#include "core/memory.hpp"
 #include "core/row_blocks.hpp"
 #include "exec/parallel.hpp"
 #include "nmf/numpy_random.hpp"
@@ -445,15 +446,34 @@ NmfBatch nmf_random_init(const CsrF& X, int k, const std::vector<uint64_t>& seed
   }
   const double cells = static_cast<double>(X.n_rows) * static_cast<double>(X.n_cols);
   const double avg = std::sqrt(cells > 0 ? total / cells / k : 0.0);
-  b.W.resize(static_cast<size_t>(b.n) * b.rk());
-  b.Ht.resize(static_cast<size_t>(b.g) * b.rk());
-  parallel_for(std::max(1, threads), b.R, [&](int64_t rr) {
-    const int r = static_cast<int>(rr);
-    NumpyRandomState rng(numpy_seed(seeds[r]));  // sklearn: check_random_state(seed)
-    for (int c = 0; c < k; ++c)
-      for (int64_t j = 0; j < b.g; ++j) b.h(r, c, j) = static_cast<float>(std::fabs(avg * rng.standard_normal()));
-    for (int64_t i = 0; i < b.n; ++i)
-      for (int c = 0; c < k; ++c) b.w(r, i, c) = static_cast<float>(std::fabs(avg * rng.standard_normal()));
+  resize_large(b.W, static_cast<size_t>(b.n) * b.rk());  // (pages faulted in on the threads first)
+  resize_large(b.Ht, static_cast<size_t>(b.g) * b.rk());
+  // Every replicate's own stream, in sklearn's order (H, then W row by row). A worker owns a run of
+  // replicates and fills W in chunks of rows, its replicates one after another within a chunk: a row
+  // holds the R replicates' k values side by side, so a worker's stores to a chunk land in a few
+  // cache lines per row instead of one line per row per replicate (one replicate walking all rows
+  // wrote 4 bytes x k into every row's line, with 16 workers fighting over the same lines). The
+  // values are the same as one replicate at a time.
+  constexpr int64_t kChunkRows = 2048;
+  const int workers = std::max(1, std::min(std::max(1, threads), b.R));
+  parallel_for(workers, workers, [&](int64_t t) {
+    const int r0 = static_cast<int>(static_cast<int64_t>(b.R) * t / workers);
+    const int r1 = static_cast<int>(static_cast<int64_t>(b.R) * (t + 1) / workers);
+    std::vector<NumpyRandomState> rng;
+    rng.reserve(static_cast<size_t>(r1 - r0));
+    for (int r = r0; r < r1; ++r) rng.emplace_back(numpy_seed(seeds[r]));  // sklearn: check_random_state(seed)
+    for (int r = r0; r < r1; ++r)
+      for (int c = 0; c < k; ++c)
+        for (int64_t j = 0; j < b.g; ++j)
+          b.h(r, c, j) = static_cast<float>(std::fabs(avg * rng[r - r0].standard_normal()));
+    for (int64_t i0 = 0; i0 < b.n; i0 += kChunkRows) {
+      const int64_t i1 = std::min(b.n, i0 + kChunkRows);
+      for (int r = r0; r < r1; ++r) {
+        NumpyRandomState& g = rng[r - r0];
+        for (int64_t i = i0; i < i1; ++i)
+          for (int c = 0; c < k; ++c) b.w(r, i, c) = static_cast<float>(std::fabs(avg * g.standard_normal()));
+      }
+    }
   });
   return b;
 }

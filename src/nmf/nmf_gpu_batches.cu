@@ -5,6 +5,9 @@
 // per batch its factors are uploaded, fitted (nmf_fit_device) and H downloaded (W only on request:
 // cNMF's factorize keeps only the spectra). The next batch's initialisation is made on a host
 // thread while the current one fits, so the host's numpy-stream draws overlap the device.
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <exception>
 #include <future>
 #include <string>
@@ -35,12 +38,29 @@ void nmf_fit_gpu_batches(const Context& ctx, const CsrF& X, int n_batches, int64
   log::info(std::string("NMF on the GPU: X laid out ") + (x.dense ? "dense" : "sparse") + " once for " +
             std::to_string(n_batches) + " batches");
   NmfBatch cur = std::move(first);
+  // SCURRY_NMF_BATCH_TIMES=1: each batch's phases (check, upload of the factors, fit, download, the caller's
+  // writes, the wait for the next batch's init) on stderr.
+  const char* pe = std::getenv("SCURRY_NMF_BATCH_TIMES");
+  const bool prof = pe && std::string(pe) == "1";
+  auto t0 = std::chrono::steady_clock::now();
+  std::string line;
+  auto lap = [&](const char* what) {
+    if (!prof) return;
+    SCURRY_CUDA(cudaStreamSynchronize(res.stream));
+    const auto now = std::chrono::steady_clock::now();
+    line += std::string(" ") + what + " " + std::to_string(std::chrono::duration<double>(now - t0).count());
+    t0 = now;
+  };
   for (int b = 0; b < n_batches; ++b) {
+    line.clear();
     nmf_gpu_check_batch(X, cur, "nmf_fit_gpu_batches: batch " + std::to_string(b));
+    lap("check");
     NmfDeviceFactors f = nmf_upload_factors(res, cur);
+    lap("upload");
     std::vector<float>().swap(cur.W);  // the host copy of W is not needed while it fits
     if (b + 1 < n_batches) next = std::async(std::launch::async, make, b + 1);
     NmfDeviceStats st = nmf_fit_device(res, x, f, opt, true);
+    lap("fit");
     NmfResult out;
     out.f.n = f.n, out.f.g = f.g, out.f.k = f.k, out.f.R = f.R;
     out.f.Ht.resize(f.Ht.size());
@@ -52,8 +72,12 @@ void nmf_fit_gpu_batches(const Context& ctx, const CsrF& X, int n_batches, int64
     out.n_iter = std::move(st.n_iter);
     out.error = std::move(st.error);
     f = NmfDeviceFactors{};
+    lap("download");
     done(b, out);
+    lap("write");
     if (b + 1 < n_batches) cur = next.get();
+    lap("wait_init");
+    if (prof) std::fprintf(stderr, "[nmf batches] batch %d (k %d, R %d):%s s\n", b, out.f.k, out.f.R, line.c_str());
   }
 }
 

@@ -1,7 +1,10 @@
 // The pieces of cNMF's batched factorize and of starCAT's fit that run on the host threads: the same
 // bits for any thread count (sklearn's random init drawn per replicate in parallel; the query's
 // overlap and scaling over row blocks), and the init equal to the serial draw of each replicate.
+#include <cmath>
+
 #include "nmf/nmf.hpp"
+#include "nmf/numpy_random.hpp"
 #include "nmf/starcat.hpp"
 #include "testlib.hpp"
 
@@ -23,6 +26,28 @@ TEST(CnmfBatches, RandomInitAnyThreadCountEqualsSingleReplicates) {
     const NmfBatch alone = nmf_random_init(X, 4, {seeds[r]});
     EXPECT_EQ(one.w_of(r).data, alone.w_of(0).data) << r;
     EXPECT_EQ(one.h_of(r).data, alone.h_of(0).data) << r;
+  }
+}
+
+// The init against sklearn's serial order written out here (H row by row, then W row by row, each
+// replicate's own numpy stream), over several of the workers' 2,048-row chunks.
+TEST(CnmfBatches, RandomInitEqualsTheSerialDraw) {
+  const uint64_t seed = test::fresh_seed();
+  const CsrF X = test::random_counts(4500, 7, 0.3, seed);
+  const auto seeds = nmf_replicate_seeds(seed & 0xffffffffu, 6);
+  const int k = 3;
+  const NmfBatch b = nmf_random_init(X, k, seeds, 4);
+  double sum = 0;
+  for (const float v : X.data) sum += v;
+  const double avg = std::sqrt(sum / (4500.0 * 7.0) / k);
+  for (int r = 0; r < 6; ++r) {
+    NumpyRandomState rng(static_cast<uint32_t>(seeds[r]));  // cNMF's seeds are below 2^31
+    for (int c = 0; c < k; ++c)
+      for (int64_t j = 0; j < 7; ++j)
+        ASSERT_EQ(b.h(r, c, j), static_cast<float>(std::fabs(avg * rng.standard_normal()))) << r << " " << c << " " << j;
+    for (int64_t i = 0; i < 4500; ++i)
+      for (int c = 0; c < k; ++c)
+        ASSERT_EQ(b.w(r, i, c), static_cast<float>(std::fabs(avg * rng.standard_normal()))) << r << " " << i << " " << c;
   }
 }
 
