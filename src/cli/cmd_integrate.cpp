@@ -1,15 +1,13 @@
 // scurry harmony-integrate | combat | regress-out | scrublet IN -o OUT.h5ad: the batch-correction and
 // doublet steps alone (read, the step on --device's backend, write), issue 21. Harmony, ComBat and
 // regress_out run on the GPU under --device gpu; Scrublet its exact kNN (the rest on the CPU).
-#include <chrono>
-#include <cstdio>
-#include <cstdlib>
 #include <memory>
 #include <sstream>
 
 #include "cli/commands.hpp"
 #include "cli/integrate_options.hpp"
 #include "cli/run.hpp"
+#include "core/env_laps.hpp"
 #include "core/error.hpp"
 #include "core/log.hpp"
 #include "io/h5ad.hpp"
@@ -47,16 +45,8 @@ void add_cmd(CLI::App& app, GlobalOptions& g, const char* name, const char* help
     log::set_quiet(g.quiet);
     check_output_path(o->output, ".h5ad", "-o/--output");
     check_free_space(o->output, input_bytes(o->input), true);
-    // SCURRY_CMD_TIMES=1: the wall time of the context, the read, the step and the write on stderr.
-    const char* te = std::getenv("SCURRY_CMD_TIMES");
-    const bool times = te && std::string(te) == "1";
-    auto t0 = std::chrono::steady_clock::now();
-    auto lap = [&](const char* what) {
-      if (!times) return;
-      const auto now = std::chrono::steady_clock::now();
-      std::fprintf(stderr, "[%s] %s %.4f s\n", o->output.c_str(), what, std::chrono::duration<double>(now - t0).count());
-      t0 = now;
-    };
+    EnvLaps laps("SCURRY_CMD_TIMES", o->output);  // the context, the read, the step and the write
+    auto lap = [&](const char* what) { laps.lap(what); };
     const Context ctx = make_context(g);
     lap("context");
     Dataset d = read_any(o->input, o->read);

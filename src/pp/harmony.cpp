@@ -1,14 +1,12 @@
 #include "pp/harmony.hpp"
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
-#include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <random>
 
+#include "core/env_laps.hpp"
 #include "core/error.hpp"
 #include "core/row_blocks.hpp"
 #include "exec/parallel.hpp"
@@ -871,53 +869,23 @@ HarmonyResult harmony(const Context& ctx, const DenseD& Z, const std::vector<std
   return res;
 }
 
-constexpr int64_t kConvertPiece = int64_t{1} << 20;  // values per piece of the float32 <-> float64 copies
+// dst[e] = src[e] converted, for e < n, in pieces of 2^20 values on the threads.
+template <class S, class T>
+void convert_on_threads(int threads, const S* src, T* dst, int64_t n) {
+  constexpr int64_t kPiece = int64_t{1} << 20;
+  parallel_for(threads, (n + kPiece - 1) / kPiece, [&](int64_t b) {
+    for (int64_t e = b * kPiece; e < std::min(n, (b + 1) * kPiece); ++e) dst[e] = static_cast<T>(src[e]);
+  });
+}
 
 HarmonyResult harmony_integrate(const Context& ctx, Dataset& d, const HarmonyOptions& opt) {
   const char* where = "harmony_integrate";
-  // SCURRY_HARMONY_TIMES=1: the time of the input, Harmony and the output on stderr.
-  const char* te = std::getenv("SCURRY_HARMONY_TIMES");
-  const bool times = te && std::string(te) == "1";
-  auto t0 = std::chrono::steady_clock::now();
-  auto lap = [&](const char* what) {
-    if (!times) return;
-    const auto now = std::chrono::steady_clock::now();
-    std::fprintf(stderr, "[harmony_integrate] %s %.4f s\n", what, std::chrono::duration<double>(now - t0).count());
-    t0 = now;
-  };
+  EnvLaps laps("SCURRY_HARMONY_TIMES", where);  // the input, Harmony and the output
   if (opt.keys.empty()) fail_input(where, "no batch key given (e.g. --key sample)");
   auto it = d.obsm.find(opt.basis);
   if (it == d.obsm.end()) fail_input(where, "obsm has no '", opt.basis, "' (run PCA first)");
-  const DenseF* zf = std::get_if<DenseF>(&it->second.m);
-  if (zf && ctx.backend() == Backend::cuda) {  // float32 X_pca on the GPU: widened and narrowed on the device
-    if (zf->n_rows != d.n_obs())
-      fail_input(where, "obsm['", opt.basis, "'] has ", zf->n_rows, " rows for ", d.n_obs(), " cells");
-    std::vector<std::vector<int32_t>> codes;
-    std::vector<int32_t> levels;
-    for (const auto& k : opt.keys) {
-      ObsGroups g = obs_groups(d.obs, k, where);
-      codes.push_back(std::move(g.codes));
-      levels.push_back(g.n());
-    }
-    lap("batches");
-    DenseF out;
-    HarmonyResult res = harmony_gpu(ctx, *zf, codes, levels, opt, out);
-    lap("harmony");
-    d.obsm[opt.adjusted_basis] = Matrix(std::move(out), DType::f32);
-    lap("result");
-    return res;
-  }
-  DenseD Z;
-  if (zf) {  // X_pca as written: float32, widened on the threads
-    Z = DenseD(zf->n_rows, zf->n_cols);
-    const int64_t total = static_cast<int64_t>(zf->data.size()), pieces = (total + kConvertPiece - 1) / kConvertPiece;
-    parallel_for(ctx.threads(), pieces, [&](int64_t b) {
-      for (int64_t e = b * kConvertPiece; e < std::min(total, (b + 1) * kConvertPiece); ++e) Z.data[e] = zf->data[e];
-    });
-  } else {
-    Z = to_dense_d(it->second);
-  }
-  if (Z.n_rows != d.n_obs()) fail_input(where, "obsm['", opt.basis, "'] has ", Z.n_rows, " rows for ", d.n_obs(), " cells");
+  if (it->second.n_rows() != d.n_obs())
+    fail_input(where, "obsm['", opt.basis, "'] has ", it->second.n_rows(), " rows for ", d.n_obs(), " cells");
   std::vector<std::vector<int32_t>> codes;
   std::vector<int32_t> levels;
   for (const auto& k : opt.keys) {
@@ -925,17 +893,29 @@ HarmonyResult harmony_integrate(const Context& ctx, Dataset& d, const HarmonyOpt
     codes.push_back(std::move(g.codes));
     levels.push_back(g.n());
   }
-  lap("embedding and batches");
-  HarmonyResult res = ctx.backend() == Backend::cuda ? harmony_gpu(ctx, Z, codes, levels, opt) : harmony(ctx, Z, codes, levels, opt);
-  lap("harmony");
-  DenseF out(res.Z_corr.n_rows, res.Z_corr.n_cols);
-  const int64_t total = static_cast<int64_t>(out.data.size()), pieces = (total + kConvertPiece - 1) / kConvertPiece;
-  parallel_for(ctx.threads(), pieces, [&](int64_t b) {
-    for (int64_t e = b * kConvertPiece; e < std::min(total, (b + 1) * kConvertPiece); ++e)
-      out.data[e] = static_cast<float>(res.Z_corr.data[e]);
-  });
+  laps.lap("batches");
+  const DenseF* zf = std::get_if<DenseF>(&it->second.m);
+  DenseF out;
+  HarmonyResult res;
+  if (zf && ctx.backend() == Backend::cuda) {  // float32 X_pca on the GPU: widened and narrowed on the device
+    res = harmony_gpu(ctx, *zf, codes, levels, opt, out);
+    laps.lap("harmony");
+  } else {
+    DenseD Z;
+    if (zf) {  // X_pca as written: float32, widened on the threads
+      Z = DenseD(zf->n_rows, zf->n_cols);
+      convert_on_threads(ctx.threads(), zf->data.data(), Z.data.data(), static_cast<int64_t>(Z.data.size()));
+    } else {
+      Z = to_dense_d(it->second);
+    }
+    laps.lap("embedding");
+    res = ctx.backend() == Backend::cuda ? harmony_gpu(ctx, Z, codes, levels, opt) : harmony(ctx, Z, codes, levels, opt);
+    laps.lap("harmony");
+    out = DenseF(res.Z_corr.n_rows, res.Z_corr.n_cols);
+    convert_on_threads(ctx.threads(), res.Z_corr.data.data(), out.data.data(), static_cast<int64_t>(out.data.size()));
+  }
   d.obsm[opt.adjusted_basis] = Matrix(std::move(out), DType::f32);
-  lap("result");
+  laps.lap("result");
   return res;
 }
 
