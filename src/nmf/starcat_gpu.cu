@@ -14,9 +14,9 @@
 // memory a tile at a time and added into shared partials one cell after the other, so that each
 // gene's partial adds its values in entry order from 0 as the CPU's reduce_blocks body does; then a
 // thread per column adds the blocks' partials in block order from 0, as reduce_blocks), the sd on
-// the host from those 2h doubles (the CPU's code), and the solve reading the raw CSR through the
-// gene map, scaling each value as the CPU does (float(double(v) / sd)). No compacted copy of the
-// query is made on either side.
+// the host from those 2h doubles (the CPU's code), then in place each entry's column through the
+// gene map (-1: skipped by the solve) and its value scaled as the CPU does (float(double(v) / sd)),
+// and the solve. No compacted copy of the query is made on either side.
 //
 // Cost at 1M cells, 1,500 genes, k = 20 (H200): the gather reads ~450 nonzeros x 20 doubles of H^T
 // per cell (L2-resident, 240 KB), ~1e10 FLOPs; the active set ~k outer steps of an m^3 / 6 Cholesky
@@ -40,12 +40,10 @@ namespace {
 constexpr int kThreads = 128;  // cells per thread block
 constexpr int kMaxPrograms = 64;
 
-// map (null: the identity) sends a column of X to the fit's column or -1 (left out); sd (null: no
-// scaling) divides each value as the CPU's scale: float(double(v) / sd[j]).
+// An entry with a negative column (a query gene outside the fit: map_and_scale_kernel) is skipped.
 template <int KM>
 __global__ void starcat_nnls_kernel(int64_t rows, int k, const int64_t* __restrict__ indptr, int64_t base,
                                     const int32_t* __restrict__ indices, const float* __restrict__ data,
-                                    const int32_t* __restrict__ map, const double* __restrict__ sd,
                                     const double* __restrict__ Ht, const double* __restrict__ G, double tol,
                                     float* __restrict__ W) {
   extern __shared__ double Gs[];
@@ -58,13 +56,9 @@ __global__ void starcat_nnls_kernel(int64_t rows, int k, const int64_t* __restri
   unsigned char passive[KM];
   for (int a = 0; a < k; ++a) b[a] = 0;
   for (int64_t p = indptr[i] - base; p < indptr[i + 1] - base; ++p) {
-    int32_t j = indices[p];
-    if (map) {
-      j = map[j];
-      if (j < 0) continue;
-    }
-    const float x = data[p];
-    const double v = sd ? static_cast<double>(__double2float_rn(__ddiv_rn(static_cast<double>(x), sd[j]))) : x;
+    const int32_t j = indices[p];
+    if (j < 0) continue;
+    const double v = data[p];
     const double* h = Ht + static_cast<int64_t>(j) * k;
     for (int a = 0; a < k; ++a) b[a] = b[a] + nnls_mul(v, h[a]);
   }
@@ -76,6 +70,20 @@ template <class T>
 void to_device(CudaResources& res, T* dst, const T* src, size_t n) {
   if (n) SCURRY_CUDA(cudaMemcpyAsync(dst, src, n * sizeof(T), cudaMemcpyHostToDevice, res.stream));
 }
+
+// In place, the raw query's entries to the fit's: the column through map (fit column or -1), the
+// value divided as the CPU's scale (sd not null): float(double(v) / sd[j]).
+__global__ void map_and_scale_kernel(int64_t nnz, int32_t* __restrict__ indices, float* __restrict__ data,
+                                     const int32_t* __restrict__ map, const double* __restrict__ sd) {
+  for (int64_t p = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; p < nnz;
+       p += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int32_t j = map[indices[p]];
+    indices[p] = j;
+    if (sd && j >= 0) data[p] = __double2float_rn(__ddiv_rn(static_cast<double>(data[p]), sd[j]));
+  }
+}
+
+unsigned stride_grid(int64_t n) { return static_cast<unsigned>(std::clamp<int64_t>((n + 1023) / 1024, 1, 4096)); }
 
 // The first entry p (by position) with !(v >= 0): atomicMin over the offenders (rare), nnz if none.
 __global__ void first_bad_value_kernel(int64_t nnz, const float* __restrict__ data, unsigned long long* first) {
@@ -189,17 +197,23 @@ DeviceSpectra upload_spectra(CudaResources& res, const DenseD& H) {
 }
 
 // The usages of rows [r0, r0 + rows) of X, whose CSR is on the device (row pointers from row r0,
-// entries from X.indptr[r0] on), into W's rows from r0.
+// entries from X.indptr[r0] on), into W's rows from r0. With a map, the block's entries are first
+// mapped (and scaled by sd when not null) in place.
 void solve_rows(CudaResources& res, const DeviceSpectra& s, const CsrF& X, int64_t r0, int64_t rows,
                 const DeviceCsr& blk, const int32_t* map, const double* sd, DenseF& W) {
   const int64_t k = s.k;
+  const int64_t nnz = X.indptr[r0 + rows] - X.indptr[r0];
+  if (map && nnz) {
+    map_and_scale_kernel<<<stride_grid(nnz), 256, 0, res.stream>>>(nnz, blk.indices.data(), blk.data.data(), map, sd);
+    SCURRY_CUDA_LAUNCH();
+  }
   DeviceArray<float> dW(res, static_cast<size_t>(rows * k), "starCAT usages");
   const unsigned blocks = static_cast<unsigned>((rows + kThreads - 1) / kThreads);
   const size_t shared = static_cast<size_t>(k * k) * sizeof(double);
   const int64_t p0 = X.indptr[r0];
 #define SCURRY_STARCAT_LAUNCH(KM)                                                                             \
   starcat_nnls_kernel<KM><<<blocks, kThreads, shared, res.stream>>>(rows, s.k, blk.indptr.data(), p0,            \
-                                                                   blk.indices.data(), blk.data.data(), map, sd, \
+                                                                   blk.indices.data(), blk.data.data(),          \
                                                                    s.Ht.data(), s.G.data(), s.tol, dW.data())
   if (k <= 8) SCURRY_STARCAT_LAUNCH(8);
   else if (k <= 16) SCURRY_STARCAT_LAUNCH(16);
@@ -291,8 +305,7 @@ DenseF starcat_fit_gpu(const Context& ctx, const CsrF& query, const std::vector<
     DeviceArray<unsigned long long> first(res, 1, "starCAT value check");
     const unsigned long long none = static_cast<unsigned long long>(nnz);
     to_device(res, first.data(), &none, 1);
-    const int64_t grid = std::clamp<int64_t>((nnz + 1023) / 1024, 1, 4096);
-    if (nnz) first_bad_value_kernel<<<static_cast<unsigned>(grid), 256, 0, res.stream>>>(nnz, dq.data.data(), first.data());
+    if (nnz) first_bad_value_kernel<<<stride_grid(nnz), 256, 0, res.stream>>>(nnz, dq.data.data(), first.data());
     SCURRY_CUDA_LAUNCH();
     unsigned long long got = none;
     copy_to_host(res, &got, first.data(), sizeof(got));
