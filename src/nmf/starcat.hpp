@@ -24,7 +24,9 @@ struct StarcatOptions {
   bool exact = true;             // exact NNLS; false: starCAT's mu iterations
   bool normalize = true;         // write usages normalised to sum 1 per cell (starCAT's default output)
   int64_t rows_per_block = 1024;
-  int64_t gpu_rows_per_block = 1 << 20;  // GPU: cells uploaded, fitted and downloaded per block
+  // GPU: cells uploaded, fitted and downloaded per block; 0: the whole query at once when it (8
+  // bytes a nonzero, its usages) takes at most 3/4 of the device memory free, else blocks of 2^20.
+  int64_t gpu_rows_per_block = 0;
 };
 
 // Exact NNLS per row of X (n x g CSR): argmin_w ||x_i - w H||^2, w >= 0 (H: k x g). n x k.
@@ -71,7 +73,7 @@ std::vector<double> starcat_sd(const std::vector<double>& sums, int64_t h, int64
 DenseF nnls_fixed_spectra_mapped(const Context& ctx, const CsrF& query, const std::vector<int32_t>& map,
                                  const std::vector<double>& sd, const DenseD& H, int64_t rows_per_block = 1024);
 // The same on the GPU from the raw query (nmf/starcat_gpu.cu; without CUDA a stub that throws): a
-// query of at most rows_per_block cells is uploaded once and checked, summed (the same partials and
+// query of at most rows_per_block cells (0: see StarcatOptions) is uploaded once and checked, summed (the same partials and
 // order as starcat_gene_sums) and fitted on the device; a larger one is checked and summed on the
 // host threads and uploaded and fitted in blocks of rows_per_block cells (as is a query with a
 // repeated column in a row, whose sums the device cannot order: summed on the host). The phases'

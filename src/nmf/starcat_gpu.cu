@@ -285,7 +285,16 @@ DenseF starcat_fit_gpu(const Context& ctx, const CsrF& query, const std::vector<
     dsd = DeviceArray<double>(res, sd.size(), "starCAT gene sd");
     to_device(res, dsd.data(), sd.data(), sd.size());
   };
-  if (n > std::max<int64_t>(1, rows_per_block)) {
+  if (rows_per_block <= 0) {  // auto: one block when it fits in 3/4 of the free device memory
+    size_t free_b = 0, total_b = 0;
+    SCURRY_CUDA(cudaMemGetInfo(&free_b, &total_b));
+    const size_t cap = res.memory->max_bytes(), held = res.memory->in_use();
+    if (cap) free_b = std::min(free_b, cap > held ? cap - held : size_t{0});
+    const size_t need = static_cast<size_t>(nnz) * 8 + static_cast<size_t>(n + 1) * 8 +
+                        static_cast<size_t>(n) * static_cast<size_t>(H.n_rows) * 4;
+    rows_per_block = need <= free_b / 4 * 3 ? std::max<int64_t>(1, n) : int64_t(1) << 20;
+  }
+  if (n > rows_per_block) {
     // Larger than one block: checked and summed on the host threads, uploaded and fitted block-wise.
     auto t0 = std::chrono::steady_clock::now();
     const int64_t bad = starcat_first_bad_value(ctx, query);
