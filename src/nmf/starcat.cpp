@@ -92,11 +92,21 @@ DenseF nnls_fixed_spectra_mapped(const Context& ctx, const CsrF& query, const st
   const int64_t k = H.n_rows;
   const bool scale = !sd.empty();
   return nnls_rows(ctx, query.n_rows, H, rows_per_block, [&](int64_t i, const DenseD& Ht, double* b) {
-    for (int64_t p = query.indptr[i]; p < query.indptr[i + 1]; ++p) {
+    // The row's mapped entries gathered first without a branch (a quarter of a query's entries are
+    // typically outside the fit, interleaved at random: a branch per entry mispredicts), in order.
+    thread_local std::vector<int32_t> cj;
+    thread_local std::vector<float> cv;
+    const int64_t p0 = query.indptr[i], len = query.indptr[i + 1] - p0;
+    if (static_cast<int64_t>(cj.size()) < len) cj.resize(static_cast<size_t>(len)), cv.resize(static_cast<size_t>(len));
+    int64_t c = 0;
+    for (int64_t p = p0; p < p0 + len; ++p) {
       const int32_t j = map[query.indices[p]];
-      if (j < 0) continue;
-      const float v = scale ? static_cast<float>(query.data[p] / sd[j]) : query.data[p];
-      add_column(b, Ht.row(j), k, v);
+      cj[c] = j, cv[c] = query.data[p];
+      c += j >= 0;
+    }
+    for (int64_t q = 0; q < c; ++q) {
+      const float v = scale ? static_cast<float>(cv[q] / sd[cj[q]]) : cv[q];
+      add_column(b, Ht.row(cj[q]), k, v);
     }
   });
 }
@@ -129,15 +139,17 @@ void starcat_bad_value(const std::string& where, float v) {
 std::vector<double> starcat_gene_sums(const Context& ctx, const CsrF& query, const std::vector<int32_t>& map, int64_t h) {
   const RowBlocks sb = RowBlocks::uniform(query.n_rows, kStarcatStatRows);
   std::vector<double> acc;
-  reduce_blocks(ctx.threads(), sb.n_blocks(), static_cast<size_t>(2 * h), acc, [&](int64_t blk, double* part) {
+  // Entries outside the fit go to two spare slots (2h, 2h + 1; dropped): no branch per entry.
+  reduce_blocks(ctx.threads(), sb.n_blocks(), static_cast<size_t>(2 * h + 2), acc, [&](int64_t blk, double* part) {
     for (int64_t p = query.indptr[sb.begin(blk)]; p < query.indptr[sb.end(blk)]; ++p) {
       const int32_t j = map[query.indices[p]];
-      if (j < 0) continue;
+      const int64_t s1 = j >= 0 ? j : 2 * h, s2 = j >= 0 ? h + j : 2 * h + 1;
       const double v = query.data[p];
-      part[j] += v;
-      part[h + j] += v * v;
+      part[s1] += v;
+      part[s2] += v * v;
     }
   });
+  acc.resize(static_cast<size_t>(2 * h));
   return acc;
 }
 
