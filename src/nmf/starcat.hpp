@@ -82,6 +82,10 @@ DenseF nnls_fixed_spectra_mapped(const Context& ctx, const CsrF& query, const st
 DenseF starcat_fit_gpu(const Context& ctx, const CsrF& query, const std::vector<int32_t>& map, int64_t h,
                        const DenseD& H, bool scale, int64_t rows_per_block, const std::string& where, StarcatResult& r);
 
+// Makes the device's pinned staging buffers (cudaMallocHost of 512 MiB: ~0.1 s, once a process) with
+// a small copy, so that the command can do it while it reads the query; nothing without CUDA.
+void starcat_gpu_warm_up(const Context& ctx);
+
 StarcatResult starcat_fit(const Context& ctx, const CsrF& query, const std::vector<std::string>& query_genes,
                           const DenseD& reference, const std::vector<std::string>& reference_genes,
                           const StarcatOptions& opt, const std::string& where);

@@ -260,6 +260,14 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 
 }  // namespace
 
+void starcat_gpu_warm_up(const Context& ctx) {
+  CudaResources& res = cuda_of(ctx);
+  SCURRY_CUDA(cudaSetDevice(res.device));  // this thread's current device (it may be a new thread)
+  const std::vector<char> zeros(size_t(8) << 20);  // over copy_to_device's direct-copy size
+  DeviceArray<char> d(res, zeros.size(), "starCAT warm-up");
+  copy_to_device(res, d.data(), zeros.data(), zeros.size());
+}
+
 DenseF nnls_fixed_spectra_gpu(const Context& ctx, const CsrF& X, const DenseD& H, int64_t rows_per_block) {
   CudaResources& res = cuda_of(ctx);
   if (X.n_cols != H.n_cols) fail("nnls_fixed_spectra_gpu: X has ", X.n_cols, " genes, the spectra ", H.n_cols);

@@ -10,4 +10,5 @@ DenseF starcat_fit_gpu(const Context&, const CsrF&, const std::vector<int32_t>&,
                        const std::string&, StarcatResult&) {
   throw InputError("this scurry was built without CUDA; use --device cpu");
 }
+void starcat_gpu_warm_up(const Context&) {}
 }  // namespace scurry
