@@ -54,13 +54,33 @@ __global__ void starcat_nnls_kernel(int64_t rows, int k, const int64_t* __restri
   double b[KM], w[KM], z[KM], L[KM * (KM + 1) / 2];
   int P[KM];
   unsigned char passive[KM];
-  for (int a = 0; a < k; ++a) b[a] = 0;
-  for (int64_t p = indptr[i] - base; p < indptr[i + 1] - base; ++p) {
-    const int32_t j = indices[p];
-    if (j < 0) continue;
-    const double v = data[p];
-    const double* h = Ht + static_cast<int64_t>(j) * k;
-    for (int a = 0; a < k; ++a) b[a] = b[a] + nnls_mul(v, h[a]);
+  const int64_t p0 = indptr[i] - base, p1 = indptr[i + 1] - base;
+  // f(v, h) for each entry of the cell in order: v its value, h the row of H^T of its column.
+  auto entries = [&](auto f) {
+    for (int64_t p = p0; p < p1; ++p) {
+      const int32_t j = indices[p];
+      if (j >= 0) f(static_cast<double>(data[p]), Ht + static_cast<int64_t>(j) * k);
+    }
+  };
+  if constexpr (KM <= 32) {
+    // b in registers while it is gathered (constant indices: the loops unrolled, a >= k predicated
+    // off), then stored once for the active set; the same products and sums in the same order.
+    double acc[KM];
+#pragma unroll
+    for (int a = 0; a < KM; ++a) acc[a] = 0;
+    entries([&](double v, const double* h) {
+#pragma unroll
+      for (int a = 0; a < KM; ++a)
+        if (a < k) acc[a] = acc[a] + nnls_mul(v, h[a]);
+    });
+#pragma unroll
+    for (int a = 0; a < KM; ++a)
+      if (a < k) b[a] = acc[a];
+  } else {
+    for (int a = 0; a < k; ++a) b[a] = 0;
+    entries([&](double v, const double* h) {
+      for (int a = 0; a < k; ++a) b[a] = b[a] + nnls_mul(v, h[a]);
+    });
   }
   nnls_active_set(Gs, k, b, tol, w, z, P, passive, L);
   for (int a = 0; a < k; ++a) W[i * k + a] = static_cast<float>(w[a]);
