@@ -5,6 +5,9 @@
 # bench/data/starcat_ref_k20_sim3.txt (20 programs over 1,500 genes, from `scurry cnmf run` on 10,000
 # cells of the same model). Prints each command's fit time (scurry's log), wall and peak RSS, and
 # whether the GPU's usages equal the CPU's (they should, byte for byte: the same active-set code).
+# The GPU's log line also gives the device phases of the fit (upload, check and gene sums, solve and
+# download; RESULTS section 39). Target (issue 23 point 5): the GPU fit <= 0.88 s at 1M cells, 100x
+# starCAT's 88 CPU s (section 33).
 # Usage: bash bench/starcat_gpu_h200.sh [SCURRY] [DIR] [CELLS]
 set -euo pipefail
 S=${1:-./build-cuda/scurry}
