@@ -357,40 +357,10 @@ __global__ void closest_update(const float* D, int64_t n, int64_t m, const int32
 }
 
 // k-means++ sampling: for each query j (restart j / trials), the first cell i whose running sum of
-// closest[r] reaches v[j] (numpy's searchsorted on the cumulative sum), by the segment sums first.
-__global__ void sample_cells(const double* closest, const double* seg_sums, int64_t n, int64_t nseg, int64_t seg,
-                             const double* v, int64_t n_queries, int64_t trials, int64_t* out) {
-  const int64_t j = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-  if (j >= n_queries) return;
-  const int64_t r = j / trials;
-  const double* x = closest + r * n;
-  const double* ss = seg_sums + r * nseg;
-  const double target = v[j];
-  double run = 0;
-  int64_t pick = n - 1;
-  for (int64_t s = 0; s < nseg; ++s) {
-    if (run + ss[s] >= target) {
-      const int64_t j0 = s * seg, j1 = min(n, j0 + seg);
-      pick = j1 - 1;  // rounding: the segment's sum reached the target but its running sum did not
-      double rr = run;
-      for (int64_t i = j0; i < j1; ++i) {
-        rr += x[i];
-        if (rr >= target) {
-          pick = i;
-          break;
-        }
-      }
-      break;
-    }
-    run += ss[s];
-  }
-  out[j] = pick;
-}
-
-// sample_cells with a block per query: the segment sums, then the chosen segment's cells, are staged
-// through shared memory and scanned by one thread in order, so the running sums are the same
-// additions in the same order as sample_cells (the same picks) without a dependent global load per
-// step. seg <= kSampleTile.
+// closest[r] reaches v[j] (numpy's searchsorted on the cumulative sum), by the segment sums first. A
+// block per query: the segment sums, then the chosen segment's cells, are staged through shared memory
+// and scanned by one thread in order (the running sums added in cell order; no dependent global load
+// per step). seg <= kSampleTile.
 constexpr int kSampleTile = 2048;
 __global__ void sample_cells_block(const double* __restrict__ closest, const double* __restrict__ seg_sums, int64_t n,
                                    int64_t nseg, int64_t seg, const double* __restrict__ v, int64_t trials,
@@ -459,24 +429,9 @@ __global__ void min_sums(const double* closest, const float* D, int64_t n, int64
   }
 }
 
-// Lloyd assignment: per (cell, restart) the nearest of the restart's k centres (D without |x|^2;
-// first minimum), its label and squared distance. One thread per (i, r).
-__global__ void assign_labels(const float* D, int64_t n, int64_t n_init, int64_t k, const float* xsq, int32_t* lab,
-                              float* best) {
-  const int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-  if (e >= n * n_init) return;
-  const int64_t i = e / n_init, r = e % n_init;
-  const float* row = D + i * n_init * k + r * k;
-  int32_t bl = 0;
-  for (int64_t c = 1; c < k; ++c)
-    if (row[c] < row[bl]) bl = static_cast<int32_t>(c);
-  lab[e] = bl;
-  best[e] = fmaxf(0.0f, row[bl] + xsq[i]);
-}
-
-// assign_labels on D = -2 X C^T as the GEMM left it (no finish_dists pass over the n x m matrix): the
-// score of centre c is D + csq[c], the same float sum finish_dists would store, so the same labels
-// and distances. One warp per cell: the lanes read the row's n_init k scores coalesced; per restart a
+// Lloyd assignment: per (cell, restart) the nearest of the restart's k centres (first minimum), its
+// label and squared distance, on D = -2 X C^T as the GEMM left it (no finish pass over the n x m
+// matrix): the score of centre c is D + csq[c]. One warp per cell: the lanes read the row's n_init k scores coalesced; per restart a
 // lane keeps its first minimum over c = lane, lane + 32, ... and the warp takes the least (score, c).
 __global__ void assign_labels_warp(const float* __restrict__ D, int64_t n, int64_t n_init, int64_t k,
                                    const float* __restrict__ csq, const float* __restrict__ xsq, int32_t* lab,
@@ -487,7 +442,7 @@ __global__ void assign_labels_warp(const float* __restrict__ D, int64_t n, int64
   const float* row = D + i * n_init * k;
   for (int64_t r = 0; r < n_init; ++r) {
     float bv = __int_as_float(0x7f800000);
-    int64_t bl = k;  // none yet (every score +inf: centre 0, as assign_labels)
+    int64_t bl = k;  // none yet (every score +inf: centre 0)
     for (int64_t c = lane; c < k; c += 32) {
       const float v = row[r * k + c] + csq[r * k + c];
       if (v < bv) bv = v, bl = c;
