@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "core/env_laps.hpp"
 #include "core/error.hpp"
 #include "exec/cuda_resources.cuh"
 #include "graph/mix64.cuh"
@@ -338,12 +339,12 @@ __global__ void column_moments(const double* Z, int64_t n, int64_t d, const doub
   }
 }
 
-// D (n x m) after D = -2 X C^T: + |x|^2 + |c|^2 clamped at 0 (with_x), or + |c|^2 only.
-__global__ void finish_dists(float* D, int64_t n, int64_t m, const float* xsq, const float* csq, bool with_x) {
+// D (n x m) after D = -2 X C^T: + |x|^2 + |c|^2, clamped at 0.
+__global__ void finish_dists(float* D, int64_t n, int64_t m, const float* xsq, const float* csq) {
   const int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (e >= n * m) return;
   const int64_t i = e / m, c = e % m;
-  D[e] = with_x ? fmaxf(0.0f, D[e] + xsq[i] + csq[c]) : D[e] + csq[c];
+  D[e] = fmaxf(0.0f, D[e] + xsq[i] + csq[c]);
 }
 
 // closest[r * n + i] = D[i * m + col[r]] (cols: one per restart) or min(closest, that).
@@ -523,20 +524,15 @@ double uniform01(std::mt19937_64& rng) { return static_cast<double>(rng() >> 11)
 // SCURRY_HARMONY_TIMES=1: mark(what) prints the wall time since the previous mark on stderr (the
 // stream synchronised first); without it, nothing (no synchronisation).
 struct Phases {
-  explicit Phases(CudaResources& res) : r(res) {
-    const char* e = std::getenv("SCURRY_HARMONY_TIMES");
-    on = e && std::string(e) == "1";
-  }
+  explicit Phases(CudaResources& res) : r(res), marks("SCURRY_HARMONY_TIMES", "harmony gpu") {}
   void mark(const std::string& what) {
-    if (!on) return;
+    if (!marks.on()) return;
     SCURRY_CUDA(cudaStreamSynchronize(r.stream));
-    const auto now = std::chrono::steady_clock::now();
-    std::fprintf(stderr, "[harmony gpu] %s %.4f s\n", what.c_str(), std::chrono::duration<double>(now - last).count());
-    last = now;
+    marks.lap(what.c_str());
   }
-  // Adds the time since the previous mark or lap to the total of `what` (printed by report()).
+  // Adds the time since the previous lap to the total of `what` (printed by report()).
   void lap(const char* what) {
-    if (!on) return;
+    if (!marks.on()) return;
     SCURRY_CUDA(cudaStreamSynchronize(r.stream));
     const auto now = std::chrono::steady_clock::now();
     const double t = std::chrono::duration<double>(now - last).count();
@@ -549,12 +545,12 @@ struct Phases {
     laps.emplace_back(what, t);
   }
   void report(const std::string& head) {
-    if (!on) return;
+    if (!marks.on()) return;
     for (const auto& e : laps) std::fprintf(stderr, "[harmony gpu] %s: %s %.4f s\n", head.c_str(), e.first.c_str(), e.second);
     laps.clear();
   }
   CudaResources& r;
-  bool on = false;
+  EnvLaps marks;
   std::chrono::steady_clock::time_point last = std::chrono::steady_clock::now();
   std::vector<std::pair<std::string, double>> laps;
 };
@@ -568,7 +564,7 @@ struct Kmeans {
 
   // D (n x m) = squared distances of every cell to the m centres C (host, m x d).
   // finish = false: D is left as -2 X C^T (the centre norms in dcsq): assign_labels_warp adds them.
-  void sq_dists(const std::vector<float>& C, int64_t m, bool with_x, bool finish = true) {
+  void sq_dists(const std::vector<float>& C, int64_t m, bool finish) {
     std::vector<float> csq(static_cast<size_t>(m));
     for (int64_t c = 0; c < m; ++c) {
       double s = 0;
@@ -585,7 +581,7 @@ struct Kmeans {
     to_device(r, dcsq, csq.data(), csq.size());
     rm_sgemm(r.cublas, false, true, n, m, d, -2.0f, X.data(), d, dC.data(), d, 0.0f, D.data(), m);
     if (!finish) return;
-    finish_dists<<<grid_for(n * m, kThreads), kThreads, 0, r.stream>>>(D.data(), n, m, xsq.data(), dcsq.data(), with_x);
+    finish_dists<<<grid_for(n * m, kThreads), kThreads, 0, r.stream>>>(D.data(), n, m, xsq.data(), dcsq.data());
     SCURRY_CUDA_LAUNCH();
   }
   double* partials(int64_t count) {
@@ -630,7 +626,7 @@ std::vector<std::vector<float>> kmeans_pp(Kmeans& km, int k, int n_init, std::ve
     first[q] = std::min<int64_t>(static_cast<int64_t>(uniform01(rngs[q]) * n), n - 1);
   gather(first);
   for (int q = 0; q < n_init; ++q) std::copy(cand.begin() + q * d, cand.begin() + (q + 1) * d, C[q].begin());
-  km.sq_dists(cand, n_init, true);
+  km.sq_dists(cand, n_init, /*finish=*/true);
   std::vector<int32_t> hc(static_cast<size_t>(n_init));
   std::iota(hc.begin(), hc.end(), 0);
   to_device(r, cols, hc.data(), hc.size());
@@ -659,7 +655,7 @@ std::vector<std::vector<float>> kmeans_pp(Kmeans& km, int k, int n_init, std::ve
     ph.lap("sampling");
     gather(picks);
     ph.lap("gather");
-    km.sq_dists(cand, m, true);
+    km.sq_dists(cand, m, /*finish=*/true);
     ph.lap("distances");
     double* pp = km.partials(m * nch);
     min_sums<<<as_grid(nch), kSumThreads, 0, r.stream>>>(closest.data(), km.D.data(), n, m, trials, chunk, nch, pp);
@@ -701,7 +697,7 @@ std::vector<double> lloyd_best(Kmeans& km, int k, std::vector<std::vector<float>
   Phases ph(r);
   auto assign = [&]() {
     for (int q = 0; q < n_init; ++q) std::copy(C[q].begin(), C[q].end(), all.begin() + q * k * d);
-    km.sq_dists(all, m, false, /*finish=*/false);
+    km.sq_dists(all, m, /*finish=*/false);
     ph.lap("distances (GEMM)");
     assign_labels_warp<<<grid_for(n * 32, kThreads), kThreads, 0, r.stream>>>(km.D.data(), n, n_init, k, km.dcsq.data(),
                                                                               km.xsq.data(), lab.data(), best.data());
