@@ -37,6 +37,7 @@
 #include "core/log.hpp"
 #include "core/timings.hpp"
 #include "exec/blas_core.hpp"
+#include "exec/device_tap.hpp"
 #include "io/h5ad.hpp"
 #include "io/zarr.hpp"
 #include "io/read.hpp"
@@ -426,7 +427,18 @@ struct StreamState {
   // lets them go (peak memory: issue 19 point 5); the markers step reads raw/X back from the output.
   bool raw_in_output = false;
   bool x_let_go = false;  // X written and let go after the PCA (no later step reads it)
+  // A GPU run (one device, one rank, h5ad or zarr): X copied to the device while it is read
+  // (exec/device_tap.hpp); the chain takes it, and its values were checked on the way.
+  std::shared_ptr<DeviceCsrTap> tap;
 };
+
+// The read may copy X to the GPU as it goes (SCURRY_READ_TAP=0: after the read, as before).
+bool tap_wanted(const Context& ctx, const RunOptions& o) {
+  const char* e = std::getenv("SCURRY_READ_TAP");
+  if ((e && std::strcmp(e, "0") == 0) || !ctx.cuda() || ctx.comm().size() != 1 || o.gpus.size() > 1) return false;
+  const Format f = detect_format(o.input);
+  return f == Format::h5ad || f == Format::zarr;
+}
 
 // A step after the preprocessing reads X: the markers test X (not raw, not a layer), or the kNN
 // runs on X (--use-rep X, or no PCA).
@@ -512,7 +524,12 @@ std::vector<Step> build_pipeline(const RunOptions& o) {
                    return;
                  }
                  if (!read_own_rows(ctx, o.input, d)) {
-                   d = read_any(o.input, o.read);
+                   ReadOptions ro = o.read;
+                   if (tap_wanted(ctx, o)) {
+                     st->tap = make_device_csr_tap(ctx);
+                     ro.h5ad.x_tap = csr_tap_of(st->tap);
+                   }
+                   d = read_any(o.input, ro);
                    shard_rows(ctx, d);  // several ranks: keep this rank's cells
                  }
                }});
@@ -523,7 +540,7 @@ std::vector<Step> build_pipeline(const RunOptions& o) {
                    return;
                  }
                  if (d.X.empty()) fail_input(o.input, "has no X matrix");
-                 check_counts(d.X, o.input);
+                 if (!tapped_counts_clean(st->tap, d.X)) check_counts(d.X, o.input);  // (else checked on the way to the GPU)
                }});
   if (o.scrublet)
     p.push_back({"scrublet", [&o, st](Context& ctx, Dataset& d, Timings&) {
@@ -555,6 +572,7 @@ std::vector<Step> build_pipeline(const RunOptions& o) {
                  // ... and stays on the device for the markers when they test X, not raw
                  po.keep_device_x = o.graph && o.markers && o.rank_genes_groups.layer.empty() &&
                                     !(po.raw && o.rank_genes_groups.use_raw.value_or(true));
+                 po.tapped_x = std::move(st->tap);  // (released with po at the end of this step)
                  preprocess(ctx, d, po, &t);
                  start_early_write(o, ctx, d, *st);
                },

@@ -18,6 +18,10 @@ struct DeviceCsr {
 };
 
 DeviceCsr upload(CudaResources& r, const CsrF& m);
+// The matrix a DeviceCsrTap copied to the device during the read (exec/device_tap.hpp), when it saw
+// exactly `host` (its sizes; every element): moved into out, true. Else false (out untouched).
+class DeviceCsrTap;
+bool take_tapped(const std::shared_ptr<DeviceCsrTap>& tap, const CsrF& host, DeviceCsr& out);
 CsrF download(CudaResources& r, const DeviceCsr& m);
 // A copy of m (on r's device, stream-ordered; m's nnz entries, not its spare capacity).
 DeviceCsr copy_on_device(CudaResources& r, const DeviceCsr& m);

@@ -43,15 +43,16 @@ std::string num_to_string(double v) {
 
 // ---- matrices -------------------------------------------------------------------------------------
 
+// `tap` (float32 CSR only): X's arrays copied elsewhere as they are read (core/array_tap.hpp).
 template <class T>
-Csr<T> read_compressed(const Group& g, int64_t major, int64_t minor, const std::string& where) {
+Csr<T> read_compressed(const Group& g, int64_t major, int64_t minor, const std::string& where, const CsrTap& tap = {}) {
   H5Data data = g.dataset("data"), indices = g.dataset("indices"), indptr = g.dataset("indptr");
   if (data.rank() != 1 || indices.rank() != 1 || indptr.rank() != 1)
     fail_input(g.file(), slot_of(g), ": data, indices and indptr must be 1-D arrays");
   Csr<T> m;
   m.n_rows = major;
   m.n_cols = minor;
-  m.indptr = indptr.read<int64_t>();
+  m.indptr = indptr.read<int64_t>(tap.indptr);
   if (static_cast<int64_t>(m.indptr.size()) != major + 1)
     fail_input(g.file(), slot_of(g), ": indptr has length ", m.indptr.size(), " but the shape needs ", major + 1,
                " (wrong indptr length)");
@@ -59,14 +60,14 @@ Csr<T> read_compressed(const Group& g, int64_t major, int64_t minor, const std::
     fail_input(g.file(), slot_of(g), ": data (", data.size(), ") and indices (", indices.size(),
                ") differ in length");
   // Indices beyond int32 saturate in HDF5's conversion and are then caught as out of range.
-  m.indices = indices.read<int32_t>();
-  m.data = data.read<T>();
+  m.indices = indices.read<int32_t>(tap.indices);
+  m.data = data.read<T>(tap.data);
   validate_csr(m, where);
   return m;
 }
 
 // A sparse matrix group (csr_matrix / csc_matrix, or old h5sparse_format).
-Matrix read_sparse(const Group& g, const std::string& enc) {
+Matrix read_sparse(const Group& g, const std::string& enc, const CsrTap& tap = {}) {
   const std::string& path = g.file();
   const bool csc = enc == "csc_matrix" || enc == "csc";
   std::vector<int64_t> shape;
@@ -91,7 +92,7 @@ Matrix read_sparse(const Group& g, const std::string& enc) {
   };
   if (dt == DType::f64)
     return finish(read_compressed<double>(g, csc ? cols : rows, csc ? rows : cols, where));
-  return finish(read_compressed<float>(g, csc ? cols : rows, csc ? rows : cols, where));
+  return finish(read_compressed<float>(g, csc ? cols : rows, csc ? rows : cols, where, csc ? CsrTap{} : tap));
 }
 
 Matrix read_dense(const H5Data& d) {
@@ -119,7 +120,7 @@ bool is_sparse_encoding(const std::string& e) {
 
 // A matrix element (dataset or sparse group). `required`: unknown encodings are errors (X) rather
 // than skipped with a warning (obsm entries, ...).
-std::optional<Matrix> read_matrix(const Group& parent, const std::string& name, bool required) {
+std::optional<Matrix> read_matrix(const Group& parent, const std::string& name, bool required, const CsrTap& tap = {}) {
   Node n = parent.open_child(name);
   if (n.kind() == Kind::dataset) {
     H5Data d = std::move(n).as_dataset();
@@ -142,7 +143,7 @@ std::optional<Matrix> read_matrix(const Group& parent, const std::string& name, 
   Group g = std::move(n).as_group();
   std::string enc = encoding_of(g);
   if (enc.empty()) enc = g.attr_string_or("h5sparse_format", "");
-  if (is_sparse_encoding(enc)) return read_sparse(g, enc);
+  if (is_sparse_encoding(enc)) return read_sparse(g, enc, tap);
   if (required)
     fail_input(g.file(), slot_of(g), ": unknown encoding-type '", enc,
                "' for a matrix (expected csr_matrix, csc_matrix or array)");
@@ -584,7 +585,7 @@ scurry::Dataset read_h5ad(const std::string& path, const H5adReadOptions& opt) {
   d.obs = read_dataframe(f, "obs");
   d.var = read_dataframe(f, "var");
   if (!f.has("X")) fail_input(path, "missing X matrix (this reader needs X; is it an AnnData file?)");
-  if (opt.read_x) d.X = *read_matrix(f, "X", true);
+  if (opt.read_x) d.X = *read_matrix(f, "X", true, opt.x_tap);
   if (opt.read_layers) d.layers = read_matrix_dict(f, "layers");
   d.obsm = read_matrix_dict(f, "obsm");
   d.varm = read_matrix_dict(f, "varm");

@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "core/array_tap.hpp"
 #include "core/dataset.hpp"
 #include "core/row_blocks.hpp"
 
@@ -15,6 +16,9 @@ struct H5adReadOptions {
   bool read_layers = true;  // read /layers
   bool read_x = true;       // false: X is left empty (a streamed run reads it by row blocks instead)
   bool read_raw_x = true;   // false: raw's var and varm are read, raw/X is left empty (the report streams it)
+  // X's CSR arrays given to these taps as they are read (float32 CSR X only; core/array_tap.hpp):
+  // the GPU run's upload during the read. Also read_zarr.
+  CsrTap x_tap;
 };
 
 // Reads the whole file. X as CSR (CSC converted), or dense; obs/var dataframes; obsm, varm, obsp,

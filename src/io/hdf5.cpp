@@ -675,7 +675,7 @@ int pread_range(int fd, char* buf, size_t a, size_t b, uint64_t off) {
 // false if the file cannot be opened.
 template <class T, class Begin, class At>
 bool read_pieces_parallel(const Dataset& d, const std::string& file, size_t n, int64_t pieces, Begin begin, At at,
-                          std::vector<T>& out) {
+                          std::vector<T>& out, ArrayTap* tap) {
   const int fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return false;
   struct Close {
@@ -688,18 +688,20 @@ bool read_pieces_parallel(const Dataset& d, const std::string& file, size_t n, i
         const size_t e0 = begin(i), e1 = begin(i + 1);
         if (pread_range(fd, reinterpret_cast<char*>(out.data() + e0), 0, (e1 - e0) * sizeof(T), at(i)))
           fail_h5(d.file(), "cannot read the data (file corrupt or truncated?)", d.path());
+        if (tap && e1 > e0) tap->piece(out.data() + e0, e0, e1);
       });
   return true;
 }
 
 // The contiguous dataset's n elements at `where`, in pieces of kPreadPiece bytes.
 template <class T>
-bool read_contiguous_parallel(const Dataset& d, const ContiguousBytes& where, size_t n, std::vector<T>& out) {
+bool read_contiguous_parallel(const Dataset& d, const ContiguousBytes& where, size_t n, std::vector<T>& out,
+                              ArrayTap* tap) {
   const size_t per = kPreadPiece / sizeof(T);
   const int64_t pieces = static_cast<int64_t>((n + per - 1) / per);
   return read_pieces_parallel(
       d, where.file, n, pieces, [&](int64_t i) { return std::min(n, static_cast<size_t>(i) * per); },
-      [&](int64_t i) { return where.offset + static_cast<uint64_t>(i) * per * sizeof(T); }, out);
+      [&](int64_t i) { return where.offset + static_cast<uint64_t>(i) * per * sizeof(T); }, out, tap);
 }
 }  // namespace
 
@@ -766,24 +768,25 @@ std::optional<ChunkedBytes> chunked_bytes(const Dataset& d, size_t n) {
 }
 
 template <class T>
-bool read_chunked_parallel(const Dataset& d, const ChunkedBytes& where, size_t n, std::vector<T>& out) {
+bool read_chunked_parallel(const Dataset& d, const ChunkedBytes& where, size_t n, std::vector<T>& out, ArrayTap* tap) {
   const size_t ce = where.chunk_elems;
   return read_pieces_parallel(
       d, where.file, n, static_cast<int64_t>(where.address.size()),
       [&](int64_t i) { return std::min(n, static_cast<size_t>(i) * ce); },
-      [&](int64_t i) { return where.address[static_cast<size_t>(i)]; }, out);
+      [&](int64_t i) { return where.address[static_cast<size_t>(i)]; }, out, tap);
 }
 }  // namespace
 
 template <class T>
-std::vector<T> Dataset::read() const {
+std::vector<T> Dataset::read(ArrayTap* tap) const {
   InHdf5 in_hdf5(file_.c_str(), path_.c_str(), /*metadata=*/false);
   const size_t n = static_cast<size_t>(size());
   if constexpr (std::is_arithmetic_v<T> && !std::is_same_v<T, bool>) {
     if (auto where = chunked_bytes<T>(*this, n)) {
       const auto t0 = std::chrono::steady_clock::now();
       std::vector<T> out;
-      if (read_chunked_parallel(*this, *where, n, out)) {
+      if (tap) tap->begin(n, sizeof(T));
+      if (read_chunked_parallel(*this, *where, n, out, tap)) {
         if (std::getenv("SCURRY_H5_TIMES"))
           std::fprintf(stderr, "[h5] %s: %zu bytes in %zu chunks, buffer + pread %.3f s\n", path_.c_str(), n * sizeof(T),
                        where->address.size(), std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
@@ -793,7 +796,8 @@ std::vector<T> Dataset::read() const {
     if (auto where = contiguous_bytes<T>(*this, n)) {
       const auto t0 = std::chrono::steady_clock::now();
       std::vector<T> out;
-      if (read_contiguous_parallel(*this, *where, n, out)) {
+      if (tap) tap->begin(n, sizeof(T));
+      if (read_contiguous_parallel(*this, *where, n, out, tap)) {
         if (std::getenv("SCURRY_H5_TIMES"))  // the buffer (filled beside the reads) and the reads, on stderr
           std::fprintf(stderr, "[h5] %s: %zu bytes, buffer + pread %.3f s\n", path_.c_str(), n * sizeof(T),
                        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
@@ -801,7 +805,9 @@ std::vector<T> Dataset::read() const {
       }
     }
   }
-  return read_selection<T>(*this, H5S_ALL, H5S_ALL, n);
+  std::vector<T> out = read_selection<T>(*this, H5S_ALL, H5S_ALL, n);
+  tap_whole(tap, out.data(), out.size(), sizeof(T));
+  return out;
 }
 
 template <class T>
@@ -875,7 +881,7 @@ int64_t Dataset::read_scalar_int() const {
 }
 
 #define SCURRY_H5_READ(T)                                                   \
-  template std::vector<T> Dataset::read<T>() const;                         \
+  template std::vector<T> Dataset::read<T>(ArrayTap*) const;                \
   template std::vector<T> Dataset::read_range<T>(int64_t, int64_t) const;   \
   template std::vector<T> Dataset::read_rows<T>(int64_t, int64_t) const;
 SCURRY_H5_READ(float)

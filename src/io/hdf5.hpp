@@ -16,6 +16,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/array_tap.hpp"
 #include "core/dtype.hpp"
 #include "core/value.hpp"
 
@@ -131,7 +132,12 @@ class Dataset : public Node {
 
   // Whole dataset, converted to T (float, double, int8..int64, uint8..uint64).
   template <class T>
-  std::vector<T> read() const;
+  std::vector<T> read() const {
+    return read<T>(nullptr);
+  }
+  // The same, each piece given to `tap` as it lands (core/array_tap.hpp; null: none).
+  template <class T>
+  std::vector<T> read(ArrayTap* tap) const;
   // Elements [begin, begin+count) of a 1-D dataset.
   template <class T>
   std::vector<T> read_range(int64_t begin, int64_t count) const;

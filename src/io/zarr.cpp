@@ -96,8 +96,9 @@ Array open_array(const Reader& r, const std::string& p) {
   return Array(r.s, p);
 }
 
+// `tap` (float32 CSR only): X's arrays copied elsewhere as they are read (core/array_tap.hpp).
 template <class T>
-Csr<T> read_compressed(const Reader& r, const std::string& p, int64_t major, int64_t minor) {
+Csr<T> read_compressed(const Reader& r, const std::string& p, int64_t major, int64_t minor, const CsrTap& tap = {}) {
   Array data = open_array(r, join(p, "data")), indices = open_array(r, join(p, "indices")),
         indptr = open_array(r, join(p, "indptr"));
   if (data.rank() != 1 || indices.rank() != 1 || indptr.rank() != 1)
@@ -108,7 +109,7 @@ Csr<T> read_compressed(const Reader& r, const std::string& p, int64_t major, int
   Csr<T> m;
   m.n_rows = major;
   m.n_cols = minor;
-  m.indptr = indptr.read_all<int64_t>(r.threads);
+  m.indptr = indptr.read_all<int64_t>(r.threads, tap.indptr);
   if (static_cast<int64_t>(m.indptr.size()) != major + 1)
     fail_input(r.where(p), ": indptr has length ", m.indptr.size(), " but the shape needs ", major + 1,
                " (wrong indptr length)");
@@ -127,16 +128,16 @@ Csr<T> read_compressed(const Reader& r, const std::string& p, int64_t major, int
                  r.threads);
     t0 = t1, c0 = c1;
   };
-  m.indices = indices.read_all<int32_t>(r.threads);
+  m.indices = indices.read_all<int32_t>(r.threads, tap.indices);
   lap("indices");
-  m.data = data.read_all<T>(r.threads);
+  m.data = data.read_all<T>(r.threads, tap.data);
   lap("data");
   validate_csr(m, r.where(p));
   lap("validated");
   return m;
 }
 
-Matrix read_sparse(const Reader& r, const std::string& p, const std::string& enc, const Json& a) {
+Matrix read_sparse(const Reader& r, const std::string& p, const std::string& enc, const Json& a, const CsrTap& tap = {}) {
   const bool csc = enc == "csc_matrix" || enc == "csc";
   const auto shape = sparse_shape(r, p, a);
   const int64_t rows = shape[0], cols = shape[1];
@@ -149,7 +150,7 @@ Matrix read_sparse(const Reader& r, const std::string& p, const std::string& enc
     return Matrix(std::move(m), dt);
   };
   if (dt == DType::f64) return finish(read_compressed<double>(r, p, csc ? cols : rows, csc ? rows : cols));
-  return finish(read_compressed<float>(r, p, csc ? cols : rows, csc ? rows : cols));
+  return finish(read_compressed<float>(r, p, csc ? cols : rows, csc ? rows : cols, csc ? CsrTap{} : tap));
 }
 
 Matrix read_dense(const Reader& r, const Array& a) {
@@ -171,7 +172,7 @@ Matrix read_dense(const Reader& r, const Array& a) {
   return Matrix(std::move(m), dt);
 }
 
-std::optional<Matrix> read_matrix(const Reader& r, const std::string& p, bool required) {
+std::optional<Matrix> read_matrix(const Reader& r, const std::string& p, bool required, const CsrTap& tap = {}) {
   const NodeKind k = r.s.kind(p);
   const Json a = r.s.attrs(p);
   std::string enc = attr_string(a, "encoding-type");
@@ -192,7 +193,7 @@ std::optional<Matrix> read_matrix(const Reader& r, const std::string& p, bool re
   }
   if (k != NodeKind::group) fail_input(r.where(p), ": missing");
   if (enc.empty()) enc = attr_string(a, "h5sparse_format");
-  if (is_sparse_encoding(enc)) return read_sparse(r, p, enc, a);
+  if (is_sparse_encoding(enc)) return read_sparse(r, p, enc, a, tap);
   if (required)
     fail_input(r.where(p), ": unknown encoding-type '", enc, "' for a matrix (expected csr_matrix, csc_matrix or array)");
   log::warn(r.where(p) + ": skipped (encoding '" + (enc.empty() ? "none" : enc) + "' is not read by scurry)");
@@ -623,7 +624,7 @@ Dataset read_zarr(const std::string& dir_in, const H5adReadOptions& opt) {
   d.obs = read_dataframe(r, "obs");
   d.var = read_dataframe(r, "var");
   if (s.kind("X") == NodeKind::missing) fail_input(dir, "missing X matrix (this reader needs X; is it an AnnData store?)");
-  if (opt.read_x) d.X = *read_matrix(r, "X", true);
+  if (opt.read_x) d.X = *read_matrix(r, "X", true, opt.x_tap);
   if (opt.read_layers) d.layers = read_matrix_dict(r, "layers");
   d.obsm = read_matrix_dict(r, "obsm");
   d.varm = read_matrix_dict(r, "varm");

@@ -795,7 +795,7 @@ Bytes decode_chain(const ArrayMeta& m, Bytes b, size_t expected, const std::stri
 }  // namespace
 
 template <class T>
-std::vector<T> Array::read_rows(int64_t begin, int64_t end, int threads) const {
+std::vector<T> Array::read_rows(int64_t begin, int64_t end, int threads, ArrayTap* tap) const {
   const std::string w = store_->where(path_);
   const DType dt = dtype();
   T fill{};
@@ -832,9 +832,10 @@ std::vector<T> Array::read_rows(int64_t begin, int64_t end, int threads) const {
       }
     } join_ahead{stop, ahead};
     auto chunk_end = [&](int64_t t) { return static_cast<size_t>(std::min(end, (c0 + t + 1) * ch) - begin); };
-    fill_ahead_for(out, n, std::max(threads, 1), c1 - c0, chunk_end, [&](int64_t t) {
+    if (tap) tap->begin(n, sizeof(T));
+    // Chunk t's elements [lo, hi) of the array, decoded into place.
+    auto decode_chunk = [&](int64_t t, int64_t lo, int64_t hi) {
       const std::vector<int64_t> idx{c0 + t};
-      const int64_t lo = std::max(begin, idx[0] * ch), hi = std::min(end, (idx[0] + 1) * ch);
       auto raw = raw_chunk(idx);
       if (!raw && (require_chunks_ || m_.fill_null)) fail_missing_chunk(idx);
       if (!raw) {
@@ -853,10 +854,16 @@ std::vector<T> Array::read_rows(int64_t begin, int64_t end, int threads) const {
         fail_input(cw, ": decoded to ", b.size(), " bytes but the chunk shape needs ", want, " (wrong chunk size)");
       convert(b.data() + static_cast<size_t>(lo - idx[0] * ch) * static_cast<size_t>(m_.itemsize), dt, m_.big_endian,
               out.data() + (lo - begin), hi - lo, cw);
+    };
+    if (tap) tap->begin(n, sizeof(T));
+    fill_ahead_for(out, n, std::max(threads, 1), c1 - c0, chunk_end, [&](int64_t t) {
+      const int64_t lo = std::max(begin, (c0 + t) * ch), hi = std::min(end, (c0 + t + 1) * ch);
+      decode_chunk(t, lo, hi);
+      if (tap) tap->piece(out.data() + (lo - begin), static_cast<size_t>(lo - begin), static_cast<size_t>(hi - begin));
     });
     return out;
   }
-  return gather<T>(begin, end, threads, fill, [&](const std::vector<int64_t>& idx, const Bytes& raw, int64_t n) {
+  std::vector<T> out = gather<T>(begin, end, threads, fill, [&](const std::vector<int64_t>& idx, const Bytes& raw, int64_t n) {
     const std::string cw = chunk_where(w, idx);
     const size_t want = static_cast<size_t>(n) * static_cast<size_t>(m_.itemsize);
     Bytes b = decode_chain(m_, raw, want, cw);
@@ -866,11 +873,13 @@ std::vector<T> Array::read_rows(int64_t begin, int64_t end, int threads) const {
     convert(b.data(), dt, m_.big_endian, v.data(), n, cw);
     return v;
   });
+  tap_whole(tap, out.data(), out.size(), sizeof(T));
+  return out;
 }
 
 template <class T>
-std::vector<T> Array::read_all(int threads) const {
-  return read_rows<T>(0, rank() == 0 ? 0 : m_.shape[0], threads);
+std::vector<T> Array::read_all(int threads, ArrayTap* tap) const {
+  return read_rows<T>(0, rank() == 0 ? 0 : m_.shape[0], threads, tap);
 }
 
 std::vector<std::string> Array::read_strings(int threads) const {
@@ -964,16 +973,16 @@ RecArray Array::read_records(int threads) const {
   return a;
 }
 
-template std::vector<float> Array::read_rows<float>(int64_t, int64_t, int) const;
-template std::vector<double> Array::read_rows<double>(int64_t, int64_t, int) const;
-template std::vector<int32_t> Array::read_rows<int32_t>(int64_t, int64_t, int) const;
-template std::vector<int64_t> Array::read_rows<int64_t>(int64_t, int64_t, int) const;
-template std::vector<uint8_t> Array::read_rows<uint8_t>(int64_t, int64_t, int) const;
-template std::vector<float> Array::read_all<float>(int) const;
-template std::vector<double> Array::read_all<double>(int) const;
-template std::vector<int32_t> Array::read_all<int32_t>(int) const;
-template std::vector<int64_t> Array::read_all<int64_t>(int) const;
-template std::vector<uint8_t> Array::read_all<uint8_t>(int) const;
+template std::vector<float> Array::read_rows<float>(int64_t, int64_t, int, ArrayTap*) const;
+template std::vector<double> Array::read_rows<double>(int64_t, int64_t, int, ArrayTap*) const;
+template std::vector<int32_t> Array::read_rows<int32_t>(int64_t, int64_t, int, ArrayTap*) const;
+template std::vector<int64_t> Array::read_rows<int64_t>(int64_t, int64_t, int, ArrayTap*) const;
+template std::vector<uint8_t> Array::read_rows<uint8_t>(int64_t, int64_t, int, ArrayTap*) const;
+template std::vector<float> Array::read_all<float>(int, ArrayTap*) const;
+template std::vector<double> Array::read_all<double>(int, ArrayTap*) const;
+template std::vector<int32_t> Array::read_all<int32_t>(int, ArrayTap*) const;
+template std::vector<int64_t> Array::read_all<int64_t>(int, ArrayTap*) const;
+template std::vector<uint8_t> Array::read_all<uint8_t>(int, ArrayTap*) const;
 
 // ---- writing -------------------------------------------------------------------------------------
 

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "core/array_tap.hpp"
 #include "core/dtype.hpp"
 #include "core/value.hpp"
 #include "io/zarr_codecs.hpp"
@@ -79,10 +80,11 @@ class Array {
 
   // Elements of rows [begin, end) (all of the other axes), C order, converted to T
   // (T = float, double, int32_t, int64_t, uint8_t). Integer overflow in the conversion is an error.
+  // `tap` (1-D arrays; core/array_tap.hpp) is given each chunk's elements once they are final.
   template <class T>
-  std::vector<T> read_rows(int64_t begin, int64_t end, int threads) const;
+  std::vector<T> read_rows(int64_t begin, int64_t end, int threads, ArrayTap* tap = nullptr) const;
   template <class T>
-  std::vector<T> read_all(int threads) const;
+  std::vector<T> read_all(int threads, ArrayTap* tap = nullptr) const;
   std::vector<std::string> read_strings(int threads) const;
   // A 1-D structured (record) array: fixed-width unicode / bytes fields as strings, numeric fields
   // as double with their dtype.

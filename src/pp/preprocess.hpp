@@ -4,6 +4,7 @@
 // and shares every piece of host math with the CPU steps). Each step is timed into `timings`.
 #pragma once
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -19,6 +20,8 @@
 #include "pp/scale.hpp"
 
 namespace scurry {
+
+class DeviceCsrTap;  // exec/device_tap.hpp
 
 struct PreprocessOptions {
   // --qc-vars: names of gene sets for QC. "mt" marks genes whose names start with MT- or mt- (as
@@ -50,6 +53,9 @@ struct PreprocessOptions {
   // `scurry run`'s H5adWriter), the chain keeps no copy: d.raw holds var only, d.layers no
   // "counts". Empty (the default): both are kept in d.
   std::function<bool(const std::string& slot, const Matrix& m)> early_write;
+  // GPU, one device: X as a DeviceCsrTap copied it to the device during the read
+  // (exec/device_tap.hpp); the chain takes it instead of uploading X when the tap saw exactly d.X.
+  std::shared_ptr<DeviceCsrTap> tapped_x;
   // Steps to leave out (by name: qc, filter_cells, filter_genes, normalize_total, log1p,
   // highly_variable_genes, scale, pca).
   std::vector<std::string> skip;

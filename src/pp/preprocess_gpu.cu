@@ -485,7 +485,11 @@ void preprocess_gpu(Context& ctx, Dataset& d, const PreprocessOptions& o, Timing
   gpu::preprocess_chain(
       ctx, d, o, timings, "upload",
       [&] {
-        DeviceCsr m = std::holds_alternative<CsrF>(d.X.m) ? upload(r, std::get<CsrF>(d.X.m)) : upload(r, to_csr_f(d.X));
+        DeviceCsr m;
+        const CsrF* host = std::get_if<CsrF>(&d.X.m);
+        const bool tapped = host && take_tapped(o.tapped_x, *host, m);  // (copied during the read: exec/device_tap.hpp)
+        if (!tapped) m = host ? upload(r, *host) : upload(r, to_csr_f(d.X));
+        if (timings) timings->set_meta("x_upload", tapped ? "during the read" : "after the read");
         d.X = Matrix();  // the matrix lives on the device from here on
         return m;
       },

@@ -296,7 +296,7 @@ Dataset random_dataset(uint64_t seed, int x_kind) {
 
 // The expected values of a written sample, as JSON, for the Python clients (anndata_client.py,
 // zarr_client.py).
-nlohmann::json sidecar(const Dataset& d) {
+[[maybe_unused]] nlohmann::json sidecar(const Dataset& d) {
   using nlohmann::json;
   auto mat = [](const Matrix& m) {
     double sum = 0, sq = 0;
