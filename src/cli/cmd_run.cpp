@@ -34,6 +34,7 @@
 #include "tl/draw_graph.hpp"
 #include "tl/tsne.hpp"
 #include "core/error.hpp"
+#include "core/env_laps.hpp"
 #include "core/log.hpp"
 #include "core/timings.hpp"
 #include "exec/blas_core.hpp"
@@ -478,19 +479,20 @@ std::function<bool(const std::string&, const Matrix&)> start_cpu_early_writes(co
   };
 }
 
-// After the preprocessing: when X is still coming back from the GPU (Dataset::pending_x) and this is
-// the only rank, opens the output and chains X's write behind its copy back.
-void start_early_write(const RunOptions& o, Context& ctx, Dataset& d, StreamState& st) {
+// A GPU run on one rank opens its output before the preprocessing, and the chain's copy of the
+// scaled X back to the host is followed by X's write (PreprocessOptions::follow_x: each mapped
+// window is written as soon as the copy has passed it) while the graph steps run
+// (SCURRY_RUN_LATE_WRITE=1: all at the end).
+void start_early_write(const RunOptions& o, Context& ctx, PreprocessOptions& po, StreamState& st) {
   const char* late = std::getenv("SCURRY_RUN_LATE_WRITE");
-  if (!d.pending_x || ctx.comm().size() != 1 || (late && std::strcmp(late, "0") != 0)) return;
+  if (ctx.comm().size() != 1 || (late && std::strcmp(late, "0") != 0)) return;
   make_parent_dirs(o.output);
   auto writer = std::make_shared<H5adWriter>(o.output, o.write);
-  auto copying = d.pending_x;
-  d.pending_x = std::make_shared<std::future<Matrix>>(std::async(std::launch::async, [copying, writer] {
-    Matrix X = copying->get();
-    writer->write_x(X);
-    return X;
-  }));
+  po.follow_x = [writer](const DenseF& x, const std::function<void(size_t)>& ready) {
+    EnvLaps laps("SCURRY_CMD_TIMES", "x write");  // (from the end of the preprocessing)
+    writer->write_x_following(x, ready);
+    laps.lap("copied back and written");
+  };
   st.writer = std::move(writer);
 }
 
@@ -573,8 +575,8 @@ std::vector<Step> build_pipeline(const RunOptions& o) {
                  po.keep_device_x = o.graph && o.markers && o.rank_genes_groups.layer.empty() &&
                                     !(po.raw && o.rank_genes_groups.use_raw.value_or(true));
                  po.tapped_x = std::move(st->tap);  // (released with po at the end of this step)
+                 start_early_write(o, ctx, po, *st);
                  preprocess(ctx, d, po, &t);
-                 start_early_write(o, ctx, d, *st);
                },
                true});
   if (!o.integrate.empty())

@@ -121,14 +121,14 @@ void copy_to_host(CudaResources& r, void* dst, const void* src, size_t bytes) {
   }
 }
 
-std::function<void(void*)> deferred_copy_to_host(CudaResources& r, const void* src, size_t bytes,
-                                                 std::shared_ptr<void> keep) {
+std::function<void(void*, const CopyProgress&)> deferred_copy_to_host(CudaResources& r, const void* src, size_t bytes,
+                                                                      std::shared_ptr<void> keep) {
   cudaEvent_t ev = nullptr;  // src is complete once r.stream's work so far has run
   SCURRY_CUDA(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
   std::shared_ptr<CUevent_st> ready(ev, [](cudaEvent_t e) { cudaEventDestroy(e); });
   SCURRY_CUDA(cudaEventRecord(ev, r.stream));
   const int device = r.device;
-  return [=](void* dst) mutable {
+  return [=](void* dst, const CopyProgress& progress) mutable {
     SCURRY_CUDA(cudaSetDevice(device));
     cudaStream_t raw = nullptr;
     SCURRY_CUDA(cudaStreamCreateWithFlags(&raw, cudaStreamNonBlocking));
@@ -156,6 +156,7 @@ std::function<void(void*)> deferred_copy_to_host(CudaResources& r, const void* s
         const size_t a = len * p / kPieces, b = len * (p + 1) / kPieces;
         std::memcpy(out + off + a, st.buf[i % 2] + a, b - a);
       }
+      if (progress) progress(off + len);
     }
     SCURRY_CUDA(cudaStreamSynchronize(raw));
     keep.reset();  // the source's device memory, freed once the copy has read it

@@ -34,8 +34,12 @@ void copy_to_device(CudaResources& r, void* dst, const void* src, size_t bytes);
 // the dst it is given, on a stream and pinned staging buffers of its own, once the work queued on
 // r.stream before this call has run (the copy engine then overlaps the kernels of later steps).
 // `keep` holds what src lives in and is released after the copy. Throws a CUDA error of the copy.
-std::function<void(void*)> deferred_copy_to_host(CudaResources& r, const void* src, size_t bytes,
-                                                 std::shared_ptr<void> keep);
+// `progress` (may be empty) is told, after each staged chunk, how many leading bytes of dst are
+// final (increasing; `bytes` at the end), so that another thread can follow the copy (the run's
+// write of X: cli/cmd_run.cpp).
+using CopyProgress = std::function<void(size_t bytes_done)>;
+std::function<void(void* dst, const CopyProgress& progress)> deferred_copy_to_host(CudaResources& r, const void* src,
+                                                                                   size_t bytes, std::shared_ptr<void> keep);
 
 // Keeps the rows with keep_rows[r] != 0 (device array of n_rows bytes; null keeps all) and the
 // columns with col_map[c] >= 0, renumbered to col_map[c] (device array of n_cols; null keeps all),

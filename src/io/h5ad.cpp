@@ -754,6 +754,28 @@ void H5adWriter::write_x(const Matrix& X) {
   });
 }
 
+void H5adWriter::write_x_following(const DenseF& X, const std::function<void(size_t)>& ready) {
+  Impl& w = *impl_;
+  if (w.x_written) fail("internal: H5adWriter::write_x called twice");
+  w.part([&] {
+    if (w.gz > 0) {  // compressed: chunk by chunk through HDF5's filters, once the whole X is there
+      ready(X.data.size() * sizeof(float));
+      write_dense(w.f, "X", X, DType::f32, w.gz, "X");
+      w.x_written = true;
+      w.x_rows = X.n_rows, w.x_cols = X.n_cols;
+      return;
+    }
+    const char* src = reinterpret_cast<const char*>(X.data.data());
+    H5Data d = w.f.write_from<float>("X", {X.n_rows, X.n_cols}, DType::f32, [&](char* dst, size_t off, size_t len) {
+      ready(off + len);
+      h5::parallel_copy(dst, src + off, len);
+    });
+    set_encoding(d, "array", "0.2.0");
+    w.x_written = true;
+    w.x_rows = X.n_rows, w.x_cols = X.n_cols;
+  });
+}
+
 void H5adWriter::write_layer(const std::string& key, const Matrix& m) {
   Impl& w = *impl_;
   if (std::find(w.layers_written.begin(), w.layers_written.end(), key) != w.layers_written.end())

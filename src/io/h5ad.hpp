@@ -1,6 +1,7 @@
 // scurry: AnnData .h5ad reading and writing (anndata 0.7 to 0.11 on-disk encodings).
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -59,6 +60,10 @@ class H5adWriter {
   H5adWriter& operator=(const H5adWriter&) = delete;
   // Writes X (at most once, before finish; an empty X is left out).
   void write_x(const Matrix& X);
+  // The same for a dense float32 X whose values are still arriving (a GPU run's copy back): before
+  // it reads bytes [0, b) of X.data it calls ready(b) (b increasing), which returns once they are
+  // final; so the write follows the copy instead of waiting for its end.
+  void write_x_following(const DenseF& X, const std::function<void(size_t)>& ready);
   // Writes layers/KEY (at most once a key, before finish), so that its caller can let the matrix go:
   // finish then writes d.layers' other keys beside it (d.layers must not hold KEY).
   void write_layer(const std::string& key, const Matrix& m);

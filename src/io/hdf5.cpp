@@ -1001,9 +1001,26 @@ bool mapped_write_wanted(size_t bytes, int gzip, DType disk, hid_t file_type, hi
   return H5Tequal(file_type, mem_type) > 0;
 }
 
-// Copies `bytes` of data into the (allocated, contiguous) dataset d through a shared mapping of its
-// file; false where that does not apply (nothing written then). Throws for a full disk.
-bool write_mapped(hid_t d, const void* data, size_t bytes, const std::string& file, const std::string& obj) {
+}  // namespace
+
+// [0, len) of src into dst on kPreadThreads threads.
+void parallel_copy(char* dst, const char* src, size_t len) {
+  std::atomic<size_t> next{0};
+  auto work = [&] {
+    for (size_t a; (a = next.fetch_add(kPreadPiece)) < len;) std::memcpy(dst + a, src + a, std::min(len, a + kPreadPiece) - a);
+  };
+  std::vector<std::thread> pool;
+  for (int t = 1; t < kPreadThreads; ++t) pool.emplace_back(work);
+  work();
+  for (auto& t : pool) t.join();
+}
+
+namespace {
+// Fills the `bytes` bytes of the (allocated, contiguous) dataset d through a shared mapping of its
+// file, a window at a time: fill(dst, offset, len) writes the dataset's bytes [offset, offset + len)
+// to dst, windows in order. False where that does not apply (nothing written then). Throws for a
+// full disk.
+bool write_mapped(hid_t d, const ByteSource& fill, size_t bytes, const std::string& file, const std::string& obj) {
   const auto where = sec2_extent(d, bytes);
   if (!where) return false;
   const uint64_t off = where->offset;
@@ -1025,7 +1042,6 @@ bool write_mapped(hid_t d, const void* data, size_t bytes, const std::string& fi
   size_t window = kMapWindow;
   if (const char* w = std::getenv("SCURRY_H5_MMAP_WINDOW"))
     window = std::max<size_t>(page, (std::strtoull(w, nullptr, 10) + page - 1) / page * page);
-  const char* src = static_cast<const char*>(data);
   for (size_t w0 = 0; w0 < bytes; w0 += window) {
     const size_t w1 = std::min(bytes, w0 + window), len = w1 - w0;
     const uint64_t at = off + w0;
@@ -1036,16 +1052,11 @@ bool write_mapped(hid_t d, const void* data, size_t bytes, const std::string& fi
       fail_write(file, errno, "cannot map dataset at " + obj);
     }
     char* dst = static_cast<char*>(map) + lead;
-    std::atomic<size_t> next{0};
-    auto work = [&] {
-      for (size_t a; (a = next.fetch_add(kPreadPiece)) < len;)
-        std::memcpy(dst + a, src + w0 + a, std::min(len, a + kPreadPiece) - a);
-    };
-    {
-      std::vector<std::thread> pool;
-      for (int t = 1; t < kPreadThreads; ++t) pool.emplace_back(work);
-      work();
-      for (auto& t : pool) t.join();
+    try {
+      fill(dst, w0, len);
+    } catch (...) {
+      ::munmap(map, len + lead);
+      throw;
     }
     if (::munmap(map, len + lead) != 0) fail_write(file, errno, "cannot write dataset at " + obj);
   }
@@ -1068,7 +1079,9 @@ Dataset Group::write(const std::string& name, const T* data, const std::vector<i
     fail_h5_write(file_, "cannot set up dataset '" + name + "'", child_path(name));
   Id d(H5Dcreate2(id(), name.c_str(), ft.get(), space.get(), H5P_DEFAULT, pl.get(), H5P_DEFAULT));
   if (!d.valid()) fail_h5_write(file_, "cannot create dataset '" + name + "'", child_path(name));
-  if (mapped && write_mapped(d.get(), data, bytes, file_, child_path(name)))
+  const char* src = reinterpret_cast<const char*>(data);
+  if (mapped && write_mapped(d.get(), [src](char* dst, size_t off, size_t len) { parallel_copy(dst, src + off, len); },
+                             bytes, file_, child_path(name)))
     return Dataset(std::move(d), file_, child_path(name));
   if (total > 0) {
     herr_t st;
@@ -1083,6 +1096,33 @@ Dataset Group::write(const std::string& name, const T* data, const std::vector<i
   }
   return Dataset(std::move(d), file_, child_path(name));
 }
+
+template <class T>
+Dataset Group::write_from(const std::string& name, const std::vector<int64_t>& dims, DType disk, const ByteSource& fill) const {
+  Id ft = file_type(disk);
+  Id space = simple_space(dims);
+  Id pl = dataset_create_plist(dims, H5Tget_size(ft.get()), 0);
+  int64_t total = 1;
+  for (auto x : dims) total *= x;
+  const size_t bytes = total > 0 ? static_cast<size_t>(total) * sizeof(T) : 0;
+  const bool mapped = mapped_write_wanted(bytes, 0, disk, ft.get(), native_type<T>());
+  if (mapped && (H5Pset_alloc_time(pl.get(), H5D_ALLOC_TIME_EARLY) < 0 ||
+                 H5Pset_fill_time(pl.get(), H5D_FILL_TIME_NEVER) < 0))
+    fail_h5_write(file_, "cannot set up dataset '" + name + "'", child_path(name));
+  Id d(H5Dcreate2(id(), name.c_str(), ft.get(), space.get(), H5P_DEFAULT, pl.get(), H5P_DEFAULT));
+  if (!d.valid()) fail_h5_write(file_, "cannot create dataset '" + name + "'", child_path(name));
+  if (mapped && write_mapped(d.get(), fill, bytes, file_, child_path(name)))
+    return Dataset(std::move(d), file_, child_path(name));
+  if (total > 0) {  // (no mapping here: the whole array gathered first, then H5Dwrite)
+    std::vector<T> all;
+    resize_large(all, static_cast<size_t>(total));
+    fill(reinterpret_cast<char*>(all.data()), 0, bytes);
+    chk_status(H5Dwrite(d.get(), native_type<T>(), H5S_ALL, H5S_ALL, H5P_DEFAULT, all.data()), file_,
+               "cannot write dataset '" + name + "'", child_path(name));
+  }
+  return Dataset(std::move(d), file_, child_path(name));
+}
+template Dataset Group::write_from<float>(const std::string&, const std::vector<int64_t>&, DType, const ByteSource&) const;
 
 #define SCURRY_H5_WRITE(T)                                                                                  \
   template Dataset Group::write<T>(const std::string&, const T*, const std::vector<int64_t>&, DType, int) \

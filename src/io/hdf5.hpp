@@ -12,6 +12,7 @@
 #include <hdf5.h>
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -21,6 +22,11 @@
 #include "core/value.hpp"
 
 namespace scurry::h5 {
+
+// Writes bytes [offset, offset + len) of an array being written to dst (Group::write_from).
+using ByteSource = std::function<void(char* dst, size_t offset, size_t len)>;
+// [0, len) of src copied to dst on several threads (the writes into mapped files).
+void parallel_copy(char* dst, const char* src, size_t len);
 
 // Switches off HDF5's automatic error printing for the calling thread (idempotent, cheap).
 void quiet();
@@ -174,6 +180,11 @@ class Group : public Node {
   template <class T>
   Dataset write(const std::string& name, const T* data, const std::vector<int64_t>& dims, DType disk,
                 int gzip = 0) const;
+  // The same without the array in memory (uncompressed, T = float): fill(dst, offset, len) writes
+  // bytes [offset, offset + len) of the array to dst, called on this thread with consecutive ranges in
+  // order (large datasets: a mapped window at a time).
+  template <class T>
+  Dataset write_from(const std::string& name, const std::vector<int64_t>& dims, DType disk, const ByteSource& fill) const;
   template <class T>
   Dataset write(const std::string& name, const std::vector<T>& data, DType disk, int gzip = 0) const {
     return write(name, data.data(), {static_cast<int64_t>(data.size())}, disk, gzip);

@@ -47,6 +47,10 @@ struct PreprocessOptions {
   // the GPU (run's markers test X there when it does not test raw), where it takes at most a quarter
   // of the device's memory.
   bool keep_device_x = false;
+  // With background_x: called on the copy's own thread with the host X being filled and a function
+  // that returns once its first b bytes are final (the copy runs beside it), so that the caller's
+  // write follows the copy (`scurry run`'s early write of X). Its error is the copy's.
+  std::function<void(const DenseF& x, const std::function<void(size_t)>& ready)> follow_x;
   // CPU chain, with a CSR X and the HVG subset (issue 19 point 5): called with raw/X (the
   // log-normalised matrix of all genes, just before the subset) and layers/counts (the HVGs'
   // counts, just after it) as soon as each is final. When it returns true (it wrote the matrix:

@@ -15,8 +15,12 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <condition_variable>
+#include <exception>
 #include <functional>
 #include <future>
+#include <mutex>
+#include <thread>
 
 #include "core/error.hpp"
 #include "core/log.hpp"
@@ -137,6 +141,46 @@ void write_qc_columns(Dataset& d, const QcSetup& s, RowQc&& rq, const GeneSums& 
   }
   write_qc_metrics(d, res, s.q, true);
 }
+
+// A copy that another thread follows: advance(b) from the copy (b bytes final), wait_for(b) from the
+// follower (returns once b bytes are final; throws the copy's error, or when the copy ended short).
+class FollowedCopy {
+ public:
+  template <class F>
+  void run(F&& copy) {
+    try {
+      copy();
+    } catch (...) {
+      std::lock_guard<std::mutex> lock(m_);
+      error_ = std::current_exception();
+    }
+    std::lock_guard<std::mutex> lock(m_);
+    ended_ = true;
+    cv_.notify_all();
+  }
+  void advance(size_t b) {
+    std::lock_guard<std::mutex> lock(m_);
+    done_ = std::max(done_, b);
+    cv_.notify_all();
+  }
+  void wait_for(size_t b) {
+    std::unique_lock<std::mutex> lock(m_);
+    cv_.wait(lock, [&] { return done_ >= b || ended_; });
+    if (error_) std::rethrow_exception(error_);
+    if (done_ < b) fail("internal: the copy of X back from the GPU ended at ", done_, " of ", b, " bytes");
+  }
+  void rethrow() {
+    std::lock_guard<std::mutex> lock(m_);
+    if (error_) std::rethrow_exception(error_);
+  }
+
+ private:
+  std::mutex m_;
+  std::condition_variable cv_;
+  size_t done_ = 0;
+  bool ended_ = false;
+  std::exception_ptr error_;
+};
 
 void preprocess_chain(Context& ctx, Dataset& d, const PreprocessOptions& o, Timings* timings, const char* acquire_step,
                       const std::function<DeviceCsr()>& acquire, const DeviceSum& device_sum) {
@@ -449,10 +493,23 @@ void preprocess_chain(Context& ctx, Dataset& d, const PreprocessOptions& o, Timi
       }
       auto copy = deferred_copy_to_host(r, sp, bytes, std::move(src));
       d.X = Matrix();
-      d.pending_x = std::make_shared<std::future<Matrix>>(
-          std::async(std::launch::async, [copy = std::move(copy), host = std::move(host_dense)]() mutable {
+      d.pending_x = std::make_shared<std::future<Matrix>>(std::async(
+          std::launch::async, [copy = std::move(copy), host = std::move(host_dense), follow = o.follow_x]() mutable {
             DenseF x = host.get();
-            copy(x.data.data());
+            if (!follow) {
+              copy(x.data.data(), {});
+              return Matrix(std::move(x), DType::f32);
+            }
+            FollowedCopy fc;  // the copy on a thread of its own, the follower on this one
+            std::thread copier([&] { fc.run([&] { copy(x.data.data(), [&](size_t b) { fc.advance(b); }); }); });
+            try {
+              follow(x, [&](size_t b) { fc.wait_for(b); });
+            } catch (...) {
+              copier.join();
+              throw;
+            }
+            copier.join();
+            fc.rethrow();
             return Matrix(std::move(x), DType::f32);
           }));
     });

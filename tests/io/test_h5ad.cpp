@@ -8,6 +8,9 @@
 #include <cmath>
 #include <cstdlib>
 #include <fstream>
+#include <cstring>
+#include <mutex>
+#include <condition_variable>
 #include <thread>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -595,6 +598,69 @@ TEST(H5ad, TwoPartWriterWritesTheSameFile) {
   }
   EXPECT_FALSE(fs::exists(tmp.path("new.h5ad")));
   EXPECT_EQ(files(), 1);
+}
+
+// H5adWriter::write_x_following (a GPU run writes X as its copy back arrives): X's bytes are read
+// only once the copy has reported them final, and the file equals write_h5ad's: a dense float32 X
+// filled by another thread in uneven steps, written through one-page mapped windows (many), through
+// H5Dwrite (mapping off) and with gzip; a copy that fails mid-way fails the write, no output left.
+TEST(H5ad, WriteXFollowingACopy) {
+  test::TempDir tmp;
+  Rng rng(test::fresh_seed());
+  Dataset d = random_dataset(rng.integer(0, 1 << 30), 3);  // dense float32 X
+  const DenseF& want = std::get<DenseF>(d.X.m);
+  const size_t bytes = want.data.size() * sizeof(float);
+  struct Env {
+    Env(const char* k, const char* v) : k_(k) { setenv(k, v, 1); }
+    ~Env() { unsetenv(k_); }
+    const char* k_;
+  };
+  const Env window("SCURRY_H5_MMAP_WINDOW", "4096");
+  for (const char* mode : {"force", "0", "gzip"}) {
+    SCOPED_TRACE(mode);
+    const Env e("SCURRY_H5_MMAP_WRITE", std::strcmp(mode, "gzip") == 0 ? "force" : mode);
+    const int gz = std::strcmp(mode, "gzip") == 0 ? 4 : 0;
+    DenseF x(want.n_rows, want.n_cols);
+    std::fill(x.data.begin(), x.data.end(), -1.0f);  // not yet copied
+    std::mutex m;
+    std::condition_variable cv;
+    size_t done = 0;
+    bool early = false;  // a byte read before the copy reported it
+    const std::string p = tmp.path(std::string("follow_") + mode + ".h5ad");
+    {
+      H5adWriter w(p, {gz});
+      std::thread copier([&] {
+        for (size_t b = 0; b < bytes;) {
+          const size_t step = std::min(bytes - b, static_cast<size_t>(rng.integer(1, 9000)));
+          std::memcpy(reinterpret_cast<char*>(x.data.data()) + b, reinterpret_cast<const char*>(want.data.data()) + b, step);
+          std::lock_guard<std::mutex> lock(m);
+          done = b += step;
+          cv.notify_all();
+        }
+      });
+      w.write_x_following(x, [&](size_t b) {
+        std::unique_lock<std::mutex> lock(m);
+        cv.wait(lock, [&] { return done >= b; });
+      });
+      copier.join();
+      for (float v : x.data) early |= v == -1.0f;
+      Dataset full = d;
+      w.finish(full);
+    }
+    EXPECT_FALSE(early);
+    expect_dataset_eq(d, read_h5ad(p));
+  }
+  // The copy fails: so does the write, and no file is left.
+  const std::string bad = tmp.path("failed.h5ad");
+  {
+    H5adWriter w(bad);
+    DenseF x = want;
+    EXPECT_THROW(w.write_x_following(x, [&](size_t b) {
+      if (b > bytes / 2) throw Error("copy failed");
+    }),
+                 Error);
+  }
+  EXPECT_FALSE(fs::exists(bad));
 }
 
 // H5adWriter's early parts (scurry run on the CPU writes raw/X and layers/counts as soon as they are
