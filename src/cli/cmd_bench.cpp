@@ -79,8 +79,10 @@ struct BenchOptions {
 
 }  // namespace
 // bench_integrate.cpp
-void bench_integrate(Context& ctx, const std::string& step, int64_t cells, int64_t cols, int batches, int repeat,
-                     uint64_t seed, const std::string& json, const std::string& write);
+// gpus: the --gpus contexts (main first; several: harmony over them, harmony_gpus).
+void bench_integrate(Context& ctx, const std::vector<Context*>& gpus, const std::string& step, int64_t cells,
+                     int64_t cols, int batches, int repeat, uint64_t seed, const std::string& json,
+                     const std::string& write);
 // bench_tsne.cpp
 void bench_tsne(Context& ctx, int64_t cells, int clusters, uint64_t seed, int repeat, const std::string& json,
                 const std::string& write);
@@ -300,7 +302,8 @@ void run_bench(const GlobalOptions& g, BenchOptions& o) {
   o.sim.n_cells = cells;
   o.sim.n_genes = genes;
   if (!o.integrate.empty())
-    return bench_integrate(ctx, o.integrate, cells, genes, o.integrate_batches, o.repeat, o.sim.seed, o.json, o.write);
+    return bench_integrate(ctx, gpus, o.integrate, cells, genes, o.integrate_batches, o.repeat, o.sim.seed, o.json,
+                           o.write);
   if (o.repeat < (o.on_device ? 0 : 1))
     throw InputError(o.on_device ? "--repeat must be at least 0" : "--repeat must be at least 1 (0 only with --on-device)");
   if (o.on_device && ctx.backend() != Backend::cuda) throw InputError("--on-device needs --device gpu");
@@ -524,8 +527,8 @@ void add_bench_command(CLI::App& app, GlobalOptions& g) {
   cmd->add_option("--stream-file", o->stream_file, "With --stream: write the synthetic matrix to this h5ad and stream from it");
   add_preprocess_options(*cmd, o->pp);
   cmd->add_option("--gpus", g.gpus,
-                  "With --device gpu: run the chain over these GPUs of this host: all, a count N, or ordinals 0,2 "
-                  "(default: one GPU)");
+                  "With --device gpu: run the chain (or --integrate harmony) over these GPUs of this host: all, a count "
+                  "N, or ordinals 0,2 (default: one GPU)");
   cmd->callback([&g, o] { run_bench(g, *o); });
 }
 

@@ -72,7 +72,7 @@ Context make_distributed_context(const GlobalOptions& g) {
 
 std::vector<int> selected_gpus(const GlobalOptions& g) {
   if (g.gpus.empty()) return {};
-  if (g.context.device == "cpu") fail_input("--gpus", "needs --device gpu (the GPUs to spread the preprocessing over)");
+  if (g.context.device == "cpu") fail_input("--gpus", "needs --device gpu (the GPUs to spread the work over)");
   return parse_gpus(g.gpus, cuda_device_count());
 }
 

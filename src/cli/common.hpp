@@ -24,7 +24,7 @@ Context make_context(const GlobalOptions& g);
 // info messages. One rank: make_context(g).
 Context make_distributed_context(const GlobalOptions& g);
 
-// --gpus (run, bench): the CUDA devices to spread the preprocessing over (parse_gpus: all, N, or a
+// --gpus (run, bench, harmony-integrate): the CUDA devices to spread the work over (parse_gpus: all, N, or a
 // list); empty when --gpus was not given. InputError for a bad list or --gpus with --device cpu.
 std::vector<int> selected_gpus(const GlobalOptions& g);
 // The CUDA contexts of a multi-GPU run: one per device of `devices` (their first is `main`'s device;
