@@ -66,6 +66,7 @@ struct BenchOptions {
   int marker_groups = 30;            // --marker-groups
   std::string integrate;             // --integrate harmony|regress-out|combat: time that step instead
   int integrate_batches = 8;         // --integrate-batches
+  int integrate_contexts = 0;        // --integrate-contexts: harmony over this many contexts of the main GPU
   int64_t tsne = 0;                  // --tsne CELLS: time t-SNE on a synthetic embedding instead (bench_tsne.cpp)
   PreprocessOptions pp = [] {
     PreprocessOptions p;
@@ -301,9 +302,18 @@ void run_bench(const GlobalOptions& g, BenchOptions& o) {
   }
   o.sim.n_cells = cells;
   o.sim.n_genes = genes;
-  if (!o.integrate.empty())
-    return bench_integrate(ctx, gpus, o.integrate, cells, genes, o.integrate_batches, o.repeat, o.sim.seed, o.json,
+  if (!o.integrate.empty()) {
+    std::vector<Context> same;  // --integrate-contexts N: N contexts of the main GPU (its own, then N - 1 more)
+    std::vector<Context*> over = gpus;
+    if (o.integrate_contexts > 1) {
+      if (multi) throw InputError("--integrate-contexts and --gpus: give one of the two");
+      if (ctx.backend() != Backend::cuda) throw InputError("--integrate-contexts needs --device gpu");
+      for (int q = 1; q < o.integrate_contexts; ++q) same.push_back(make_context(gm));
+      for (Context& c : same) over.push_back(&c);
+    }
+    return bench_integrate(ctx, over, o.integrate, cells, genes, o.integrate_batches, o.repeat, o.sim.seed, o.json,
                            o.write);
+  }
   if (o.repeat < (o.on_device ? 0 : 1))
     throw InputError(o.on_device ? "--repeat must be at least 0" : "--repeat must be at least 1 (0 only with --on-device)");
   if (o.on_device && ctx.backend() != Backend::cuda) throw InputError("--on-device needs --device gpu");
@@ -503,6 +513,9 @@ void add_bench_command(CLI::App& app, GlobalOptions& g) {
                   "h5ad (obsm X_pca)");
   cmd->add_option("--integrate-batches", o->integrate_batches, "With --integrate: number of batches")
       ->capture_default_str();
+  cmd->add_option("--integrate-contexts", o->integrate_contexts,
+                  "With --integrate harmony --device gpu: Harmony over this many CUDA contexts of the one GPU (the "
+                  "several-GPU path, its overhead on one device; --gpus for several devices)");
   cmd->add_option("--read", o->read, "Time reading this file (h5ad, zarr, 10x) instead of the pipeline");
   cmd->add_flag("--on-device", o->on_device, "Simulate on the GPU (nothing big on the host); each run starts from a device copy");
   cmd->add_option("--write", o->write, "Write the last run's results (without X) to this h5ad");

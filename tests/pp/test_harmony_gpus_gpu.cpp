@@ -7,7 +7,8 @@
 //   with one GPU's as harmony_gpu agrees with the CPU (test_integrate_gpu.cpp): the 15-NN shared
 //   >= 0.95, iLISI and purity within 2%, the largest coordinate difference <= 2% of the spread; the
 //   objective goes down; one key (20,000 x 20, 4 batches) and two keys (8,000 x 15);
-// - the Dataset entry (harmony_integrate over the contexts) gives harmony_gpus' float32 result;
+// - the Dataset entry (harmony_integrate over the contexts) gives harmony_gpus' float32 result; the
+//   command's --gpus 1 is the one-GPU command, --gpus 2 (two devices) reproducible and close to it;
 // - an error on one rank (SCURRY_HARMONY_GPUS_FAIL_RANK, a test knob) reaches the caller, no hang;
 //   no context, a CPU context, or fewer cells than contexts are input errors (the first two also
 //   without a GPU).
@@ -22,6 +23,7 @@
 #include "core/dataset.hpp"
 #include "core/error.hpp"
 #include "exec/context.hpp"
+#include "io/h5ad.hpp"
 #include "harmony_batches.hpp"
 #include "pp/harmony.hpp"
 #include "pp/harmony_gpu.hpp"
@@ -135,6 +137,47 @@ TEST(HarmonyGpus, HarmonyIntegrateSpreadsOverTheContexts) {
   const HarmonyResult g = harmony_gpus(first(ctxs, 2), zf, {b.batch}, {3}, opt, direct);
   EXPECT_TRUE(same_bits(d.obsm.at("X_pca_harmony").dense_f(), direct));
   EXPECT_EQ(r.objective_harmony, g.objective_harmony);
+}
+
+// `scurry --device gpu harmony-integrate IN -o OUT --key batch --gpus G`, from a file to a file:
+// --gpus 1 (device 0) is the one-GPU command, bit for bit; with two devices visible, --gpus 2 twice
+// gives the same bits, its 15-NN shared >= 0.95 with one GPU's. (parse_gpus refuses a repeated
+// device, so on one GPU the command cannot put two contexts on it: the function tests above do.)
+TEST(HarmonyGpus, CommandTakesGpus) {
+  SCURRY_REQUIRE_GPU();
+  const int64_t n = 3000, dims = 12;
+  const test::Batches b = test::batches(test::fresh_seed(), n, dims, 3);
+  Dataset d;
+  d.obs.index.resize(n);
+  for (int64_t i = 0; i < n; ++i) d.obs.index[i] = "c" + std::to_string(i);
+  CategoricalColumn cat;
+  cat.categories = {"a", "b", "c"};
+  cat.codes = b.batch;
+  d.obs.set("batch", Column(cat));
+  DenseF zf(n, dims);
+  for (size_t k = 0; k < zf.data.size(); ++k) zf.data[k] = static_cast<float>(b.Z.data[k]);
+  d.X = Matrix(CsrF::zeros(n, 0));
+  d.obsm["X_pca"] = Matrix(std::move(zf), DType::f32);
+  test::TempDir dir;
+  const std::string in = dir.path("in.h5ad");
+  write_h5ad(d, in);
+  auto run = [&](const std::string& out, const std::string& gpus) {
+    const std::string cmd = "'" + test::scurry_binary() + "' -q --device gpu harmony-integrate '" + in + "' -o '" +
+                            dir.path(out) + "' --key batch" + gpus;
+    EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
+    return read_h5ad(dir.path(out)).obsm.at("X_pca_harmony").dense_f();
+  };
+  const DenseF one = run("one.h5ad", ""), g1 = run("g1.h5ad", " --gpus 1");
+  EXPECT_TRUE(same_bits(one, g1)) << "--gpus 1 differs from one GPU";
+  if (cuda_device_count() < 2) return;
+  const DenseF two = run("two.h5ad", " --gpus 2"), two2 = run("two2.h5ad", " --gpus 2");
+  EXPECT_TRUE(same_bits(two, two2)) << "two runs over 2 GPUs differ";
+  auto widen = [](const DenseF& f) {
+    DenseD x(f.n_rows, f.n_cols);
+    for (size_t k = 0; k < f.data.size(); ++k) x.data[k] = f.data[k];
+    return x;
+  };
+  EXPECT_GE(test::knn_overlap(test::exact_knn(widen(two), 15), test::exact_knn(widen(one), 15)), 0.95);
 }
 
 TEST(HarmonyGpus, ErrorsReachTheCaller) {
