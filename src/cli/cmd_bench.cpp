@@ -282,10 +282,8 @@ void run_bench(const GlobalOptions& g, BenchOptions& o) {
               std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count());
   // --gpus: the other GPUs' contexts first (making one selects its device on this thread), the main
   // context (the first listed GPU) last.
-  const std::vector<int> devices = selected_gpus(g);
-  GlobalOptions gm = g;
-  if (!devices.empty()) gm.context.cuda.device = devices[0];
-  GpuContexts extra = make_extra_gpu_contexts(gm, devices);
+  GlobalOptions gm;
+  GpuContexts extra = select_gpus(g, gm);
   Context ctx = make_context(gm);
   const std::vector<Context*>& gpus = extra.with_main(ctx);
   const bool multi = gpus.size() > 1;

@@ -56,10 +56,8 @@ void add_cmd(CLI::App& app, GlobalOptions& g, const char* name, const char* help
     auto lap = [&](const char* what) { laps.lap(what); };
     // --gpus: the first listed GPU is the main context's; the others' contexts are made first (making
     // one selects its device on this thread; the main context's must be selected last).
-    const std::vector<int> devices = selected_gpus(g);
-    GlobalOptions gm = g;
-    if (!devices.empty()) gm.context.cuda.device = devices[0];
-    GpuContexts extra = make_extra_gpu_contexts(gm, devices);
+    GlobalOptions gm;
+    GpuContexts extra = select_gpus(g, gm);
     Context ctx = make_context(gm);
     const std::vector<Context*>& all = extra.with_main(ctx);
     lap("context");

@@ -87,6 +87,13 @@ GpuContexts make_extra_gpu_contexts(const GlobalOptions& g, const std::vector<in
   return out;
 }
 
+GpuContexts select_gpus(const GlobalOptions& g, GlobalOptions& gm) {
+  const std::vector<int> devices = selected_gpus(g);
+  gm = g;
+  if (!devices.empty()) gm.context.cuda.device = devices[0];
+  return make_extra_gpu_contexts(gm, devices);
+}
+
 std::vector<Context*>& GpuContexts::with_main(Context& main) {
   all.assign(1, &main);
   for (Context& c : extra) all.push_back(&c);

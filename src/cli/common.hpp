@@ -36,6 +36,10 @@ struct GpuContexts {
   std::vector<Context*>& with_main(Context& main);
 };
 GpuContexts make_extra_gpu_contexts(const GlobalOptions& g, const std::vector<int>& devices);
+// --gpus (selected_gpus): gm = g with the main context on the first selected GPU, and the other
+// selected GPUs' contexts (make_extra_gpu_contexts), made now: the caller makes the main context from
+// gm afterwards. No --gpus: gm = g, no contexts.
+GpuContexts select_gpus(const GlobalOptions& g, GlobalOptions& gm);
 
 // Checks an output path before any work is done: it must end in `ext` and must not be a
 // directory; its directory must be writable (the nearest existing one when directories are still to

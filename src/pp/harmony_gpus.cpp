@@ -53,18 +53,7 @@ HarmonyResult run_ranks(const std::vector<Context*>& ctxs, const detail::Harmony
       });
     for (auto& w : workers) w.join();
   }
-  std::exception_ptr first;  // the first error that is not another rank's "a rank failed"
-  for (const auto& e : errors) {
-    if (!e) continue;
-    try {
-      std::rethrow_exception(e);
-    } catch (const ThreadCommAborted&) {
-      if (!first) first = e;
-    } catch (...) {
-      std::rethrow_exception(e);
-    }
-  }
-  if (first) std::rethrow_exception(first);
+  rethrow_rank_errors(errors);
   return std::move(res[0]);  // the objective and counts: the same bits on every rank
 }
 

@@ -77,6 +77,23 @@ void expect_spread_runs_good(std::vector<Context>& ctxs, const test::Batches& b,
   }
 }
 
+// The cells as a Dataset: obs batch (3 levels a, b, c), obsm X_pca float32, X without genes.
+Dataset dataset_of(const test::Batches& b) {
+  const int64_t n = b.Z.n_rows;
+  Dataset d;
+  d.obs.index.resize(n);
+  for (int64_t i = 0; i < n; ++i) d.obs.index[i] = "c" + std::to_string(i);
+  CategoricalColumn cat;
+  cat.categories = {"a", "b", "c"};
+  cat.codes = b.batch;
+  d.obs.set("batch", Column(cat));
+  DenseF zf(n, b.Z.n_cols);
+  for (size_t k = 0; k < zf.data.size(); ++k) zf.data[k] = static_cast<float>(b.Z.data[k]);
+  d.X = Matrix(CsrF::zeros(n, 0));
+  d.obsm["X_pca"] = Matrix(std::move(zf), DType::f32);
+  return d;
+}
+
 }  // namespace
 
 TEST(HarmonyGpus, OneContextIsHarmonyGpu) {
@@ -120,16 +137,8 @@ TEST(HarmonyGpus, HarmonyIntegrateSpreadsOverTheContexts) {
   std::vector<Context> ctxs = test::three_gpu_contexts();
   const int64_t n = 3000, dims = 12;
   const test::Batches b = test::batches(test::fresh_seed(), n, dims, 3);
-  Dataset d;
-  d.obs.index.resize(n);
-  for (int64_t i = 0; i < n; ++i) d.obs.index[i] = "c" + std::to_string(i);
-  CategoricalColumn cat;
-  cat.categories = {"a", "b", "c"};
-  cat.codes = b.batch;
-  d.obs.set("batch", Column(cat));
-  DenseF zf(n, dims);
-  for (size_t k = 0; k < zf.data.size(); ++k) zf.data[k] = static_cast<float>(b.Z.data[k]);
-  d.obsm["X_pca"] = Matrix(zf);
+  Dataset d = dataset_of(b);
+  const DenseF zf = d.obsm.at("X_pca").dense_f();
   HarmonyOptions opt;
   opt.keys = {"batch"};
   const HarmonyResult r = harmony_integrate(first(ctxs, 2), d, opt);
@@ -147,17 +156,7 @@ TEST(HarmonyGpus, CommandTakesGpus) {
   SCURRY_REQUIRE_GPU();
   const int64_t n = 3000, dims = 12;
   const test::Batches b = test::batches(test::fresh_seed(), n, dims, 3);
-  Dataset d;
-  d.obs.index.resize(n);
-  for (int64_t i = 0; i < n; ++i) d.obs.index[i] = "c" + std::to_string(i);
-  CategoricalColumn cat;
-  cat.categories = {"a", "b", "c"};
-  cat.codes = b.batch;
-  d.obs.set("batch", Column(cat));
-  DenseF zf(n, dims);
-  for (size_t k = 0; k < zf.data.size(); ++k) zf.data[k] = static_cast<float>(b.Z.data[k]);
-  d.X = Matrix(CsrF::zeros(n, 0));
-  d.obsm["X_pca"] = Matrix(std::move(zf), DType::f32);
+  const Dataset d = dataset_of(b);
   test::TempDir dir;
   const std::string in = dir.path("in.h5ad");
   write_h5ad(d, in);
