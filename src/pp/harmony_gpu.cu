@@ -551,15 +551,17 @@ double uniform01(std::mt19937_64& rng) { return static_cast<double>(rng() >> 11)
 // SCURRY_HARMONY_TIMES=1: mark(what) prints the wall time since the previous mark on stderr (the
 // stream synchronised first); without it, nothing (no synchronisation).
 struct Phases {
-  explicit Phases(CudaResources& res) : r(res), marks("SCURRY_HARMONY_TIMES", "harmony gpu") {}
+  // mute: another rank than the first of harmony_gpus (one set of marks).
+  explicit Phases(CudaResources& res, bool mute_ = false)
+      : r(res), marks("SCURRY_HARMONY_TIMES", "harmony gpu"), mute(mute_) {}
   void mark(const std::string& what) {
-    if (!marks.on()) return;
+    if (mute || !marks.on()) return;
     SCURRY_CUDA(cudaStreamSynchronize(r.stream));
     marks.lap(what.c_str());
   }
   // Adds the time since the previous lap to the total of `what` (printed by report()).
   void lap(const char* what) {
-    if (!marks.on()) return;
+    if (mute || !marks.on()) return;
     SCURRY_CUDA(cudaStreamSynchronize(r.stream));
     const auto now = std::chrono::steady_clock::now();
     const double t = std::chrono::duration<double>(now - last).count();
@@ -572,12 +574,13 @@ struct Phases {
     laps.emplace_back(what, t);
   }
   void report(const std::string& head) {
-    if (!marks.on()) return;
+    if (mute || !marks.on()) return;
     for (const auto& e : laps) std::fprintf(stderr, "[harmony gpu] %s: %s %.4f s\n", head.c_str(), e.first.c_str(), e.second);
     laps.clear();
   }
   CudaResources& r;
   EnvLaps marks;
+  bool mute;
   std::chrono::steady_clock::time_point last = std::chrono::steady_clock::now();
   std::vector<std::pair<std::string, double>> laps;
 };
@@ -709,10 +712,22 @@ std::vector<std::vector<float>> kmeans_pp(Kmeans& km, int k, int n_init, std::ve
 }
 
 // Lloyd iterations of all restarts in lockstep (a restart stops once its centre shift is <= tol);
-// the best restart's centres (least inertia). As harmony.cpp's lloyd_best.
-std::vector<double> lloyd_best(Kmeans& km, int k, std::vector<std::vector<float>>& C, int max_iter, double tol) {
+// the best restart's centres (least inertia). As harmony.cpp's lloyd_best. Several GPUs (comm): km
+// holds this rank's cells, from cell lo of all; the inertias and the centre sums are added across
+// the ranks (rank order: every rank the same centres), an empty cluster takes the farthest cell of
+// all (the distances gathered, the row broadcast by its rank).
+std::vector<double> lloyd_best(Kmeans& km, int k, std::vector<std::vector<float>>& C, int max_iter, double tol,
+                               Comm* comm = nullptr, int64_t lo = 0) {
   CudaResources& r = km.r;
   const int64_t n = km.n, d = km.d;
+  const int R = comm ? comm->size() : 1;
+  std::vector<int64_t> ranges(static_cast<size_t>(2 * R), 0);  // per rank: first cell, cells
+  ranges[0] = lo, ranges[1] = n;
+  if (comm) {
+    const int64_t mine[2] = {lo, n};
+    comm->allgather(mine, sizeof mine, ranges.data());
+  }
+  const int64_t n_all = ranges[2 * (R - 1)] + ranges[2 * R - 1];
   const int n_init = static_cast<int>(C.size());
   const int64_t m = static_cast<int64_t>(n_init) * k;
   std::vector<float> all(static_cast<size_t>(m * d));
@@ -721,7 +736,7 @@ std::vector<double> lloyd_best(Kmeans& km, int k, std::vector<std::vector<float>
   DeviceArray<uint8_t> done_d(r, static_cast<size_t>(n_init), "k-means restart flags");
   std::vector<uint8_t> done(static_cast<size_t>(n_init), 0);
   const int64_t ichunk = chunk_for(n, n_init, 256), inch = n_chunks(n, ichunk);
-  Phases ph(r);
+  Phases ph(r, comm && comm->rank() != 0);
   auto assign = [&]() {
     for (int q = 0; q < n_init; ++q) std::copy(C[q].begin(), C[q].end(), all.begin() + q * k * d);
     km.sq_dists(all, m, /*finish=*/false);
@@ -737,6 +752,7 @@ std::vector<double> lloyd_best(Kmeans& km, int k, std::vector<std::vector<float>
     reduce(r, pp, n_init, inch, out);
     std::vector<double> inertia(static_cast<size_t>(n_init));
     to_host(r, inertia.data(), out, inertia.size());
+    if (comm) comm->allreduce_sum(inertia.data(), inertia.size());
     ph.lap("inertia");
     return inertia;
   };
@@ -769,6 +785,7 @@ std::vector<double> lloyd_best(Kmeans& km, int k, std::vector<std::vector<float>
     double* out = km.reduced(width);
     reduce(r, pp, width, nch, out);
     to_host(r, acc.data(), out, acc.size());
+    if (comm) comm->allreduce_sum(acc.data(), acc.size());
     ph.lap("centre sums reduced and downloaded");
     hbest.clear();
     bool all_done = true;
@@ -784,25 +801,38 @@ std::vector<double> lloyd_best(Kmeans& km, int k, std::vector<std::vector<float>
           for (int64_t t = 0; t < d; ++t) nc[t] = static_cast<float>(a[t] / a[d]);
         } else {
           if (far.empty()) {
-            if (hbest.empty()) {
-              hbest.resize(static_cast<size_t>(n * n_init));
-              to_host(r, hbest.data(), best.data(), hbest.size());
+            if (hbest.empty()) {  // all cells' distances to their nearest centres, in cell order
+              hbest.resize(static_cast<size_t>(n_all * n_init));
+              std::vector<float> mine(static_cast<size_t>(n * n_init));
+              to_host(r, mine.data(), best.data(), mine.size());
+              if (comm) {
+                std::vector<size_t> counts;
+                for (int q2 = 0; q2 < R; ++q2) counts.push_back(static_cast<size_t>(ranges[2 * q2 + 1] * n_init) * sizeof(float));
+                comm->allgatherv(mine.data(), counts, hbest.data());
+              } else {
+                hbest = std::move(mine);
+              }
             }
-            far.resize(static_cast<size_t>(n));
-            for (int64_t i = 0; i < n; ++i) far[i] = i;
+            far.resize(static_cast<size_t>(n_all));
+            for (int64_t i = 0; i < n_all; ++i) far[i] = i;
             std::stable_sort(far.begin(), far.end(),
                              [&](int64_t x, int64_t y) { return hbest[x * n_init + q] < hbest[y * n_init + q]; });
           }
           const int64_t pnt = far.back();
           far.pop_back();
           ++empties;
-          std::vector<int64_t> one{pnt};
-          DeviceArray<int64_t> id(r, 1, "k-means empty cluster");
-          to_device(r, id, one.data(), 1);
-          DeviceArray<float> row(r, static_cast<size_t>(d), "k-means empty cluster row");
-          gather_rows<float><<<grid_for(d, kThreads), kThreads, 0, r.stream>>>(km.X.data(), id.data(), 1, d, row.data());
-          SCURRY_CUDA_LAUNCH();
-          to_host(r, nc.data(), row.data(), nc.size());
+          int owner = 0;  // the rank holding cell pnt
+          while (owner + 1 < R && ranges[2 * (owner + 1)] <= pnt) ++owner;
+          if (!comm || comm->rank() == owner) {
+            std::vector<int64_t> one{pnt - ranges[2 * owner]};
+            DeviceArray<int64_t> id(r, 1, "k-means empty cluster");
+            to_device(r, id, one.data(), 1);
+            DeviceArray<float> row(r, static_cast<size_t>(d), "k-means empty cluster row");
+            gather_rows<float><<<grid_for(d, kThreads), kThreads, 0, r.stream>>>(km.X.data(), id.data(), 1, d, row.data());
+            SCURRY_CUDA_LAUNCH();
+            to_host(r, nc.data(), row.data(), nc.size());
+          }
+          if (comm) comm->broadcast(nc.data(), nc.size() * sizeof(float), owner);
         }
         for (int64_t t = 0; t < d; ++t) {
           shift += (static_cast<double>(nc[t]) - cc[t]) * (static_cast<double>(nc[t]) - cc[t]);
@@ -831,13 +861,19 @@ std::vector<std::mt19937_64> kmeans_streams(const HarmonyOptions& opt, std::mt19
   return rngs;
 }
 
-std::vector<double> initial_centroids(CudaResources& r, const double* Zcos, int64_t n, int64_t d, int k,
-                                      const HarmonyOptions& opt, std::vector<std::mt19937_64> rngs) {
+// The k-means data: float(Zcos) and the cells' squared norms.
+Kmeans kmeans_data(CudaResources& r, const double* Zcos, int64_t n, int64_t d) {
   Kmeans km{r, n, d, DeviceArray<float>(r, static_cast<size_t>(n * d), "k-means cells (float32)"),
             DeviceArray<float>(r, static_cast<size_t>(n), "k-means cell norms"), {}, {}, {}, {}, {}};
   to_float<<<grid_for(n, kThreads), kThreads, 0, r.stream>>>(Zcos, n, d, km.X.data(), km.xsq.data());
   SCURRY_CUDA_LAUNCH();
-  // sklearn's tol (1e-4) times the mean per-column variance.
+  return km;
+}
+
+// sklearn's tol (1e-4) times the mean per-column variance of Zcos (n x d).
+double kmeans_tol(Kmeans& km, const double* Zcos) {
+  CudaResources& r = km.r;
+  const int64_t n = km.n, d = km.d;
   const int64_t chunk = chunk_for(n, d, 1024), nch = n_chunks(n, chunk);
   double* pp = km.partials(d * nch);
   double* mean = km.reduced(2 * d);
@@ -854,12 +890,43 @@ std::vector<double> initial_centroids(CudaResources& r, const double* Zcos, int6
   to_host(r, h.data(), mean + d, h.size());
   double tol = 0;
   for (double x : h) tol += x / static_cast<double>(n);
-  tol = tol / static_cast<double>(d) * 1e-4;
+  return tol / static_cast<double>(d) * 1e-4;
+}
+
+// The initial centroids (harmony.cpp's initial_centroids on the device): k-means++ restarts, then
+// Lloyd, on Zcos (n x d).
+std::vector<double> initial_centroids(CudaResources& r, const double* Zcos, int64_t n, int64_t d, int k,
+                                      const HarmonyOptions& opt, std::vector<std::mt19937_64> rngs) {
+  Kmeans km = kmeans_data(r, Zcos, n, d);
+  const double tol = kmeans_tol(km, Zcos);
   const int n_init = static_cast<int>(rngs.size());
   Phases ph(r);
   std::vector<std::vector<float>> C = kmeans_pp(km, k, n_init, rngs);
   ph.mark("  k-means++ (" + std::to_string(k) + " centres, " + std::to_string(n_init) + " restarts)");
   return lloyd_best(km, k, C, opt.kmeans_max_iter, tol);
+}
+
+// The same over the ranks of harmony_gpus: the tolerance and k-means++ on rank 0 over all cells
+// (Zcos_all, Ng x d there; null elsewhere), its centres and tolerance broadcast, then Lloyd over
+// every rank's own cells (Zcos, n x d from cell lo; rank 0's are the first n of Zcos_all).
+std::vector<double> initial_centroids_ranks(CudaResources& r, const double* Zcos_all, int64_t Ng, const double* Zcos,
+                                            int64_t n, int64_t lo, int64_t d, int k, const HarmonyOptions& opt,
+                                            std::vector<std::mt19937_64> rngs, Comm& comm) {
+  const bool root = comm.rank() == 0;
+  const int n_init = static_cast<int>(rngs.size());
+  Kmeans km = kmeans_data(r, root ? Zcos_all : Zcos, root ? Ng : n, d);
+  double tol = 0;
+  std::vector<std::vector<float>> C(static_cast<size_t>(n_init), std::vector<float>(static_cast<size_t>(k * d)));
+  if (root) {
+    tol = kmeans_tol(km, Zcos_all);
+    Phases ph(r);
+    C = kmeans_pp(km, k, n_init, rngs);
+    ph.mark("  k-means++ (" + std::to_string(k) + " centres, " + std::to_string(n_init) + " restarts, rank 0)");
+    km.n = n;  // Lloyd over its own cells: the first n rows
+  }
+  comm.broadcast(&tol, sizeof tol, 0);
+  for (auto& c : C) comm.broadcast(c.data(), c.size() * sizeof(float), 0);
+  return lloyd_best(km, k, C, opt.kmeans_max_iter, tol, &comm, lo);
 }
 
 // ---- Harmony proper
@@ -1257,19 +1324,21 @@ HarmonyResult detail::harmony_gpu_rank(const Context& ctx, const HarmonySetup& s
   // The initial centroids: the k-means on all cells, on rank 0 (several GPUs: from the whole embedding
   // uploaded there once more), broadcast to the others; every rank draws the restarts' streams.
   std::vector<std::mt19937_64> streams = kmeans_streams(opt, s.rng);
-  std::vector<double> Y0(static_cast<size_t>(K * d));
-  if (root && N == Ng) {
+  std::vector<double> Y0;
+  if (!part.comm) {
     Y0 = initial_centroids(r, s.Zcos.data(), N, d, static_cast<int>(K), opt, std::move(streams));
-  } else if (root) {
-    DeviceArray<double> zall(r, static_cast<size_t>(Ng * d), "harmony Z (all cells, for the k-means)");
-    upload_rows(r, Zd, Zf, 0, Ng, d, zall);
-    DeviceArray<double> zcos(r, static_cast<size_t>(Ng * d), "harmony Z_cos (all cells, for the k-means)");
-    cosine_init<<<grid_for(Ng, kThreads), kThreads, 0, r.stream>>>(zall.data(), Ng, d, zcos.data());
-    SCURRY_CUDA_LAUNCH();
-    zall.release();
-    Y0 = initial_centroids(r, zcos.data(), Ng, d, static_cast<int>(K), opt, std::move(streams));
+  } else {
+    DeviceArray<double> zcos;  // rank 0: all cells, for k-means++
+    if (root) {
+      DeviceArray<double> zall(r, static_cast<size_t>(Ng * d), "harmony Z (all cells, for k-means++)");
+      upload_rows(r, Zd, Zf, 0, Ng, d, zall);
+      zcos = DeviceArray<double>(r, static_cast<size_t>(Ng * d), "harmony Z_cos (all cells, for k-means++)");
+      cosine_init<<<grid_for(Ng, kThreads), kThreads, 0, r.stream>>>(zall.data(), Ng, d, zcos.data());
+      SCURRY_CUDA_LAUNCH();
+    }
+    Y0 = initial_centroids_ranks(r, zcos.data(), Ng, s.Zcos.data(), N, lo, d, static_cast<int>(K), opt,
+                                 std::move(streams), *part.comm);
   }
-  if (part.comm) part.comm->broadcast(Y0.data(), Y0.size() * sizeof(double), 0);
   mark("initial k-means");
   for (int64_t k = 0; k < K; ++k) {  // normalize_rows on the host, as harmony.cpp
     double sq = 0;

@@ -26,10 +26,11 @@
 // same bits. The R update keeps one GPU's global seeded order: every rank sorts the keys of all N
 // cells and updates its own cells of each block in that order; the block's new sums and the next
 // block's old sums cross in one exchange (ceil(1 / block_size) + 1 a k-means round). The initial
-// k-means runs on rank 0 over all cells (the whole embedding uploaded there a second time: rank 0
-// also holds its own range), its centroids broadcast: the same initial centroids as one GPU, and
-// its time (about half of one GPU's at 1.3M x 50) not divided by the ranks. With one context it is
-// harmony_gpu; with R > 1 the results differ from one GPU's by the summation order only.
+// k-means: its tolerance and k-means++ on rank 0 over all cells (the whole embedding uploaded there a
+// second time: one GPU's candidates and centres), broadcast; then Lloyd over every rank's own cells,
+// the inertias and the n_init x K x (d + 1) centre sums added across the ranks, an empty cluster
+// taking the farthest cell of all (the distances gathered). With one context it is harmony_gpu;
+// with R > 1 the results differ from one GPU's by the summation order only.
 #pragma once
 #include <cstdint>
 #include <vector>
