@@ -50,8 +50,9 @@ HarmonyResult harmony_gpu(const Context& ctx, const DenseD& Z, const std::vector
 HarmonyResult harmony_gpu(const Context& ctx, const DenseF& Z, const std::vector<std::vector<int32_t>>& codes,
                           const std::vector<int32_t>& n_levels, const HarmonyOptions& opt, DenseF& Z_corr);
 
-// Over the CUDA contexts ctxs (one or more; InputError for none, a context without CUDA, or fewer
-// cells than contexts). One context: harmony_gpu. Z_corr: as harmony_gpu's float32 form.
+// Over the CUDA contexts ctxs (one or more, distinct objects; several may be on one device;
+// InputError for none, a context without CUDA, one given twice, or fewer cells than contexts). One
+// context: harmony_gpu. Z_corr: as harmony_gpu's float32 form.
 HarmonyResult harmony_gpus(const std::vector<Context*>& ctxs, const DenseF& Z,
                            const std::vector<std::vector<int32_t>>& codes, const std::vector<int32_t>& n_levels,
                            const HarmonyOptions& opt, DenseF& Z_corr);

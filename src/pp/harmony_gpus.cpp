@@ -18,9 +18,13 @@ namespace {
 
 void check_contexts(const std::vector<Context*>& ctxs) {
   if (ctxs.empty()) fail_input("harmony_integrate (gpus)", "no GPU context given");
-  for (const Context* c : ctxs)
+  for (size_t q = 0; q < ctxs.size(); ++q) {
+    const Context* c = ctxs[q];
     if (!c || c->backend() != Backend::cuda || !c->cuda())
       fail_input("harmony_integrate (gpus)", "every context must be a CUDA context (--device gpu)");
+    for (size_t p = 0; p < q; ++p)  // a context's stream and handles serve one thread
+      if (ctxs[p] == c) fail_input("harmony_integrate (gpus)", "context ", q, " is context ", p, " again");
+  }
 }
 
 // Rank q's cells: [N q / R, N (q + 1) / R).

@@ -11,8 +11,8 @@
 // - the Dataset entry (harmony_integrate over the contexts) gives harmony_gpus' float32 result; the
 //   command's --gpus 1 is the one-GPU command, --gpus 2 (two devices) reproducible and close to it;
 // - an error on one rank (SCURRY_HARMONY_GPUS_FAIL_RANK, a test knob) reaches the caller, no hang;
-//   no context, a CPU context, or fewer cells than contexts are input errors (the first two also
-//   without a GPU).
+//   no context, a CPU context, a context given twice, or fewer cells than contexts are input errors
+//   (the first two also without a GPU).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -224,6 +224,7 @@ TEST(HarmonyGpus, ErrorsReachTheCaller) {
   EXPECT_THROW(harmony_gpus({&cpu, &cpu}, b.Z, {b.batch}, {2}, opt), InputError);
   if (!test::have_gpu()) return;
   std::vector<Context> ctxs = test::three_gpu_contexts();
+  EXPECT_THROW(harmony_gpus({&ctxs[0], &ctxs[1], &ctxs[0]}, b.Z, {b.batch}, {2}, opt), InputError);  // one twice
   DenseD tiny(2, 4);
   for (size_t k = 0; k < tiny.data.size(); ++k) tiny.data[k] = 1.0 + static_cast<double>(k % 3);
   HarmonyOptions one;
