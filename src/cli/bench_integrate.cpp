@@ -7,7 +7,7 @@
 // and download are part of it); the median is reported, with regress-out's device time alone (CUDA
 // events, upload and download left out) and the floor of the bytes each must move. A shortcut
 // against the user's command (`scurry harmony-integrate IN -o OUT --key batch --device gpu`): no
-// file read or write, no Dataset.
+// file read or write, no Dataset. --gpus N (harmony only): harmony_gpus over those GPUs' contexts.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -45,13 +45,16 @@ double median_of(std::vector<double> v) {
 
 }  // namespace
 
-void bench_integrate(Context& ctx, const std::string& step, int64_t cells, int64_t cols, int batches, int repeat,
-                     uint64_t seed, const std::string& json, const std::string& write) {
+void bench_integrate(Context& ctx, const std::vector<Context*>& gpus, const std::string& step, int64_t cells,
+                     int64_t cols, int batches, int repeat, uint64_t seed, const std::string& json,
+                     const std::string& write) {
   if (batches < 2) throw InputError("--integrate-batches must be at least 2");
   if (repeat < 1) throw InputError("--repeat must be at least 1");
   if (step != "harmony" && step != "regress-out" && step != "combat")
     throw InputError("--integrate " + step + ": give harmony, regress-out or combat");
   const bool gpu = ctx.backend() == Backend::cuda;
+  const bool multi = gpus.size() > 1;  // --gpus N: Harmony over them (harmony_gpus)
+  if (multi && step != "harmony") throw InputError("--gpus with --integrate: only harmony runs over several GPUs");
   std::mt19937_64 rng(seed);
   std::normal_distribution<double> nd(0, 1);
   std::vector<int32_t> batch(static_cast<size_t>(cells)), type(static_cast<size_t>(cells));
@@ -66,6 +69,7 @@ void bench_integrate(Context& ctx, const std::string& step, int64_t cells, int64
   j["cols"] = cols;
   j["batches"] = batches;
   j["device"] = ctx.describe();
+  j["gpus"] = std::max<size_t>(1, gpus.size());
   double floor = 0;
   if (step == "harmony") {
     DenseD Z(cells, cols);
@@ -95,7 +99,9 @@ void bench_integrate(Context& ctx, const std::string& step, int64_t cells, int64
     HarmonyResult res;
     for (int rep = 0; rep <= repeat; ++rep) {
       const auto t0 = std::chrono::steady_clock::now();
-      res = gpu ? harmony_gpu(ctx, Z, {batch}, {batches}, opt) : harmony(ctx, Z, {batch}, {batches}, opt);
+      res = multi ? harmony_gpus(gpus, Z, {batch}, {batches}, opt)
+            : gpu ? harmony_gpu(ctx, Z, {batch}, {batches}, opt)
+                  : harmony(ctx, Z, {batch}, {batches}, opt);
       const double t = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       if (rep > 0) times.push_back(t);
     }
@@ -157,8 +163,10 @@ void bench_integrate(Context& ctx, const std::string& step, int64_t cells, int64
   j["median_s"] = med;
   j["times_s"] = times;
   j["floor_s"] = floor;
-  std::printf("%s: %lld cells x %lld, %d batches, %s: median %.4f s of %d run(s) (host arrays in and out)", step.c_str(),
-              static_cast<long long>(cells), static_cast<long long>(cols), batches, ctx.describe().c_str(), med, repeat);
+  const std::string over = multi ? " over " + std::to_string(gpus.size()) + " GPU contexts" : "";
+  std::printf("%s: %lld cells x %lld, %d batches, %s%s: median %.4f s of %d run(s) (host arrays in and out)",
+              step.c_str(), static_cast<long long>(cells), static_cast<long long>(cols), batches,
+              ctx.describe().c_str(), over.c_str(), med, repeat);
   if (step == "regress-out" && gpu) {
     const double dm = median_of(device_times);
     j["device_median_s"] = dm;

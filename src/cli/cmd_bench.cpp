@@ -66,6 +66,7 @@ struct BenchOptions {
   int marker_groups = 30;            // --marker-groups
   std::string integrate;             // --integrate harmony|regress-out|combat: time that step instead
   int integrate_batches = 8;         // --integrate-batches
+  int integrate_contexts = 0;        // --integrate-contexts: harmony over this many contexts of the main GPU
   int64_t tsne = 0;                  // --tsne CELLS: time t-SNE on a synthetic embedding instead (bench_tsne.cpp)
   PreprocessOptions pp = [] {
     PreprocessOptions p;
@@ -79,8 +80,10 @@ struct BenchOptions {
 
 }  // namespace
 // bench_integrate.cpp
-void bench_integrate(Context& ctx, const std::string& step, int64_t cells, int64_t cols, int batches, int repeat,
-                     uint64_t seed, const std::string& json, const std::string& write);
+// gpus: the --gpus contexts (main first; several: harmony over them, harmony_gpus).
+void bench_integrate(Context& ctx, const std::vector<Context*>& gpus, const std::string& step, int64_t cells,
+                     int64_t cols, int batches, int repeat, uint64_t seed, const std::string& json,
+                     const std::string& write);
 // bench_tsne.cpp
 void bench_tsne(Context& ctx, int64_t cells, int clusters, uint64_t seed, int repeat, const std::string& json,
                 const std::string& write);
@@ -279,10 +282,8 @@ void run_bench(const GlobalOptions& g, BenchOptions& o) {
               std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count());
   // --gpus: the other GPUs' contexts first (making one selects its device on this thread), the main
   // context (the first listed GPU) last.
-  const std::vector<int> devices = selected_gpus(g);
-  GlobalOptions gm = g;
-  if (!devices.empty()) gm.context.cuda.device = devices[0];
-  GpuContexts extra = make_extra_gpu_contexts(gm, devices);
+  GlobalOptions gm;
+  GpuContexts extra = select_gpus(g, gm);
   Context ctx = make_context(gm);
   const std::vector<Context*>& gpus = extra.with_main(ctx);
   const bool multi = gpus.size() > 1;
@@ -299,8 +300,18 @@ void run_bench(const GlobalOptions& g, BenchOptions& o) {
   }
   o.sim.n_cells = cells;
   o.sim.n_genes = genes;
-  if (!o.integrate.empty())
-    return bench_integrate(ctx, o.integrate, cells, genes, o.integrate_batches, o.repeat, o.sim.seed, o.json, o.write);
+  if (!o.integrate.empty()) {
+    std::vector<Context> same;  // --integrate-contexts N: N contexts of the main GPU (its own, then N - 1 more)
+    std::vector<Context*> over = gpus;
+    if (o.integrate_contexts > 1) {
+      if (multi) throw InputError("--integrate-contexts and --gpus: give one of the two");
+      if (ctx.backend() != Backend::cuda) throw InputError("--integrate-contexts needs --device gpu");
+      for (int q = 1; q < o.integrate_contexts; ++q) same.push_back(make_context(gm));
+      for (Context& c : same) over.push_back(&c);
+    }
+    return bench_integrate(ctx, over, o.integrate, cells, genes, o.integrate_batches, o.repeat, o.sim.seed, o.json,
+                           o.write);
+  }
   if (o.repeat < (o.on_device ? 0 : 1))
     throw InputError(o.on_device ? "--repeat must be at least 0" : "--repeat must be at least 1 (0 only with --on-device)");
   if (o.on_device && ctx.backend() != Backend::cuda) throw InputError("--on-device needs --device gpu");
@@ -500,6 +511,9 @@ void add_bench_command(CLI::App& app, GlobalOptions& g) {
                   "h5ad (obsm X_pca)");
   cmd->add_option("--integrate-batches", o->integrate_batches, "With --integrate: number of batches")
       ->capture_default_str();
+  cmd->add_option("--integrate-contexts", o->integrate_contexts,
+                  "With --integrate harmony --device gpu: Harmony over this many CUDA contexts of the one GPU (the "
+                  "several-GPU path, its overhead on one device; --gpus for several devices)");
   cmd->add_option("--read", o->read, "Time reading this file (h5ad, zarr, 10x) instead of the pipeline");
   cmd->add_flag("--on-device", o->on_device, "Simulate on the GPU (nothing big on the host); each run starts from a device copy");
   cmd->add_option("--write", o->write, "Write the last run's results (without X) to this h5ad");
@@ -524,8 +538,8 @@ void add_bench_command(CLI::App& app, GlobalOptions& g) {
   cmd->add_option("--stream-file", o->stream_file, "With --stream: write the synthetic matrix to this h5ad and stream from it");
   add_preprocess_options(*cmd, o->pp);
   cmd->add_option("--gpus", g.gpus,
-                  "With --device gpu: run the chain over these GPUs of this host: all, a count N, or ordinals 0,2 "
-                  "(default: one GPU)");
+                  "With --device gpu: run the chain (or --integrate harmony) over these GPUs of this host: all, a count "
+                  "N, or ordinals 0,2 (default: one GPU)");
   cmd->callback([&g, o] { run_bench(g, *o); });
 }
 

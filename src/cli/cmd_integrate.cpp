@@ -3,8 +3,11 @@
 // regress_out run on the GPU under --device gpu; Scrublet its exact kNN (the rest on the CPU).
 #include <memory>
 #include <sstream>
+#include <type_traits>
+#include <vector>
 
 #include "cli/commands.hpp"
+#include "cli/common.hpp"
 #include "cli/integrate_options.hpp"
 #include "cli/run.hpp"
 #include "core/env_laps.hpp"
@@ -29,8 +32,11 @@ std::vector<std::string> split_list(const std::string& s) {
 }
 
 // One subcommand: IN, -o OUT, the step's options, then read -> step (on the --device context) -> write.
+// With `gpus` (its help), also --gpus: a step taking (ctx, gpus, d, opt, in) gets every selected
+// GPU's context, the main one first (just the main context without --gpus).
 template <class Opt, class Bind, class Run>
-void add_cmd(CLI::App& app, GlobalOptions& g, const char* name, const char* help, Bind bind, Run run) {
+void add_cmd(CLI::App& app, GlobalOptions& g, const char* name, const char* help, Bind bind, Run run,
+             const char* gpus = nullptr) {
   struct Cmd {
     std::string input, output;
     ReadOptions read;
@@ -41,17 +47,27 @@ void add_cmd(CLI::App& app, GlobalOptions& g, const char* name, const char* help
   cmd->add_option("IN", o->input, "Input: an h5ad file, a 10x .h5 file or a 10x mtx directory")->required();
   cmd->add_option("-o,--output", o->output, "Output .h5ad file (written atomically)")->required();
   bind(*cmd, o->opt);
+  if (gpus) cmd->add_option("--gpus", g.gpus, gpus);
   cmd->callback([&g, o, run] {
     log::set_quiet(g.quiet);
     check_output_path(o->output, ".h5ad", "-o/--output");
     check_free_space(o->output, input_bytes(o->input), true);
     EnvLaps laps("SCURRY_CMD_TIMES", o->output);  // the context, the read, the step and the write
     auto lap = [&](const char* what) { laps.lap(what); };
-    const Context ctx = make_context(g);
+    // --gpus: the first listed GPU is the main context's; the others' contexts are made first (making
+    // one selects its device on this thread; the main context's must be selected last).
+    GlobalOptions gm;
+    GpuContexts extra = select_gpus(g, gm);
+    Context ctx = make_context(gm);
+    const std::vector<Context*>& all = extra.with_main(ctx);
     lap("context");
     Dataset d = read_any(o->input, o->read);
     lap("read");
-    run(ctx, d, o->opt, o->input);
+    if constexpr (std::is_invocable_v<Run, const Context&, const std::vector<Context*>&, Dataset&, const Opt&,
+                                      const std::string&>)
+      run(ctx, all, d, o->opt, o->input);
+    else
+      run(ctx, d, o->opt, o->input);
     lap("step");
     make_parent_dirs(o->output);
     write_h5ad(d, o->output);
@@ -156,7 +172,9 @@ void run_harmony(const Context& ctx, Dataset& d, const RunOptions& o) {
   if (h.keys.empty()) fail_input(o.input, "--integrate harmony needs the batches: give --batch-key or --harmony-key");
   if (ctx.comm().size() > 1) fail_input(o.input, "--integrate harmony runs on one rank");
   HarmonyResult r;
-  in_file(o.input, [&] { r = harmony_integrate(ctx, d, h); });  // on the GPU under --device gpu
+  in_file(o.input, [&] {  // on the GPU under --device gpu; --gpus: over those GPUs
+    r = o.gpus.size() > 1 ? harmony_integrate(o.gpus, d, h) : harmony_integrate(ctx, d, h);
+  });
   log::info(detail::concat("harmony: ", r.iterations, " iteration(s), ", r.converged ? "converged" : "stopped before convergence"));
 }
 
@@ -170,12 +188,15 @@ void add_integrate_commands(CLI::App& app, GlobalOptions& g) {
   add_cmd<HarmonyOptions>(
       app, g, "harmony-integrate", "harmony_integrate: Harmony batch integration of X_pca (obsm X_pca_harmony)",
       [](CLI::App& c, HarmonyOptions& o) { add_harmony_options(c, o, ""); },
-      [](const Context& ctx, Dataset& d, const HarmonyOptions& o, const std::string& in) {
+      [](const Context& ctx, const std::vector<Context*>& gpus, Dataset& d, const HarmonyOptions& o,
+         const std::string& in) {
         HarmonyResult r;
-        in_file(in, [&] { r = harmony_integrate(ctx, d, o); });
+        in_file(in, [&] { r = gpus.size() > 1 ? harmony_integrate(gpus, d, o) : harmony_integrate(ctx, d, o); });
         log::info(detail::concat("harmony: ", r.iterations, " iteration(s), ",
                                  r.converged ? "converged" : "stopped before convergence"));
-      });
+      },
+      "With --device gpu: split the cells over these GPUs of this host: all, a count N, or ordinals 0,2 (default: one "
+      "GPU)");
   struct CombatCli {
     CombatOptions opt;
     std::string covariates;

@@ -11,8 +11,9 @@
 //
 // With --device gpu --gpus all|N|0,1 (one process) the preprocessing runs over several GPUs of this
 // host (preprocess_gpu_sharded: the cells split by nonzeros, one host thread per GPU); the kNN search
-// splits its queries (--knn-shard index: its index) over them (knn_exact_gpus / knn_ivf_gpus);
-// connectivities, UMAP and Leiden run on the first GPU.
+// splits its queries (--knn-shard index: its index) over them (knn_exact_gpus / knn_ivf_gpus), and so
+// does --integrate harmony (harmony_gpus: the cells split); connectivities, UMAP and Leiden run on
+// the first GPU.
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
@@ -663,8 +664,8 @@ void add_run_command(CLI::App& app, GlobalOptions& g) {
   CLI::App* cmd = app.add_subcommand("run", "Run the pipeline on INPUT and write the result to OUT.h5ad");
   add_run_options(*cmd, *o);
   cmd->add_option("--gpus", g.gpus,
-                  "With --device gpu: spread the preprocessing and the kNN (exact, or IVF-Flat with --knn-algorithm hnsw) over "
-                  "these GPUs of this host: all, a count N, or ordinals 0,2 (default: one GPU)");
+                  "With --device gpu: spread the preprocessing, the kNN (exact, or IVF-Flat with --knn-algorithm hnsw) and "
+                  "--integrate harmony over these GPUs of this host: all, a count N, or ordinals 0,2 (default: one GPU)");
   add_knn_shard_option(*cmd, o->neighbors.gpu_sharding, "With --gpus");
   cmd->callback([&g, o] { run_pipeline(g, *o); });
 }

@@ -72,7 +72,7 @@ Context make_distributed_context(const GlobalOptions& g) {
 
 std::vector<int> selected_gpus(const GlobalOptions& g) {
   if (g.gpus.empty()) return {};
-  if (g.context.device == "cpu") fail_input("--gpus", "needs --device gpu (the GPUs to spread the preprocessing over)");
+  if (g.context.device == "cpu") fail_input("--gpus", "needs --device gpu (the GPUs to spread the work over)");
   return parse_gpus(g.gpus, cuda_device_count());
 }
 
@@ -85,6 +85,13 @@ GpuContexts make_extra_gpu_contexts(const GlobalOptions& g, const std::vector<in
     out.extra.push_back(Context::create(o));
   }
   return out;
+}
+
+GpuContexts select_gpus(const GlobalOptions& g, GlobalOptions& gm) {
+  const std::vector<int> devices = selected_gpus(g);
+  gm = g;
+  if (!devices.empty()) gm.context.cuda.device = devices[0];
+  return make_extra_gpu_contexts(gm, devices);
 }
 
 std::vector<Context*>& GpuContexts::with_main(Context& main) {

@@ -24,7 +24,7 @@ Context make_context(const GlobalOptions& g);
 // info messages. One rank: make_context(g).
 Context make_distributed_context(const GlobalOptions& g);
 
-// --gpus (run, bench): the CUDA devices to spread the preprocessing over (parse_gpus: all, N, or a
+// --gpus (run, bench, harmony-integrate): the CUDA devices to spread the work over (parse_gpus: all, N, or a
 // list); empty when --gpus was not given. InputError for a bad list or --gpus with --device cpu.
 std::vector<int> selected_gpus(const GlobalOptions& g);
 // The CUDA contexts of a multi-GPU run: one per device of `devices` (their first is `main`'s device;
@@ -36,6 +36,10 @@ struct GpuContexts {
   std::vector<Context*>& with_main(Context& main);
 };
 GpuContexts make_extra_gpu_contexts(const GlobalOptions& g, const std::vector<int>& devices);
+// --gpus (selected_gpus): gm = g with the main context on the first selected GPU, and the other
+// selected GPUs' contexts (make_extra_gpu_contexts), made now: the caller makes the main context from
+// gm afterwards. No --gpus: gm = g, no contexts.
+GpuContexts select_gpus(const GlobalOptions& g, GlobalOptions& gm);
 
 // Checks an output path before any work is done: it must end in `ext` and must not be a
 // directory; its directory must be writable (the nearest existing one when directories are still to

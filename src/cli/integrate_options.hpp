@@ -23,8 +23,8 @@ struct RunOptions;
 // `scurry run`'s --integrate, --harmony-key, --harmony-*, --scrublet, --scrublet-* options.
 void add_run_integrate_options(CLI::App& cmd, RunOptions& o);
 // The run's steps: Scrublet on the counts (batch_key = --batch-key), Harmony on X_pca (keys =
-// --harmony-key, else --batch-key; an InputError naming the input when neither is given), both on
-// the CPU and on one rank.
+// --harmony-key, else --batch-key; an InputError naming the input when neither is given), on one
+// rank; with several o.gpus (--gpus) Harmony runs over them (harmony_gpus).
 void run_scrublet(const Context& ctx, Dataset& d, const RunOptions& o);
 void run_harmony(const Context& ctx, Dataset& d, const RunOptions& o);
 // The run's neighbors options, on the integrated embedding after --integrate harmony (unless

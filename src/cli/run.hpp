@@ -57,8 +57,8 @@ struct RunOptions {
   // --no-stream: never.
   std::optional<bool> stream;
   StreamOptions stream_opt;  // --stream-block-nnz, --stream-host-store
-  // --gpus (set by run_ranks, not parsed here): the GPUs the preprocessing spreads over (streamed or
-  // not); empty or one: the Context's GPU. Not owned.
+  // --gpus (set by run_ranks, not parsed here): the GPUs the preprocessing (streamed or not) and
+  // --integrate harmony spread over; empty or one: the Context's GPU. Not owned.
   std::vector<Context*> gpus;
   // Issue 21. --integrate harmony: Harmony on X_pca after the preprocessing (batch keys: --harmony-key,
   // else --batch-key), the kNN on X_pca_harmony. --scrublet: Scrublet on the counts before the

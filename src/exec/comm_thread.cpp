@@ -143,4 +143,19 @@ std::vector<std::shared_ptr<ThreadComm>> make_thread_comms(int size) {
   return out;
 }
 
+void rethrow_rank_errors(const std::vector<std::exception_ptr>& errors) {
+  std::exception_ptr first;
+  for (const auto& e : errors) {
+    if (!e) continue;
+    try {
+      std::rethrow_exception(e);
+    } catch (const ThreadCommAborted&) {
+      if (!first) first = e;
+    } catch (...) {
+      std::rethrow_exception(e);
+    }
+  }
+  if (first) std::rethrow_exception(first);
+}
+
 }  // namespace scurry

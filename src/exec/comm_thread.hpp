@@ -8,6 +8,7 @@
 // then on every rank waiting in, or later entering, a collective throws ThreadCommAborted instead of
 // waiting forever for the failed rank.
 #pragma once
+#include <exception>
 #include <memory>
 #include <string>
 #include <vector>
@@ -56,5 +57,9 @@ class ThreadComm final : public Comm {
 
 // `size` communicators of one group, rank r at index r; each is used by one thread.
 std::vector<std::shared_ptr<ThreadComm>> make_thread_comms(int size);
+
+// After the ranks' threads, with each rank's error (null: none): rethrows the first that is not
+// another rank's "a rank failed" (ThreadCommAborted), else the first of those; returns when none failed.
+void rethrow_rank_errors(const std::vector<std::exception_ptr>& errors);
 
 }  // namespace scurry

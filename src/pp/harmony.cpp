@@ -878,8 +878,12 @@ void convert_on_threads(int threads, const S* src, T* dst, int64_t n) {
   });
 }
 
-HarmonyResult harmony_integrate(const Context& ctx, Dataset& d, const HarmonyOptions& opt) {
+namespace {
+
+// harmony_integrate on ctx, or over gpus when they are several (harmony_gpus).
+HarmonyResult integrate_on(const Context& ctx, const std::vector<Context*>& gpus, Dataset& d, const HarmonyOptions& opt) {
   const char* where = "harmony_integrate";
+  const bool multi = gpus.size() > 1;
   EnvLaps laps("SCURRY_HARMONY_TIMES", where);  // the input, Harmony and the output
   if (opt.keys.empty()) fail_input(where, "no batch key given (e.g. --key sample)");
   auto it = d.obsm.find(opt.basis);
@@ -897,8 +901,8 @@ HarmonyResult harmony_integrate(const Context& ctx, Dataset& d, const HarmonyOpt
   const DenseF* zf = std::get_if<DenseF>(&it->second.m);
   DenseF out;
   HarmonyResult res;
-  if (zf && ctx.backend() == Backend::cuda) {  // float32 X_pca on the GPU: widened and narrowed on the device
-    res = harmony_gpu(ctx, *zf, codes, levels, opt, out);
+  if (zf && (multi || ctx.backend() == Backend::cuda)) {  // float32 X_pca on the GPU: widened and narrowed on the device
+    res = multi ? harmony_gpus(gpus, *zf, codes, levels, opt, out) : harmony_gpu(ctx, *zf, codes, levels, opt, out);
     laps.lap("harmony");
   } else {
     DenseD Z;
@@ -909,7 +913,9 @@ HarmonyResult harmony_integrate(const Context& ctx, Dataset& d, const HarmonyOpt
       Z = to_dense_d(it->second);
     }
     laps.lap("embedding");
-    res = ctx.backend() == Backend::cuda ? harmony_gpu(ctx, Z, codes, levels, opt) : harmony(ctx, Z, codes, levels, opt);
+    res = multi                             ? harmony_gpus(gpus, Z, codes, levels, opt)
+          : ctx.backend() == Backend::cuda ? harmony_gpu(ctx, Z, codes, levels, opt)
+                                           : harmony(ctx, Z, codes, levels, opt);
     laps.lap("harmony");
     out = DenseF(res.Z_corr.n_rows, res.Z_corr.n_cols);
     convert_on_threads(ctx.threads(), res.Z_corr.data.data(), out.data.data(), static_cast<int64_t>(out.data.size()));
@@ -917,6 +923,17 @@ HarmonyResult harmony_integrate(const Context& ctx, Dataset& d, const HarmonyOpt
   d.obsm[opt.adjusted_basis] = Matrix(std::move(out), DType::f32);
   laps.lap("result");
   return res;
+}
+
+}  // namespace
+
+HarmonyResult harmony_integrate(const Context& ctx, Dataset& d, const HarmonyOptions& opt) {
+  return integrate_on(ctx, {}, d, opt);
+}
+
+HarmonyResult harmony_integrate(const std::vector<Context*>& ctxs, Dataset& d, const HarmonyOptions& opt) {
+  if (ctxs.empty() || !ctxs[0]) fail_input("harmony_integrate (gpus)", "no GPU context given");
+  return integrate_on(*ctxs[0], ctxs, d, opt);
 }
 
 }  // namespace scurry

@@ -79,5 +79,8 @@ bool all_finite(const float* x, int64_t n, int threads);
 // Dataset level (CPU or GPU by ctx.backend()): reads obsm[basis] and obs[keys], writes obsm[adjusted_basis] (float32, as the
 // basis is stored). Throws InputError naming a missing key or basis, or a bad parameter.
 HarmonyResult harmony_integrate(const Context& ctx, Dataset& d, const HarmonyOptions& opt);
+// The same over several GPUs of this host (harmony_gpus, harmony_gpu.hpp; ctxs[0] the main context,
+// every one a CUDA context; one context: harmony_integrate(*ctxs[0], d, opt)).
+HarmonyResult harmony_integrate(const std::vector<Context*>& ctxs, Dataset& d, const HarmonyOptions& opt);
 
 }  // namespace scurry

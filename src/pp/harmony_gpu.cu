@@ -4,6 +4,7 @@
 // partial sums into a [output][chunk] array, and gpu::reduce_partials adds the chunks of every output in
 // a fixed order (strided per thread, then a fixed tree), so the same inputs give the same bits.
 #include <cub/device/device_radix_sort.cuh>
+#include <cub/device/device_scan.cuh>
 
 #include <algorithm>
 #include <chrono>
@@ -18,6 +19,7 @@
 
 #include "core/env_laps.hpp"
 #include "core/error.hpp"
+#include "exec/comm.hpp"
 #include "exec/cuda_resources.cuh"
 #include "graph/mix64.cuh"
 #include "pp/harmony_gpu.hpp"
@@ -305,6 +307,31 @@ __global__ void shuffle_keys(uint64_t seed, int64_t N, uint64_t* keys, int64_t* 
   vals[i] = i;
 }
 
+// Several GPUs (harmony_gpus): this rank holds the cells [lo, lo + n) of N. flag[t] = whether the
+// cell at position t of the global order is this rank's.
+__global__ void mark_local(const int64_t* order, int64_t N, int64_t lo, int64_t n, int64_t* flag) {
+  const int64_t t = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (t >= N) return;
+  const int64_t i = order[t] - lo;
+  flag[t] = i >= 0 && i < n;
+}
+// mine[pos[t]] = order[t] - lo for this rank's cells (pos the inclusive running count, shifted by
+// one: pos[t] = this rank's cells before t): its cells, local ids, in the global order.
+__global__ void scatter_local(const int64_t* order, int64_t N, int64_t lo, int64_t n, const int64_t* pos, int64_t* mine) {
+  const int64_t t = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (t >= N) return;
+  const int64_t i = order[t] - lo;
+  if (i >= 0 && i < n) mine[pos[t]] = i;
+}
+// bounds[b] = pos[start of block b] for b <= nblocks (numpy.array_split's blocks of N positions;
+// bounds[nblocks] = pos[N], this rank's cell count).
+__global__ void block_bounds(const int64_t* pos, int64_t N, int64_t nblocks, int64_t* bounds) {
+  const int64_t b = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (b > nblocks) return;
+  const int64_t q = N / nblocks, rem = N % nblocks;
+  bounds[b] = pos[b * q + min(b, rem)];
+}
+
 // ---- the initial k-means, float32 (harmony.cpp's initial_centroids on the device)
 
 // X = float(Z), xsq = float(sum of X^2 in float64). One thread per cell.
@@ -524,15 +551,17 @@ double uniform01(std::mt19937_64& rng) { return static_cast<double>(rng() >> 11)
 // SCURRY_HARMONY_TIMES=1: mark(what) prints the wall time since the previous mark on stderr (the
 // stream synchronised first); without it, nothing (no synchronisation).
 struct Phases {
-  explicit Phases(CudaResources& res) : r(res), marks("SCURRY_HARMONY_TIMES", "harmony gpu") {}
+  // mute: another rank than the first of harmony_gpus (one set of marks).
+  explicit Phases(CudaResources& res, bool mute_ = false)
+      : r(res), marks("SCURRY_HARMONY_TIMES", "harmony gpu"), mute(mute_) {}
   void mark(const std::string& what) {
-    if (!marks.on()) return;
+    if (mute || !marks.on()) return;
     SCURRY_CUDA(cudaStreamSynchronize(r.stream));
     marks.lap(what.c_str());
   }
   // Adds the time since the previous lap to the total of `what` (printed by report()).
   void lap(const char* what) {
-    if (!marks.on()) return;
+    if (mute || !marks.on()) return;
     SCURRY_CUDA(cudaStreamSynchronize(r.stream));
     const auto now = std::chrono::steady_clock::now();
     const double t = std::chrono::duration<double>(now - last).count();
@@ -545,12 +574,13 @@ struct Phases {
     laps.emplace_back(what, t);
   }
   void report(const std::string& head) {
-    if (!marks.on()) return;
+    if (mute || !marks.on()) return;
     for (const auto& e : laps) std::fprintf(stderr, "[harmony gpu] %s: %s %.4f s\n", head.c_str(), e.first.c_str(), e.second);
     laps.clear();
   }
   CudaResources& r;
   EnvLaps marks;
+  bool mute;
   std::chrono::steady_clock::time_point last = std::chrono::steady_clock::now();
   std::vector<std::pair<std::string, double>> laps;
 };
@@ -682,10 +712,22 @@ std::vector<std::vector<float>> kmeans_pp(Kmeans& km, int k, int n_init, std::ve
 }
 
 // Lloyd iterations of all restarts in lockstep (a restart stops once its centre shift is <= tol);
-// the best restart's centres (least inertia). As harmony.cpp's lloyd_best.
-std::vector<double> lloyd_best(Kmeans& km, int k, std::vector<std::vector<float>>& C, int max_iter, double tol) {
+// the best restart's centres (least inertia). As harmony.cpp's lloyd_best. Several GPUs (comm): km
+// holds this rank's cells, from cell lo of all; the inertias and the centre sums are added across
+// the ranks (rank order: every rank the same centres), an empty cluster takes the farthest cell of
+// all (the distances gathered, the row broadcast by its rank).
+std::vector<double> lloyd_best(Kmeans& km, int k, std::vector<std::vector<float>>& C, int max_iter, double tol,
+                               Comm* comm = nullptr, int64_t lo = 0) {
   CudaResources& r = km.r;
   const int64_t n = km.n, d = km.d;
+  const int R = comm ? comm->size() : 1;
+  std::vector<int64_t> ranges(static_cast<size_t>(2 * R), 0);  // per rank: first cell, cells
+  ranges[0] = lo, ranges[1] = n;
+  if (comm) {
+    const int64_t mine[2] = {lo, n};
+    comm->allgather(mine, sizeof mine, ranges.data());
+  }
+  const int64_t n_all = ranges[2 * (R - 1)] + ranges[2 * R - 1];
   const int n_init = static_cast<int>(C.size());
   const int64_t m = static_cast<int64_t>(n_init) * k;
   std::vector<float> all(static_cast<size_t>(m * d));
@@ -694,7 +736,7 @@ std::vector<double> lloyd_best(Kmeans& km, int k, std::vector<std::vector<float>
   DeviceArray<uint8_t> done_d(r, static_cast<size_t>(n_init), "k-means restart flags");
   std::vector<uint8_t> done(static_cast<size_t>(n_init), 0);
   const int64_t ichunk = chunk_for(n, n_init, 256), inch = n_chunks(n, ichunk);
-  Phases ph(r);
+  Phases ph(r, comm && comm->rank() != 0);
   auto assign = [&]() {
     for (int q = 0; q < n_init; ++q) std::copy(C[q].begin(), C[q].end(), all.begin() + q * k * d);
     km.sq_dists(all, m, /*finish=*/false);
@@ -710,6 +752,7 @@ std::vector<double> lloyd_best(Kmeans& km, int k, std::vector<std::vector<float>
     reduce(r, pp, n_init, inch, out);
     std::vector<double> inertia(static_cast<size_t>(n_init));
     to_host(r, inertia.data(), out, inertia.size());
+    if (comm) comm->allreduce_sum(inertia.data(), inertia.size());
     ph.lap("inertia");
     return inertia;
   };
@@ -742,6 +785,7 @@ std::vector<double> lloyd_best(Kmeans& km, int k, std::vector<std::vector<float>
     double* out = km.reduced(width);
     reduce(r, pp, width, nch, out);
     to_host(r, acc.data(), out, acc.size());
+    if (comm) comm->allreduce_sum(acc.data(), acc.size());
     ph.lap("centre sums reduced and downloaded");
     hbest.clear();
     bool all_done = true;
@@ -757,25 +801,38 @@ std::vector<double> lloyd_best(Kmeans& km, int k, std::vector<std::vector<float>
           for (int64_t t = 0; t < d; ++t) nc[t] = static_cast<float>(a[t] / a[d]);
         } else {
           if (far.empty()) {
-            if (hbest.empty()) {
-              hbest.resize(static_cast<size_t>(n * n_init));
-              to_host(r, hbest.data(), best.data(), hbest.size());
+            if (hbest.empty()) {  // all cells' distances to their nearest centres, in cell order
+              hbest.resize(static_cast<size_t>(n_all * n_init));
+              std::vector<float> mine(static_cast<size_t>(n * n_init));
+              to_host(r, mine.data(), best.data(), mine.size());
+              if (comm) {
+                std::vector<size_t> counts;
+                for (int q2 = 0; q2 < R; ++q2) counts.push_back(static_cast<size_t>(ranges[2 * q2 + 1] * n_init) * sizeof(float));
+                comm->allgatherv(mine.data(), counts, hbest.data());
+              } else {
+                hbest = std::move(mine);
+              }
             }
-            far.resize(static_cast<size_t>(n));
-            for (int64_t i = 0; i < n; ++i) far[i] = i;
+            far.resize(static_cast<size_t>(n_all));
+            for (int64_t i = 0; i < n_all; ++i) far[i] = i;
             std::stable_sort(far.begin(), far.end(),
                              [&](int64_t x, int64_t y) { return hbest[x * n_init + q] < hbest[y * n_init + q]; });
           }
           const int64_t pnt = far.back();
           far.pop_back();
           ++empties;
-          std::vector<int64_t> one{pnt};
-          DeviceArray<int64_t> id(r, 1, "k-means empty cluster");
-          to_device(r, id, one.data(), 1);
-          DeviceArray<float> row(r, static_cast<size_t>(d), "k-means empty cluster row");
-          gather_rows<float><<<grid_for(d, kThreads), kThreads, 0, r.stream>>>(km.X.data(), id.data(), 1, d, row.data());
-          SCURRY_CUDA_LAUNCH();
-          to_host(r, nc.data(), row.data(), nc.size());
+          int owner = 0;  // the rank holding cell pnt
+          while (owner + 1 < R && ranges[2 * (owner + 1)] <= pnt) ++owner;
+          if (!comm || comm->rank() == owner) {
+            std::vector<int64_t> one{pnt - ranges[2 * owner]};
+            DeviceArray<int64_t> id(r, 1, "k-means empty cluster");
+            to_device(r, id, one.data(), 1);
+            DeviceArray<float> row(r, static_cast<size_t>(d), "k-means empty cluster row");
+            gather_rows<float><<<grid_for(d, kThreads), kThreads, 0, r.stream>>>(km.X.data(), id.data(), 1, d, row.data());
+            SCURRY_CUDA_LAUNCH();
+            to_host(r, nc.data(), row.data(), nc.size());
+          }
+          if (comm) comm->broadcast(nc.data(), nc.size() * sizeof(float), owner);
         }
         for (int64_t t = 0; t < d; ++t) {
           shift += (static_cast<double>(nc[t]) - cc[t]) * (static_cast<double>(nc[t]) - cc[t]);
@@ -796,13 +853,27 @@ std::vector<double> lloyd_best(Kmeans& km, int k, std::vector<std::vector<float>
   return std::vector<double>(C[b].begin(), C[b].end());
 }
 
-std::vector<double> initial_centroids(CudaResources& r, const double* Zcos, int64_t n, int64_t d, int k,
-                                      const HarmonyOptions& opt, std::mt19937_64& rng) {
+// The k-means restarts' RNG streams, drawn from Harmony's: every rank of harmony_gpus draws them (only
+// rank 0 runs the k-means), so the R-update seeds that follow are the same on every rank.
+std::vector<std::mt19937_64> kmeans_streams(const HarmonyOptions& opt, std::mt19937_64& rng) {
+  std::vector<std::mt19937_64> rngs;
+  for (int q = 0; q < std::max(1, opt.kmeans_n_init); ++q) rngs.emplace_back(rng());
+  return rngs;
+}
+
+// The k-means data: float(Zcos) and the cells' squared norms.
+Kmeans kmeans_data(CudaResources& r, const double* Zcos, int64_t n, int64_t d) {
   Kmeans km{r, n, d, DeviceArray<float>(r, static_cast<size_t>(n * d), "k-means cells (float32)"),
             DeviceArray<float>(r, static_cast<size_t>(n), "k-means cell norms"), {}, {}, {}, {}, {}};
   to_float<<<grid_for(n, kThreads), kThreads, 0, r.stream>>>(Zcos, n, d, km.X.data(), km.xsq.data());
   SCURRY_CUDA_LAUNCH();
-  // sklearn's tol (1e-4) times the mean per-column variance.
+  return km;
+}
+
+// sklearn's tol (1e-4) times the mean per-column variance of Zcos (n x d).
+double kmeans_tol(Kmeans& km, const double* Zcos) {
+  CudaResources& r = km.r;
+  const int64_t n = km.n, d = km.d;
   const int64_t chunk = chunk_for(n, d, 1024), nch = n_chunks(n, chunk);
   double* pp = km.partials(d * nch);
   double* mean = km.reduced(2 * d);
@@ -819,21 +890,58 @@ std::vector<double> initial_centroids(CudaResources& r, const double* Zcos, int6
   to_host(r, h.data(), mean + d, h.size());
   double tol = 0;
   for (double x : h) tol += x / static_cast<double>(n);
-  tol = tol / static_cast<double>(d) * 1e-4;
-  const int n_init = std::max(1, opt.kmeans_n_init);
-  std::vector<std::mt19937_64> rngs;
-  for (int q = 0; q < n_init; ++q) rngs.emplace_back(rng());
+  return tol / static_cast<double>(d) * 1e-4;
+}
+
+// The initial centroids (harmony.cpp's initial_centroids on the device): k-means++ restarts, then
+// Lloyd, on Zcos (n x d).
+std::vector<double> initial_centroids(CudaResources& r, const double* Zcos, int64_t n, int64_t d, int k,
+                                      const HarmonyOptions& opt, std::vector<std::mt19937_64> rngs) {
+  Kmeans km = kmeans_data(r, Zcos, n, d);
+  const double tol = kmeans_tol(km, Zcos);
+  const int n_init = static_cast<int>(rngs.size());
   Phases ph(r);
   std::vector<std::vector<float>> C = kmeans_pp(km, k, n_init, rngs);
   ph.mark("  k-means++ (" + std::to_string(k) + " centres, " + std::to_string(n_init) + " restarts)");
   return lloyd_best(km, k, C, opt.kmeans_max_iter, tol);
 }
 
+// The same over the ranks of harmony_gpus: the tolerance and k-means++ on rank 0 over all cells
+// (Zcos_all, Ng x d there; null elsewhere), its centres and tolerance broadcast, then Lloyd over
+// every rank's own cells (Zcos, n x d from cell lo; rank 0's are the first n of Zcos_all).
+std::vector<double> initial_centroids_ranks(CudaResources& r, const double* Zcos_all, int64_t Ng, const double* Zcos,
+                                            int64_t n, int64_t lo, int64_t d, int k, const HarmonyOptions& opt,
+                                            std::vector<std::mt19937_64> rngs, Comm& comm) {
+  const bool root = comm.rank() == 0;
+  const int n_init = static_cast<int>(rngs.size());
+  Kmeans km = kmeans_data(r, root ? Zcos_all : Zcos, root ? Ng : n, d);
+  double tol = 0;
+  std::vector<std::vector<float>> C(static_cast<size_t>(n_init), std::vector<float>(static_cast<size_t>(k * d)));
+  if (root) {
+    tol = kmeans_tol(km, Zcos_all);
+    Phases ph(r);
+    C = kmeans_pp(km, k, n_init, rngs);
+    ph.mark("  k-means++ (" + std::to_string(k) + " centres, " + std::to_string(n_init) + " restarts, rank 0)");
+    km.n = n;  // Lloyd over its own cells: the first n rows
+  }
+  comm.broadcast(&tol, sizeof tol, 0);
+  for (auto& c : C) comm.broadcast(c.data(), c.size() * sizeof(float), 0);
+  return lloyd_best(km, k, C, opt.kmeans_max_iter, tol, &comm, lo);
+}
+
 // ---- Harmony proper
+// One rank's state: its cells [lo, lo + N) of Ng (one GPU: all of them, lo = 0, comm null). Every sum
+// over cells is this rank's, then added across the ranks in rank order on the host (across_ranks).
 struct Gpu {
   explicit Gpu(CudaResources& res) : r(res) {}
   CudaResources& r;
   int64_t N = 0, d = 0, K = 0, B = 0, V = 0;
+  int64_t Ng = 0, lo = 0;   // all ranks' cells; this rank's first
+  Comm* comm = nullptr;     // several GPUs: the ThreadComm of the ranks
+  std::vector<double> hsum;  // across_ranks' host copy
+  DeviceArray<int64_t> flag, pos, mine, bounds;  // several GPUs: this rank's cells in the R-update order
+  DeviceArray<unsigned char> scan_tmp;
+  size_t scan_tmp_bytes = 0;
   std::vector<double> Pr, theta, lamb;
   std::vector<std::vector<int64_t>> perm_h;               // per variable: cells stably by column
   std::vector<std::vector<int64_t>> col_start;            // per variable: each column's first position
@@ -865,8 +973,17 @@ struct Gpu {
     return acc.data();
   }
 
+  // The n device values summed over the ranks (in place; rank order, the same bits on every rank).
+  void across_ranks(double* x, int64_t n) {
+    if (!comm) return;
+    hsum.resize(static_cast<size_t>(n));
+    to_host(r, hsum.data(), x, hsum.size());
+    comm->allreduce_sum(hsum.data(), hsum.size());
+    SCURRY_CUDA(cudaMemcpyAsync(x, hsum.data(), hsum.size() * sizeof(double), cudaMemcpyHostToDevice, r.stream));
+  }
   void update_centroids() {
     rm_dgemm(r.cublas, true, false, K, d, N, 1.0, R.data(), K, Zcos.data(), d, 0.0, Y.data(), d);
+    across_ranks(Y.data(), K * d);
     normalize_rows<<<grid_for(K, kThreads), kThreads, 0, r.stream>>>(Y.data(), K, d, Y.data());
     SCURRY_CUDA_LAUNCH();
   }
@@ -875,9 +992,13 @@ struct Gpu {
     add_constant<<<grid_for(N * K, kThreads), kThreads, 0, r.stream>>>(dist.data(), N * K, 2.0);
     SCURRY_CUDA_LAUNCH();
   }
-  // Sums of R and R Phi^T over cells[0, len) into acc (K + K B).
-  double* block_sums(const int64_t* cells, int64_t len, int64_t chunk) {
+  // Sums of R and R Phi^T over cells[0, len) into out (K + K B; zero when len = 0).
+  void block_sums(const int64_t* cells, int64_t len, int64_t chunk, double* out) {
     const int64_t width = K + K * B, nch = n_chunks(len, chunk);
+    if (len == 0) {
+      zero(r, out, static_cast<size_t>(width) * sizeof(double));
+      return;
+    }
     double* pp = partials(width * nch);
     const size_t shared = static_cast<size_t>(K * B) * sizeof(double);
     if (shared <= kMaxShared) {
@@ -889,13 +1010,13 @@ struct Gpu {
                                                                  pp);
     }
     SCURRY_CUDA_LAUNCH();
-    double* a = sums(width);
-    reduce(r, pp, width, nch, a);
-    return a;
+    reduce(r, pp, width, nch, out);
   }
   void fresh_EO() {
-    const int64_t chunk = chunk_for(N, K + K * B, 1024);
-    const double* a = block_sums(identity.data(), N, chunk);
+    const int64_t width = K + K * B, chunk = chunk_for(N, width, 1024);
+    double* a = sums(width);
+    block_sums(identity.data(), N, chunk, a);
+    across_ranks(a, width);
     eo_fresh<<<grid_for(K * B, kThreads), kThreads, 0, r.stream>>>(a, dPr.data(), K, B, E.data(), O.data());
     SCURRY_CUDA_LAUNCH();
   }
@@ -911,34 +1032,64 @@ struct Gpu {
     reduce(r, pp, 3, nblk, a);
     double h[3];
     to_host(r, h, a, 3);
+    if (comm) comm->allreduce_sum(h, 3);
     obj_kmeans.push_back(h[0] + h[1] + h[2]);
   }
+  // harmonypy's update_R: the cells in a fresh random order (a seeded hash key per cell of all ranks,
+  // sorted: cub's radix sort, stable and exact), in ceil(1 / block_size) blocks (numpy.array_split);
+  // per block E and O lose the block's sums, its cells' R are recomputed, E and O gain the new sums.
+  // Several GPUs: every rank sorts all Ng keys (the same order), keeps its own cells of each block in
+  // that order, and the block sums are added across the ranks; the new sums of block b and the old
+  // ones of block b + 1 (other cells: unchanged by block b) cross in one exchange.
   void update_R(double block_size) {
-    // A fresh random order: a seeded hash key per cell, sorted (cub's radix sort: stable, exact).
     const uint64_t seed = rng();
-    shuffle_keys<<<grid_for(N, kThreads), kThreads, 0, r.stream>>>(seed, N, keys.data(), keys_vals.data());
+    shuffle_keys<<<grid_for(Ng, kThreads), kThreads, 0, r.stream>>>(seed, Ng, keys.data(), keys_vals.data());
     SCURRY_CUDA_LAUNCH();
     size_t bytes = sort_tmp_bytes;
     SCURRY_CUDA(cub::DeviceRadixSort::SortPairs(sort_tmp.data(), bytes, keys.data(), keys_out.data(), keys_vals.data(),
-                                                order.data(), N, 0, 64, r.stream));
+                                                order.data(), Ng, 0, 64, r.stream));
     const int64_t nb = static_cast<int64_t>(std::ceil(1.0 / block_size - 1e-12));
-    const int64_t nblocks = std::min<int64_t>(std::max<int64_t>(nb, 1), N);
-    const int64_t maxlen = N / nblocks + (N % nblocks ? 1 : 0);
+    const int64_t nblocks = std::min<int64_t>(std::max<int64_t>(nb, 1), Ng);
+    const int64_t maxlen = Ng / nblocks + (Ng % nblocks ? 1 : 0);
     const int64_t chunk = chunk_for(maxlen, K + K * B, kRChunk);
-    int64_t start = 0;
+    std::vector<int64_t> at(static_cast<size_t>(nblocks + 1), 0);  // block b: cells[at[b], at[b + 1])
+    const int64_t* cells = order.data();
+    if (Ng == N) {
+      for (int64_t blk = 0; blk < nblocks; ++blk) at[blk + 1] = at[blk] + Ng / nblocks + (blk < Ng % nblocks ? 1 : 0);
+    } else {
+      mark_local<<<grid_for(Ng, kThreads), kThreads, 0, r.stream>>>(order.data(), Ng, lo, N, flag.data());
+      SCURRY_CUDA_LAUNCH();
+      zero(r, pos.data(), sizeof(int64_t));
+      size_t sb = scan_tmp_bytes;
+      SCURRY_CUDA(cub::DeviceScan::InclusiveSum(scan_tmp.data(), sb, flag.data(), pos.data() + 1, Ng, r.stream));
+      scatter_local<<<grid_for(Ng, kThreads), kThreads, 0, r.stream>>>(order.data(), Ng, lo, N, pos.data(), mine.data());
+      SCURRY_CUDA_LAUNCH();
+      block_bounds<<<grid_for(nblocks + 1, kThreads), kThreads, 0, r.stream>>>(pos.data(), Ng, nblocks, bounds.data());
+      SCURRY_CUDA_LAUNCH();
+      to_host(r, at.data(), bounds.data(), at.size());
+      cells = mine.data();
+    }
+    const int64_t width = K + K * B;
+    double* both = sums(2 * width);  // [new sums of block b | old sums of block b + 1]
+    double* old_sums = both + width;
+    block_sums(cells, at[1], chunk, old_sums);
+    across_ranks(old_sums, width);
     for (int64_t blk = 0; blk < nblocks; ++blk) {
-      const int64_t len = N / nblocks + (blk < N % nblocks ? 1 : 0);  // numpy.array_split
-      const int64_t* cells = order.data() + start;
-      start += len;
-      const double* a = block_sums(cells, len, chunk);
-      eo_update<<<grid_for(K * B, kThreads), kThreads, 0, r.stream>>>(a, -1.0, dPr.data(), dtheta.data(), K, B, E.data(),
-                                                                      O.data(), PT.data());
+      const int64_t* bc = cells + at[blk];
+      const int64_t len = at[blk + 1] - at[blk];
+      eo_update<<<grid_for(K * B, kThreads), kThreads, 0, r.stream>>>(old_sums, -1.0, dPr.data(), dtheta.data(), K, B,
+                                                                      E.data(), O.data(), PT.data());
       SCURRY_CUDA_LAUNCH();
-      update_R_block<<<grid_for(len * 32, kWarps * 32), kWarps * 32, 0, r.stream>>>(
-          cells, len, dist.data(), inv_sigma.data(), PT.data(), col.data(), V, K, R.data());
-      SCURRY_CUDA_LAUNCH();
-      const double* a2 = block_sums(cells, len, chunk);
-      eo_update<<<grid_for(K * B, kThreads), kThreads, 0, r.stream>>>(a2, 1.0, dPr.data(), dtheta.data(), K, B, E.data(),
+      if (len > 0) {
+        update_R_block<<<grid_for(len * 32, kWarps * 32), kWarps * 32, 0, r.stream>>>(
+            bc, len, dist.data(), inv_sigma.data(), PT.data(), col.data(), V, K, R.data());
+        SCURRY_CUDA_LAUNCH();
+      }
+      block_sums(bc, len, chunk, both);
+      const bool next = blk + 1 < nblocks;
+      if (next) block_sums(cells + at[blk + 1], at[blk + 2] - at[blk + 1], chunk, old_sums);
+      across_ranks(both, next ? 2 * width : width);
+      eo_update<<<grid_for(K * B, kThreads), kThreads, 0, r.stream>>>(both, 1.0, dPr.data(), dtheta.data(), K, B, E.data(),
                                                                       O.data(), nullptr);
       SCURRY_CUDA_LAUNCH();
     }
@@ -999,6 +1150,10 @@ struct Gpu {
     std::vector<double> hx(static_cast<size_t>(wX)), hr(static_cast<size_t>(K * P1 * d));
     to_host(r, hx.data(), ridgeX.data(), hx.size());
     to_host(r, hr.data(), rhs.data(), hr.size());
+    if (comm) {  // every rank then solves the same systems: the same W
+      comm->allreduce_sum(hx.data(), hx.size());
+      comm->allreduce_sum(hr.data(), hr.size());
+    }
     std::vector<double> Wh(static_cast<size_t>(K * B * d), 0.0), x, inv;
     for (int64_t k = 0; k < K; ++k) {
       x.assign(hx.begin() + k * P1 * P1, hx.begin() + (k + 1) * P1 * P1);
@@ -1048,21 +1203,46 @@ __global__ void narrow(const double* x, int64_t n, float* y) {
   if (e < n) y[e] = static_cast<float>(x[e]);
 }
 
-// Harmony on the device; the embedding is given as float64 (Zd) or float32 (Zf, widened on the
-// device), and the result comes back as float64 (into res.Z_corr) or, with outf, narrowed to float32
-// on the device into *outf (res.Z_corr left empty).
-HarmonyResult run_harmony_gpu(const Context& ctx, const detail::HarmonySetup& st, const std::vector<int32_t>& n_levels,
-                              const double* Zd, const float* Zf, const HarmonyOptions& opt, DenseF* outf) {
+// Rows [row0, row0 + rows) of the host embedding (float64 Zd, or float32 Zf widened on the device:
+// half the bytes over the bus, the same values as a host-side widening) into dst. A pageable copy: in
+// a fresh process the pinned staging buffers' first use costs more (~0.25 s) than this 0.5 GB copy.
+void upload_rows(CudaResources& r, const double* Zd, const float* Zf, int64_t row0, int64_t rows, int64_t d,
+                 DeviceArray<double>& dst) {
+  const size_t n = static_cast<size_t>(rows * d), off = static_cast<size_t>(row0 * d);
+  if (Zf) {
+    DeviceArray<float> zf(r, n, "harmony Z (float32)");
+    to_device(r, zf, Zf + off, n);
+    widen<<<grid_for(static_cast<int64_t>(n), kThreads), kThreads, 0, r.stream>>>(zf.data(), static_cast<int64_t>(n),
+                                                                                 dst.data());
+    SCURRY_CUDA_LAUNCH();
+    SCURRY_CUDA(cudaStreamSynchronize(r.stream));
+  } else {
+    to_device(r, dst, Zd + off, n);
+  }
+}
+
+}  // namespace
+
+// Harmony on the device for the cells [part.lo, part.lo + part.n) of the embedding (harmony_gpu: all
+// of them); harmony_gpu.hpp says what crosses between the ranks.
+HarmonyResult detail::harmony_gpu_rank(const Context& ctx, const HarmonySetup& st, const std::vector<int32_t>& n_levels,
+                                       const double* Zd, const float* Zf, const HarmonyOptions& opt,
+                                       const HarmonyRank& part, double* outd, float* outf) {
   CudaResources& r = *ctx.cuda();
   SCURRY_CUDA(cudaSetDevice(r.device));
+  const bool root = !part.comm || part.comm->rank() == 0;
   Phases ph(r);
-  auto mark = [&](const std::string& what) { ph.mark(what); };
-  const int64_t N = st.N, d = st.d, K = st.K, B = st.B, V = st.V;
+  auto mark = [&](const std::string& what) {
+    if (root) ph.mark(what);
+  };
+  const int64_t Ng = st.N, N = part.n, lo = part.lo, d = st.d, K = st.K, B = st.B, V = st.V;
   const size_t ND = static_cast<size_t>(N * d), NK = static_cast<size_t>(N * K), KB = static_cast<size_t>(K * B);
   Gpu s(r);
   s.N = N, s.d = d, s.K = K, s.B = B, s.V = V;
+  s.Ng = Ng, s.lo = lo, s.comm = part.comm;
   s.Pr = st.Pr, s.theta = st.theta, s.lamb = st.lamb;
   s.rng = std::mt19937_64(opt.random_state);
+  const int32_t* colh = st.col.data() + lo * V;  // this rank's cells' one-hot columns
   // Per variable: the cells stably sorted by column (a counting sort) and each column's range.
   s.col_of.resize(static_cast<size_t>(V));
   {
@@ -1075,10 +1255,10 @@ HarmonyResult run_harmony_gpu(const Context& ctx, const detail::HarmonySetup& st
   for (int64_t v = 0; v < V; ++v) {
     const int64_t L = n_levels[v];
     std::vector<int64_t> start(static_cast<size_t>(L + 1), 0);
-    for (int64_t i = 0; i < N; ++i) ++start[st.col[i * V + v] - s.col_of[v] + 1];
+    for (int64_t i = 0; i < N; ++i) ++start[colh[i * V + v] - s.col_of[v] + 1];
     for (int64_t l = 0; l < L; ++l) start[l + 1] += start[l];
     std::vector<int64_t> pos(start.begin(), start.end() - 1), p(static_cast<size_t>(N));
-    for (int64_t i = 0; i < N; ++i) p[pos[st.col[i * V + v] - s.col_of[v]]++] = i;
+    for (int64_t i = 0; i < N; ++i) p[pos[colh[i * V + v] - s.col_of[v]]++] = i;
     s.perm_h.push_back(std::move(p));
     s.col_start.push_back(std::move(start));
   }
@@ -1096,12 +1276,12 @@ HarmonyResult run_harmony_gpu(const Context& ctx, const detail::HarmonySetup& st
   s.inv_sigma = DeviceArray<double>(r, static_cast<size_t>(K), "harmony 1/sigma");
   s.dPr = DeviceArray<double>(r, static_cast<size_t>(B), "harmony Pr");
   s.dtheta = DeviceArray<double>(r, static_cast<size_t>(B), "harmony theta");
-  s.col = DeviceArray<int32_t>(r, st.col.size(), "harmony batch columns");
+  s.col = DeviceArray<int32_t>(r, static_cast<size_t>(N * V), "harmony batch columns");
   s.identity = DeviceArray<int64_t>(r, static_cast<size_t>(N), "harmony cell ids");
-  s.order = DeviceArray<int64_t>(r, static_cast<size_t>(N), "harmony cell order");
-  s.keys_vals = DeviceArray<int64_t>(r, static_cast<size_t>(N), "harmony sort values");
-  s.keys = DeviceArray<uint64_t>(r, static_cast<size_t>(N), "harmony sort keys");
-  s.keys_out = DeviceArray<uint64_t>(r, static_cast<size_t>(N), "harmony sorted keys");
+  s.order = DeviceArray<int64_t>(r, static_cast<size_t>(Ng), "harmony cell order");
+  s.keys_vals = DeviceArray<int64_t>(r, static_cast<size_t>(Ng), "harmony sort values");
+  s.keys = DeviceArray<uint64_t>(r, static_cast<size_t>(Ng), "harmony sort keys");
+  s.keys_out = DeviceArray<uint64_t>(r, static_cast<size_t>(Ng), "harmony sorted keys");
   s.Rg = DeviceArray<double>(r, NK, "harmony R by batch");
   s.tmp = DeviceArray<double>(r, ND, "harmony rows by batch");
   s.ridgeX = DeviceArray<double>(r, static_cast<size_t>(K * (B + 1) * (B + 1)), "harmony ridge systems");
@@ -1112,8 +1292,18 @@ HarmonyResult run_harmony_gpu(const Context& ctx, const detail::HarmonySetup& st
     to_device(r, s.perm.back(), s.perm_h[v].data(), static_cast<size_t>(N));
   }
   SCURRY_CUDA(cub::DeviceRadixSort::SortPairs(nullptr, s.sort_tmp_bytes, s.keys.data(), s.keys_out.data(),
-                                              s.keys_vals.data(), s.order.data(), N, 0, 64, r.stream));
+                                              s.keys_vals.data(), s.order.data(), Ng, 0, 64, r.stream));
   s.sort_tmp = DeviceArray<unsigned char>(r, std::max<size_t>(s.sort_tmp_bytes, 1), "harmony sort workspace");
+  if (N < Ng) {
+    const int64_t nb = static_cast<int64_t>(std::ceil(1.0 / opt.block_size - 1e-12));
+    s.flag = DeviceArray<int64_t>(r, static_cast<size_t>(Ng), "harmony own-cell flags");
+    s.pos = DeviceArray<int64_t>(r, static_cast<size_t>(Ng + 1), "harmony own-cell positions");
+    s.mine = DeviceArray<int64_t>(r, static_cast<size_t>(N), "harmony own cells in order");
+    s.bounds = DeviceArray<int64_t>(r, static_cast<size_t>(std::min<int64_t>(std::max<int64_t>(nb, 1), Ng) + 1),
+                                    "harmony own-cell block bounds");
+    SCURRY_CUDA(cub::DeviceScan::InclusiveSum(nullptr, s.scan_tmp_bytes, s.flag.data(), s.pos.data() + 1, Ng, r.stream));
+    s.scan_tmp = DeviceArray<unsigned char>(r, std::max<size_t>(s.scan_tmp_bytes, 1), "harmony scan workspace");
+  }
   {
     std::vector<int64_t> id(static_cast<size_t>(N));
     std::iota(id.begin(), id.end(), int64_t{0});
@@ -1123,26 +1313,32 @@ HarmonyResult run_harmony_gpu(const Context& ctx, const detail::HarmonySetup& st
     to_device(r, s.inv_sigma, isg.data(), isg.size());
     to_device(r, s.dPr, s.Pr.data(), s.Pr.size());
     to_device(r, s.dtheta, s.theta.data(), s.theta.size());
-    to_device(r, s.col, st.col.data(), st.col.size());
-    // A pageable copy: in a fresh process the pinned staging buffers' first use costs more (~0.25 s)
-    // than this 0.5 GB copy.
-    if (Zf) {  // half the bytes over the bus; the same values as a host-side widening
-      DeviceArray<float> zf(r, ND, "harmony Z (float32)");
-      to_device(r, zf, Zf, ND);
-      widen<<<grid_for(static_cast<int64_t>(ND), kThreads), kThreads, 0, r.stream>>>(zf.data(), static_cast<int64_t>(ND),
-                                                                                     s.Zorig.data());
-      SCURRY_CUDA_LAUNCH();
-      SCURRY_CUDA(cudaStreamSynchronize(r.stream));
-    } else {
-      to_device(r, s.Zorig, Zd, ND);
-    }
+    to_device(r, s.col, colh, static_cast<size_t>(N * V));
+    upload_rows(r, Zd, Zf, lo, N, d, s.Zorig);
     SCURRY_CUDA(cudaMemcpyAsync(s.Zcorr.data(), s.Zorig.data(), ND * sizeof(double), cudaMemcpyDeviceToDevice, r.stream));
     SCURRY_CUDA(cudaStreamSynchronize(r.stream));  // the host vectors above go out of scope
   }
   mark("setup and upload");
   cosine_init<<<grid_for(N, kThreads), kThreads, 0, r.stream>>>(s.Zorig.data(), N, d, s.Zcos.data());
   SCURRY_CUDA_LAUNCH();
-  std::vector<double> Y0 = initial_centroids(r, s.Zcos.data(), N, d, static_cast<int>(K), opt, s.rng);
+  // The initial centroids: the k-means on all cells, on rank 0 (several GPUs: from the whole embedding
+  // uploaded there once more), broadcast to the others; every rank draws the restarts' streams.
+  std::vector<std::mt19937_64> streams = kmeans_streams(opt, s.rng);
+  std::vector<double> Y0;
+  if (!part.comm) {
+    Y0 = initial_centroids(r, s.Zcos.data(), N, d, static_cast<int>(K), opt, std::move(streams));
+  } else {
+    DeviceArray<double> zcos;  // rank 0: all cells, for k-means++
+    if (root) {
+      DeviceArray<double> zall(r, static_cast<size_t>(Ng * d), "harmony Z (all cells, for k-means++)");
+      upload_rows(r, Zd, Zf, 0, Ng, d, zall);
+      zcos = DeviceArray<double>(r, static_cast<size_t>(Ng * d), "harmony Z_cos (all cells, for k-means++)");
+      cosine_init<<<grid_for(Ng, kThreads), kThreads, 0, r.stream>>>(zall.data(), Ng, d, zcos.data());
+      SCURRY_CUDA_LAUNCH();
+    }
+    Y0 = initial_centroids_ranks(r, zcos.data(), Ng, s.Zcos.data(), N, lo, d, static_cast<int>(K), opt,
+                                 std::move(streams), *part.comm);
+  }
   mark("initial k-means");
   for (int64_t k = 0; k < K; ++k) {  // normalize_rows on the host, as harmony.cpp
     double sq = 0;
@@ -1160,6 +1356,9 @@ HarmonyResult run_harmony_gpu(const Context& ctx, const detail::HarmonySetup& st
   mark("first R and objective");
   HarmonyResult res;
   for (int it = 1; it <= opt.max_iter_harmony; ++it) {
+    if (part.fail)
+      fail("harmony (gpus): rank ", part.comm ? part.comm->rank() : 0,
+           " fails on purpose (SCURRY_HARMONY_GPUS_FAIL_RANK, a test knob)");
     res.kmeans_rounds.push_back(s.cluster(opt));
     mark("iteration " + std::to_string(it) + ": clustering (" + std::to_string(res.kmeans_rounds.back()) + " rounds)");
     s.moe_correct_ridge();
@@ -1176,16 +1375,16 @@ HarmonyResult run_harmony_gpu(const Context& ctx, const detail::HarmonySetup& st
     narrow<<<grid_for(static_cast<int64_t>(ND), kThreads), kThreads, 0, r.stream>>>(s.Zcorr.data(), static_cast<int64_t>(ND),
                                                                                     zf.data());
     SCURRY_CUDA_LAUNCH();
-    *outf = DenseF(N, d);
-    to_host(r, outf->data.data(), zf.data(), ND);
+    to_host(r, outf + lo * d, zf.data(), ND);
   } else {
-    res.Z_corr = DenseD(N, d);
-    to_host(r, res.Z_corr.data.data(), s.Zcorr.data(), ND);  // pageable: see the upload
+    to_host(r, outd + lo * d, s.Zcorr.data(), ND);  // pageable: see the upload
   }
   mark("download");
   res.objective_harmony = s.obj_harmony;
   return res;
 }
+
+namespace {
 
 void require_gpu(const Context& ctx) {
   if (ctx.backend() != Backend::cuda || !ctx.cuda()) fail("harmony_gpu: the context has no CUDA device");
@@ -1197,7 +1396,11 @@ HarmonyResult harmony_gpu(const Context& ctx, const DenseD& Z, const std::vector
                           const std::vector<int32_t>& n_levels, const HarmonyOptions& opt) {
   require_gpu(ctx);
   const detail::HarmonySetup st = detail::harmony_setup(Z, codes, n_levels, opt);
-  return run_harmony_gpu(ctx, st, n_levels, Z.data.data(), nullptr, opt, nullptr);
+  DenseD out(st.N, st.d);
+  HarmonyResult res = detail::harmony_gpu_rank(ctx, st, n_levels, Z.data.data(), nullptr, opt, {0, st.N, nullptr, false},
+                                               out.data.data(), nullptr);
+  res.Z_corr = std::move(out);
+  return res;
 }
 
 HarmonyResult harmony_gpu(const Context& ctx, const DenseF& Z, const std::vector<std::vector<int32_t>>& codes,
@@ -1206,7 +1409,9 @@ HarmonyResult harmony_gpu(const Context& ctx, const DenseF& Z, const std::vector
   const detail::HarmonySetup st =
       detail::harmony_setup(Z.n_rows, Z.n_cols, detail::all_finite(Z.data.data(), static_cast<int64_t>(Z.data.size()), ctx.threads()),
                             codes, n_levels, opt);
-  return run_harmony_gpu(ctx, st, n_levels, nullptr, Z.data.data(), opt, &Z_corr);
+  Z_corr = DenseF(st.N, st.d);
+  return detail::harmony_gpu_rank(ctx, st, n_levels, nullptr, Z.data.data(), opt, {0, st.N, nullptr, false}, nullptr,
+                                  Z_corr.data.data());
 }
 
 }  // namespace scurry

@@ -14,4 +14,9 @@ HarmonyResult harmony_gpu(const Context&, const DenseF&, const std::vector<std::
   fail_input("harmony_integrate (gpu)", "this scurry was built without CUDA; use --device cpu");
 }
 
+HarmonyResult detail::harmony_gpu_rank(const Context&, const HarmonySetup&, const std::vector<int32_t>&, const double*,
+                                       const float*, const HarmonyOptions&, const HarmonyRank&, double*, float*) {
+  fail_input("harmony_integrate (gpu)", "this scurry was built without CUDA; use --device cpu");
+}
+
 }  // namespace scurry

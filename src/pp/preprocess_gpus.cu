@@ -146,19 +146,7 @@ void run_ranks(const std::vector<Context*>& gpus, const Dataset& frame, const st
     for (auto& w : workers) w.join();
   }
   nccl.clear();  // a communicator still open (a failed run) is aborted, never waited for
-  // The first error that is not another rank's "a rank failed".
-  std::exception_ptr first;
-  for (const auto& e : errors) {
-    if (!e) continue;
-    try {
-      std::rethrow_exception(e);
-    } catch (const ThreadCommAborted&) {
-      if (!first) first = e;
-    } catch (...) {
-      std::rethrow_exception(e);
-    }
-  }
-  if (first) std::rethrow_exception(first);
+  rethrow_rank_errors(errors);  // the first error that is not another rank's "a rank failed"
   out = std::move(gathered);
 }
 

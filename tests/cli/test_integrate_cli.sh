@@ -50,15 +50,16 @@ set +e
 "$scurry" -q scrublet "$tmp/in.h5ad" -o "$tmp/bad4.h5ad" 2>"$tmp/e4"; rc4=$?
 "$scurry" -q scrublet "$tmp/counts.h5ad" -o "$tmp/bad5.h5ad" --batch-key sample 2>"$tmp/e5"; rc5=$?
 "$scurry" -q run "$tmp/counts.h5ad" -o "$tmp/bad6.h5ad" --integrate harmony 2>"$tmp/e6"; rc6=$?
+"$scurry" -q --device cpu harmony-integrate "$tmp/in.h5ad" -o "$tmp/bad7.h5ad" --key batch --gpus 1 2>"$tmp/e7"; rc7=$?
 set -e
-for i in 1 2 3 4 5 6; do
+for i in 1 2 3 4 5 6 7; do
   rc="rc$i"
   test "${!rc}" -eq 2 || { echo "bad$i: exit ${!rc}"; cat "$tmp/e$i"; exit 1; }
   test ! -e "$tmp/bad$i.h5ad" || { echo "bad$i: output left"; exit 1; }
 done
 grep -q "'sample'" "$tmp/e1" && grep -q "'donor'" "$tmp/e2" && grep -q "'pct_mito'" "$tmp/e3"
 grep -q "counts" "$tmp/e4" && grep -q "'sample'" "$tmp/e5" && grep -q "batch-key" "$tmp/e6"
-grep -q "in.h5ad" "$tmp/e1"
+grep -q "in.h5ad" "$tmp/e1" && grep -q -- "--gpus" "$tmp/e7"
 
 "$scurry" -q run "$tmp/counts.h5ad" -o "$tmp/run.h5ad" --batch-key batch --integrate harmony --scrublet --no-markers
 
