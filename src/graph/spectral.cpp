@@ -373,12 +373,17 @@ std::optional<DenseD> spectral_layout(const Context& ctx, const CsrF& graph, con
   if (dim < 1 || dim + 1 >= n) return std::nullopt;
   if (connected_components(graph, nullptr, ctx.threads()) != 1) return std::nullopt;
   std::vector<double> dinv(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) {
-    double s = 0;
-    for (int64_t p = graph.indptr[i]; p < graph.indptr[i + 1]; ++p) s += graph.data[p];
-    if (!(s > 0)) return std::nullopt;
-    dinv[i] = 1.0 / std::sqrt(s);
-  }
+  std::atomic<bool> isolated{false};  // (each row's sum on one thread, in CSR order: any thread count)
+  parallel_for(ctx.threads(), (n + 16383) / 16384, [&](int64_t blk) {
+    const int64_t r1 = std::min(n, (blk + 1) * 16384);
+    for (int64_t i = blk * 16384; i < r1; ++i) {
+      double s = 0;
+      for (int64_t p = graph.indptr[i]; p < graph.indptr[i + 1]; ++p) s += graph.data[p];
+      if (!(s > 0)) isolated = true;
+      dinv[i] = s > 0 ? 1.0 / std::sqrt(s) : 0.0;
+    }
+  });
+  if (isolated) return std::nullopt;
   DenseD out(n, dim);
   if (n <= opt.dense_max_nodes) {
     const int64_t k = dim + 1;

@@ -50,9 +50,22 @@ __global__ void cheb_kernel(const int64_t* __restrict__ indptr, const int32_t* _
   if (g >= n * w) return;
   const int64_t i = g / w;
   const int c = static_cast<int>(g - i * w);
+  // Four entries' loads issued before their sums (the gathers of x do not wait on each other); the
+  // sums still run entry by entry in CSR order, so the result is the same bits as one at a time.
   double acc = 0;
-  for (int64_t p = indptr[i]; p < indptr[i + 1]; ++p)
-    acc += static_cast<double>(wt[p]) * x[static_cast<int64_t>(indices[p]) * w + c];
+  int64_t p = indptr[i];
+  const int64_t end = indptr[i + 1];
+  for (; p + 4 <= end; p += 4) {
+    const int32_t j0 = indices[p], j1 = indices[p + 1], j2 = indices[p + 2], j3 = indices[p + 3];
+    const float w0 = wt[p], w1 = wt[p + 1], w2 = wt[p + 2], w3 = wt[p + 3];
+    const double x0 = x[static_cast<int64_t>(j0) * w + c], x1 = x[static_cast<int64_t>(j1) * w + c],
+                 x2 = x[static_cast<int64_t>(j2) * w + c], x3 = x[static_cast<int64_t>(j3) * w + c];
+    acc += static_cast<double>(w0) * x0;
+    acc += static_cast<double>(w1) * x1;
+    acc += static_cast<double>(w2) * x2;
+    acc += static_cast<double>(w3) * x3;
+  }
+  for (; p < end; ++p) acc += static_cast<double>(wt[p]) * x[static_cast<int64_t>(indices[p]) * w + c];
   double v = alpha * acc + beta * x[g];
   if (z) v += gamma * z[g];
   y[g] = v;
