@@ -6,6 +6,7 @@
 #include <random>
 #include <unordered_set>
 
+#include "core/env_laps.hpp"
 #include "core/error.hpp"
 #include "core/log.hpp"
 #include "core/row_blocks.hpp"
@@ -19,6 +20,7 @@
 #include "pp/normalize.hpp"
 #include "pp/obs_groups.hpp"
 #include "pp/pca.hpp"
+#include "pp/scrublet_knn_gpu.hpp"
 
 namespace scurry {
 namespace {
@@ -175,11 +177,11 @@ std::optional<double> threshold_minimum(const std::vector<double>& values, int n
 ScrubletBatchResult scrublet_counts(const Context& ctx_in, const CsrF& counts0, const ScrubletOptions& opt,
                                     uint64_t seed) {
   const char* where = "scrublet";
-  // Every step on the host but the exact kNN, which runs on ctx_in's GPU when it has one and the
-  // search fits knn_exact_gpu (k_adj <= kGpuKnnMaxK): the same neighbours (an exact search; ties
-  // between equal distances aside).
+  // Every step on the host but the neighbour count, which runs on ctx_in's GPU when it has one
+  // (below: the count search, or knn_exact_gpu for cosine where k_adj <= kGpuKnnMaxK).
   const Context host = Context::cpu(ctx_in.threads());
   const Context& ctx = host;
+  EnvLaps laps("SCURRY_SCRUBLET_TIMES", "scrublet");  // SCURRY_SCRUBLET_TIMES=1: phase times on stderr
   ScrubletBatchResult res;
   const int64_t n_in = counts0.n_rows;
   res.doublet_scores_obs.assign(static_cast<size_t>(n_in), std::numeric_limits<double>::quiet_NaN());
@@ -196,6 +198,7 @@ ScrubletBatchResult scrublet_counts(const Context& ctx_in, const CsrF& counts0, 
   if (cr.kept.size() < 3) fail_input(where, "fewer than 3 cells express 3 or more genes");
   if (cr.kept.size() != static_cast<size_t>(n_in)) counts = take_rows(counts, cr.kept);
   const int64_t n = counts.n_rows;
+  laps.lap("filters");
   // HVGs: seurat on log1p(normalize_total(counts)).
   CsrF norm = counts;
   normalize_total(ctx, norm, NormalizeTotalOptions{});
@@ -207,6 +210,7 @@ ScrubletBatchResult scrublet_counts(const Context& ctx_in, const CsrF& counts0, 
     if (hv.highly_variable[j]) hvg.push_back(static_cast<int64_t>(j));
   if (hvg.size() < 2) fail_input(where, "only ", hvg.size(), " highly variable gene(s) found among ", n, " cells");
   res.n_genes_used = static_cast<int64_t>(hvg.size());
+  laps.lap("normalize + log1p + hvg");
   const CsrF raw = take_cols(counts, hvg);
   CsrF obs = take_cols(norm, hvg);
   // Simulated doublets: n_sim distinct ordered pairs of [0, n)^2 (sklearn's
@@ -246,6 +250,7 @@ ScrubletBatchResult scrublet_counts(const Context& ctx_in, const CsrF& counts0, 
     res.doublet_parents[2 * s] = static_cast<int64_t>(code / static_cast<uint64_t>(n));
     res.doublet_parents[2 * s + 1] = static_cast<int64_t>(code % static_cast<uint64_t>(n));
   }
+  laps.lap("doublet pairs");
   std::mt19937_64 rng(seed);
   CsrF sim = CsrF::zeros(n_sim, raw.n_cols);
   sim.indptr[0] = 0;
@@ -258,6 +263,7 @@ ScrubletBatchResult scrublet_counts(const Context& ctx_in, const CsrF& counts0, 
     for (auto& v : sim.data)
       v = static_cast<float>(std::binomial_distribution<int64_t>(static_cast<int64_t>(v), opt.synthetic_doublet_umi_subsampling)(rng));
   }
+  laps.lap("simulated doublets");
   if (opt.log_transform) {
     log1p_values(obs);
     log1p_values(sim);
@@ -280,9 +286,12 @@ ScrubletBatchResult scrublet_counts(const Context& ctx_in, const CsrF& counts0, 
   po.n_comps = std::min<int64_t>(opt.n_prin_comps, std::min<int64_t>(n, static_cast<int64_t>(g)) - 1);
   po.zero_center = opt.mean_center;
   po.svd_solver = "arpack";
+  laps.lap("scale + z-score stats");
   const PcaResult pr = pca(ctx, obs_scaled, po);
+  laps.lap("pca");
   const DenseF m_obs = project(ctx, obs, inv_sd, centre, pr.components);
   const DenseF m_sim = project(ctx, sim, inv_sd, centre, pr.components);
+  laps.lap("projection");
   // kNN over observed + simulated.
   const int64_t k_comp = m_obs.n_cols;
   DenseF all(n + n_sim, k_comp);
@@ -295,34 +304,53 @@ ScrubletBatchResult scrublet_counts(const Context& ctx_in, const CsrF& counts0, 
   const int64_t k_adj = std::min<int64_t>(static_cast<int64_t>(std::nearbyint(k * (1 + r))), n + n_sim);
   const KnnMetric metric = parse_knn_metric(opt.knn_dist_metric, where);
   const bool approx = opt.use_approx_neighbors.value_or(false);
-  const bool gpu_knn = !approx && ctx_in.backend() == Backend::cuda && k_adj <= kGpuKnnMaxK && k_adj < n + n_sim;
+  // On a CUDA context (euclidean): the GPU count search (scrublet_knn_gpu.hpp), which returns the
+  // number of simulated neighbours directly, for any k_adj: exact (every list) when asked or up to
+  // kIvfMinCells observed cells, as the CPU's choice; above that its IVF lists, with candidates
+  // enough for ~kIvfCandidatesPerK k_adj each.
+  const bool gpu_count = !approx && ctx_in.backend() == Backend::cuda && metric == KnnMetric::euclidean &&
+                         k_comp <= kScrubletKnnMaxDims && k_adj >= 2 && k_adj < n + n_sim;
+  const bool gpu_knn = !approx && !gpu_count && ctx_in.backend() == Backend::cuda && k_adj <= kGpuKnnMaxK &&
+                       k_adj < n + n_sim;
   // Unset, on the CPU, above kIvfMinCells observed cells (where scanpy's neighbors switch to
   // pynndescent): IVF-Flat, with probes enough for ~kIvfCandidatesPerK k_adj candidates (the exact
   // search is O(n^2 d): 300,000 points at 100,000 cells). Recall checked in test_scrublet.
-  const bool ivf = !opt.use_approx_neighbors.has_value() && !gpu_knn && n > kIvfMinCells && k_adj < n + n_sim;
-  IvfCpuOptions io;
-  if (ivf) {
-    const int64_t tot = n + n_sim;
-    io.n_lists = std::clamp<int64_t>(std::llround(std::sqrt(static_cast<double>(tot))), 1, tot);
-    const double per_list = static_cast<double>(tot) / static_cast<double>(io.n_lists);
-    io.n_probes = std::clamp<int64_t>(
-        std::max<int64_t>(8, static_cast<int64_t>(std::ceil(kIvfCandidatesPerK * static_cast<double>(k_adj) / per_list))),
-        1, io.n_lists);
-    io.seed = seed;
+  const bool ivf = !opt.use_approx_neighbors.has_value() && !gpu_count && !gpu_knn && n > kIvfMinCells &&
+                   k_adj < n + n_sim;
+  // The number of simulated cells among each point's k_adj - 1 nearest others: the cell itself
+  // (column 0 of a search) is not counted: scanpy 1.10.4's scores of the simulated doublets are those
+  // of their k_adj - 1 other neighbours (checked against its stored scores), N stays k_adj.
+  std::vector<int32_t> n_dbl;
+  if (gpu_count) {
+    ScrubletKnnOptions so;
+    so.exact = opt.use_approx_neighbors.has_value() || n <= kIvfMinCells;
+    so.candidates_per_k = kIvfCandidatesPerK;
+    so.seed = seed;
+    n_dbl = scrublet_sim_neighbor_counts_gpu(ctx_in, all, n, k_adj, so);
+  } else {
+    IvfCpuOptions io;
+    if (ivf) {
+      const int64_t tot = n + n_sim;
+      io.n_lists = std::clamp<int64_t>(std::llround(std::sqrt(static_cast<double>(tot))), 1, tot);
+      const double per_list = static_cast<double>(tot) / static_cast<double>(io.n_lists);
+      io.n_probes = std::clamp<int64_t>(
+          std::max<int64_t>(8, static_cast<int64_t>(std::ceil(kIvfCandidatesPerK * static_cast<double>(k_adj) / per_list))),
+          1, io.n_lists);
+      io.seed = seed;
+    }
+    const Knn nn = approx    ? knn_hnsw(ctx, all, k_adj, metric, HnswOptions{16, 200, 0, seed})
+                   : gpu_knn ? knn_exact_gpu(ctx_in, all, k_adj, metric)
+                   : ivf     ? knn_ivf(ctx, all, k_adj, metric, io)
+                             : knn_exact(ctx, all, k_adj, metric);
+    n_dbl.assign(static_cast<size_t>(n + n_sim), 0);
+    for (int64_t i = 0; i < n + n_sim; ++i)
+      for (int64_t j = 1; j < k_adj; ++j) n_dbl[i] += nn.index(i, j) >= n;
   }
-  const Knn nn = approx    ? knn_hnsw(ctx, all, k_adj, metric, HnswOptions{16, 200, 0, seed})
-                 : gpu_knn ? knn_exact_gpu(ctx_in, all, k_adj, metric)
-                 : ivf     ? knn_ivf(ctx, all, k_adj, metric, io)
-                           : knn_exact(ctx, all, k_adj, metric);
-  // The cell itself (column 0) is not counted: scanpy 1.10.4's scores of the simulated doublets are
-  // those of their k_adj - 1 other neighbours (checked against its stored scores), N stays k_adj.
-  const int64_t first = 1;
+  laps.lap(gpu_count ? "neighbour count (gpu)" : "neighbour search");
   const double rho = opt.expected_doublet_rate, N = static_cast<double>(k_adj);
   std::vector<double> score(static_cast<size_t>(n + n_sim));
   for (int64_t i = 0; i < n + n_sim; ++i) {
-    int64_t nd = 0;
-    for (int64_t j = first; j < k_adj; ++j) nd += nn.index(i, j) >= n;
-    const double q = (static_cast<double>(nd) + 1) / (N + 2);
+    const double q = (static_cast<double>(n_dbl[i]) + 1) / (N + 2);
     score[i] = q * rho / r / (1 - rho - q * (1 - rho - rho / r));
   }
   res.doublet_scores_sim.assign(score.begin() + n, score.end());
@@ -330,6 +358,7 @@ ScrubletBatchResult scrublet_counts(const Context& ctx_in, const CsrF& counts0, 
   if (!res.threshold)
     log::warn("scrublet: failed to find the doublet threshold automatically (no two modes in the simulated "
               "scores' histogram); no cell is predicted a doublet; give a threshold");
+  laps.lap("scores + threshold");
   for (int64_t t = 0; t < n; ++t) {
     const int64_t i = cr.kept.size() == static_cast<size_t>(n_in) ? t : cr.kept[t];
     res.doublet_scores_obs[i] = score[t];
