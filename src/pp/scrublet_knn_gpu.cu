@@ -8,10 +8,12 @@
 // passes and the count run there): ~0.2 s at 4.3 TB/s. k-means, lists and probes: tens of ms.
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <numeric>
 #include <random>
 #include <vector>
 
+#include "core/env_laps.hpp"
 #include "core/error.hpp"
 #include "graph/knn_gpu.cuh"
 #include "pp/scrublet_knn_gpu.cuh"
@@ -448,6 +450,12 @@ std::vector<int32_t> scrublet_sim_neighbor_counts(CudaResources& r, const float*
                " iterations x ", opt.kmeans_points_per_list, " points a list, ", opt.candidates_per_k,
                " candidates per k, buffer ", opt.buffer_entries, " keys)");
   const int64_t L = opt.n_lists > 0 ? opt.n_lists : std::clamp<int64_t>(std::llround(std::sqrt(double(n))), 1, n);
+  EnvLaps laps("SCURRY_SCRUBLET_TIMES", "scrublet count");  // the stream synchronised at each lap
+  auto lap = [&](const char* what) {
+    if (!laps.on()) return;
+    SCURRY_CUDA(cudaStreamSynchronize(r.stream));
+    laps.lap(what);
+  };
 
   // k-means on a seeded sample (partial Fisher-Yates; its first L points start the centroids).
   std::mt19937_64 rng(opt.seed);
@@ -490,6 +498,7 @@ std::vector<int32_t> scrublet_sim_neighbor_counts(CudaResources& r, const float*
       }
   }
   S.release();
+  lap("k-means");
   squared_norms_kernel<<<blocks_for(L), kThreads, 0, r.stream>>>(C.data(), L, d, cn.data());
   SCURRY_CUDA_LAUNCH();
   std::vector<int32_t> perm;  // position in list order -> point
@@ -533,6 +542,7 @@ std::vector<int32_t> scrublet_sim_neighbor_counts(CudaResources& r, const float*
     cand[l] = have;
     pstart.push_back(static_cast<int64_t>(probe_ids.size()));
   }
+  lap("lists + probes");
   // Units: runs of a list's queries whose keys fit the buffer; chunks: runs of units that do.
   const int64_t cap = opt.buffer_entries;
   std::vector<Unit> units;
@@ -620,6 +630,7 @@ std::vector<int32_t> scrublet_sim_neighbor_counts(CudaResources& r, const float*
     }
     SCURRY_CUDA_LAUNCH();
   }
+  lap("distances + select");
   std::vector<int32_t> counts = to_host(r, d_counts.data(), static_cast<size_t>(n));
   int64_t overflow = 0;
   std::vector<float> Yh;
@@ -636,6 +647,11 @@ std::vector<int32_t> scrublet_sim_neighbor_counts(CudaResources& r, const float*
     counts[i] = host_count(Yh, d, i, cids, k, n_obs);
     ++overflow;
   }
+  lap("download + host re-rank");
+  if (laps.on())
+    std::fprintf(stderr, "[scrublet count] %lld points, k %lld, %lld lists, %lld chunks, %.0f candidates a point, %lld on the host\n",
+                 static_cast<long long>(n), static_cast<long long>(k), static_cast<long long>(L),
+                 static_cast<long long>(n_chunks), cand_sum / double(n), static_cast<long long>(overflow));
   if (stats) {
     stats->lists = L;
     stats->chunks = n_chunks;
