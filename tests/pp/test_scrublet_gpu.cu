@@ -5,9 +5,13 @@
 //   20,000 x 30 (rows in shared memory), several chunks and lists split over them (a small buffer),
 //   rows over the shared memory (60,000 points, read from global memory), 40 dims (64-wide rows);
 // - the default IVF probes within +-1 of the exact counts on >= 99% of the points; two runs the same;
-// - scrublet on a GPU context against the CPU's on 20,000 planted cells: the default (GPU IVF
-//   against CPU IVF) scores correlated >= 0.99 and predictions agreeing on >= 99%; exact
-//   (use_approx_neighbors = false) the same scores on >= 99.5% of the cells; two GPU runs the same bits.
+// - scrublet on a GPU context (the device pipeline: 20,000 planted cells are above its 8,192-cell
+//   cut) against the CPU's: scores correlated >= 0.99 and predictions agreeing on >= 99%, with the
+//   default search (GPU IVF lists against the CPU's IVF) and the exact one (use_approx_neighbors =
+//   false; the device PCA's rounding moves a few cells across the k_adj-th neighbour, so not every
+//   score is the CPU's); the doublet pairs the CPU's; two GPU runs the same bits;
+// - the host pipeline with the GPU count (SCURRY_SCRUBLET_PIPELINE=host) and exact search gives the
+//   CPU's scores on >= 99.5% of the cells (the same embedding; equal distances aside).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -143,8 +147,34 @@ TEST(ScrubletGpu, MatchesCpuOnPlantedCells) {
     const double r = test::pearson(fa, fb), share = static_cast<double>(agree) / static_cast<double>(fa.size());
     EXPECT_GE(r, 0.99) << (exact ? "exact" : "default") << ", seed " << seed;
     EXPECT_GE(share, 0.99) << (exact ? "exact" : "default") << ", seed " << seed;
-    if (exact) EXPECT_GE(static_cast<double>(same), 0.995 * static_cast<double>(fa.size())) << "seed " << seed;
+    const auto& ua = a.uns.at("scrublet").dict(), &ub = b.uns.at("scrublet").dict();
+    EXPECT_EQ(std::get<NumArray>(ua.at("doublet_parents").v).data, std::get<NumArray>(ub.at("doublet_parents").v).data);
     std::printf("%s, 20,000 cells: GPU vs CPU score correlation %.4f, predictions agree %.4f, same score %.4f\n",
                 exact ? "exact" : "default", r, share, static_cast<double>(same) / static_cast<double>(fa.size()));
   }
+}
+
+TEST(ScrubletGpu, HostPipelineWithGpuCountIsTheCpus) {
+  SCURRY_REQUIRE_GPU();
+  const Context gpu = test::gpu_context(), cpu = Context::cpu(0);
+  const uint64_t seed = test::fresh_seed();
+  const test::Planted p = test::planted(seed, 9000, 300);
+  Dataset a = test::dataset_of(p), b = test::dataset_of(p);
+  ScrubletOptions o;
+  o.random_state = seed;
+  o.use_approx_neighbors = false;
+  setenv("SCURRY_SCRUBLET_PIPELINE", "host", 1);
+  scrublet(gpu, a, o);
+  unsetenv("SCURRY_SCRUBLET_PIPELINE");
+  scrublet(cpu, b, o);
+  const auto& sa = a.obs.numeric("doublet_score");
+  const auto& sb = b.obs.numeric("doublet_score");
+  int64_t same = 0, finite = 0;
+  for (size_t i = 0; i < sa.size(); ++i) {
+    if (std::isnan(sb[i])) continue;
+    ++finite;
+    same += std::fabs(sa[i] - sb[i]) <= 1e-12 * std::max(1.0, std::fabs(sb[i]));
+  }
+  ASSERT_GT(finite, 8500);
+  EXPECT_GE(static_cast<double>(same), 0.995 * static_cast<double>(finite)) << "seed " << seed;
 }
