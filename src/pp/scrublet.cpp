@@ -395,7 +395,16 @@ int64_t k_adjusted(int k, int64_t n, int64_t n_sim) {
 
 ScrubletKnnOptions count_options(const ScrubletOptions& opt, int64_t n, uint64_t seed) {
   ScrubletKnnOptions so;
-  so.exact = opt.use_approx_neighbors.has_value() || n <= kIvfMinCells;
+  // Exact where asked, up to kIvfMinCells cells (the CPU's choice), and wherever the exact search
+  // costs little on the device (n_points^2 <= kGpuExactPairs: ~0.3 s on an H200 at the bound); IVF
+  // lists above. SCURRY_SCRUBLET_KNN=exact|ivf overrides it (tests, benchmarks).
+  const double pts = static_cast<double>(n) * (1.0 + opt.sim_doublet_ratio);
+  so.exact = opt.use_approx_neighbors.has_value() || n <= kIvfMinCells || pts * pts <= kGpuExactPairs;
+  if (const char* e = std::getenv("SCURRY_SCRUBLET_KNN")) {
+    const std::string m = e;
+    if (m != "exact" && m != "ivf") fail_input("scrublet", "SCURRY_SCRUBLET_KNN=", m, " is not exact or ivf");
+    so.exact = m == "exact";
+  }
   so.candidates_per_k = kIvfCandidatesPerK;
   so.seed = seed;
   return so;

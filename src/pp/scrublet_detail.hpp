@@ -12,6 +12,7 @@ namespace scurry::scrublet_detail {
 
 constexpr int64_t kIvfMinCells = 8192;       // observed cells above which the search is IVF (unset option)
 constexpr double kIvfCandidatesPerK = 16.0;  // IVF probes: about this many candidates per neighbour
+constexpr double kGpuExactPairs = 68719476736.0;  // 2^36 point pairs (~262k points): the GPU count is exact
 
 // round-down n * sim_doublet_ratio, checked (InputError when none or more than n^2).
 int64_t n_simulated(int64_t n, const ScrubletOptions& opt);
@@ -22,8 +23,9 @@ std::vector<int64_t> draw_parents(int64_t n, int64_t n_sim, uint64_t seed);
 // most n + n_sim.
 int neighbours_k(int64_t n, const ScrubletOptions& opt);
 int64_t k_adjusted(int k, int64_t n, int64_t n_sim);
-// The GPU count search's settings: exact when use_approx_neighbors is set (false) or up to
-// kIvfMinCells observed cells, else IVF with kIvfCandidatesPerK candidates per k_adj.
+// The GPU count search's settings: exact when use_approx_neighbors is set (false), up to
+// kIvfMinCells observed cells, or up to kGpuExactPairs point pairs; else IVF with kIvfCandidatesPerK
+// candidates per k_adj (SCURRY_SCRUBLET_KNN=exact|ivf overrides).
 ScrubletKnnOptions count_options(const ScrubletOptions& opt, int64_t n, uint64_t seed);
 // From n_dbl (per observed then simulated point, the simulated among its k_adj - 1 nearest others):
 // the Bayesian scores, doublet_scores_sim, the threshold (opt's or threshold_minimum) and the

@@ -6,10 +6,11 @@
 //   rows over the shared memory (60,000 points, read from global memory), 40 dims (64-wide rows);
 // - the default IVF probes within +-1 of the exact counts on >= 99% of the points; two runs the same;
 // - scrublet on a GPU context (the device pipeline: 20,000 planted cells are above its 8,192-cell
-//   cut) against the CPU's: scores correlated >= 0.99 and predictions agreeing on >= 99%, with the
-//   default search (GPU IVF lists against the CPU's IVF) and the exact one (use_approx_neighbors =
-//   false; the device PCA's rounding moves a few cells across the k_adj-th neighbour, so not every
-//   score is the CPU's); the doublet pairs the CPU's; two GPU runs the same bits;
+//   cut) against the CPU's exact search: scores correlated >= 0.99 and predictions agreeing on
+//   >= 99% with the default (exact on the device at this size) and the exact option (the device
+//   PCA's rounding moves a few cells across the k_adj-th neighbour, so not every score is the
+//   CPU's); the IVF lists forced (SCURRY_SCRUBLET_KNN=ivf) >= 0.95 and >= 98% (the CPU's IVF
+//   against its exact search printed beside it); the doublet pairs the CPU's; two GPU runs the same bits;
 // - the host pipeline with the GPU count (SCURRY_SCRUBLET_PIPELINE=host) and exact search gives the
 //   CPU's scores on >= 99.5% of the cells (the same embedding; equal distances aside).
 #include <gtest/gtest.h>
@@ -112,45 +113,76 @@ TEST(ScrubletKnnGpu, BadInputNamesTheProblem) {
   EXPECT_THROW(scrublet_sim_neighbor_counts_gpu(gpu, wide, 30, 10, {}), InputError);
 }
 
+namespace {
+struct Agreement {
+  double r = 0, agree = 0, same = 0;
+  size_t cells = 0;
+};
+// Scores (Pearson) and predictions of a against the reference b, over b's scored cells.
+Agreement agreement(const Dataset& a, const Dataset& b) {
+  const auto& sa = a.obs.numeric("doublet_score");
+  const auto& sb = b.obs.numeric("doublet_score");
+  const auto& pa = std::get<BoolColumn>(a.obs.at("predicted_doublet").c).values;
+  const auto& pb = std::get<BoolColumn>(b.obs.at("predicted_doublet").c).values;
+  std::vector<double> fa, fb;
+  int64_t agree = 0, same = 0;
+  for (size_t i = 0; i < sa.size(); ++i) {
+    if (std::isnan(sb[i])) continue;
+    fa.push_back(sa[i]);
+    fb.push_back(sb[i]);
+    agree += pa[i] == pb[i];
+    same += std::fabs(sa[i] - sb[i]) <= 1e-12 * std::max(1.0, std::fabs(sb[i]));
+  }
+  Agreement g;
+  g.cells = fa.size();
+  g.r = test::pearson(fa, fb);
+  g.agree = static_cast<double>(agree) / static_cast<double>(fa.size());
+  g.same = static_cast<double>(same) / static_cast<double>(fa.size());
+  return g;
+}
+}  // namespace
+
+// The device pipeline against the CPU's exact search (the reference): its default (exact on the
+// device at this size), its exact mode, and its IVF lists forced (SCURRY_SCRUBLET_KNN=ivf; the CPU's
+// own IVF against its exact search printed beside it).
 TEST(ScrubletGpu, MatchesCpuOnPlantedCells) {
   SCURRY_REQUIRE_GPU();
   const Context gpu = test::gpu_context(), cpu = Context::cpu(0);
   const uint64_t seed = test::fresh_seed();
   const test::Planted p = test::planted(seed, 20000, 300);
-  for (bool exact : {false, true}) {
-    Dataset a = test::dataset_of(p), a2 = test::dataset_of(p), b = test::dataset_of(p);
-    ScrubletOptions o;
-    o.random_state = seed;
-    if (exact) o.use_approx_neighbors = false;
-    scrublet(gpu, a, o);
-    scrublet(gpu, a2, o);
-    scrublet(cpu, b, o);
+  ScrubletOptions o;
+  o.random_state = seed;
+  Dataset cpu_default = test::dataset_of(p), ref = test::dataset_of(p);
+  scrublet(cpu, cpu_default, o);
+  ScrubletOptions oe = o;
+  oe.use_approx_neighbors = false;
+  scrublet(cpu, ref, oe);
+  const Agreement cal = agreement(cpu_default, ref);
+  std::printf("CPU default (IVF) vs CPU exact, 20,000 cells: correlation %.4f, predictions agree %.4f\n", cal.r,
+              cal.agree);
+  for (const char* mode : {"default", "exact", "ivf"}) {
+    const ScrubletOptions& om = std::string(mode) == "exact" ? oe : o;
+    if (std::string(mode) == "ivf") setenv("SCURRY_SCRUBLET_KNN", "ivf", 1);
+    Dataset a = test::dataset_of(p), a2 = test::dataset_of(p);
+    scrublet(gpu, a, om);
+    scrublet(gpu, a2, om);
+    unsetenv("SCURRY_SCRUBLET_KNN");
     const auto& sa = a.obs.numeric("doublet_score");
-    const auto& sb = b.obs.numeric("doublet_score");
-    const auto& pa = std::get<BoolColumn>(a.obs.at("predicted_doublet").c).values;
-    const auto& pb = std::get<BoolColumn>(b.obs.at("predicted_doublet").c).values;
     const auto& sa2 = a2.obs.numeric("doublet_score");
     ASSERT_EQ(sa.size(), sa2.size());
     int64_t same_bits = 0;
     for (size_t i = 0; i < sa.size(); ++i) same_bits += std::memcmp(&sa[i], &sa2[i], sizeof(double)) == 0;
-    EXPECT_EQ(same_bits, static_cast<int64_t>(sa.size())) << "two GPU runs";
-    std::vector<double> fa, fb;
-    int64_t agree = 0, same = 0;
-    for (size_t i = 0; i < sa.size(); ++i) {
-      if (std::isnan(sb[i])) continue;
-      fa.push_back(sa[i]);
-      fb.push_back(sb[i]);
-      agree += pa[i] == pb[i];
-      same += std::fabs(sa[i] - sb[i]) <= 1e-12 * std::max(1.0, std::fabs(sb[i]));
-    }
-    ASSERT_GT(fa.size(), 19000u);
-    const double r = test::pearson(fa, fb), share = static_cast<double>(agree) / static_cast<double>(fa.size());
-    EXPECT_GE(r, 0.99) << (exact ? "exact" : "default") << ", seed " << seed;
-    EXPECT_GE(share, 0.99) << (exact ? "exact" : "default") << ", seed " << seed;
-    const auto& ua = a.uns.at("scrublet").dict(), &ub = b.uns.at("scrublet").dict();
+    EXPECT_EQ(same_bits, static_cast<int64_t>(sa.size())) << mode << ": two GPU runs";
+    const auto& ua = a.uns.at("scrublet").dict(), &ub = ref.uns.at("scrublet").dict();
     EXPECT_EQ(std::get<NumArray>(ua.at("doublet_parents").v).data, std::get<NumArray>(ub.at("doublet_parents").v).data);
-    std::printf("%s, 20,000 cells: GPU vs CPU score correlation %.4f, predictions agree %.4f, same score %.4f\n",
-                exact ? "exact" : "default", r, share, static_cast<double>(same) / static_cast<double>(fa.size()));
+    const Agreement g = agreement(a, ref);
+    ASSERT_GT(g.cells, 19000u);
+    std::printf("GPU %s vs CPU exact, 20,000 cells: score correlation %.4f, predictions agree %.4f, same score %.4f\n",
+                mode, g.r, g.agree, g.same);
+    // The IVF lists (their queries share one candidate set) are looser than the CPU's per-query probes.
+    const bool ivf = std::string(mode) == "ivf";
+    EXPECT_GE(g.r, ivf ? 0.95 : 0.99) << mode << ", seed " << seed;
+    EXPECT_GE(g.agree, ivf ? 0.98 : 0.99) << mode << ", seed " << seed;
   }
 }
 
