@@ -163,7 +163,7 @@ void add_run_integrate_options(CLI::App& cmd, RunOptions& o) {
 void run_scrublet(const Context& ctx, Dataset& d, const RunOptions& o) {
   ScrubletOptions s = o.scrublet_opt;
   s.batch_key = o.preprocess.hvg.batch_key;
-  in_file(o.input, [&] { scrublet(ctx, d, s); });  // --device gpu: its exact kNN on the GPU where it fits
+  in_file(o.input, [&] { scrublet(ctx, d, s); });  // --device gpu: on the device (scrublet_gpu.hpp)
 }
 
 void run_harmony(const Context& ctx, Dataset& d, const RunOptions& o) {
@@ -231,7 +231,7 @@ void add_integrate_commands(CLI::App& app, GlobalOptions& g) {
       app, g, "scrublet", "scrublet: doublet scores of the raw counts in X (obs doublet_score, predicted_doublet)",
       [](CLI::App& c, ScrubletOptions& o) { add_scrublet_options(c, o, ""); },
       [](const Context& ctx, Dataset& d, const ScrubletOptions& o, const std::string& in) {
-        in_file(in, [&] { scrublet(ctx, d, o); });  // --device gpu: its exact kNN on the GPU where it fits
+        in_file(in, [&] { scrublet(ctx, d, o); });  // --device gpu: on the device (scrublet_gpu.hpp)
       });
 }
 

@@ -1,11 +1,14 @@
 #include "pp/scrublet.hpp"
 
 #include <algorithm>
+#include <cstdlib>
+#include <string>
 #include <cmath>
 #include <limits>
 #include <random>
 #include <unordered_set>
 
+#include "core/env_laps.hpp"
 #include "core/error.hpp"
 #include "core/log.hpp"
 #include "core/row_blocks.hpp"
@@ -19,13 +22,16 @@
 #include "pp/normalize.hpp"
 #include "pp/obs_groups.hpp"
 #include "pp/pca.hpp"
+#include "pp/scrublet_detail.hpp"
+#include "pp/scrublet_gpu.hpp"
+#include "pp/scrublet_knn_gpu.hpp"
 
 namespace scurry {
 namespace {
 
 constexpr int64_t kGpuKnnMaxK = 513;  // knn_exact_gpu's largest k
-constexpr int64_t kIvfMinCells = 8192;        // observed cells above which the CPU search is IVF (unset option)
-constexpr double kIvfCandidatesPerK = 16.0;   // IVF probes: about this many candidates per neighbour
+using scrublet_detail::kIvfCandidatesPerK;
+using scrublet_detail::kIvfMinCells;
 
 constexpr int64_t kRowsPerBlock = 2048;
 
@@ -175,11 +181,23 @@ std::optional<double> threshold_minimum(const std::vector<double>& values, int n
 ScrubletBatchResult scrublet_counts(const Context& ctx_in, const CsrF& counts0, const ScrubletOptions& opt,
                                     uint64_t seed) {
   const char* where = "scrublet";
-  // Every step on the host but the exact kNN, which runs on ctx_in's GPU when it has one and the
-  // search fits knn_exact_gpu (k_adj <= kGpuKnnMaxK): the same neighbours (an exact search; ties
-  // between equal distances aside).
+  // On a CUDA context, above kIvfMinCells cells (or with SCURRY_SCRUBLET_PIPELINE=device), every step
+  // over the cells on the device (scrublet_gpu.hpp) where it takes the options; SCURRY_SCRUBLET_PIPELINE
+  // =host keeps this host pipeline. Small inputs stay here: their exact search then gives the CPU's
+  // scores (the device PCA's rounding would move a few cells across the k_adj-th neighbour).
+  if (ctx_in.backend() == Backend::cuda && scrublet_gpu_supported(opt)) {
+    const char* e = std::getenv("SCURRY_SCRUBLET_PIPELINE");
+    const std::string mode = e ? e : "";
+    if (!mode.empty() && mode != "host" && mode != "device")
+      fail_input(where, "SCURRY_SCRUBLET_PIPELINE=", mode, " is not host or device");
+    if (mode == "device" || (mode.empty() && counts0.n_rows > kIvfMinCells))
+      return scrublet_counts_gpu(ctx_in, counts0, opt, seed);
+  }
+  // Every step on the host but the neighbour count, which runs on ctx_in's GPU when it has one
+  // (below: the count search, or knn_exact_gpu for cosine where k_adj <= kGpuKnnMaxK).
   const Context host = Context::cpu(ctx_in.threads());
   const Context& ctx = host;
+  EnvLaps laps("SCURRY_SCRUBLET_TIMES", "scrublet");  // SCURRY_SCRUBLET_TIMES=1: phase times on stderr
   ScrubletBatchResult res;
   const int64_t n_in = counts0.n_rows;
   res.doublet_scores_obs.assign(static_cast<size_t>(n_in), std::numeric_limits<double>::quiet_NaN());
@@ -196,6 +214,7 @@ ScrubletBatchResult scrublet_counts(const Context& ctx_in, const CsrF& counts0, 
   if (cr.kept.size() < 3) fail_input(where, "fewer than 3 cells express 3 or more genes");
   if (cr.kept.size() != static_cast<size_t>(n_in)) counts = take_rows(counts, cr.kept);
   const int64_t n = counts.n_rows;
+  laps.lap("filters");
   // HVGs: seurat on log1p(normalize_total(counts)).
   CsrF norm = counts;
   normalize_total(ctx, norm, NormalizeTotalOptions{});
@@ -207,45 +226,12 @@ ScrubletBatchResult scrublet_counts(const Context& ctx_in, const CsrF& counts0, 
     if (hv.highly_variable[j]) hvg.push_back(static_cast<int64_t>(j));
   if (hvg.size() < 2) fail_input(where, "only ", hvg.size(), " highly variable gene(s) found among ", n, " cells");
   res.n_genes_used = static_cast<int64_t>(hvg.size());
+  laps.lap("normalize + log1p + hvg");
   const CsrF raw = take_cols(counts, hvg);
   CsrF obs = take_cols(norm, hvg);
-  // Simulated doublets: n_sim distinct ordered pairs of [0, n)^2 (sklearn's
-  // sample_without_replacement over n^2 codes, tracking selection), parents = code / n, code % n.
-  const int64_t n_sim = static_cast<int64_t>(static_cast<double>(n) * opt.sim_doublet_ratio);
-  if (n_sim < 1) fail_input(where, "sim_doublet_ratio=", opt.sim_doublet_ratio, " simulates no doublet");
-  const double n2 = static_cast<double>(n) * static_cast<double>(n);
-  if (static_cast<double>(n_sim) > n2) fail_input(where, "cannot simulate ", n_sim, " doublets from ", n, " cells");
-  // numpy's legacy RandomState(seed) is MT19937 seeded by init_genrand(seed & 0xffffffff), which is
-  // std::mt19937(seed); RandomState.randint(m) for m - 1 < 2^32 draws 32-bit words masked to the
-  // smallest 2^b - 1 >= m - 1 until one is <= m - 1. sklearn's tracking selection redraws repeats.
-  // So the pairs are scanpy's own (scanpy 1.10 seeds a fresh RandomState(random_state) per batch).
-  std::mt19937 mt(static_cast<uint32_t>(seed & 0xffffffffu));
-  std::unordered_set<uint64_t> seen;
-  res.doublet_parents.resize(static_cast<size_t>(2 * n_sim));
-  const uint64_t total = static_cast<uint64_t>(n) * static_cast<uint64_t>(n);
-  auto randint = [&](uint64_t m) -> uint64_t {
-    const uint64_t hi = m - 1;
-    if (hi == 0) return 0;
-    uint64_t mask = hi;
-    for (int sh = 1; sh < 64; sh <<= 1) mask |= mask >> sh;
-    if (hi <= 0xffffffffu) {
-      uint64_t v;
-      do v = static_cast<uint64_t>(mt()) & mask;
-      while (v > hi);
-      return v;
-    }
-    uint64_t v;  // numpy: two 32-bit words, high first
-    do v = ((static_cast<uint64_t>(mt()) << 32) | mt()) & mask;
-    while (v > hi);
-    return v;
-  };
-  for (int64_t s = 0; s < n_sim; ++s) {
-    uint64_t code;
-    do code = randint(total);
-    while (!seen.insert(code).second);
-    res.doublet_parents[2 * s] = static_cast<int64_t>(code / static_cast<uint64_t>(n));
-    res.doublet_parents[2 * s + 1] = static_cast<int64_t>(code % static_cast<uint64_t>(n));
-  }
+  const int64_t n_sim = scrublet_detail::n_simulated(n, opt);
+  res.doublet_parents = scrublet_detail::draw_parents(n, n_sim, seed);
+  laps.lap("doublet pairs");
   std::mt19937_64 rng(seed);
   CsrF sim = CsrF::zeros(n_sim, raw.n_cols);
   sim.indptr[0] = 0;
@@ -258,6 +244,7 @@ ScrubletBatchResult scrublet_counts(const Context& ctx_in, const CsrF& counts0, 
     for (auto& v : sim.data)
       v = static_cast<float>(std::binomial_distribution<int64_t>(static_cast<int64_t>(v), opt.synthetic_doublet_umi_subsampling)(rng));
   }
+  laps.lap("simulated doublets");
   if (opt.log_transform) {
     log1p_values(obs);
     log1p_values(sim);
@@ -280,49 +267,156 @@ ScrubletBatchResult scrublet_counts(const Context& ctx_in, const CsrF& counts0, 
   po.n_comps = std::min<int64_t>(opt.n_prin_comps, std::min<int64_t>(n, static_cast<int64_t>(g)) - 1);
   po.zero_center = opt.mean_center;
   po.svd_solver = "arpack";
+  laps.lap("scale + z-score stats");
   const PcaResult pr = pca(ctx, obs_scaled, po);
+  laps.lap("pca");
   const DenseF m_obs = project(ctx, obs, inv_sd, centre, pr.components);
   const DenseF m_sim = project(ctx, sim, inv_sd, centre, pr.components);
+  laps.lap("projection");
   // kNN over observed + simulated.
   const int64_t k_comp = m_obs.n_cols;
   DenseF all(n + n_sim, k_comp);
   std::copy(m_obs.data.begin(), m_obs.data.end(), all.data.begin());
   std::copy(m_sim.data.begin(), m_sim.data.end(), all.data.begin() + n * k_comp);
-  const int k = opt.n_neighbors ? *opt.n_neighbors : static_cast<int>(std::nearbyint(0.5 * std::sqrt(static_cast<double>(n))));
-  if (k < 1) fail_input(where, "n_neighbors=", k, " must be at least 1");
-  res.n_neighbors = k;
-  const double r = static_cast<double>(n_sim) / static_cast<double>(n);
-  const int64_t k_adj = std::min<int64_t>(static_cast<int64_t>(std::nearbyint(k * (1 + r))), n + n_sim);
+  res.n_neighbors = scrublet_detail::neighbours_k(n, opt);
+  const int64_t k_adj = scrublet_detail::k_adjusted(res.n_neighbors, n, n_sim);
   const KnnMetric metric = parse_knn_metric(opt.knn_dist_metric, where);
   const bool approx = opt.use_approx_neighbors.value_or(false);
-  const bool gpu_knn = !approx && ctx_in.backend() == Backend::cuda && k_adj <= kGpuKnnMaxK && k_adj < n + n_sim;
+  // On a CUDA context (euclidean): the GPU count search (scrublet_knn_gpu.hpp), which returns the
+  // number of simulated neighbours directly, for any k_adj: exact (every list) when asked or up to
+  // kIvfMinCells observed cells, as the CPU's choice; above that its IVF lists, with candidates
+  // enough for ~kIvfCandidatesPerK k_adj each.
+  const bool gpu_count = !approx && ctx_in.backend() == Backend::cuda && metric == KnnMetric::euclidean &&
+                         k_comp <= kScrubletKnnMaxDims && k_adj >= 2 && k_adj < n + n_sim;
+  const bool gpu_knn = !approx && !gpu_count && ctx_in.backend() == Backend::cuda && k_adj <= kGpuKnnMaxK &&
+                       k_adj < n + n_sim;
   // Unset, on the CPU, above kIvfMinCells observed cells (where scanpy's neighbors switch to
   // pynndescent): IVF-Flat, with probes enough for ~kIvfCandidatesPerK k_adj candidates (the exact
   // search is O(n^2 d): 300,000 points at 100,000 cells). Recall checked in test_scrublet.
-  const bool ivf = !opt.use_approx_neighbors.has_value() && !gpu_knn && n > kIvfMinCells && k_adj < n + n_sim;
-  IvfCpuOptions io;
-  if (ivf) {
-    const int64_t tot = n + n_sim;
-    io.n_lists = std::clamp<int64_t>(std::llround(std::sqrt(static_cast<double>(tot))), 1, tot);
-    const double per_list = static_cast<double>(tot) / static_cast<double>(io.n_lists);
-    io.n_probes = std::clamp<int64_t>(
-        std::max<int64_t>(8, static_cast<int64_t>(std::ceil(kIvfCandidatesPerK * static_cast<double>(k_adj) / per_list))),
-        1, io.n_lists);
-    io.seed = seed;
+  const bool ivf = !opt.use_approx_neighbors.has_value() && !gpu_count && !gpu_knn && n > kIvfMinCells &&
+                   k_adj < n + n_sim;
+  // The number of simulated cells among each point's k_adj - 1 nearest others: the cell itself
+  // (column 0 of a search) is not counted: scanpy 1.10.4's scores of the simulated doublets are those
+  // of their k_adj - 1 other neighbours (checked against its stored scores), N stays k_adj.
+  std::vector<int32_t> n_dbl;
+  if (gpu_count) {
+    n_dbl = scrublet_sim_neighbor_counts_gpu(ctx_in, all, n, k_adj, scrublet_detail::count_options(opt, n, seed));
+  } else {
+    IvfCpuOptions io;
+    if (ivf) {
+      const int64_t tot = n + n_sim;
+      io.n_lists = std::clamp<int64_t>(std::llround(std::sqrt(static_cast<double>(tot))), 1, tot);
+      const double per_list = static_cast<double>(tot) / static_cast<double>(io.n_lists);
+      io.n_probes = std::clamp<int64_t>(
+          std::max<int64_t>(8, static_cast<int64_t>(std::ceil(kIvfCandidatesPerK * static_cast<double>(k_adj) / per_list))),
+          1, io.n_lists);
+      io.seed = seed;
+    }
+    const Knn nn = approx    ? knn_hnsw(ctx, all, k_adj, metric, HnswOptions{16, 200, 0, seed})
+                   : gpu_knn ? knn_exact_gpu(ctx_in, all, k_adj, metric)
+                   : ivf     ? knn_ivf(ctx, all, k_adj, metric, io)
+                             : knn_exact(ctx, all, k_adj, metric);
+    n_dbl.assign(static_cast<size_t>(n + n_sim), 0);
+    for (int64_t i = 0; i < n + n_sim; ++i)
+      for (int64_t j = 1; j < k_adj; ++j) n_dbl[i] += nn.index(i, j) >= n;
   }
-  const Knn nn = approx    ? knn_hnsw(ctx, all, k_adj, metric, HnswOptions{16, 200, 0, seed})
-                 : gpu_knn ? knn_exact_gpu(ctx_in, all, k_adj, metric)
-                 : ivf     ? knn_ivf(ctx, all, k_adj, metric, io)
-                           : knn_exact(ctx, all, k_adj, metric);
-  // The cell itself (column 0) is not counted: scanpy 1.10.4's scores of the simulated doublets are
-  // those of their k_adj - 1 other neighbours (checked against its stored scores), N stays k_adj.
-  const int64_t first = 1;
+  laps.lap(gpu_count ? "neighbour count (gpu)" : "neighbour search");
+  scrublet_detail::finish(res, n_dbl, n, n_sim, k_adj, opt, cr.kept, n_in);
+  laps.lap("scores + threshold");
+  return res;
+}
+
+bool scrublet_gpu_supported(const ScrubletOptions& opt) {
+  return opt.knn_dist_metric == "euclidean" && !opt.log_transform && opt.synthetic_doublet_umi_subsampling == 1.0 &&
+         opt.normalize_variance && opt.mean_center && opt.n_prin_comps <= kScrubletKnnMaxDims &&
+         !opt.use_approx_neighbors.value_or(false);
+}
+
+namespace scrublet_detail {
+
+int64_t n_simulated(int64_t n, const ScrubletOptions& opt) {
+  const char* where = "scrublet";
+  const int64_t n_sim = static_cast<int64_t>(static_cast<double>(n) * opt.sim_doublet_ratio);
+  if (n_sim < 1) fail_input(where, "sim_doublet_ratio=", opt.sim_doublet_ratio, " simulates no doublet");
+  const double n2 = static_cast<double>(n) * static_cast<double>(n);
+  if (static_cast<double>(n_sim) > n2) fail_input(where, "cannot simulate ", n_sim, " doublets from ", n, " cells");
+  return n_sim;
+}
+
+std::vector<int64_t> draw_parents(int64_t n, int64_t n_sim, uint64_t seed) {
+  // Simulated doublets: n_sim distinct ordered pairs of [0, n)^2 (sklearn's
+  // sample_without_replacement over n^2 codes, tracking selection), parents = code / n, code % n.
+  // numpy's legacy RandomState(seed) is MT19937 seeded by init_genrand(seed & 0xffffffff), which is
+  // std::mt19937(seed); RandomState.randint(m) for m - 1 < 2^32 draws 32-bit words masked to the
+  // smallest 2^b - 1 >= m - 1 until one is <= m - 1. sklearn's tracking selection redraws repeats.
+  // So the pairs are scanpy's own (scanpy 1.10 seeds a fresh RandomState(random_state) per batch).
+  std::mt19937 mt(static_cast<uint32_t>(seed & 0xffffffffu));
+  std::unordered_set<uint64_t> seen;
+  seen.reserve(static_cast<size_t>(2 * n_sim));
+  std::vector<int64_t> parents;
+  parents.resize(static_cast<size_t>(2 * n_sim));
+  const uint64_t total = static_cast<uint64_t>(n) * static_cast<uint64_t>(n);
+  auto randint = [&](uint64_t m) -> uint64_t {
+    const uint64_t hi = m - 1;
+    if (hi == 0) return 0;
+    uint64_t mask = hi;
+    for (int sh = 1; sh < 64; sh <<= 1) mask |= mask >> sh;
+    if (hi <= 0xffffffffu) {
+      uint64_t v;
+      do v = static_cast<uint64_t>(mt()) & mask;
+      while (v > hi);
+      return v;
+    }
+    uint64_t v;  // numpy: two 32-bit words, high first
+    do v = ((static_cast<uint64_t>(mt()) << 32) | mt()) & mask;
+    while (v > hi);
+    return v;
+  };
+  for (int64_t s = 0; s < n_sim; ++s) {
+    uint64_t code;
+    do code = randint(total);
+    while (!seen.insert(code).second);
+    parents[2 * s] = static_cast<int64_t>(code / static_cast<uint64_t>(n));
+    parents[2 * s + 1] = static_cast<int64_t>(code % static_cast<uint64_t>(n));
+  }
+  return parents;
+}
+
+int neighbours_k(int64_t n, const ScrubletOptions& opt) {
+  const int k = opt.n_neighbors ? *opt.n_neighbors : static_cast<int>(std::nearbyint(0.5 * std::sqrt(static_cast<double>(n))));
+  if (k < 1) fail_input("scrublet", "n_neighbors=", k, " must be at least 1");
+  return k;
+}
+
+int64_t k_adjusted(int k, int64_t n, int64_t n_sim) {
+  const double r = static_cast<double>(n_sim) / static_cast<double>(n);
+  return std::min<int64_t>(static_cast<int64_t>(std::nearbyint(k * (1 + r))), n + n_sim);
+}
+
+ScrubletKnnOptions count_options(const ScrubletOptions& opt, int64_t n, uint64_t seed) {
+  ScrubletKnnOptions so;
+  // Exact where asked, up to kIvfMinCells cells (the CPU's choice), and wherever the exact search
+  // costs little on the device (n_points^2 <= kGpuExactPairs: ~0.3 s on an H200 at the bound); IVF
+  // lists above. SCURRY_SCRUBLET_KNN=exact|ivf overrides it (tests, benchmarks).
+  const double pts = static_cast<double>(n) * (1.0 + opt.sim_doublet_ratio);
+  so.exact = opt.use_approx_neighbors.has_value() || n <= kIvfMinCells || pts * pts <= kGpuExactPairs;
+  if (const char* e = std::getenv("SCURRY_SCRUBLET_KNN")) {
+    const std::string m = e;
+    if (m != "exact" && m != "ivf") fail_input("scrublet", "SCURRY_SCRUBLET_KNN=", m, " is not exact or ivf");
+    so.exact = m == "exact";
+  }
+  so.candidates_per_k = kIvfCandidatesPerK;
+  so.seed = seed;
+  return so;
+}
+
+void finish(ScrubletBatchResult& res, const std::vector<int32_t>& n_dbl, int64_t n, int64_t n_sim, int64_t k_adj,
+            const ScrubletOptions& opt, const std::vector<int64_t>& kept, int64_t n_in) {
   const double rho = opt.expected_doublet_rate, N = static_cast<double>(k_adj);
+  const double r = static_cast<double>(n_sim) / static_cast<double>(n);
   std::vector<double> score(static_cast<size_t>(n + n_sim));
   for (int64_t i = 0; i < n + n_sim; ++i) {
-    int64_t nd = 0;
-    for (int64_t j = first; j < k_adj; ++j) nd += nn.index(i, j) >= n;
-    const double q = (static_cast<double>(nd) + 1) / (N + 2);
+    const double q = (static_cast<double>(n_dbl[i]) + 1) / (N + 2);
     score[i] = q * rho / r / (1 - rho - q * (1 - rho - rho / r));
   }
   res.doublet_scores_sim.assign(score.begin() + n, score.end());
@@ -331,12 +425,13 @@ ScrubletBatchResult scrublet_counts(const Context& ctx_in, const CsrF& counts0, 
     log::warn("scrublet: failed to find the doublet threshold automatically (no two modes in the simulated "
               "scores' histogram); no cell is predicted a doublet; give a threshold");
   for (int64_t t = 0; t < n; ++t) {
-    const int64_t i = cr.kept.size() == static_cast<size_t>(n_in) ? t : cr.kept[t];
+    const int64_t i = kept.size() == static_cast<size_t>(n_in) ? t : kept[t];
     res.doublet_scores_obs[i] = score[t];
     res.predicted_doublets[i] = res.threshold && score[t] > *res.threshold;
   }
-  return res;
 }
+
+}  // namespace scrublet_detail
 
 namespace {
 Dict batch_uns(const ScrubletBatchResult& r, const ScrubletOptions& opt) {
@@ -371,10 +466,27 @@ void scrublet(const Context& ctx, Dataset& d, const ScrubletOptions& opt) {
     fail_input(where, "synthetic_doublet_umi_subsampling must be in (0, 1]");
   if (opt.n_prin_comps < 1) fail_input(where, "n_prin_comps must be at least 1");
   if (d.X.empty()) fail_input(where, "X is empty");
-  const CsrF X = to_csr_f(d.X);
-  for (float v : X.data)
-    if (!(v >= 0) || v != std::floor(v))
-      fail_input(where, "X holds non-count values (e.g. ", v, "); Scrublet needs the raw counts, before normalisation");
+  CsrF owned;  // X as CSR float32: d.X itself when it is one (no copy of a 1.3M-cell matrix)
+  if (!std::holds_alternative<CsrF>(d.X.m)) owned = to_csr_f(d.X);
+  const CsrF& X = std::holds_alternative<CsrF>(d.X.m) ? std::get<CsrF>(d.X.m) : owned;
+  {  // the first value (storage order) that is not a count, found over fixed blocks of values
+    const int64_t nv = static_cast<int64_t>(X.data.size()), bs = int64_t{1} << 20;
+    const int64_t nb = (nv + bs - 1) / bs;
+    std::vector<int64_t> first_bad(static_cast<size_t>(nb), -1);
+    parallel_for(ctx.threads(), nb, [&](int64_t b) {
+      for (int64_t p = b * bs; p < std::min(nv, (b + 1) * bs); ++p) {
+        const float v = X.data[p];
+        if (!(v >= 0) || v != std::floor(v)) {
+          first_bad[b] = p;
+          return;
+        }
+      }
+    });
+    for (int64_t p : first_bad)
+      if (p >= 0)
+        fail_input(where, "X holds non-count values (e.g. ", X.data[p],
+                   "); Scrublet needs the raw counts, before normalisation");
+  }
   const int64_t n = X.n_rows;
   std::vector<double> score(static_cast<size_t>(n), std::numeric_limits<double>::quiet_NaN());
   std::vector<uint8_t> pred(static_cast<size_t>(n), 0);

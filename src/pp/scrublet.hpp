@@ -39,7 +39,7 @@ struct ScrubletOptions {
   int n_prin_comps = 30;
   // true: approximate search (hnsw); false: exact search (a blocked GEMM, or the GPU's); unset:
   // exact up to 8,192 observed cells, above that IVF-Flat on the CPU (as scanpy picks pynndescent
-  // above 8,192 cells) and still exact on a GPU context where k_adj fits its exact search.
+  // above 8,192 cells) or the GPU count search's IVF lists on a GPU context.
   std::optional<bool> use_approx_neighbors;
   bool get_doublet_neighbor_parents = false;    // not supported yet (InputError if set)
   std::optional<int> n_neighbors;               // unset: round(0.5 sqrt(n_obs)) per batch
@@ -63,9 +63,9 @@ struct ScrubletBatchResult {
 // between them). Unset when two maxima are never found.
 std::optional<double> threshold_minimum(const std::vector<double>& values, int nbins = 256, int max_iter = 10000);
 
-// Kernel: counts of one batch (cells x genes, raw counts). With a CUDA ctx, the exact kNN (the
-// dominant cost) runs on the GPU where k_adj <= 513 (knn_exact_gpu's limit); every other step, and
-// larger searches, on the host.
+// Kernel: counts of one batch (cells x genes, raw counts). With a CUDA ctx the neighbour count (the
+// dominant cost) runs on the GPU, for any k_adj (scrublet_knn_gpu.hpp; euclidean, up to 64 PCs;
+// cosine keeps knn_exact_gpu, k_adj <= 513); every other step on the host.
 ScrubletBatchResult scrublet_counts(const Context& ctx, const CsrF& counts, const ScrubletOptions& opt, uint64_t seed);
 
 // Dataset level on the raw counts in X: writes obs['doublet_score'] (float64) and
