@@ -182,6 +182,33 @@ class FollowedCopy {
   std::exception_ptr error_;
 };
 
+// The dense scaled X (src, `bytes`) copied back to the host buffer `host` gives, on a thread of its
+// own, once r.stream's work so far has run; `follow` (may be empty) follows the copy.
+std::shared_ptr<std::future<Matrix>> start_background_copy(
+    CudaResources& r, const std::shared_ptr<DeviceArray<float>>& src, size_t bytes, std::future<DenseF> host,
+    const std::function<void(const DenseF&, const std::function<void(size_t)>&)>& follow) {
+  auto copy = deferred_copy_to_host(r, src->data(), bytes, src);
+  return std::make_shared<std::future<Matrix>>(
+      std::async(std::launch::async, [copy = std::move(copy), host = std::move(host), follow]() mutable {
+        DenseF x = host.get();
+        if (!follow) {
+          copy(x.data.data(), {});
+          return Matrix(std::move(x), DType::f32);
+        }
+        FollowedCopy fc;  // the copy on a thread of its own, the follower on this one
+        std::thread copier([&] { fc.run([&] { copy(x.data.data(), [&](size_t b) { fc.advance(b); }); }); });
+        try {
+          follow(x, [&](size_t b) { fc.wait_for(b); });
+        } catch (...) {
+          copier.join();
+          throw;
+        }
+        copier.join();
+        fc.rethrow();
+        return Matrix(std::move(x), DType::f32);
+      }));
+}
+
 void preprocess_chain(Context& ctx, Dataset& d, const PreprocessOptions& o, Timings* timings, const char* acquire_step,
                       const std::function<DeviceCsr()>& acquire, const DeviceSum& device_sum) {
   CudaResources& r = *ctx.cuda();
@@ -413,6 +440,18 @@ void preprocess_chain(Context& ctx, Dataset& d, const PreprocessOptions& o, Timi
     d.var.set("std", Column::numeric(sd));
   });
 
+  // A run's copy of the dense scaled X back to the host (PreprocessOptions::background_x) starts as
+  // soon as X is final, here, and runs beside the PCA and the caller's graph steps.
+  const bool background = o.scaled_x && scale_zc && o.background_x && comm.size() == 1;
+  std::shared_ptr<DeviceArray<float>> dense_keep;
+  std::shared_ptr<std::future<Matrix>> background_copy;
+  if (background) {
+    dense_keep = std::make_shared<DeviceArray<float>>(std::move(dense));
+    background_copy = start_background_copy(r, dense_keep, static_cast<size_t>(n) * static_cast<size_t>(g) * 4,
+                                            std::move(host_dense), o.follow_x);
+  }
+  const float* dense_ptr = background ? dense_keep->data() : dense.data();
+
   step("pca", [&] {
     const int64_t k = o.pca.n_comps ? *o.pca.n_comps : std::min<int64_t>(50, std::min(n_cells, g) - 1);
     if (k < 1 || k >= std::min(n_cells, g))
@@ -432,7 +471,7 @@ void preprocess_chain(Context& ctx, Dataset& d, const PreprocessOptions& o, Timi
     ranks.device_sum = device_sum;
     gpu::PcaGpuResult pr;
     if (scale_zc) {
-      pr = gpu::pca_dense(r, dense.data(), n, g, static_cast<int>(k), o.pca.zero_center, xpca.data(), &ranks);
+      pr = gpu::pca_dense(r, dense_ptr, n, g, static_cast<int>(k), o.pca.zero_center, xpca.data(), &ranks);
     } else {  // the sparse log data scaled into one chunk of dense rows at a time
       const int64_t chunk = std::max<int64_t>(1, std::min<int64_t>(n, (int64_t{1} << 28) / std::max<int64_t>(g, 1)));
       DeviceArray<float> buf(r, static_cast<size_t>(chunk) * g, "scaled rows (one chunk)");
@@ -477,41 +516,22 @@ void preprocess_chain(Context& ctx, Dataset& d, const PreprocessOptions& o, Timi
       d.X = Matrix(download(r, m), DType::f32);
       m = DeviceCsr();
     });
-  else if (o.scaled_x && o.background_x && comm.size() == 1)
-    step("download_x", [&] {  // started here (the host buffer's allocation included), settled by the caller
+  else if (background)
+    step("download_x", [&] {  // started after the scale (the host buffer's allocation included), settled by the caller
       const size_t bytes = static_cast<size_t>(n) * static_cast<size_t>(g) * 4;
-      auto src = std::make_shared<DeviceArray<float>>(std::move(dense));
-      const float* sp = src->data();
+      const float* sp = dense_keep->data();
       if (o.keep_device_x) {
         size_t free_b = 0, total_b = 0;
         SCURRY_CUDA(cudaMemGetInfo(&free_b, &total_b));
         if (bytes <= total_b / 4) {
           auto dx = std::make_shared<DeviceMatrix>();
-          dx->data = sp, dx->n_rows = n, dx->n_cols = g, dx->device = r.device, dx->keep = src;
+          dx->data = sp, dx->n_rows = n, dx->n_cols = g, dx->device = r.device, dx->keep = dense_keep;
           d.device_x = std::move(dx);
         }
       }
-      auto copy = deferred_copy_to_host(r, sp, bytes, std::move(src));
       d.X = Matrix();
-      d.pending_x = std::make_shared<std::future<Matrix>>(std::async(
-          std::launch::async, [copy = std::move(copy), host = std::move(host_dense), follow = o.follow_x]() mutable {
-            DenseF x = host.get();
-            if (!follow) {
-              copy(x.data.data(), {});
-              return Matrix(std::move(x), DType::f32);
-            }
-            FollowedCopy fc;  // the copy on a thread of its own, the follower on this one
-            std::thread copier([&] { fc.run([&] { copy(x.data.data(), [&](size_t b) { fc.advance(b); }); }); });
-            try {
-              follow(x, [&](size_t b) { fc.wait_for(b); });
-            } catch (...) {
-              copier.join();
-              throw;
-            }
-            copier.join();
-            fc.rethrow();
-            return Matrix(std::move(x), DType::f32);
-          }));
+      d.pending_x = std::move(background_copy);
+      dense_keep.reset();  // (the copy and device_x hold the matrix as long as they need it)
     });
   else if (o.scaled_x)
     step("download_x", [&] {
