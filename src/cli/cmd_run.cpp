@@ -486,7 +486,7 @@ std::function<bool(const std::string&, const Matrix&)> start_cpu_early_writes(co
 // (SCURRY_RUN_LATE_WRITE=1: all at the end).
 void start_early_write(const RunOptions& o, Context& ctx, PreprocessOptions& po, StreamState& st) {
   const char* late = std::getenv("SCURRY_RUN_LATE_WRITE");
-  if (ctx.comm().size() != 1 || (late && std::strcmp(late, "0") != 0)) return;
+  if (ctx.backend() != Backend::cuda || ctx.comm().size() != 1 || (late && std::strcmp(late, "0") != 0)) return;
   make_parent_dirs(o.output);
   auto writer = std::make_shared<H5adWriter>(o.output, o.write);
   po.follow_x = [writer](const DenseF& x, const std::function<void(size_t)>& ready) {
