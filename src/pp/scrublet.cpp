@@ -406,6 +406,13 @@ ScrubletKnnOptions count_options(const ScrubletOptions& opt, int64_t n, uint64_t
     so.exact = m == "exact";
   }
   so.candidates_per_k = kIvfCandidatesPerK;
+  if (const char* e = std::getenv("SCURRY_SCRUBLET_CANDIDATES_PER_K")) {  // the IVF lists' size (benchmarks)
+    char* end = nullptr;
+    const double v = std::strtod(e, &end);
+    if (end == e || *end != '\0' || !(v >= 1 && v <= 1024))
+      fail_input("scrublet", "SCURRY_SCRUBLET_CANDIDATES_PER_K=", e, " is not a number in [1, 1024]");
+    so.candidates_per_k = v;
+  }
   so.seed = seed;
   return so;
 }
