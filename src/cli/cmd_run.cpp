@@ -490,7 +490,7 @@ void start_early_write(const RunOptions& o, Context& ctx, PreprocessOptions& po,
   make_parent_dirs(o.output);
   auto writer = std::make_shared<H5adWriter>(o.output, o.write);
   po.follow_x = [writer](const DenseF& x, const std::function<void(size_t)>& ready) {
-    EnvLaps laps("SCURRY_CMD_TIMES", "x write");  // (from the end of the preprocessing)
+    EnvLaps laps("SCURRY_CMD_TIMES", "x write");  // (from the end of the scale, where the copy starts)
     writer->write_x_following(x, ready);
     laps.lap("copied back and written");
   };
