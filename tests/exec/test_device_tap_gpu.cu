@@ -20,12 +20,6 @@
 namespace scurry {
 namespace {
 
-Context gpu() {
-  ContextOptions o;
-  o.device = "gpu";
-  return Context::create(o);
-}
-
 // n x g counts, ~nnz_row entries a row (distinct sorted columns), values 1..50.
 struct Rng {
   std::mt19937_64 e;
@@ -82,7 +76,7 @@ struct Env {
 
 TEST(DeviceTapGpu, ReadsEqualUploadOnEveryPath) {
   SCURRY_REQUIRE_GPU();
-  Context ctx = gpu();
+  Context ctx = test::gpu_context();
   CudaResources& r = *ctx.cuda();
   const uint64_t seed = test::fresh_seed();
   // ~12M entries: 48 MB of values and of indices, several pread pieces and staging slots each
@@ -116,7 +110,7 @@ TEST(DeviceTapGpu, ReadsEqualUploadOnEveryPath) {
 
 TEST(DeviceTapGpu, CountCheckAgreesWithCheckCounts) {
   SCURRY_REQUIRE_GPU();
-  Context ctx = gpu();
+  Context ctx = test::gpu_context();
   const uint64_t seed = test::fresh_seed();
   test::TempDir tmp;
   for (float bad : {-1.0f, std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity()}) {
