@@ -275,7 +275,9 @@ TEST(H5ad, ReadOptionsSkipRawAndLayers) {
   test::TempDir tmp;
   Dataset d = random_dataset(test::fresh_seed(), 0);
   write_h5ad(d, tmp.path("a.h5ad"));
-  Dataset r = read_h5ad(tmp.path("a.h5ad"), {false, false});
+  H5adReadOptions o;
+  o.read_raw = false, o.read_layers = false;
+  Dataset r = read_h5ad(tmp.path("a.h5ad"), o);
   EXPECT_FALSE(r.raw);
   EXPECT_TRUE(r.layers.empty());
   expect_matrix_eq(d.X, r.X, "X");
