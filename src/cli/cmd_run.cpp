@@ -38,6 +38,7 @@
 #include "core/env_laps.hpp"
 #include "core/log.hpp"
 #include "core/timings.hpp"
+#include "core/trace_point.hpp"
 #include "exec/blas_core.hpp"
 #include "exec/device_tap.hpp"
 #include "io/h5ad.hpp"
@@ -156,9 +157,11 @@ void run_ranks(const GlobalOptions& g, const RunOptions& o) {
   if (!devices.empty()) gm.context.cuda.device = devices[0];
   if (devices.size() > 1 && launched_by_mpi())
     fail_input("--gpus", "several GPUs in one process cannot be combined with MPI ranks; give one of the two");
+  trace_point("run: options checked");
   GpuContexts gpus = make_extra_gpu_contexts(gm, devices);
   Context ctx = make_distributed_context(gm);
   const std::vector<Context*>& all_gpus = gpus.with_main(ctx);
+  trace_point("run: context made");
   // The output holds the counts (layers/counts, raw) of the input; a streamed run (GPU only) has no X,
   // counts or raw: then the estimate is only a warning.
   const bool may_stream = ctx.backend() == Backend::cuda && o.stream.value_or(true);
@@ -243,6 +246,7 @@ void run_ranks(const GlobalOptions& g, const RunOptions& o) {
     break;
   }
   report::RunInfo info = run_info(g, o, where);
+  trace_point("run: steps begin");
   for (size_t i = 0; i < steps.size(); ++i) {
     log::info("[" + std::to_string(i + 1) + "/" + std::to_string(steps.size()) + "] " + steps[i].name);
     // The facts a later `scurry report` needs go into uns['scurry'] (report/report.hpp).
@@ -252,10 +256,13 @@ void run_ranks(const GlobalOptions& g, const RunOptions& o) {
       continue;
     }
     Timings::Scope s = t.scope(steps[i].name);
+    trace_point("step " + steps[i].name + " begins");
     steps[i].run(ctx, d, t);
+    trace_point("step " + steps[i].name + " ran");
     s.set_extra(shape_of(d));
     if (steps[i].name == "read" && ctx.comm().size() == 1) info.input_obs = d.n_obs(), info.input_vars = d.n_vars();
   }
+  trace_point("run: steps end");
   if (ctx.comm().rank() != 0) return;  // rank 0 writes and reports
   if (!o.report.empty()) {  // the HTML report, timed as a step of its own
     Timings::Scope s = t.scope("report");
@@ -622,16 +629,19 @@ std::vector<Step> build_pipeline(const RunOptions& o) {
                        log::info("rank_genes_groups skipped: a streamed run keeps no X or raw");
                        return;
                      }
-                     // the test reads raw, or X (which a GPU run may still be copying back)
+                     // The test reads raw, or X, which a GPU run may still be copying back: it tests the
+                     // device's copy meanwhile (rank_genes_groups_inplace settles X where it cannot).
                      const bool on_raw = d.raw && (!d.raw->X.empty() || st->raw_in_output) &&
                                          o.rank_genes_groups.use_raw.value_or(true) && o.rank_genes_groups.layer.empty();
-                     if (!on_raw) d.settle();
+                     if (!on_raw && !d.device_x) d.settle();
                      // A CPU run wrote raw/X early and let it go: read back for the test, let go after it.
                      const bool reread = st->raw_in_output && d.raw && d.raw->X.empty() &&
                                          o.rank_genes_groups.use_raw.value_or(true) && o.rank_genes_groups.layer.empty();
                      if (reread) d.raw->X = st->writer->read_back("raw/X");
                      rank_genes_groups_inplace(d, o.rank_genes_groups, ctx);  // on the GPU in a GPU run
+                     trace_point("rank_genes_groups: tested");
                      d.device_x.reset();
+                     trace_point("rank_genes_groups: device X released");
                      if (reread) d.raw->X = Matrix();
                    }});
   }

@@ -15,6 +15,7 @@
 #include "cli/step_options.hpp"
 #include "core/error.hpp"
 #include "core/output.hpp"
+#include "core/trace_point.hpp"
 #include "exec/blas_core.hpp"
 #include "exec/context.hpp"
 #include "io/hdf5_guard.hpp"
@@ -50,6 +51,7 @@ std::string version_string() {
 
 int main(int argc, char** argv) {
   using namespace scurry;
+  trace_point("main starts");
   // OpenBLAS on a CPU model it does not know runs its SSE3 kernels: switched to the CPU's own ones.
   use_fast_blas_core();
   // Large vectors come and go step after step: keep freed memory in the heap for reuse rather than
@@ -126,9 +128,7 @@ int main(int argc, char** argv) {
   } catch (...) {
     return report("unknown internal error", 1);
   }
-  if (std::getenv("SCURRY_TRACE_EXIT"))
-    std::fprintf(stderr, "main returns (realtime %.3f)\n",
-                 std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count());
+  trace_point("main returns");
   // Every output is written and closed by now. Leave without the CUDA runtime's exit-time teardown
   // (it synchronises and frees a context that may hold tens of GiB: ~0.3 s measured on the H200 after
   // a 1.3M-cell run); the driver releases the device at process exit. Under MPI, MPI_Finalize must

@@ -59,11 +59,28 @@ void fill_ahead_for(std::vector<T>& out, size_t n, int threads, int64_t items, E
   pool.reserve(static_cast<size_t>(workers));
   for (int t = 0; t < workers; ++t) pool.emplace_back(worker);
   const size_t step = std::max<size_t>(step_bytes / sizeof(T), 1);
+  // The pages of each step are faulted in (the kernel zeroing them) by a team of threads a step ahead
+  // of this thread's fill, which then runs at memory speed. Left to the fill, the faults halved its
+  // rate, and this one thread bounded a 16-thread zstd zarr read: a 1.3M-cell X (21 GB) took 6 s.
+  // (The storage is reserved: its pages are written before the elements exist, as resize_large does;
+  // each range is touched before the fill reaches it, never after.)
+  std::atomic<size_t> touched{threads > 1 ? 0 : n};
+  std::thread toucher;
+  if (threads > 1)
+    toucher = std::thread([&] {
+      for (size_t a = 0; a < n; a += step) {
+        const size_t b = std::min(n, a + step);
+        touch_pages(out.data() + a, (b - a) * sizeof(T));
+        touched.store(b, std::memory_order_release);
+      }
+    });
   for (size_t have = 0; have < n;) {
     have = std::min(n, have + step);
+    while (touched.load(std::memory_order_acquire) < have) std::this_thread::yield();
     out.resize(have);
     ready.store(have, std::memory_order_release);
   }
+  if (toucher.joinable()) toucher.join();
   for (auto& t : pool) t.join();
   if (error) std::rethrow_exception(error);
 }

@@ -27,6 +27,15 @@
 namespace scurry {
 
 namespace {
+// rank_genes_groups of a dataset whose X is still being copied back (Dataset::pending_x) where only
+// the host's copy will do.
+struct NeedsHostX : Error {
+  using Error::Error;
+};
+}  // namespace
+
+
+namespace {
 
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 constexpr int64_t kGeneBlock = 64;  // genes per parallel work item
@@ -485,7 +494,14 @@ RankGenesGroupsResult rank_genes_groups(const Dataset& d, const RankGenesGroupsO
     var = &d.raw->var;
   }
   res.use_raw = use_raw;
-  if (X->empty()) throw InputError("rank_genes_groups: the dataset has no X");
+  // A GPU run's X may still be on its way back to the host (Dataset::pending_x) while its values are
+  // on the device (device_x): then it is tested there without waiting for the copy, and only a test
+  // the device cannot run needs the host's copy (NeedsHostX: rank_genes_groups_inplace settles the
+  // dataset and runs again).
+  const bool x_pending = X == &d.X && d.X.empty() && d.pending_x && d.device_x;
+  if (X->empty() && !x_pending) throw InputError("rank_genes_groups: the dataset has no X");
+  const int64_t x_rows = x_pending ? d.device_x->n_rows : X->n_rows();
+  const int64_t x_cols = x_pending ? d.device_x->n_cols : X->n_cols();
 
   std::vector<int64_t> genes;
   if (!o.mask_var.empty()) {
@@ -497,12 +513,12 @@ RankGenesGroupsResult rank_genes_groups(const Dataset& d, const RankGenesGroupsO
       if (bc->values[j]) genes.push_back(static_cast<int64_t>(j));
     if (genes.empty()) throw InputError("rank_genes_groups: mask_var '" + o.mask_var + "' selects no gene");
   } else {
-    genes.resize(static_cast<size_t>(X->n_cols()));
+    genes.resize(static_cast<size_t>(x_cols));
     std::iota(genes.begin(), genes.end(), int64_t{0});
   }
   for (int64_t j : genes) res.gene_names.push_back(var->index[static_cast<size_t>(j)]);
   const int64_t G = static_cast<int64_t>(genes.size());
-  const int64_t N = X->n_rows();
+  const int64_t N = x_rows;
 
   // Groups (scanpy's select_groups), the reference appended to a subset.
   const Grouping gr = grouping_of(d.obs, o.groupby);
@@ -569,6 +585,7 @@ RankGenesGroupsResult rank_genes_groups(const Dataset& d, const RankGenesGroupsO
     if (dev_done && dev.has_nan) dev_done = false;  // the CPU's NaN handling, on the host's copy
     lap(dev_done ? "stats and ranks (gpu, the device's X)" : "the device's X: not used");
   }
+  if (!dev_done && x_pending) throw NeedsHostX("internal: rank_genes_groups needs X on the host; settle() the dataset first");
   CsrF copy;
   const CsrF* xp = dev_done ? nullptr : std::get_if<CsrF>(&X->m);
   if (dev_done) {
@@ -936,7 +953,13 @@ void store_rank_genes_groups(Dataset& d, const RankGenesGroupsResult& r, const s
 
 RankGenesGroupsResult rank_genes_groups_inplace(Dataset& d, const RankGenesGroupsOptions& opt, const Context& ctx,
                                                 const std::vector<Context*>& gpus) {
-  RankGenesGroupsResult r = rank_genes_groups(d, opt, ctx, gpus);
+  RankGenesGroupsResult r;
+  try {
+    r = rank_genes_groups(d, opt, ctx, gpus);
+  } catch (const NeedsHostX&) {  // (X still coming back from the GPU, and the device could not test it)
+    d.settle();
+    r = rank_genes_groups(d, opt, ctx, gpus);
+  }
   store_rank_genes_groups(d, r, opt.key_added);
   return r;
 }
