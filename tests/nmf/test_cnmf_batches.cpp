@@ -31,7 +31,7 @@ TEST(CnmfBatches, RandomInitAnyThreadCountEqualsSingleReplicates) {
 }
 
 // The init against sklearn's serial order written out here (H row by row, then W row by row, each
-// replicate's own numpy stream), over several of the workers' 2,048-row chunks.
+// replicate's own numpy stream), with more threads than replicates.
 TEST(CnmfBatches, RandomInitEqualsTheSerialDraw) {
   const uint64_t seed = test::fresh_seed();
   const CsrF X = test::random_counts(4500, 7, 0.3, seed);
