@@ -1,6 +1,7 @@
 // scurry: numpy's legacy RandomState stream (see numpy_random.hpp).
 #include "nmf/numpy_random.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -119,10 +120,14 @@ void NumpyRandomState::polar_pairs(PolarPair* out, int64_t count) {
       y ^= y >> 18;
       store4(tw + p, y);
     }
+    // As many candidates as this refill holds and the count allows even if all were accepted (got
+    // advances by at most one a candidate), then the loop again for the rest.
+    const int n_cand = static_cast<int>(std::min<int64_t>((624 - pos_) / 4, count - got));
     p = pos_;
-    for (; got < count && p + 4 <= 624; p += 4) {
+    for (int q = 0; q < n_cand; ++q, p += 4) {
       const PolarPair c = candidate(tw[p], tw[p + 1], tw[p + 2], tw[p + 3]);
-      out[got] = c;
+      PolarPair& o = out[got];
+      o.x1 = c.x1, o.x2 = c.x2, o.r2 = c.r2;
       got += accepted(c.r2);
     }
     pos_ = p;
