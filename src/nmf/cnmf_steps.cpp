@@ -359,13 +359,14 @@ void cnmf_factorize_step(const Context& ctx, const CnmfPaths& p, const CnmfFacto
   for (const float v : nc.X.data) x_sum += v;
   const char* pe = std::getenv("SCURRY_NMF_BATCH_TIMES");
   const bool prof = pe && std::string(pe) == "1";
-  auto make = [&](int b) {
+  // spare: a done-with host W whose storage the random init reuses (nmf_fit_gpu_batches).
+  auto make = [&](int b, std::vector<float>& spare) {
     const auto t0 = std::chrono::steady_clock::now();
     const Job& jb = batches[b];
     std::vector<uint64_t> seeds;
     for (const auto& j : jb.reps) seeds.push_back(j.seed);
     NmfBatch nb = rp.init == "nndsvd" ? nmf_nndsvd_init(ctx, nc.X, jb.k, seeds)
-                                      : nmf_random_init(nc.X, jb.k, seeds, ctx.threads(), x_sum);
+                                      : nmf_random_init(nc.X, jb.k, seeds, ctx.threads(), x_sum, &spare);
     if (prof)
       std::fprintf(stderr, "[cnmf factorize] batch %d init %.3f s\n", b,
                    std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
@@ -395,7 +396,8 @@ void cnmf_factorize_step(const Context& ctx, const CnmfPaths& p, const CnmfFacto
     return;
   }
   for (int b = 0; b < static_cast<int>(batches.size()); ++b) {
-    const NmfResult r = gpu ? nmf_fit_gpus(nc.X, make(b), rp.nmf, a.gpus, a.cuda) : nmf_fit(ctx, nc.X, make(b), rp.nmf);
+    std::vector<float> none;
+    const NmfResult r = gpu ? nmf_fit_gpus(nc.X, make(b, none), rp.nmf, a.gpus, a.cuda) : nmf_fit(ctx, nc.X, make(b, none), rp.nmf);
     write(b, r);
   }
 }

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <memory>
 #include <numeric>
 #include <sstream>
 
@@ -434,7 +435,61 @@ std::vector<uint64_t> nmf_replicate_seeds(uint64_t seed, int64_t n) {
   return out;
 }
 
-NmfBatch nmf_random_init(const CsrF& X, int k, const std::vector<uint64_t>& seeds, int threads, double x_sum) {
+namespace {
+
+// sklearn's init='random' in bulk (nmf_random_init). A replicate's normals are its numpy stream's
+// polar-method pairs in order: pair p gives normal 2p (f x2, what legacy_gauss returns) and 2p + 1
+// (f x1, what it caches for the next call); normal t < k g is H's (c, j) = (t / g, t % g) and the
+// rest W's, row by row: (i, c) = ((t - k g) / k, (t - k g) % k). So the cached value carries from H
+// into W and from row to row exactly as in sklearn's serial calls.
+constexpr int64_t kInitPiecePairs = 4096;            // pairs per conversion task
+constexpr int64_t kInitMaxBlockPairs = 65536;        // pairs per replicate and round, at most
+constexpr size_t kInitPairBytes = size_t(64) << 20;  // both rounds' pair buffers, at most
+
+// Normals t0 .. t0 + m - 1 of replicate r (as |avg z| floats) into their places in b.
+void store_normals(NmfBatch& b, int r, int64_t t0, const float* v, int64_t m) {
+  const int64_t k = b.k, g = b.g, kg = k * g, R = b.R;
+  int64_t t = t0;
+  if (t < kg) {
+    int64_t c = t / g, j = t % g;
+    const int64_t e = std::min(m, kg - t);
+    float* H = b.Ht.data();
+    for (int64_t q = 0; q < e; ++q) {
+      H[static_cast<size_t>((j * R + r) * k + c)] = v[q];
+      if (++j == g) j = 0, ++c;
+    }
+    v += e, m -= e, t += e;
+  }
+  int64_t i = (t - kg) / k, c = (t - kg) % k;
+  while (m > 0) {
+    const int64_t e = std::min(k - c, m);
+    std::copy_n(v, e, b.W.data() + static_cast<size_t>((i * R + r) * k + c));
+    v += e, m -= e, c = 0, ++i;
+  }
+}
+
+// The polar method's per-pair part for pairs p0 .. p0 + np - 1 of replicate r (N normals in all):
+// numpy's two normals of each pair (NumpyRandomState::polar_normals), |avg z| as sklearn stores them.
+void convert_pairs(NmfBatch& b, int r, const PolarPair* pairs, int64_t p0, int64_t np, double avg, int64_t N) {
+  constexpr int64_t kChunk = 256;
+  float v[2 * kChunk];
+  for (int64_t q0 = 0; q0 < np; q0 += kChunk) {
+    const int64_t m = std::min(kChunk, np - q0);
+    for (int64_t q = 0; q < m; ++q) {
+      double z0, z1;
+      NumpyRandomState::polar_normals(pairs[q0 + q], z0, z1);
+      v[2 * q] = static_cast<float>(std::fabs(avg * z0));
+      v[2 * q + 1] = static_cast<float>(std::fabs(avg * z1));
+    }
+    const int64_t t0 = 2 * (p0 + q0);
+    store_normals(b, r, t0, v, std::min(2 * m, N - t0));
+  }
+}
+
+}  // namespace
+
+NmfBatch nmf_random_init(const CsrF& X, int k, const std::vector<uint64_t>& seeds, int threads, double x_sum,
+                         std::vector<float>* w_storage) {
   if (k < 1) fail_input("NMF", "the number of components k must be at least 1 (got ", k, ")");
   if (seeds.empty()) fail("nmf_random_init: no seeds");
   NmfBatch b;
@@ -446,35 +501,48 @@ NmfBatch nmf_random_init(const CsrF& X, int k, const std::vector<uint64_t>& seed
   }
   const double cells = static_cast<double>(X.n_rows) * static_cast<double>(X.n_cols);
   const double avg = std::sqrt(cells > 0 ? total / cells / k : 0.0);
-  resize_large(b.W, static_cast<size_t>(b.n) * b.rk());  // (pages faulted in on the threads first)
+  const size_t nw = static_cast<size_t>(b.n) * b.rk();
+  if (w_storage) {  // its storage reused where it is large enough (a smaller one freed first)
+    if (w_storage->capacity() >= nw) b.W = std::move(*w_storage);
+    std::vector<float>().swap(*w_storage);
+  }
+  resize_large(b.W, nw);  // (a fresh W's pages faulted in on the threads first)
   resize_large(b.Ht, static_cast<size_t>(b.g) * b.rk());
-  // Every replicate's own stream, in sklearn's order (H, then W row by row). A worker owns a run of
-  // replicates and fills W in chunks of rows, its replicates one after another within a chunk: a row
-  // holds the R replicates' k values side by side, so a worker's stores to a chunk land in a few
-  // cache lines per row instead of one line per row per replicate (one replicate walking all rows
-  // wrote 4 bytes x k into every row's line, with 16 workers fighting over the same lines). The
-  // values are the same as one replicate at a time.
-  constexpr int64_t kChunkRows = 2048;
-  const int workers = std::max(1, std::min(std::max(1, threads), b.R));
-  parallel_for(workers, workers, [&](int64_t t) {
-    const int r0 = static_cast<int>(static_cast<int64_t>(b.R) * t / workers);
-    const int r1 = static_cast<int>(static_cast<int64_t>(b.R) * (t + 1) / workers);
-    std::vector<NumpyRandomState> rng;
-    rng.reserve(static_cast<size_t>(r1 - r0));
-    for (int r = r0; r < r1; ++r) rng.emplace_back(numpy_seed(seeds[r]));  // sklearn: check_random_state(seed)
-    for (int r = r0; r < r1; ++r)
-      for (int c = 0; c < k; ++c)
-        for (int64_t j = 0; j < b.g; ++j)
-          b.h(r, c, j) = static_cast<float>(std::fabs(avg * rng[r - r0].standard_normal()));
-    for (int64_t i0 = 0; i0 < b.n; i0 += kChunkRows) {
-      const int64_t i1 = std::min(b.n, i0 + kChunkRows);
-      for (int r = r0; r < r1; ++r) {
-        NumpyRandomState& g = rng[r - r0];
-        for (int64_t i = i0; i < i1; ++i)
-          for (int c = 0; c < k; ++c) b.w(r, i, c) = static_cast<float>(std::fabs(avg * g.standard_normal()));
+  // Every replicate's own stream (sklearn: check_random_state(seed)), in sklearn's order: H, then W
+  // row by row. Marsaglia's polar method split in two (NumpyRandomState::polar_pairs and
+  // polar_normals): in round q each replicate's next block of accepted pairs is drawn (its stream's
+  // sequential part: MT19937 words and rejections, ~1/3 of the cost) while the block of round q - 1
+  // is turned into normals and stored, in pieces, by any thread (logs, square roots, stores). The
+  // work of a round spreads over all threads even when R is below the thread count, and the values
+  // are the serial draw's, for any thread count.
+  const int R = b.R;
+  const int64_t N = static_cast<int64_t>(k) * (b.g + b.n);  // normals per replicate
+  const int64_t P = (N + 1) / 2;  // pairs per replicate (an odd N leaves the last f x1 cached, unused)
+  if (P == 0) return b;
+  int64_t B = static_cast<int64_t>(kInitPairBytes / (2 * sizeof(PolarPair) * static_cast<size_t>(R)));
+  B = std::clamp(B / kInitPiecePairs * kInitPiecePairs, kInitPiecePairs, kInitMaxBlockPairs);
+  B = std::min(B, (P + kInitPiecePairs - 1) / kInitPiecePairs * kInitPiecePairs);
+  const int64_t blocks = (P + B - 1) / B, pieces = B / kInitPiecePairs;
+  std::vector<NumpyRandomState> rng;
+  rng.reserve(static_cast<size_t>(R));
+  for (int r = 0; r < R; ++r) rng.emplace_back(numpy_seed(seeds[r]));
+  std::unique_ptr<PolarPair[]> buf(new PolarPair[2 * static_cast<size_t>(R) * static_cast<size_t>(B)]);
+  auto pairs = [&](int64_t round, int r) { return buf.get() + (static_cast<size_t>(round % 2) * R + r) * B; };
+  const int workers = std::max(1, threads);
+  for (int64_t q = 0; q <= blocks; ++q) {
+    const int64_t draws = q < blocks ? R : 0, converts = q > 0 ? R * pieces : 0;
+    parallel_for(workers, draws + converts, [&](int64_t t) {
+      if (t < draws) {  // block q of replicate t: the stream's next pairs
+        rng[t].polar_pairs(pairs(q, static_cast<int>(t)), std::min(B, P - q * B));
+        return;
       }
-    }
-  });
+      t -= draws;
+      const int r = static_cast<int>(t / pieces);
+      const int64_t blk = q - 1, s = t % pieces;
+      const int64_t p0 = blk * B + s * kInitPiecePairs, p1 = std::min({p0 + kInitPiecePairs, (blk + 1) * B, P});
+      if (p0 < p1) convert_pairs(b, r, pairs(blk, r) + s * kInitPiecePairs, p0, p1 - p0, avg, N);
+    });
+  }
   return b;
 }
 

@@ -93,10 +93,14 @@ std::vector<uint64_t> nmf_replicate_seeds(uint64_t seed, int64_t n);
 // H = avg * |N(0,1)| (k x g, drawn first), then W = avg * |N(0,1)| (n x k), row-major draw order,
 // the normals from numpy's RandomState(seed).standard_normal: the same values as sklearn's
 // (up to X's float32 mean and the float32 storage).
-// threads: replicates drawn in parallel (each from its own stream: the same numbers for any count).
+// threads: the draws' threads (each replicate from its own stream, the work within a stream split
+// between its sequential part and the rest: the same numbers for any count).
 // x_sum: the sum of X's values when the caller has it (< 0: summed here).
+// w_storage: a buffer (say the previous batch's W, done with) whose storage W takes over where its
+// capacity suffices (no allocation, page faults or zero fill of its size); its contents are
+// overwritten, and it is left empty either way.
 NmfBatch nmf_random_init(const CsrF& X, int k, const std::vector<uint64_t>& seeds, int threads = 1,
-                         double x_sum = -1);
+                         double x_sum = -1, std::vector<float>* w_storage = nullptr);
 
 // sklearn's init='nndsvd' (what cNMF's --init nndsvd asks for; not nndsvda/nndsvdar): the top-k
 // singular triplets of X by randomised SVD (seeded with seeds[0]), then Boutsidis & Gallopoulos'
@@ -146,12 +150,14 @@ NmfResult nmf_fit_gpus(const CsrF& X, NmfBatch init, const NmfOptions& opt, cons
                        const CudaOptions& base = {});
 
 // Batches of replicates on the one device of ctx (a CUDA context), fitted in order: X checked,
-// uploaded and laid out once (for batches of up to max_rk = R * k components); make(b) returns batch
-// b's initialisation (called on another thread while batch b - 1 fits); done(b, result) receives its
+// uploaded and laid out once (for batches of up to max_rk = R * k components); make(b, spare)
+// returns batch b's initialisation (called on another thread while batch b - 1 fits), spare holding
+// batch b - 1's host W, uploaded and done with (empty for b = 0), for make to reuse
+// (nmf_random_init's w_storage) or leave (freed when make returns); done(b, result) receives its
 // factors, H always, W only when want_w (W is empty otherwise), on the calling thread. Each batch's
 // factors are those nmf_fit_gpu gives for it on the same layout.
 void nmf_fit_gpu_batches(const Context& ctx, const CsrF& X, int n_batches, int64_t max_rk,
-                         const std::function<NmfBatch(int)>& make, const NmfOptions& opt,
+                         const std::function<NmfBatch(int, std::vector<float>&)>& make, const NmfOptions& opt,
                          const std::function<void(int, NmfResult&)>& done, bool want_w = false);
 
 // --gpus: "all" (every visible device), "N" (the first N), "0,2,3" (these ordinals; a comma makes

@@ -4,7 +4,8 @@
 // X is uploaded, checked and laid out (dense or CSR, nmf_device_x) once for the largest batch; then
 // per batch its factors are uploaded, fitted (nmf_fit_device) and H downloaded (W only on request:
 // cNMF's factorize keeps only the spectra). The next batch's initialisation is made on a host
-// thread while the current one fits, so the host's numpy-stream draws overlap the device.
+// thread while the current one fits, so the host's numpy-stream draws overlap the device, into the
+// storage of the host W just uploaded.
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -22,7 +23,7 @@
 namespace scurry {
 
 void nmf_fit_gpu_batches(const Context& ctx, const CsrF& X, int n_batches, int64_t max_rk,
-                         const std::function<NmfBatch(int)>& make, const NmfOptions& opt,
+                         const std::function<NmfBatch(int, std::vector<float>&)>& make, const NmfOptions& opt,
                          const std::function<void(int, NmfResult&)>& done, bool want_w) {
   CudaResources* resp = ctx.cuda();
   if (!resp) fail_input("--device", "the GPU NMF needs a CUDA context (--device gpu)");
@@ -30,7 +31,18 @@ void nmf_fit_gpu_batches(const Context& ctx, const CsrF& X, int n_batches, int64
   if (n_batches < 1) return;
   CudaResources& res = *resp;
   nmf_gpu_check_x(X);
-  std::future<NmfBatch> next = std::async(std::launch::async, make, 0);
+  // The last uploaded batch's host W: the next init (on its own thread) writes into its storage,
+  // without allocating, faulting in and zero-filling ~12 GB again. Declared before `next`, whose
+  // destructor waits for the init that may still use it.
+  std::vector<float> spare;
+  auto make_next = [&](int b) {
+    return std::async(std::launch::async, [&make, &spare, b] {
+      NmfBatch nb = make(b, spare);
+      std::vector<float>().swap(spare);  // not taken: freed before the fit's next batch
+      return nb;
+    });
+  };
+  std::future<NmfBatch> next = make_next(0);
   NmfBatch first = next.get();
   const int k0 = std::max(1, first.k);
   const int r_plan = static_cast<int>(std::max<int64_t>(1, (max_rk + k0 - 1) / k0));
@@ -57,8 +69,10 @@ void nmf_fit_gpu_batches(const Context& ctx, const CsrF& X, int n_batches, int64
     lap("check");
     NmfDeviceFactors f = nmf_upload_factors(res, cur);
     lap("upload");
-    std::vector<float>().swap(cur.W);  // the host copy of W is not needed while it fits
-    if (b + 1 < n_batches) next = std::async(std::launch::async, make, b + 1);
+    // The host copy of W is not needed while it fits: the next init reuses its storage.
+    if (b + 1 < n_batches) spare = std::move(cur.W);
+    std::vector<float>().swap(cur.W);
+    if (b + 1 < n_batches) next = make_next(b + 1);
     NmfDeviceStats st = nmf_fit_device(res, x, f, opt, true);
     lap("fit");
     NmfResult out;

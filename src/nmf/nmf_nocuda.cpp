@@ -10,7 +10,7 @@ NmfResult nmf_fit_gpu(const Context&, const CsrF&, NmfBatch, const NmfOptions&) 
 NmfResult nmf_fit_gpu_on(CudaResources&, const CsrF&, NmfBatch, const NmfOptions&) {
   throw InputError("this scurry was built without CUDA; use --device cpu");
 }
-void nmf_fit_gpu_batches(const Context&, const CsrF&, int, int64_t, const std::function<NmfBatch(int)>&,
+void nmf_fit_gpu_batches(const Context&, const CsrF&, int, int64_t, const std::function<NmfBatch(int, std::vector<float>&)>&,
                          const NmfOptions&, const std::function<void(int, NmfResult&)>&, bool) {
   throw InputError("this scurry was built without CUDA; use --device cpu");
 }

@@ -2,6 +2,7 @@
 // bits for any thread count (sklearn's random init drawn per replicate in parallel; the query's
 // overlap and scaling over row blocks), and the init equal to the serial draw of each replicate.
 #include <cmath>
+#include <vector>
 
 #include "nmf/nmf.hpp"
 #include "nmf/numpy_random.hpp"
@@ -30,7 +31,7 @@ TEST(CnmfBatches, RandomInitAnyThreadCountEqualsSingleReplicates) {
 }
 
 // The init against sklearn's serial order written out here (H row by row, then W row by row, each
-// replicate's own numpy stream), over several of the workers' 2,048-row chunks.
+// replicate's own numpy stream), with more threads than replicates.
 TEST(CnmfBatches, RandomInitEqualsTheSerialDraw) {
   const uint64_t seed = test::fresh_seed();
   const CsrF X = test::random_counts(4500, 7, 0.3, seed);
@@ -48,6 +49,66 @@ TEST(CnmfBatches, RandomInitEqualsTheSerialDraw) {
     for (int64_t i = 0; i < 4500; ++i)
       for (int c = 0; c < k; ++c)
         ASSERT_EQ(b.w(r, i, c), static_cast<float>(std::fabs(avg * rng.standard_normal()))) << r << " " << i << " " << c;
+  }
+}
+
+// The bulk init (Marsaglia's polar method split into the streams' sequential pairs and their
+// conversion on any thread, over rounds of blocks and pieces) against a plain serial loop over
+// NumpyRandomState::standard_normal per replicate: every value bit for bit. Shapes: several rounds
+// (R = 1 and R = 40 blocks, n not a multiple of a block or a piece), an odd k g (numpy's cached f x1
+// carried from H into W), odd k (pairs across rows), an odd total (the last pair's f x1 unused),
+// k = 1, tiny matrices, R = 1, threads above R and threads = 1.
+TEST(CnmfBatches, BulkInitEqualsTheSerialStandardNormalLoop) {
+  const uint64_t seed = test::fresh_seed();
+  struct Shape {
+    int64_t n, g;
+    int k, R, threads;
+  };
+  const Shape shapes[] = {{50001, 7, 3, 1, 4},  {33333, 11, 5, 3, 2}, {2001, 13, 7, 40, 3}, {70001, 3, 1, 40, 5},
+                          {4097, 5, 2, 2, 1},   {1, 1, 1, 1, 3},      {2, 1, 1, 1, 2},      {3, 2, 3, 5, 8},
+                          {9000, 1, 15, 7, 16}};
+  uint64_t s = seed;
+  for (const Shape& sh : shapes) {
+    const CsrF X = test::random_counts(sh.n, sh.g, 0.3, ++s);
+    const auto seeds = nmf_replicate_seeds(s & 0xffffffffu, sh.R);
+    const NmfBatch b = nmf_random_init(X, sh.k, seeds, sh.threads);
+    double sum = 0;
+    for (const float v : X.data) sum += v;
+    const double avg = std::sqrt(sum / (static_cast<double>(sh.n) * static_cast<double>(sh.g)) / sh.k);
+    ASSERT_EQ(b.W.size(), static_cast<size_t>(sh.n * sh.R * sh.k));
+    ASSERT_EQ(b.Ht.size(), static_cast<size_t>(sh.g * sh.R * sh.k));
+    for (int r = 0; r < sh.R; ++r) {
+      NumpyRandomState rng(static_cast<uint32_t>(seeds[r]));
+      for (int c = 0; c < sh.k; ++c)
+        for (int64_t j = 0; j < sh.g; ++j)
+          ASSERT_EQ(b.h(r, c, j), static_cast<float>(std::fabs(avg * rng.standard_normal())))
+              << "n " << sh.n << " R " << sh.R << ": H of replicate " << r << " at " << c << ", " << j;
+      for (int64_t i = 0; i < sh.n; ++i)
+        for (int c = 0; c < sh.k; ++c)
+          ASSERT_EQ(b.w(r, i, c), static_cast<float>(std::fabs(avg * rng.standard_normal())))
+              << "n " << sh.n << " R " << sh.R << ": W of replicate " << r << " at " << i << ", " << c;
+    }
+  }
+}
+
+// W's storage handed in (the previous batch's host W in the GPU batches): the same values as a
+// fresh init, whatever the buffer held and whether it was larger, as large, or too small.
+TEST(CnmfBatches, BulkInitIntoReusedStorage) {
+  const uint64_t seed = test::fresh_seed();
+  const CsrF X = test::random_counts(3001, 9, 0.3, seed);
+  const auto seeds = nmf_replicate_seeds(seed & 0xffffffffu, 4);
+  const NmfBatch fresh = nmf_random_init(X, 5, seeds, 2);
+  const size_t nw = fresh.W.size();
+  for (const size_t have : {nw, nw + 777, nw / 2, size_t(0)}) {
+    std::vector<float> spare(have, std::nanf(""));
+    const float* storage = spare.data();
+    const NmfBatch b = nmf_random_init(X, 5, seeds, 3, -1, &spare);
+    EXPECT_EQ(b.W, fresh.W) << have;
+    EXPECT_EQ(b.Ht, fresh.Ht) << have;
+    EXPECT_TRUE(spare.empty()) << have;
+    if (have >= nw) {
+      EXPECT_EQ(b.W.data(), storage) << have;  // no new allocation
+    }
   }
 }
 

@@ -306,6 +306,51 @@ TEST(Nmf, NumpyStreamsAsNumpy) {
     for (int c = 0; c < 3; ++c) ASSERT_EQ(b.w(0, i, c), static_cast<float>(std::fabs(avg * q.standard_normal())));
 }
 
+// MT19937 (the block refill, four words at a time, and the tempering) against the C++ standard
+// library's std::mt19937, which is seeded the same way (init_genrand) and must give 4123659995 as
+// the 10,000th word of seed 5489.
+TEST(Nmf, NumpyMt19937AsStdMt19937) {
+  for (const uint32_t s : {0u, 1u, 5489u, 59886188u, 4294967295u, static_cast<uint32_t>(test::fresh_seed())}) {
+    NumpyRandomState mine(s);
+    std::mt19937 ref(s);
+    for (int t = 0; t < 5 * 624 + 17; ++t) ASSERT_EQ(mine.next_u32(), ref()) << "seed " << s << " word " << t;
+  }
+  NumpyRandomState d(5489);
+  for (int t = 0; t < 9999; ++t) d.next_u32();
+  EXPECT_EQ(d.next_u32(), 4123659995u);
+}
+
+// Marsaglia's polar method split in two (polar_pairs, polar_normals) = standard_normal's values in
+// order, bit for bit: over several refills, in calls of odd sizes, after next_u32 calls that leave
+// the word position off a multiple of four (candidates straddling a refill), and the stream left
+// where 2m calls of standard_normal leave it.
+TEST(Nmf, NumpyPolarPairsAsStandardNormal) {
+  const uint64_t seed = test::fresh_seed();
+  for (const int skip : {0, 1, 2, 3, 5, 622}) {
+    const uint32_t s = static_cast<uint32_t>(seed + skip);
+    NumpyRandomState bulk(s), ref(s);
+    for (int t = 0; t < skip; ++t) ASSERT_EQ(bulk.next_u32(), ref.next_u32());
+    int64_t drawn = 0;
+    for (const int64_t m : {1, 2, 155, 156, 157, 1000, 7, 4096}) {
+      std::vector<PolarPair> p(static_cast<size_t>(m));
+      bulk.polar_pairs(p.data(), m);
+      for (int64_t q = 0; q < m; ++q) {
+        double a, b;
+        NumpyRandomState::polar_normals(p[q], a, b);
+        ASSERT_EQ(a, ref.standard_normal()) << "skip " << skip << " pair " << drawn + q;
+        ASSERT_EQ(b, ref.standard_normal()) << "skip " << skip << " pair " << drawn + q;
+      }
+      drawn += m;
+    }
+    for (int t = 0; t < 10; ++t) ASSERT_EQ(bulk.standard_normal(), ref.standard_normal()) << skip;
+    ASSERT_EQ(bulk.next_u32(), ref.next_u32());
+  }
+  NumpyRandomState odd(3);
+  odd.standard_normal();  // f x1 cached: the pairs would start one normal late
+  PolarPair p{};
+  EXPECT_THROW(odd.polar_pairs(&p, 1), Error);
+}
+
 TEST(Nmf, ReplicateSeedsAndInit) {
   const auto s = nmf_replicate_seeds(14, 1000);
   for (const auto v : s) {

@@ -22,11 +22,12 @@ void check_layout(NmfGpuLayout layout, bool exact) {
   const std::vector<int> ks = {3, 7, 3, 12};
   std::vector<std::vector<uint64_t>> seeds;
   for (size_t b = 0; b < ks.size(); ++b) seeds.push_back(nmf_replicate_seeds(seed + b, 2 + static_cast<int64_t>(b)));
-  auto make = [&](int b) { return nmf_random_init(X, ks[b], seeds[b], 2); };
+  // Each init into the previous batch's host W (the reuse nmf_fit_gpu_batches offers).
+  auto make = [&](int b, std::vector<float>& spare) { return nmf_random_init(X, ks[b], seeds[b], 2, -1, &spare); };
   int seen = 0;
   nmf_fit_gpu_batches(gpu, X, static_cast<int>(ks.size()), 12 * 5, make, opt, [&](int b, NmfResult& got) {
     ASSERT_EQ(b, seen++);
-    const NmfResult want = nmf_fit_gpu(gpu, X, make(b), opt);
+    const NmfResult want = nmf_fit_gpu(gpu, X, nmf_random_init(X, ks[b], seeds[b], 2), opt);
     ASSERT_EQ(got.f.Ht.size(), want.f.Ht.size());
     EXPECT_TRUE(got.f.W.empty());
     EXPECT_EQ(got.n_iter, want.n_iter);
