@@ -18,6 +18,7 @@
 #include "core/trace_point.hpp"
 #include "exec/blas_core.hpp"
 #include "exec/context.hpp"
+#include "exec/device_release.hpp"
 #include "io/hdf5_guard.hpp"
 
 namespace {
@@ -52,6 +53,15 @@ std::string version_string() {
 int main(int argc, char** argv) {
   using namespace scurry;
   trace_point("main starts");
+  // A GPU command starts the CUDA driver beside the parsing and the checks of its arguments.
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if ((a == "--device" && i + 1 < argc && (std::string(argv[i + 1]) == "gpu" || std::string(argv[i + 1]) == "auto")) ||
+        a == "--device=gpu" || a == "--device=auto") {
+      start_cuda_driver_early();
+      break;
+    }
+  }
   // OpenBLAS on a CPU model it does not know runs its SSE3 kernels: switched to the CPU's own ones.
   use_fast_blas_core();
   // Large vectors come and go step after step: keep freed memory in the heap for reuse rather than

@@ -6,10 +6,12 @@
 #include <map>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <unordered_set>
 #include <vector>
 
 #include "exec/cuda_resources.cuh"
+#include "exec/device_release.hpp"
 
 namespace scurry {
 
@@ -228,6 +230,23 @@ std::shared_ptr<CudaResources> make_cuda_resources(const CudaOptions& opt) {
   SCURRY_CUBLAS(cublasSetStream(r->cublas, r->stream));
   r->memory = new DeviceMemory(opt.device, r->stream, opt.memory, opt.pool_size, opt.max_pool_size);
   return r;
+}
+
+void start_cuda_driver_early() {
+  std::thread([] {
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess) cudaGetLastError();
+  }).detach();
+}
+
+void release_cached_device_memory(const Context& ctx) {
+  CudaResources* r = ctx.cuda();
+  if (!r || !r->memory || r->memory->mode() != MemoryMode::pool) return;
+  SCURRY_CUDA(cudaSetDevice(r->device));
+  SCURRY_CUDA(cudaStreamSynchronize(r->stream));
+  cudaMemPool_t pool;
+  SCURRY_CUDA(cudaDeviceGetDefaultMemPool(&pool, r->device));
+  SCURRY_CUDA(cudaMemPoolTrimTo(pool, 0));
 }
 
 size_t cuda_peak_bytes(const CudaResources* r) { return r && r->memory ? r->memory->peak() : 0; }

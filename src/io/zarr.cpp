@@ -606,10 +606,11 @@ void summarize_group(const Store& s, const std::string& p, const std::string& pr
 
 ZarrCodec parse_zarr_codec(const std::string& s) {
   if (s == "blosc-lz4" || s == "blosc") return ZarrCodec::blosc_lz4;
+  if (s == "blosc-zstd") return ZarrCodec::blosc_zstd;
   if (s == "zstd") return ZarrCodec::zstd;
   if (s == "gzip") return ZarrCodec::gzip;
   if (s == "none") return ZarrCodec::none;
-  fail_input("--zarr-codec", "unknown codec '", s, "' (blosc-lz4, zstd, gzip or none)");
+  fail_input("--zarr-codec", "unknown codec '", s, "' (blosc-lz4, blosc-zstd, zstd, gzip or none)");
 }
 
 Dataset read_zarr(const std::string& dir_in, const H5adReadOptions& opt) {
@@ -658,7 +659,8 @@ void write_zarr(const Dataset& d, const std::string& dir_in, const ZarrWriteOpti
   w.store = dir;
   w.root = tmp.name();
   w.spec.format = opt.format;
-  w.spec.codec = opt.codec == ZarrCodec::blosc_lz4 ? zarr::CodecChoice::blosc_lz4
+  w.spec.codec = opt.codec == ZarrCodec::blosc_lz4    ? zarr::CodecChoice::blosc_lz4
+                 : opt.codec == ZarrCodec::blosc_zstd ? zarr::CodecChoice::blosc_zstd
                  : opt.codec == ZarrCodec::zstd    ? zarr::CodecChoice::zstd
                  : opt.codec == ZarrCodec::gzip    ? zarr::CodecChoice::gzip
                                                    : zarr::CodecChoice::none;

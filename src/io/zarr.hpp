@@ -20,7 +20,7 @@ namespace scurry {
 // missing keys, a wrong dtype, a chunk of the wrong size, a corrupt compressed chunk.
 Dataset read_zarr(const std::string& dir, const H5adReadOptions& opt = {});
 
-enum class ZarrCodec { blosc_lz4, zstd, gzip, none };
+enum class ZarrCodec { blosc_lz4, blosc_zstd, zstd, gzip, none };
 // "blosc-lz4" | "zstd" | "gzip" | "none"; throws InputError otherwise.
 ZarrCodec parse_zarr_codec(const std::string& s);
 

@@ -993,6 +993,8 @@ Json v2_compressor_json(const ArrayWriteSpec& s, int itemsize) {
   switch (s.codec) {
     case CodecChoice::blosc_lz4:
       return {{"id", "blosc"}, {"cname", "lz4"}, {"clevel", lvl < 0 ? 5 : lvl}, {"shuffle", 1}, {"blocksize", 0}};
+    case CodecChoice::blosc_zstd:
+      return {{"id", "blosc"}, {"cname", "zstd"}, {"clevel", lvl < 0 ? 5 : lvl}, {"shuffle", 1}, {"blocksize", 0}};
     case CodecChoice::zstd: return {{"id", "zstd"}, {"level", lvl < 0 ? 0 : lvl}};
     case CodecChoice::gzip: return {{"id", "gzip"}, {"level", lvl < 0 ? 5 : lvl}};
     case CodecChoice::none: return nullptr;
@@ -1005,10 +1007,11 @@ Json v3_compressor_json(const ArrayWriteSpec& s, int itemsize) {
   const int lvl = s.level;
   switch (s.codec) {
     case CodecChoice::blosc_lz4:
+    case CodecChoice::blosc_zstd:
       return {{"name", "blosc"},
               {"configuration",
-               {{"cname", "lz4"}, {"clevel", lvl < 0 ? 5 : lvl}, {"shuffle", itemsize > 1 ? "shuffle" : "noshuffle"},
-                {"typesize", itemsize}, {"blocksize", 0}}}};
+               {{"cname", s.codec == CodecChoice::blosc_zstd ? "zstd" : "lz4"}, {"clevel", lvl < 0 ? 5 : lvl},
+                {"shuffle", itemsize > 1 ? "shuffle" : "noshuffle"}, {"typesize", itemsize}, {"blocksize", 0}}}};
     case CodecChoice::zstd: return {{"name", "zstd"}, {"configuration", {{"level", lvl < 0 ? 0 : lvl}, {"checksum", false}}}};
     case CodecChoice::gzip: return {{"name", "gzip"}, {"configuration", {{"level", lvl < 0 ? 5 : lvl}}}};
     case CodecChoice::none: return nullptr;
@@ -1019,9 +1022,9 @@ Json v3_compressor_json(const ArrayWriteSpec& s, int itemsize) {
 std::optional<Codec> codec_of(const ArrayWriteSpec& s, int itemsize) {
   if (s.codec == CodecChoice::none) return std::nullopt;
   Codec c;
-  if (s.codec == CodecChoice::blosc_lz4) {
+  if (s.codec == CodecChoice::blosc_lz4 || s.codec == CodecChoice::blosc_zstd) {
     c.kind = Codec::Kind::blosc;
-    c.cname = "lz4";
+    c.cname = s.codec == CodecChoice::blosc_zstd ? "zstd" : "lz4";
     c.level = s.level < 0 ? 5 : s.level;
     c.shuffle = (s.format == 3 && itemsize == 1) ? 0 : 1;
     c.typesize = std::max(itemsize, 1);

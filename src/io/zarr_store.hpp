@@ -114,7 +114,7 @@ class Array {
 
 // ---- writing --------------------------------------------------------------------------------------
 
-enum class CodecChoice { blosc_lz4, zstd, gzip, none };
+enum class CodecChoice { blosc_lz4, blosc_zstd, zstd, gzip, none };
 
 struct ArrayWriteSpec {
   int format = 2;

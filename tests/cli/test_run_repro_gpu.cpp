@@ -1,10 +1,13 @@
 // GPU test (label gpu): the default `scurry --device gpu run` twice on the same input gives the same
 // bits in every slot of the output (issue 15, point 4): X, obs and var columns (QC, HVG, mean/std,
 // leiden), obsm (X_pca, X_umap), varm (PCs), obsp (distances, connectivities), uns['pca'].
+#include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <string>
 #include <type_traits>
+#include <utility>
 #include <variant>
 
 #include "io/h5ad.hpp"
@@ -93,4 +96,55 @@ TEST(RunReproGpu, DefaultRunTwiceGivesTheSameBits) {
     const auto& y = std::get<NumArray>(b.uns.at("pca").dict().at(key).v);
     EXPECT_TRUE(same_bits(x.data, y.data)) << "uns/pca/" << key;
   }
+}
+
+namespace {
+
+const RecArray& rgg_field(const Dataset& d, const char* what) {
+  return std::get<RecArray>(d.uns.at("rank_genes_groups").dict().at(what).v);
+}
+
+// The two results' names agree rank by rank and their scores within rel (relative, floor 1e-6).
+void expect_same_markers(const Dataset& a, const Dataset& b, double rel, const char* what) {
+  const RecArray &na = rgg_field(a, "names"), &nb = rgg_field(b, "names");
+  const RecArray &sa = rgg_field(a, "scores"), &sb = rgg_field(b, "scores");
+  ASSERT_EQ(na.fields.size(), nb.fields.size()) << what;
+  ASSERT_GT(na.fields.size(), 1u) << what;
+  int64_t name_diffs = 0, checked = 0;
+  for (const auto& f : sa.fields) {
+    const RecField* g = sb.field(f.name);
+    ASSERT_NE(g, nullptr) << what << ": group " << f.name;
+    ASSERT_EQ(f.num.size(), g->num.size()) << what;
+    for (size_t k = 0; k < f.num.size(); ++k, ++checked)
+      ASSERT_LE(std::abs(f.num[k] - g->num[k]), rel * std::max(1e-6, std::abs(g->num[k])))
+          << what << ": group " << f.name << " rank " << k;
+    const RecField *fa = na.field(f.name), *fb = nb.field(f.name);
+    for (size_t k = 0; k < 100 && k < fa->str.size(); ++k) name_diffs += fa->str[k] != fb->str[k];
+  }
+  EXPECT_GT(checked, 1000) << what;
+  EXPECT_EQ(name_diffs, 0) << what << ": top-100 names differ";
+}
+
+}  // namespace
+
+// The run's markers test the device's scaled X while its copy back is still being written (no wait):
+// the same result as the path that waits for the host's copy (forced by --markers-mask-var, which
+// the device path does not take) and as the CPU's t-test on the written output.
+TEST(RunReproGpu, MarkersOnTheDeviceCopyEqualTheHostPaths) {
+  SCURRY_REQUIRE_GPU();
+  test::TempDir dir;
+  const std::string in = dir.path("in.h5ad");
+  write_h5ad(test::simulated_counts(30000, 6000, 900), in);
+  const std::string bin = "'" + test::scurry_binary() + "'";
+  const std::string o1 = dir.path("o1.h5ad"), o2 = dir.path("o2.h5ad"), o3 = dir.path("o3.h5ad");
+  for (const auto& [out, extra] : {std::pair{o1, std::string()}, std::pair{o2, std::string(" --markers-mask-var highly_variable")}}) {
+    const std::string cmd = bin + " -q --device gpu run '" + in + "' -o '" + out + "' --no-raw --no-counts-layer" + extra;
+    ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  }
+  const std::string cpu = bin + " -q --device cpu rank-genes-groups '" + o1 + "' -o '" + o3 + "' --groupby leiden --no-use-raw";
+  ASSERT_EQ(std::system(cpu.c_str()), 0) << cpu;
+  const Dataset a = read_h5ad(o1), b = read_h5ad(o2), c = read_h5ad(o3);
+  ASSERT_TRUE(a.uns.count("rank_genes_groups") && b.uns.count("rank_genes_groups") && c.uns.count("rank_genes_groups"));
+  expect_same_markers(a, b, 1e-5, "device copy vs host copy (mask_var)");
+  expect_same_markers(a, c, 1e-4, "GPU run vs CPU rank-genes-groups on its output");
 }

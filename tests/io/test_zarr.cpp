@@ -51,6 +51,7 @@ void expect_input_error(F f, const std::vector<std::string>& parts) {
 const char* codec_name(ZarrCodec c) {
   switch (c) {
     case ZarrCodec::blosc_lz4: return "blosc-lz4";
+    case ZarrCodec::blosc_zstd: return "blosc-zstd";
     case ZarrCodec::zstd: return "zstd";
     case ZarrCodec::gzip: return "gzip";
     case ZarrCodec::none: return "none";
@@ -93,7 +94,7 @@ TEST(Zarr, RoundTripEverySlotEveryFormatAndCodec) {
   test::TempDir tmp;
   int i = 0;
   for (int format : {2, 3})
-    for (ZarrCodec codec : {ZarrCodec::blosc_lz4, ZarrCodec::zstd, ZarrCodec::gzip, ZarrCodec::none}) {
+    for (ZarrCodec codec : {ZarrCodec::blosc_lz4, ZarrCodec::blosc_zstd, ZarrCodec::zstd, ZarrCodec::gzip, ZarrCodec::none}) {
       const int kind = i % 5;
       SCOPED_TRACE("zarr v" + std::to_string(format) + " " + codec_name(codec) + " X kind " + std::to_string(kind));
       Dataset d = random_dataset(seed + i, kind);
@@ -541,7 +542,7 @@ TEST(Zarr, WriteSampleForPython) {
   raw->varm["stats"] = Matrix(random_dense<float>(500, 2, rng), DType::f32);
   d.raw = raw;
   fs::create_directories(out);
-  for (ZarrCodec c : {ZarrCodec::blosc_lz4, ZarrCodec::zstd, ZarrCodec::gzip, ZarrCodec::none})
+  for (ZarrCodec c : {ZarrCodec::blosc_lz4, ZarrCodec::blosc_zstd, ZarrCodec::zstd, ZarrCodec::gzip, ZarrCodec::none})
     write_zarr(d, (fs::path(out) / (std::string("v2_") + codec_name(c) + ".zarr")).string(), {2, c, -1, 100, 5000});
   write_zarr(d, (fs::path(out) / "v3_zstd.zarr").string(), {3, ZarrCodec::zstd});
   std::ofstream js(fs::path(out) / "sample.json");
