@@ -6,6 +6,7 @@
 #include <memory>
 #include <numeric>
 #include <sstream>
+#include <thread>
 
 #include "core/error.hpp"
 #include "core/memory.hpp"
@@ -528,7 +529,11 @@ NmfBatch nmf_random_init(const CsrF& X, int k, const std::vector<uint64_t>& seed
   for (int r = 0; r < R; ++r) rng.emplace_back(numpy_seed(seeds[r]));
   std::unique_ptr<PolarPair[]> buf(new PolarPair[2 * static_cast<size_t>(R) * static_cast<size_t>(B)]);
   auto pairs = [&](int64_t round, int r) { return buf.get() + (static_cast<size_t>(round % 2) * R + r) * B; };
-  const int workers = std::max(1, threads);
+  // (at most one worker a hardware thread: the values do not depend on the count, and an OpenMP team
+  // above the machine's thread count leaves libomp's extra thread records unreachable at exit, which
+  // LeakSanitizer reports)
+  const int hw = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const int workers = std::clamp(threads, 1, hw);
   for (int64_t q = 0; q <= blocks; ++q) {
     const int64_t draws = q < blocks ? R : 0, converts = q > 0 ? R * pieces : 0;
     parallel_for(workers, draws + converts, [&](int64_t t) {

@@ -214,7 +214,8 @@ TEST(Hdf5Vlen, ChunkedStringsReadAsLibhdf5ReadsThemAndADamagedHeapIsRefused) {
     test::TempDir t;
     const std::string p = t.path("c.h5");
     const auto v = random_strings(rng, 50 + rng() % 400);
-    const hsize_t chunk = 1 + rng() % 64;  // the last chunk partial, mostly
+    // the last chunk partial, mostly; never above the fixed dimension (libhdf5 then refuses to create it)
+    const hsize_t chunk = 1 + rng() % std::min<hsize_t>(64, v.size());
     const size_t skip = combo == 3 ? 3 : 0;
     const auto want = write_chunked(p, v, chunk, shuffle, deflate, skip);
     SCOPED_TRACE("shuffle " + std::to_string(shuffle) + " deflate " + std::to_string(deflate) + " n " +
