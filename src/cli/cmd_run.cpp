@@ -642,9 +642,7 @@ std::vector<Step> build_pipeline(const RunOptions& o) {
                                          o.rank_genes_groups.use_raw.value_or(true) && o.rank_genes_groups.layer.empty();
                      if (reread) d.raw->X = st->writer->read_back("raw/X");
                      rank_genes_groups_inplace(d, o.rank_genes_groups, ctx);  // on the GPU in a GPU run
-                     trace_point("rank_genes_groups: tested");
                      d.device_x.reset();
-                     trace_point("rank_genes_groups: device X released");
                      if (reread) d.raw->X = Matrix();
                    }});
   }
@@ -657,16 +655,11 @@ std::vector<Step> build_pipeline(const RunOptions& o) {
                  if (!o.graph) gather_rows(ctx, d, 0);  // with the graph: gathered by neighbors
                  if (ctx.comm().rank() != 0) return;
                  // The device's cached memory goes back to the driver beside the write (else the exit
-                 // releases it after the output is complete: ~0.3 s at 1.3M cells).
-                 std::thread release;
+                 // releases it after the output is complete: ~0.3 s at 1.3M cells). The future waits
+                 // for it when the step ends; a failure there only leaves the exit more to release.
+                 std::future<void> release;
                  if (ctx.backend() == Backend::cuda && ctx.comm().size() == 1)
-                   release = std::thread([&ctx] { release_cached_device_memory(ctx); });
-                 struct Join {
-                   std::thread& t;
-                   ~Join() {
-                     if (t.joinable()) t.join();
-                   }
-                 } join_release{release};
+                   release = std::async(std::launch::async, [&ctx] { release_cached_device_memory(ctx); });
                  make_parent_dirs(o.output);
                  if (st->writer) {  // X already written (start_early_write)
                    st->writer->finish(d);

@@ -1009,38 +1009,17 @@ bool mapped_write_wanted(size_t bytes, int gzip, DType disk, hid_t file_type, hi
 
 // [0, len) of src into dst on kPreadThreads threads.
 void parallel_copy(char* dst, const char* src, size_t len) {
-  // Trial knobs (A/B on the GPU machine): SCURRY_H5_COPY_PIECE bytes a piece, SCURRY_H5_COPY_THREADS,
-  // SCURRY_H5_POPULATE=1 (each piece's pages of a file mapping faulted in by one madvise call,
-  // MADV_POPULATE_WRITE, Linux >= 5.14, before its copy, instead of one fault per page).
+  // SCURRY_H5_COPY_PIECE=BYTES sets the piece (with SCURRY_H5_MMAP_WINDOW: the A/B of section 43).
   static const size_t piece = [] {
     const char* e = std::getenv("SCURRY_H5_COPY_PIECE");
     return e ? std::max<size_t>(4096, std::strtoull(e, nullptr, 10)) : kCopyPiece;
   }();
-  static const int threads = [] {
-    const char* e = std::getenv("SCURRY_H5_COPY_THREADS");
-    return e ? std::max(1, std::atoi(e)) : kPreadThreads;
-  }();
-  static const bool populate = [] {
-    const char* e = std::getenv("SCURRY_H5_POPULATE");
-    return e && std::string(e) == "1";
-  }();
-  const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
   std::atomic<size_t> next{0};
   auto work = [&] {
-    for (size_t a; (a = next.fetch_add(piece)) < len;) {
-      const size_t b = std::min(len, a + piece);
-#ifdef MADV_POPULATE_WRITE
-      if (populate) {
-        const uintptr_t p0 = (reinterpret_cast<uintptr_t>(dst + a) + page - 1) / page * page;
-        const uintptr_t p1 = reinterpret_cast<uintptr_t>(dst + b) / page * page;
-        if (p1 > p0) ::madvise(reinterpret_cast<void*>(p0), p1 - p0, MADV_POPULATE_WRITE);  // (a hint: errors ignored)
-      }
-#endif
-      std::memcpy(dst + a, src + a, b - a);
-    }
+    for (size_t a; (a = next.fetch_add(piece)) < len;) std::memcpy(dst + a, src + a, std::min(len, a + piece) - a);
   };
   std::vector<std::thread> pool;
-  for (int t = 1; t < threads; ++t) pool.emplace_back(work);
+  for (int t = 1; t < kPreadThreads; ++t) pool.emplace_back(work);
   work();
   for (auto& t : pool) t.join();
 }

@@ -32,10 +32,6 @@ namespace {
 struct NeedsHostX : Error {
   using Error::Error;
 };
-}  // namespace
-
-
-namespace {
 
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 constexpr int64_t kGeneBlock = 64;  // genes per parallel work item

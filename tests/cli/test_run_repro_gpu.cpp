@@ -7,7 +7,6 @@
 #include <cstring>
 #include <string>
 #include <type_traits>
-#include <utility>
 #include <variant>
 
 #include "io/h5ad.hpp"
@@ -67,19 +66,28 @@ void expect_same_table(const Table& a, const Table& b, const char* what) {
     EXPECT_TRUE(same_column(a.at(name), b.at(name))) << what << "/" << name << " differs between the two runs";
 }
 
+// The default GPU run of in into out (plus extra options): the command's exit status.
+int gpu_run(const std::string& in, const std::string& out, const std::string& extra = "") {
+  const std::string cmd = "'" + test::scurry_binary() + "' -q --device gpu run '" + in + "' -o '" + out +
+                          "' --no-raw --no-counts-layer" + extra;
+  return std::system(cmd.c_str());
+}
+
+// A fresh simulated input of 30,000 cells in dir.
+std::string simulated_input(const test::TempDir& dir) {
+  const std::string in = dir.path("in.h5ad");
+  write_h5ad(test::simulated_counts(30000, 6000, 900), in);
+  return in;
+}
+
 }  // namespace
 
 TEST(RunReproGpu, DefaultRunTwiceGivesTheSameBits) {
   SCURRY_REQUIRE_GPU();
   test::TempDir dir;
-  const std::string in = dir.path("in.h5ad");
-  write_h5ad(test::simulated_counts(30000, 6000, 900), in);
+  const std::string in = simulated_input(dir);
   std::string outs[2] = {dir.path("o1.h5ad"), dir.path("o2.h5ad")};
-  for (const auto& out : outs) {
-    const std::string cmd = "'" + test::scurry_binary() + "' -q --device gpu run '" + in + "' -o '" + out +
-                            "' --no-raw --no-counts-layer";
-    ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
-  }
+  for (const auto& out : outs) ASSERT_EQ(gpu_run(in, out), 0) << "scurry --device gpu run " << in << " -o " << out;
   const Dataset a = read_h5ad(outs[0]), b = read_h5ad(outs[1]);
   ASSERT_GT(a.n_obs(), 20000);
   ASSERT_TRUE(a.obsm.count("X_pca") && a.obsm.count("X_umap") && a.obsp.count("connectivities"));
@@ -133,15 +141,11 @@ void expect_same_markers(const Dataset& a, const Dataset& b, double rel, const c
 TEST(RunReproGpu, MarkersOnTheDeviceCopyEqualTheHostPaths) {
   SCURRY_REQUIRE_GPU();
   test::TempDir dir;
-  const std::string in = dir.path("in.h5ad");
-  write_h5ad(test::simulated_counts(30000, 6000, 900), in);
-  const std::string bin = "'" + test::scurry_binary() + "'";
+  const std::string in = simulated_input(dir);
   const std::string o1 = dir.path("o1.h5ad"), o2 = dir.path("o2.h5ad"), o3 = dir.path("o3.h5ad");
-  for (const auto& [out, extra] : {std::pair{o1, std::string()}, std::pair{o2, std::string(" --markers-mask-var highly_variable")}}) {
-    const std::string cmd = bin + " -q --device gpu run '" + in + "' -o '" + out + "' --no-raw --no-counts-layer" + extra;
-    ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
-  }
-  const std::string cpu = bin + " -q --device cpu rank-genes-groups '" + o1 + "' -o '" + o3 + "' --groupby leiden --no-use-raw";
+  ASSERT_EQ(gpu_run(in, o1), 0) << "scurry --device gpu run";
+  ASSERT_EQ(gpu_run(in, o2, " --markers-mask-var highly_variable"), 0) << "scurry --device gpu run --markers-mask-var";
+  const std::string cpu = "'" + test::scurry_binary() + "'" + " -q --device cpu rank-genes-groups '" + o1 + "' -o '" + o3 + "' --groupby leiden --no-use-raw";
   ASSERT_EQ(std::system(cpu.c_str()), 0) << cpu;
   const Dataset a = read_h5ad(o1), b = read_h5ad(o2), c = read_h5ad(o3);
   ASSERT_TRUE(a.uns.count("rank_genes_groups") && b.uns.count("rank_genes_groups") && c.uns.count("rank_genes_groups"));
