@@ -16,7 +16,7 @@
 #   SCURRY   the binary (default ./build-cuda/scurry)
 #   DIR      working folder (default /tmp/cnmf_grid; ~30 GB: counts 6 GB, norm_counts 9 GB, TPM 6 GB)
 #   BUDGET_S seconds this call may use (default 560: under one 600 s device call)
-# A smoke test elsewhere: GRID_CELLS=3000 GRID_KS="2 4" GRID_NITER=3 GRID_DEVICE=cpu GRID_THREADS=2 ...
+# GRID_TIME: GNU time (default /usr/bin/time). A smoke test elsewhere: GRID_CELLS=3000 GRID_KS="2 4" GRID_NITER=3 GRID_DEVICE=cpu GRID_THREADS=2 ...
 set -uo pipefail
 S=${1:-./build-cuda/scurry}
 D=${2:-/tmp/cnmf_grid}
@@ -30,7 +30,7 @@ left() { echo $((BUDGET - ($(date +%s) - T0))); }
 run() {
   local name=$1; shift
   say "start $name: $*"
-  /usr/bin/time -v -o "$D/$name.time" "$@" >> "$D/$name.log" 2>&1
+  "${GRID_TIME:-/usr/bin/time}" -v -o "$D/$name.time" "$@" >> "$D/$name.log" 2>&1
   local rc=$?
   say "end $name rc=$rc wall $(grep 'Elapsed' "$D/$name.time" | awk '{print $NF}') peak RSS $(grep 'Maximum resident' "$D/$name.time" | awk '{print $NF}') KB"
   return $rc

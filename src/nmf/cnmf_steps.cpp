@@ -9,10 +9,12 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <random>
 #include <set>
 #include <unordered_map>
 
+#include "core/env_laps.hpp"
 #include "core/error.hpp"
 #include "core/log.hpp"
 #include "io/h5ad.hpp"
@@ -446,8 +448,10 @@ std::map<int, DenseF> cnmf_consensus_step(const Context& ctx, const CnmfPaths& p
   cons.local_neighborhood_size = a.local_neighborhood_size;
   cons.refit = rp.nmf;
   cons.keep_filtered_spectra = a.show_clustering;
+  EnvLaps laps("SCURRY_CNMF_TIMES", "cnmf consensus");
   const CountTable nc = load_h5ad_x(p.normalized_counts());
   const CountTable tpm = load_h5ad_x(p.tpm());
+  laps.lap("read norm_counts and tpm");
   const DfNpz ts = read_df_npz(p.tpm_stats());
   if (ts.data.n_rows != tpm.X.n_cols || ts.data.n_cols < 2)
     fail_input(p.tpm_stats(), "holds ", ts.data.n_rows, " genes but the TPM matrix has ", tpm.X.n_cols);
@@ -457,11 +461,17 @@ std::map<int, DenseF> cnmf_consensus_step(const Context& ctx, const CnmfPaths& p
   const std::vector<int64_t> hvg_pos = gene_positions(tpm.genes, hvg, p.genes_list());
   const std::string dt = cnmf_dt_tag(a.local_density_threshold);
   std::map<int, DenseF> usages;
-  for (const int k : ks_of(reps, a.components)) {
+  const std::vector<int> ks = ks_of(reps, a.components);
+  std::unique_ptr<NmfGpuRefits> gpu;
+  if (ctx.backend() == Backend::cuda && !ks.empty())
+    gpu = std::make_unique<NmfGpuRefits>(ctx, nc.X, cons.refit, *std::max_element(ks.begin(), ks.end()));
+  for (const int k : ks) {
     std::vector<std::string> labels, genes;
     const DenseF merged = read_merged(p, k, &labels, &genes);
     if (genes != nc.genes) fail_input(p.merged_spectra(k), "the spectra's genes differ from the normalised counts'");
-    CnmfConsensus c = cnmf_consensus(ctx, merged, k, nc.X, cons);
+    laps.lap("read merged");
+    CnmfConsensus c = cnmf_consensus(ctx, merged, k, nc.X, cons, gpu.get());
+    laps.lap("consensus");
     {
       DenseD ld(static_cast<int64_t>(c.local_density.size()), 1);
       std::copy(c.local_density.begin(), c.local_density.end(), ld.data.begin());
@@ -470,8 +480,11 @@ std::map<int, DenseF> cnmf_consensus_step(const Context& ctx, const CnmfPaths& p
     // Spectra in TPM units (all genes) from the row-normalised usages; z-score coefficients from the
     // usages; then the final usages refit on the unit-variance TPM of the factorised genes.
     const DenseF spectra_tpm = cnmf_gene_spectra_tpm(ctx, c.usages, tpm.X, cons.refit);
+    laps.lap("gene spectra tpm");
     const DenseD score = cnmf_gene_spectra_score(ctx, c.usages, tpm.X, mean, sd);
+    laps.lap("gene spectra score");
     DenseF final_usages = cnmf_refit_usages_tpm(ctx, tpm.X, hvg_pos, spectra_tpm, sd, cons.refit);
+    laps.lap("usages refit on tpm");
     const DenseD spectra_d = to_d(c.spectra);
     write_df_npz(p.consensus_spectra(k, dt), numbered(k), true, nc.genes, false, spectra_d, NpzDtype::f64);
     write_df_npz(p.consensus_usages(k, dt), nc.cells, false, numbered(k), true, final_usages);
@@ -489,6 +502,7 @@ std::map<int, DenseF> cnmf_consensus_step(const Context& ctx, const CnmfPaths& p
       write_df_npz(p.starcat_spectra(k, dt), numbered(k, "GEP"), false, hvg, false, ref, NpzDtype::f64);
       write_tsv_table(p.starcat_spectra_txt(k, dt), numbered(k, "GEP"), hvg, ref);
     }
+    laps.lap("write");
     int64_t kept = 0;
     for (const auto v : c.kept) kept += v;
     log::info("cnmf consensus: k=" + std::to_string(k) + ", " + std::to_string(kept) + "/" +
@@ -508,13 +522,21 @@ void cnmf_k_selection_step(const Context& ctx, const CnmfPaths& p, double local_
   cons.skip_density = true;
   cons.local_neighborhood_size = local_neighborhood_size;
   const double recorded_threshold = 0.5;  // cNMF records consensus()'s default here
+  EnvLaps laps("SCURRY_CNMF_TIMES", "cnmf k_selection_plot");
   const CountTable nc = load_h5ad_x(p.normalized_counts());
+  laps.lap("read norm_counts");
   const std::vector<int> ks = ks_of(reps, {});
+  // On a CUDA context the normalised counts go to the device once for all k's refits.
+  std::unique_ptr<NmfGpuRefits> gpu;
+  if (ctx.backend() == Backend::cuda && !ks.empty()) {
+    gpu = std::make_unique<NmfGpuRefits>(ctx, nc.X, cons.refit, *std::max_element(ks.begin(), ks.end()));
+    laps.lap("norm_counts on the device");
+  }
   std::vector<double> stab, err;
   DenseD st(static_cast<int64_t>(ks.size()), 4);
   std::vector<std::string> idx;
   for (size_t q = 0; q < ks.size(); ++q) {
-    const CnmfConsensus c = cnmf_consensus(ctx, read_merged(p, ks[q], nullptr, nullptr), ks[q], nc.X, cons);
+    const CnmfConsensus c = cnmf_consensus(ctx, read_merged(p, ks[q], nullptr, nullptr), ks[q], nc.X, cons, gpu.get());
     stab.push_back(c.stability);
     err.push_back(c.prediction_error);
     st(q, 0) = ks[q], st(q, 1) = recorded_threshold, st(q, 2) = c.stability, st(q, 3) = c.prediction_error;

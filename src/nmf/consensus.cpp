@@ -5,6 +5,7 @@
 #include <cmath>
 #include <limits>
 
+#include "core/env_laps.hpp"
 #include "core/error.hpp"
 #include "core/row_blocks.hpp"
 #include "exec/parallel.hpp"
@@ -27,12 +28,13 @@ double median_of(std::vector<double>& v) {
 }  // namespace
 
 CnmfConsensus cnmf_consensus(const Context& ctx, const DenseF& merged, int k, const CsrF& X,
-                             const CnmfConsensusOptions& opt) {
+                             const CnmfConsensusOptions& opt, NmfGpuRefits* gpu) {
   const int64_t N = merged.n_rows, g = merged.n_cols;
   if (k < 1 || N < k || N % k != 0)
     fail_input("consensus", "the merged spectra have ", N, " rows, not a positive multiple of k = ", k);
   if (g != X.n_cols) fail("cnmf_consensus: spectra have ", g, " genes but X has ", X.n_cols);
   CnmfConsensus out;
+  EnvLaps laps("SCURRY_CNMF_TIMES", "cnmf consensus k=" + std::to_string(k));
   // L2-normalised spectra (float64).
   DenseD l2(N, g);
   std::vector<double> sq(N);
@@ -68,6 +70,7 @@ CnmfConsensus cnmf_consensus(const Context& ctx, const DenseF& merged, int k, co
       }
     });
     for (int64_t i = 0; i < N; ++i) out.kept[i] = out.local_density[i] < opt.density_threshold;
+    laps.lap("local density");
   }
   std::vector<int64_t> keep;
   for (int64_t i = 0; i < N; ++i)
@@ -77,8 +80,10 @@ CnmfConsensus cnmf_consensus(const Context& ctx, const DenseF& merged, int k, co
                opt.density_threshold, "; k = ", k, " clusters need more: raise the threshold");
   DenseD kept(static_cast<int64_t>(keep.size()), g);
   for (size_t q = 0; q < keep.size(); ++q) std::copy(l2.row(keep[q]), l2.row(keep[q]) + g, kept.row(q));
+  laps.lap("l2 and filter");
   KMeansResult km = kmeans(ctx, kept, k, opt.kmeans);
   out.labels = km.labels;
+  laps.lap("kmeans");
   // Cluster medians, normalised to sum 1.
   out.spectra = DenseF(k, g);
   {
@@ -96,11 +101,20 @@ CnmfConsensus cnmf_consensus(const Context& ctx, const DenseF& merged, int k, co
       for (int64_t j = 0; j < g; ++j) out.spectra(c, j) = static_cast<float>(tot > 0 ? med[j] / tot : 0.0);
     });
   }
+  laps.lap("medians");
   out.stability = silhouette_score(ctx, kept, km.labels);
-  // The usage refit over every cell runs on the device of a CUDA context (k_selection_plot refits every
-  // k: at 2.4M cells the CPU's cd passes would take minutes per k); the other refits stay on the CPU.
-  out.usages = nmf_fit_w_fixed_h(ctx, X, out.spectra, opt.refit, nullptr, ctx.backend() == Backend::cuda);
-  out.prediction_error = frobenius_error_sq(ctx, X, out.usages, out.spectra);
+  laps.lap("silhouette");
+  // The usage refits over every cell run on the device of a CUDA context (k_selection_plot refits every
+  // k: at 2.4M cells the CPU's passes would take minutes per k), here and in consensus' TPM refits.
+  if (gpu) {
+    out.usages = gpu->refit(out.spectra, &out.prediction_error);
+    laps.lap("usage refit and error on the device");
+  } else {
+    out.usages = nmf_fit_w_fixed_h(ctx, X, out.spectra, opt.refit, nullptr, ctx.backend() == Backend::cuda);
+    laps.lap("usage refit");
+    out.prediction_error = frobenius_error_sq(ctx, X, out.usages, out.spectra);
+    laps.lap("error");
+  }
   if (opt.keep_filtered_spectra) out.filtered_l2 = std::move(kept);
   if (!opt.skip_density) {
     // cNMF: norm_usages = rf_usages / row sums; programs sorted by norm_usages' column sums, descending.
@@ -184,7 +198,7 @@ DenseF cnmf_gene_spectra_tpm(const Context& ctx, const DenseF& usages, const Csr
     for (int64_t a = 0; a < k; ++a) H(a, i) = static_cast<float>(s > 0 ? usages(i, a) / s : 0.0);
   }
   const CsrF tt = transpose(tpm);
-  const DenseF W = nmf_fit_w_fixed_h(ctx, tt, H, refit);  // G x k
+  const DenseF W = nmf_fit_w_fixed_h(ctx, tt, H, refit, nullptr, ctx.backend() == Backend::cuda);  // G x k
   DenseF out(k, tpm.n_cols);
   for (int64_t j = 0; j < tpm.n_cols; ++j)
     for (int64_t a = 0; a < k; ++a) out(a, j) = W(j, a);
@@ -221,7 +235,7 @@ DenseF cnmf_refit_usages_tpm(const Context& ctx, const CsrF& tpm, const std::vec
   DenseF H(k, h);
   for (int64_t a = 0; a < k; ++a)
     for (int64_t q = 0; q < h; ++q) H(a, q) = static_cast<float>(spectra_tpm(a, genes[q]) / tpm_std[genes[q]]);
-  return nmf_fit_w_fixed_h(ctx, T, H, refit);
+  return nmf_fit_w_fixed_h(ctx, T, H, refit, nullptr, ctx.backend() == Backend::cuda);
 }
 
 DenseD cnmf_starcat_reference(const DenseD& spectra_tpm, const std::vector<double>& tpm_std,

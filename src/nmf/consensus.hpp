@@ -40,8 +40,10 @@ struct CnmfConsensus {
 
 // merged: (R * k) x g replicate spectra (rows iter-major as cNMF's combine); X: the normalised counts
 // (cells x g). InputError when too few spectra survive the filter or the neighbourhood is empty.
+// gpu: X held on the device (the usage refit and its error run there); otherwise the refit runs on
+// the device of a CUDA context (X uploaded for it) or on the CPU.
 CnmfConsensus cnmf_consensus(const Context& ctx, const DenseF& merged, int k, const CsrF& X,
-                             const CnmfConsensusOptions& opt);
+                             const CnmfConsensusOptions& opt, NmfGpuRefits* gpu = nullptr);
 
 // k x G: cNMF 1.7's efficient_ols_all_cols(usages, tpm, normalize_y=True): the OLS coefficients of
 // the z-scored TPM on the usages, (U^T U)^+ (U^T T - (U^T 1) mean^T) / std with T sparse (no cells x

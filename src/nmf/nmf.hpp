@@ -25,6 +25,7 @@
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -118,6 +119,25 @@ NmfResult nmf_fit(const Context& ctx, const CsrF& X, NmfBatch init, const NmfOpt
 // nmf_fit_gpu on ctx's device (ctx must be a CUDA context).
 DenseF nmf_fit_w_fixed_h(const Context& ctx, const CsrF& X, const DenseF& H, NmfOptions opt,
                          int* n_iter = nullptr, bool on_gpu = false);
+
+// Usage refits as nmf_fit_w_fixed_h(..., on_gpu = true), several H against one X that is checked,
+// uploaded and laid out once on the device of a CUDA context (cNMF's k_selection_plot refits every k
+// over all cells; at 2.4M cells each upload, check and layout took seconds), each refit's squared
+// Frobenius error computed on the device. max_k: the most components any refit will have (the
+// layout's memory plan). The refits are those nmf_fit_gpu gives on the same layout.
+class NmfGpuRefits {
+ public:
+  NmfGpuRefits(const Context& ctx, const CsrF& X, NmfOptions opt, int max_k);
+  ~NmfGpuRefits();
+  NmfGpuRefits(const NmfGpuRefits&) = delete;
+  NmfGpuRefits& operator=(const NmfGpuRefits&) = delete;
+  // W (n x k) for H (k x g, k <= max_k); frob_err_sq: ||X - W H||_F^2, if asked for.
+  DenseF refit(const DenseF& H, double* frob_err_sq = nullptr);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
 
 // Per replicate: sklearn's _beta_divergence(X, W, H, loss, square_root=True).
 std::vector<double> nmf_objective(const Context& ctx, const CsrF& X, const NmfBatch& f, NmfLoss loss,

@@ -1,5 +1,6 @@
 // scurry: batches of NMF replicates fitted one after another on one GPU that holds X once (see
-// nmf_fit_gpu_batches in nmf.hpp): what cNMF's factorize runs on the device, as `cnmf bench` does.
+// nmf_fit_gpu_batches in nmf.hpp): what cNMF's factorize runs on the device, as `cnmf bench` does;
+// and the usage refits of several spectra against one X held once (NmfGpuRefits: k_selection_plot).
 //
 // X is uploaded, checked and laid out (dense or CSR, nmf_device_x) once for the largest batch; then
 // per batch its factors are uploaded, fitted (nmf_fit_device) and H downloaded (W only on request:
@@ -7,6 +8,7 @@
 // thread while the current one fits, so the host's numpy-stream draws overlap the device, into the
 // storage of the host W just uploaded.
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
@@ -93,6 +95,53 @@ void nmf_fit_gpu_batches(const Context& ctx, const CsrF& X, int n_batches, int64
     lap("wait_init");
     if (prof) std::fprintf(stderr, "[nmf batches] batch %d (k %d, R %d):%s s\n", b, out.f.k, out.f.R, line.c_str());
   }
+}
+
+struct NmfGpuRefits::Impl {
+  CudaResources* res = nullptr;
+  NmfOptions opt;
+  int max_k = 0;
+  NmfDeviceX x;
+};
+
+NmfGpuRefits::NmfGpuRefits(const Context& ctx, const CsrF& X, NmfOptions opt, int max_k) : impl_(std::make_unique<Impl>()) {
+  impl_->res = ctx.cuda();
+  if (!impl_->res) fail_input("--device", "the GPU NMF needs a CUDA context (--device gpu)");
+  if (opt.loss == NmfLoss::itakura_saito) fail_input("--beta-loss", "itakura-saito runs on the CPU only; use --device cpu");
+  if (max_k < 1 || max_k > kNmfGpuMaxK)
+    fail_input("-k", "the GPU NMF handles 1 to ", kNmfGpuMaxK, " components (got ", max_k, ")");
+  nmf_gpu_check_x(X);
+  opt.update_h = false;
+  impl_->opt = opt;
+  impl_->max_k = max_k;
+  impl_->x = nmf_device_x(*impl_->res, upload(*impl_->res, X), &X, opt, 1, max_k);
+}
+
+NmfGpuRefits::~NmfGpuRefits() = default;
+
+DenseF NmfGpuRefits::refit(const DenseF& H, double* frob_err_sq) {
+  Impl& m = *impl_;
+  const int k = static_cast<int>(H.n_rows);
+  if (H.n_cols != m.x.g) fail("NmfGpuRefits::refit: H has ", H.n_cols, " columns but X has ", m.x.g);
+  if (k < 1 || k > m.max_k) fail("NmfGpuRefits::refit: H has ", k, " rows, outside 1..", m.max_k);
+  // nmf_fit_w_fixed_h's start: zeros for cd, sqrt(mean(X) / k) for mu (the sum summed as it does).
+  float fill = 0;
+  if (m.opt.solver == NmfSolver::mu) {
+    const double cells = static_cast<double>(m.x.n) * static_cast<double>(m.x.g);
+    fill = static_cast<float>(std::sqrt(cells > 0 ? m.x.sum / cells / k : 0.0));
+  }
+  NmfBatch b = NmfBatch::from(DenseF(m.x.n, k, fill), H);
+  NmfDeviceFactors f = nmf_upload_factors(*m.res, b);
+  std::vector<float>().swap(b.W);
+  NmfDeviceStats st = nmf_fit_device(*m.res, m.x, f, m.opt, frob_err_sq != nullptr);
+  if (frob_err_sq) {
+    const double e = m.opt.loss == NmfLoss::frobenius ? st.error.at(0)
+                                                       : nmf_device_objective(*m.res, m.x, f, NmfLoss::frobenius).at(0);
+    *frob_err_sq = e * e;
+  }
+  DenseF W(m.x.n, k);
+  copy_to_host(*m.res, W.data.data(), f.W.data(), W.data.size() * sizeof(float));
+  return W;
 }
 
 }  // namespace scurry

@@ -14,6 +14,14 @@ void nmf_fit_gpu_batches(const Context&, const CsrF&, int, int64_t, const std::f
                          const NmfOptions&, const std::function<void(int, NmfResult&)>&, bool) {
   throw InputError("this scurry was built without CUDA; use --device cpu");
 }
+struct NmfGpuRefits::Impl {};
+NmfGpuRefits::NmfGpuRefits(const Context&, const CsrF&, NmfOptions, int) {
+  throw InputError("this scurry was built without CUDA; use --device cpu");
+}
+NmfGpuRefits::~NmfGpuRefits() = default;
+DenseF NmfGpuRefits::refit(const DenseF&, double*) {
+  throw InputError("this scurry was built without CUDA; use --device cpu");
+}
 CnmfBenchResult cnmf_bench_gpu(const CnmfBenchOptions&, const CudaOptions&) {
   throw InputError("this scurry was built without CUDA; use --device cpu");
 }

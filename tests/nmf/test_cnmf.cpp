@@ -124,6 +124,30 @@ TEST(Cnmf, KMeansAndSilhouetteAgainstNaive) {
   }
   std::sort(map.begin(), map.end());
   EXPECT_EQ(std::unique(map.begin(), map.end()) - map.begin(), k);
+  // Each point's label is its nearest centre by exact distances, the inertia their sum, and the
+  // result the same bits for any thread count.
+  double inertia = 0;
+  for (int i = 0; i < k * per; ++i) {
+    std::vector<double> dc(k, 0.0);
+    for (int c = 0; c < k; ++c)
+      for (int j = 0; j < d; ++j) dc[c] += (X(i, j) - km.centers(c, j)) * (X(i, j) - km.centers(c, j));
+    EXPECT_LE(dc[km.labels[i]], *std::min_element(dc.begin(), dc.end()) + 1e-9) << "point " << i;
+    inertia += dc[km.labels[i]];
+  }
+  EXPECT_NEAR(km.inertia, inertia, 1e-9 * inertia);
+  for (const int threads : {1, 3}) {
+    const KMeansResult other = kmeans(Context::cpu(threads), X, k);
+    EXPECT_EQ(other.labels, km.labels);
+    EXPECT_EQ(other.centers.data, km.centers.data);
+    EXPECT_EQ(other.inertia, km.inertia);
+  }
+  {  // many blocks of points, overlapping clusters
+    DenseD Y(1000, 20);
+    for (double& v : Y.data) v = nd(rng);
+    const KMeansResult a = kmeans(Context::cpu(1), Y, 10), b = kmeans(Context::cpu(4), Y, 10);
+    EXPECT_EQ(a.labels, b.labels);
+    EXPECT_EQ(a.centers.data, b.centers.data);
+  }
   // Silhouette: naive O(n^2) with direct distances, on a noisier labelling.
   std::vector<int> labels = km.labels;
   for (int i = 0; i < 10; ++i) labels[i * 7] = (labels[i * 7] + 1) % k;
