@@ -329,8 +329,8 @@ void add_cnmf_command(CLI::App& app, GlobalOptions& g) {
   CLI::App* comb = cnmf->add_subcommand("combine", "Merge the replicates' spectra per k");
   add_cnmf_options(comb, *o, false);
   comb->callback([&g, o] {
-    cnmf_context(g, *o);
-    cnmf_combine_step(CnmfPaths(o->output_dir, o->name), o->ks, o->skip_missing_files);
+    const Context ctx = cnmf_context(g, *o);
+    cnmf_combine_step(CnmfPaths(o->output_dir, o->name), o->ks, o->skip_missing_files, ctx.threads());
   });
 
   CLI::App* cons = cnmf->add_subcommand("consensus", "Consensus spectra, usages, gene scores (and starCAT reference) per k");
@@ -364,7 +364,7 @@ void add_cnmf_command(CLI::App& app, GlobalOptions& g) {
     CnmfFactorizeArgs fa = factorize_args(ctx, g, *o);
     fa.worker_index = 0, fa.total_workers = 1;
     cnmf_factorize_step(ctx, p, fa);
-    cnmf_combine_step(p, {});
+    cnmf_combine_step(p, {}, false, ctx.threads());
     CnmfConsensusArgs ca = consensus_args(*o);
     ca.components.clear();
     auto usages = cnmf_consensus_step(ctx, p, ca);

@@ -48,7 +48,9 @@ struct CnmfFactorizeArgs {
 void cnmf_factorize_step(const Context& ctx, const CnmfPaths& p, const CnmfFactorizeArgs& a);
 
 // ks empty: every prepared k. skip_missing_files: leave out replicates whose spectra are missing.
-void cnmf_combine_step(const CnmfPaths& p, const std::vector<int>& ks, bool skip_missing_files = false);
+// threads: k's merged on this many threads (the files are the same for any count).
+void cnmf_combine_step(const CnmfPaths& p, const std::vector<int>& ks, bool skip_missing_files = false,
+                       int threads = 1);
 
 struct CnmfConsensusArgs {
   std::vector<int> components;            // -k (empty: every prepared k)

@@ -19,6 +19,43 @@ namespace {
 constexpr int64_t kDistanceChunk = 256;
 constexpr int64_t kRowsPerBlock = 512;
 
+// transpose(a) on all threads, the same matrix: 64 fixed row blocks count their columns, each block
+// then writes its entries at its own offsets in every column (rows stay in order within a column).
+CsrF transpose_on_threads(const Context& ctx, const CsrF& a) {
+  const int64_t n = a.n_rows, g = a.n_cols;
+  const RowBlocks rb = RowBlocks::uniform(n, std::max<int64_t>(1, (n + 63) / 64));
+  const int64_t nb = rb.n_blocks();
+  std::vector<int64_t> off(static_cast<size_t>(nb) * g, 0);
+  parallel_for(ctx.threads(), nb, [&](int64_t b) {
+    int64_t* c = off.data() + b * g;
+    for (int64_t p = a.indptr[rb.begin(b)]; p < a.indptr[rb.end(b)]; ++p) ++c[a.indices[p]];
+  });
+  CsrF t;
+  t.n_rows = g, t.n_cols = n;
+  t.indptr.assign(static_cast<size_t>(g) + 1, 0);
+  int64_t run = 0;
+  for (int64_t j = 0; j < g; ++j) {
+    for (int64_t b = 0; b < nb; ++b) {
+      const int64_t c = off[b * g + j];
+      off[b * g + j] = run;
+      run += c;
+    }
+    t.indptr[j + 1] = run;
+  }
+  t.indices.resize(a.indices.size());
+  t.data.resize(a.data.size());
+  parallel_for(ctx.threads(), nb, [&](int64_t b) {
+    int64_t* o = off.data() + b * g;
+    for (int64_t r = rb.begin(b); r < rb.end(b); ++r)
+      for (int64_t p = a.indptr[r]; p < a.indptr[r + 1]; ++p) {
+        const int64_t q = o[a.indices[p]]++;
+        t.indices[q] = static_cast<int32_t>(r);
+        t.data[q] = a.data[p];
+      }
+  });
+  return t;
+}
+
 double median_of(std::vector<double>& v) {
   const size_t m = v.size();
   std::sort(v.begin(), v.end());
@@ -197,7 +234,7 @@ DenseF cnmf_gene_spectra_tpm(const Context& ctx, const DenseF& usages, const Csr
     for (int64_t a = 0; a < k; ++a) s += usages(i, a);
     for (int64_t a = 0; a < k; ++a) H(a, i) = static_cast<float>(s > 0 ? usages(i, a) / s : 0.0);
   }
-  const CsrF tt = transpose(tpm);
+  const CsrF tt = transpose_on_threads(ctx, tpm);
   const DenseF W = nmf_fit_w_fixed_h(ctx, tt, H, refit, nullptr, ctx.backend() == Backend::cuda);  // G x k
   DenseF out(k, tpm.n_cols);
   for (int64_t j = 0; j < tpm.n_cols; ++j)
@@ -210,19 +247,33 @@ DenseF cnmf_refit_usages_tpm(const Context& ctx, const CsrF& tpm, const std::vec
   const int64_t n = tpm.n_rows, k = spectra_tpm.n_rows, h = static_cast<int64_t>(genes.size());
   std::vector<int64_t> pos(tpm.n_cols, -1);
   for (int64_t q = 0; q < h; ++q) pos[genes[q]] = q;
-  // tpm[:, genes] in gene-list order, as CSR.
+  // tpm[:, genes] in gene-list order, as CSR: rows counted, then filled, by blocks of rows on all
+  // threads (at 2.4M cells one thread took several seconds).
   CsrF T;
   T.n_rows = n, T.n_cols = h;
   T.indptr.assign(n + 1, 0);
-  std::vector<std::pair<int32_t, float>> row;
-  for (int64_t i = 0; i < n; ++i) {
-    row.clear();
-    for (int64_t p = tpm.indptr[i]; p < tpm.indptr[i + 1]; ++p)
-      if (pos[tpm.indices[p]] >= 0) row.emplace_back(static_cast<int32_t>(pos[tpm.indices[p]]), tpm.data[p]);
-    std::sort(row.begin(), row.end());
-    for (const auto& [j, v] : row) T.indices.push_back(j), T.data.push_back(v);
-    T.indptr[i + 1] = static_cast<int64_t>(T.indices.size());
-  }
+  const RowBlocks rb = RowBlocks::uniform(n, kRowsPerBlock);
+  parallel_for(ctx.threads(), rb.n_blocks(), [&](int64_t b) {
+    for (int64_t i = rb.begin(b); i < rb.end(b); ++i) {
+      int64_t c = 0;
+      for (int64_t p = tpm.indptr[i]; p < tpm.indptr[i + 1]; ++p) c += pos[tpm.indices[p]] >= 0;
+      T.indptr[i + 1] = c;
+    }
+  });
+  for (int64_t i = 0; i < n; ++i) T.indptr[i + 1] += T.indptr[i];
+  T.indices.resize(static_cast<size_t>(T.indptr[n]));
+  T.data.resize(static_cast<size_t>(T.indptr[n]));
+  parallel_for(ctx.threads(), rb.n_blocks(), [&](int64_t b) {
+    std::vector<std::pair<int32_t, float>> row;
+    for (int64_t i = rb.begin(b); i < rb.end(b); ++i) {
+      row.clear();
+      for (int64_t p = tpm.indptr[i]; p < tpm.indptr[i + 1]; ++p)
+        if (pos[tpm.indices[p]] >= 0) row.emplace_back(static_cast<int32_t>(pos[tpm.indices[p]]), tpm.data[p]);
+      std::sort(row.begin(), row.end());
+      int64_t q = T.indptr[i];
+      for (const auto& [j, v] : row) T.indices[q] = j, T.data[q] = v, ++q;
+    }
+  });
   // Column std with ddof 1 (0 -> 1), then scale.
   std::vector<double> mean, sd;
   column_mean_std(T, mean, sd);
@@ -231,7 +282,10 @@ DenseF cnmf_refit_usages_tpm(const Context& ctx, const CsrF& tpm, const std::vec
     s = n > 1 ? std::sqrt(s * s * nn / (nn - 1)) : 0.0;
     if (s == 0) s = 1;
   }
-  for (size_t p = 0; p < T.data.size(); ++p) T.data[p] = static_cast<float>(T.data[p] / sd[T.indices[p]]);
+  parallel_for(ctx.threads(), rb.n_blocks(), [&](int64_t b) {
+    for (int64_t p = T.indptr[rb.begin(b)]; p < T.indptr[rb.end(b)]; ++p)
+      T.data[p] = static_cast<float>(T.data[p] / sd[T.indices[p]]);
+  });
   DenseF H(k, h);
   for (int64_t a = 0; a < k; ++a)
     for (int64_t q = 0; q < h; ++q) H(a, q) = static_cast<float>(spectra_tpm(a, genes[q]) / tpm_std[genes[q]]);
