@@ -95,7 +95,8 @@ void bind_cnmf(py::module_& m) {
     run_step("cnmf factorize", [&] { cnmf_factorize_step(*c.ctx, p, a); });
   });
   m.def("cnmf_combine", [](const CnmfPaths& p, const std::vector<int>& ks, bool skip_missing_files) {
-    run_step("cnmf combine", [&] { cnmf_combine_step(p, ks, skip_missing_files); });
+    VerbContext c("cpu");
+    run_step("cnmf combine", [&] { cnmf_combine_step(p, ks, skip_missing_files, c.ctx->threads()); });
   });
   m.def("cnmf_consensus", [](const CnmfPaths& p, const CnmfConsensusArgs& a, const std::string& device) {
     VerbContext c(device);
