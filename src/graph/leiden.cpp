@@ -12,6 +12,7 @@
 #include <map>
 #include <numeric>
 
+#include "core/env_laps.hpp"
 #include "core/error.hpp"
 #include "core/log.hpp"
 #include "graph/umap.hpp"
@@ -141,10 +142,14 @@ std::vector<LeidenResult> leiden(const Context&, const CsrF& graph, const Leiden
         // 0.620 after one iteration, 0.632 when iterated to the end).
         double prev = -std::numeric_limits<double>::infinity();
         std::vector<igraph_integer_t> best(static_cast<size_t>(n));
+        EnvLaps laps("SCURRY_LEIDEN_TIMES", "leiden");  // each iteration's seconds and quality
         for (int64_t it = 0; it < kMaxIterations; ++it) {
           check_igraph(igraph_community_leiden(&g.g, &wview, &sview, gamma, opt.beta, it > 0, 1, &membership.v, &nb,
                                                &quality),
                        "igraph_community_leiden");
+          if (laps.on())
+            laps.lap(("iteration " + std::to_string(it) + ": " + std::to_string(nb) + " clusters, quality " +
+                      std::to_string(quality)).c_str());
           if (quality < prev) {  // an iteration that lost quality: keep the partition before it
             for (int64_t i = 0; i < n; ++i) VECTOR(membership.v)[i] = best[i];
             break;
