@@ -482,7 +482,7 @@ std::map<int, DenseF> cnmf_consensus_step(const Context& ctx, const CnmfPaths& p
   std::map<int, DenseF> usages;
   const std::vector<int> ks = ks_of(reps, a.components);
   std::unique_ptr<NmfGpuRefits> gpu;
-  if (ctx.backend() == Backend::cuda && !ks.empty())
+  if (cnmf_refits_on_device(ctx, cons.refit) && !ks.empty())
     gpu = std::make_unique<NmfGpuRefits>(ctx, nc.X, cons.refit, *std::max_element(ks.begin(), ks.end()));
   for (const int k : ks) {
     std::vector<std::string> labels, genes;
@@ -565,7 +565,7 @@ void cnmf_k_selection_step(const Context& ctx, const CnmfPaths& p, double local_
   const std::vector<int> ks = ks_of(reps, {});
   // On a CUDA context the normalised counts go to the device once for all k's refits.
   std::unique_ptr<NmfGpuRefits> gpu;
-  if (ctx.backend() == Backend::cuda && !ks.empty()) {
+  if (cnmf_refits_on_device(ctx, cons.refit) && !ks.empty()) {
     gpu = std::make_unique<NmfGpuRefits>(ctx, nc.X, cons.refit, *std::max_element(ks.begin(), ks.end()));
     laps.lap("norm_counts on the device");
   }

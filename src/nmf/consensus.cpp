@@ -64,6 +64,10 @@ double median_of(std::vector<double>& v) {
 
 }  // namespace
 
+bool cnmf_refits_on_device(const Context& ctx, const NmfOptions& refit) {
+  return ctx.backend() == Backend::cuda && refit.loss != NmfLoss::itakura_saito;
+}
+
 CnmfConsensus cnmf_consensus(const Context& ctx, const DenseF& merged, int k, const CsrF& X,
                              const CnmfConsensusOptions& opt, NmfGpuRefits* gpu) {
   const int64_t N = merged.n_rows, g = merged.n_cols;
@@ -147,7 +151,7 @@ CnmfConsensus cnmf_consensus(const Context& ctx, const DenseF& merged, int k, co
     out.usages = gpu->refit(out.spectra, &out.prediction_error);
     laps.lap("usage refit and error on the device");
   } else {
-    out.usages = nmf_fit_w_fixed_h(ctx, X, out.spectra, opt.refit, nullptr, ctx.backend() == Backend::cuda);
+    out.usages = nmf_fit_w_fixed_h(ctx, X, out.spectra, opt.refit, nullptr, cnmf_refits_on_device(ctx, opt.refit));
     laps.lap("usage refit");
     out.prediction_error = frobenius_error_sq(ctx, X, out.usages, out.spectra);
     laps.lap("error");
@@ -235,7 +239,7 @@ DenseF cnmf_gene_spectra_tpm(const Context& ctx, const DenseF& usages, const Csr
     for (int64_t a = 0; a < k; ++a) H(a, i) = static_cast<float>(s > 0 ? usages(i, a) / s : 0.0);
   }
   const CsrF tt = transpose_on_threads(ctx, tpm);
-  const DenseF W = nmf_fit_w_fixed_h(ctx, tt, H, refit, nullptr, ctx.backend() == Backend::cuda);  // G x k
+  const DenseF W = nmf_fit_w_fixed_h(ctx, tt, H, refit, nullptr, cnmf_refits_on_device(ctx, refit));  // G x k
   DenseF out(k, tpm.n_cols);
   for (int64_t j = 0; j < tpm.n_cols; ++j)
     for (int64_t a = 0; a < k; ++a) out(a, j) = W(j, a);
@@ -289,7 +293,7 @@ DenseF cnmf_refit_usages_tpm(const Context& ctx, const CsrF& tpm, const std::vec
   DenseF H(k, h);
   for (int64_t a = 0; a < k; ++a)
     for (int64_t q = 0; q < h; ++q) H(a, q) = static_cast<float>(spectra_tpm(a, genes[q]) / tpm_std[genes[q]]);
-  return nmf_fit_w_fixed_h(ctx, T, H, refit, nullptr, ctx.backend() == Backend::cuda);
+  return nmf_fit_w_fixed_h(ctx, T, H, refit, nullptr, cnmf_refits_on_device(ctx, refit));
 }
 
 DenseD cnmf_starcat_reference(const DenseD& spectra_tpm, const std::vector<double>& tpm_std,

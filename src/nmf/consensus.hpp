@@ -38,6 +38,10 @@ struct CnmfConsensus {
   DenseD filtered_l2;                 // the kept L2-normalised spectra (keep_filtered_spectra only)
 };
 
+// Whether consensus' and k_selection_plot's refits run on the device: a CUDA context and a loss the
+// GPU NMF has (itakura-saito refits stay on the CPU).
+bool cnmf_refits_on_device(const Context& ctx, const NmfOptions& refit);
+
 // merged: (R * k) x g replicate spectra (rows iter-major as cNMF's combine); X: the normalised counts
 // (cells x g). InputError when too few spectra survive the filter or the neighbourhood is empty.
 // gpu: X held on the device (the usage refit and its error run there); otherwise the refit runs on

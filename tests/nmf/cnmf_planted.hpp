@@ -71,6 +71,16 @@ inline double pearson(const double* a, const double* b, int64_t n) {
   return sab / std::sqrt(saa * sbb);
 }
 
+// The R replicates' spectra of res stacked as cNMF's combine does ((R * K) x g, replicate-major).
+inline DenseF merged_spectra(const NmfResult& res, int R, int K, int64_t g) {
+  DenseF merged(static_cast<int64_t>(R) * K, g);
+  for (int r = 0; r < R; ++r) {
+    const DenseF h = res.f.h_of(r);
+    std::copy(h.data.begin(), h.data.end(), merged.data.begin() + static_cast<size_t>(r) * K * h.n_cols);
+  }
+  return merged;
+}
+
 using FitFn = std::function<NmfResult(const CsrF& X, NmfBatch init, const NmfOptions& opt)>;
 
 // The whole chain on planted data with `fit` for the replicates (consensus and refits on the CPU).
@@ -83,11 +93,7 @@ inline void check_planted_recovery(const FitFn& fit, uint64_t seed) {
   const CnmfPrepared pr = cnmf_prepare(ctx, p.counts, p.cells, p.genes, po, "planted");
   NmfOptions nmf;  // cNMF's defaults: cd, frobenius, tol 1e-4, max_iter 1000
   const NmfResult res = fit(pr.norm_counts, nmf_random_init(pr.norm_counts, K, nmf_replicate_seeds(seed, R)), nmf);
-  DenseF merged(static_cast<int64_t>(R) * K, pr.norm_counts.n_cols);
-  for (int r = 0; r < R; ++r) {
-    const DenseF h = res.f.h_of(r);
-    std::copy(h.data.begin(), h.data.end(), merged.data.begin() + static_cast<size_t>(r) * K * h.n_cols);
-  }
+  const DenseF merged = merged_spectra(res, R, K, pr.norm_counts.n_cols);
   CnmfConsensusOptions co;
   co.refit = nmf;
   const CnmfConsensus c = cnmf_consensus(ctx, merged, K, pr.norm_counts, co);

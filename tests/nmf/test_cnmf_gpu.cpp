@@ -34,11 +34,7 @@ TEST(CnmfGpu, ConsensusRefitsOnTheDeviceMatchTheCpu) {
   const CnmfPrepared pr = cnmf_prepare(cpu, p.counts, p.cells, p.genes, po, "planted");
   NmfOptions nmf;
   const NmfResult res = nmf_fit(cpu, pr.norm_counts, nmf_random_init(pr.norm_counts, K, nmf_replicate_seeds(seed, R)), nmf);
-  DenseF merged(static_cast<int64_t>(R) * K, pr.norm_counts.n_cols);
-  for (int r = 0; r < R; ++r) {
-    const DenseF h = res.f.h_of(r);
-    std::copy(h.data.begin(), h.data.end(), merged.data.begin() + static_cast<size_t>(r) * K * h.n_cols);
-  }
+  const DenseF merged = test_cnmf::merged_spectra(res, R, K, pr.norm_counts.n_cols);
   CnmfConsensusOptions co;
   co.refit = nmf;
   co.density_threshold = 2.0;
