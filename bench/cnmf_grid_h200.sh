@@ -10,7 +10,9 @@
 # Idempotent and resumable: the data and prepare are skipped when present, factorize runs with
 # --skip-completed-runs under a time budget (a batch killed by the budget is redone next time, the
 # finished batches' spectra files stay), and each later verb is skipped once it has finished. Run
-# it again until it prints "GRID DONE" (expected: two 10-minute calls).
+# it again until it prints "GRID DONE" (session 15 on one H200: two 10-minute calls and 3.5 minutes of
+# a third; RESULTS section 44). DIR must survive between the calls: on the lent GPU machine, call again
+# within its idle window, before it is given back and its disk wiped.
 #
 # Usage: bash bench/cnmf_grid_h200.sh [SCURRY] [DIR] [BUDGET_S]
 #   SCURRY   the binary (default ./build-cuda/scurry)
