@@ -1,7 +1,12 @@
 #include "core/matrix.hpp"
 
+#include <algorithm>
+#include <functional>
+
 #include "core/error.hpp"
 #include "core/memory.hpp"
+#include "core/row_blocks.hpp"
+#include "exec/parallel.hpp"
 
 namespace scurry {
 
@@ -141,26 +146,49 @@ CsrF csr_from_dense_rows(const float* rows, int64_t n_rows, int64_t n_cols) {
 }
 
 template <class T>
-Csr<T> transpose(const Csr<T>& a) {
+Csr<T> transpose(const Csr<T>& a, int threads) {
   Csr<T> t;
   t.n_rows = a.n_cols;
   t.n_cols = a.n_rows;
   t.indptr.assign(static_cast<size_t>(t.n_rows) + 1, 0);
-  for (int32_t c : a.indices) ++t.indptr[static_cast<size_t>(c) + 1];
-  for (int64_t i = 0; i < t.n_rows; ++i) t.indptr[i + 1] += t.indptr[i];
   t.indices.resize(a.indices.size());
   t.data.resize(a.data.size());
-  std::vector<int64_t> next(t.indptr.begin(), t.indptr.end() - 1);
-  for (int64_t r = 0; r < a.n_rows; ++r)
-    for (int64_t p = a.indptr[r]; p < a.indptr[r + 1]; ++p) {
-      int64_t q = next[a.indices[p]]++;
-      t.indices[q] = static_cast<int32_t>(r);
-      t.data[q] = a.data[p];
+  const int64_t g = a.n_cols;
+  // Row blocks: one (sequential) or ~4 a thread; off[b * g + c]: where block b's entries of column c go.
+  const int64_t nb = threads > 1 ? std::min<int64_t>(std::max<int64_t>(a.n_rows, 1), 4 * static_cast<int64_t>(threads)) : 1;
+  const RowBlocks rb = RowBlocks::uniform(a.n_rows, std::max<int64_t>(1, (a.n_rows + nb - 1) / nb));
+  const int64_t blocks = rb.n_blocks();
+  std::vector<int64_t> off(static_cast<size_t>(blocks) * g, 0);
+  const auto each_block = [&](const std::function<void(int64_t)>& fn) {  // (one block: a plain loop)
+    if (threads > 1) parallel_for(threads, blocks, fn);
+    else for (int64_t b = 0; b < blocks; ++b) fn(b);
+  };
+  each_block([&](int64_t b) {
+    int64_t* c = off.data() + b * g;
+    for (int64_t p = a.indptr[rb.begin(b)]; p < a.indptr[rb.end(b)]; ++p) ++c[a.indices[p]];
+  });
+  int64_t run = 0;
+  for (int64_t c = 0; c < g; ++c) {
+    for (int64_t b = 0; b < blocks; ++b) {
+      const int64_t k = off[b * g + c];
+      off[b * g + c] = run;
+      run += k;
     }
+    t.indptr[c + 1] = run;
+  }
+  each_block([&](int64_t b) {
+    int64_t* o = off.data() + b * g;
+    for (int64_t r = rb.begin(b); r < rb.end(b); ++r)
+      for (int64_t p = a.indptr[r]; p < a.indptr[r + 1]; ++p) {
+        const int64_t q = o[a.indices[p]]++;
+        t.indices[q] = static_cast<int32_t>(r);
+        t.data[q] = a.data[p];
+      }
+  });
   return t;
 }
-template CsrF transpose(const CsrF&);
-template CsrD transpose(const CsrD&);
+template CsrF transpose(const CsrF&, int);
+template CsrD transpose(const CsrD&, int);
 
 template <class T>
 void validate_csr(const Csr<T>& a, const std::string& where) {

@@ -85,8 +85,10 @@ struct Matrix {
 CsrF to_csr_f(const Matrix& m);    // any kind -> CSR float (dense zeros dropped)
 DenseD to_dense_d(const Matrix& m);  // any kind -> dense double
 DenseF to_dense_f(const Matrix& m);
+// threads > 1: the entries counted and placed by contiguous row blocks on that many threads (each
+// block writes at its own offsets in every output row, ~4 blocks a thread); the same matrix.
 template <class T>
-Csr<T> transpose(const Csr<T>& a);
+Csr<T> transpose(const Csr<T>& a, int threads = 1);
 // CSR of n_rows dense rows (row-major, n_cols each) held in a buffer; zeros dropped.
 CsrF csr_from_dense_rows(const float* rows, int64_t n_rows, int64_t n_cols);  // CSC <-> CSR conversion is a transpose
 

@@ -19,43 +19,6 @@ namespace {
 constexpr int64_t kDistanceChunk = 256;
 constexpr int64_t kRowsPerBlock = 512;
 
-// transpose(a) on all threads, the same matrix: 64 fixed row blocks count their columns, each block
-// then writes its entries at its own offsets in every column (rows stay in order within a column).
-CsrF transpose_on_threads(const Context& ctx, const CsrF& a) {
-  const int64_t n = a.n_rows, g = a.n_cols;
-  const RowBlocks rb = RowBlocks::uniform(n, std::max<int64_t>(1, (n + 63) / 64));
-  const int64_t nb = rb.n_blocks();
-  std::vector<int64_t> off(static_cast<size_t>(nb) * g, 0);
-  parallel_for(ctx.threads(), nb, [&](int64_t b) {
-    int64_t* c = off.data() + b * g;
-    for (int64_t p = a.indptr[rb.begin(b)]; p < a.indptr[rb.end(b)]; ++p) ++c[a.indices[p]];
-  });
-  CsrF t;
-  t.n_rows = g, t.n_cols = n;
-  t.indptr.assign(static_cast<size_t>(g) + 1, 0);
-  int64_t run = 0;
-  for (int64_t j = 0; j < g; ++j) {
-    for (int64_t b = 0; b < nb; ++b) {
-      const int64_t c = off[b * g + j];
-      off[b * g + j] = run;
-      run += c;
-    }
-    t.indptr[j + 1] = run;
-  }
-  t.indices.resize(a.indices.size());
-  t.data.resize(a.data.size());
-  parallel_for(ctx.threads(), nb, [&](int64_t b) {
-    int64_t* o = off.data() + b * g;
-    for (int64_t r = rb.begin(b); r < rb.end(b); ++r)
-      for (int64_t p = a.indptr[r]; p < a.indptr[r + 1]; ++p) {
-        const int64_t q = o[a.indices[p]]++;
-        t.indices[q] = static_cast<int32_t>(r);
-        t.data[q] = a.data[p];
-      }
-  });
-  return t;
-}
-
 double median_of(std::vector<double>& v) {
   const size_t m = v.size();
   std::sort(v.begin(), v.end());
@@ -238,7 +201,7 @@ DenseF cnmf_gene_spectra_tpm(const Context& ctx, const DenseF& usages, const Csr
     for (int64_t a = 0; a < k; ++a) s += usages(i, a);
     for (int64_t a = 0; a < k; ++a) H(a, i) = static_cast<float>(s > 0 ? usages(i, a) / s : 0.0);
   }
-  const CsrF tt = transpose_on_threads(ctx, tpm);
+  const CsrF tt = transpose(tpm, ctx.threads());
   const DenseF W = nmf_fit_w_fixed_h(ctx, tt, H, refit, nullptr, cnmf_refits_on_device(ctx, refit));  // G x k
   DenseF out(k, tpm.n_cols);
   for (int64_t j = 0; j < tpm.n_cols; ++j)

@@ -24,6 +24,21 @@ TEST(Matrix, TransposeTwiceIsIdentityAndMatchesDense) {
   EXPECT_EQ(tt.data, a.data);
 }
 
+TEST(Matrix, TransposeOnThreadsIsTheSameMatrix) {
+  const CsrF a = test::random_counts(1003, 71, 0.15, test::fresh_seed());
+  const CsrF t = transpose(a);
+  for (const int threads : {2, 3, 8}) {
+    const CsrF p = transpose(a, threads);
+    EXPECT_EQ(p.n_rows, t.n_rows);
+    EXPECT_EQ(p.n_cols, t.n_cols);
+    EXPECT_EQ(p.indptr, t.indptr) << threads << " threads";
+    EXPECT_EQ(p.indices, t.indices) << threads << " threads";
+    EXPECT_EQ(p.data, t.data) << threads << " threads";
+  }
+  const CsrF empty = transpose(CsrF{}, 4);
+  EXPECT_EQ(empty.nnz(), 0);
+}
+
 TEST(Matrix, ValidateRejectsBadStructure) {
   CsrF a = test::random_counts(10, 8, 0.3, test::fresh_seed());
   ASSERT_GT(a.nnz(), 2);
