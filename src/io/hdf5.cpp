@@ -203,6 +203,15 @@ std::string element_name(const std::string& path) { return path.size() > 1 && pa
 // matrix/indptr dataspace says 4e9 elements is refused here, not after a 34 GB allocation.
 constexpr double kMaxFilterRatio = 1032;
 constexpr double kFillSlackBytes = 64.0 * (1 << 20);
+// The local heap of a group of a file opened read-only is checked before libhdf5 walks it
+// (io/hdf5_vlen.hpp); a file being written is not read back from its bytes.
+void check_heap_if_reading(hid_t group, const std::string& file, const std::string& path) {
+  Id fid(H5Iget_file_id(group));
+  unsigned intent = 0;
+  if (!fid.valid() || H5Fget_intent(fid.get(), &intent) < 0 || (intent & H5F_ACC_RDWR)) return;
+  detail::check_local_heap(group, file, path);
+}
+
 void check_claim(hid_t obj, bool filtered, size_t n, size_t elem_bytes, const std::string& file, const std::string& path) {
   Id fid(H5Iget_file_id(obj));
   hsize_t fsize = 0;
@@ -381,7 +390,16 @@ AttrHandle open_attr(const Node& n, const std::string& name) {
   if (np < 0) fail_h5(n.file(), "cannot inspect attribute '" + name + "'", n.path());
   // A null dataspace (h5py's Empty) holds nothing.
   h.n = H5Sget_simple_extent_type(h.space.get()) == H5S_NULL ? 0 : static_cast<size_t>(np);
-  check_claim(h.a.get(), false, h.n, H5Tget_size(h.type.get()), n.file(), n.path() + " attribute '" + name + "'");
+  const size_t elem = H5Tget_size(h.type.get());
+  check_claim(h.a.get(), false, h.n, elem, n.file(), n.path() + " attribute '" + name + "'");
+  // The data libhdf5 decoded from the attribute message must hold the whole dataspace: H5Aread
+  // copies n x the type's size from it without looking (a fuzzed file whose message is shorter
+  // overflowed the heap inside H5A__read).
+  if (h.n > 0 && H5Aget_storage_size(h.a.get()) < static_cast<hsize_t>(h.n) * elem)
+    fail_h5(n.file(),
+            "attribute '" + name + "' stores " + std::to_string(H5Aget_storage_size(h.a.get())) + " bytes for " +
+                std::to_string(h.n) + " elements of " + std::to_string(elem) + " bytes (file corrupt?)",
+            n.path());
   return h;
 }
 template <class T>
@@ -525,7 +543,10 @@ void Node::set_attr_bool(const std::string& name, bool value) const {
   write_attr(*this, name, t.get(), {}, &v);
 }
 
-Group Node::as_group() && { return Group(std::move(id_), std::move(file_), std::move(path_)); }
+Group Node::as_group() && {
+  check_heap_if_reading(id_.get(), file_, path_);
+  return Group(std::move(id_), std::move(file_), std::move(path_));
+}
 Dataset Node::as_dataset() && { return Dataset(std::move(id_), std::move(file_), std::move(path_)); }
 
 // ---- Dataset --------------------------------------------------------------------------------------
@@ -951,6 +972,7 @@ Group Group::group(const std::string& name) const {
   if (k != Kind::group) fail_h5(file_, "'" + name + "' should be a group", child_path(name));
   Id g(H5Gopen2(id(), name.c_str(), H5P_DEFAULT));
   if (!g.valid()) fail_h5(file_, "cannot open group '" + name + "' (file corrupt?)", child_path(name));
+  check_heap_if_reading(g.get(), file_, child_path(name));
   return Group(std::move(g), file_, child_path(name));
 }
 
@@ -1328,6 +1350,7 @@ File File::open(const std::string& path, bool write) {
     if (is < 0) fail_h5(path, "cannot be opened for reading (permissions?)", path);
     fail_h5(path, "cannot open the HDF5 file: it is truncated or corrupt", path);
   }
+  if (!write) check_heap_if_reading(f.get(), path, "/");
   return File(std::move(f), path);
 }
 

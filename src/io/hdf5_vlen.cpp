@@ -264,15 +264,15 @@ std::optional<std::vector<std::string>> read_vlen_strings(hid_t dset, size_t n, 
 
 namespace {
 
-// Finds attribute `name`'s stored data in the object header at `addr` (HDF5 File Format
-// Specification 3.0, IV.A.1.a/b: version 1 and version 2 headers, continuation messages 0x10
-// followed; IV.A.2.m: the attribute message, versions 1-3). Returns the header bytes holding it and
-// the data's offset in them, or false when it is not found there.
-bool find_attribute_data(const RawFile& f, uint64_t addr, const std::string& name, size_t data_bytes,
-                         std::vector<unsigned char>& block, size_t& data_at) {
+// Walks the messages of the object header at `addr` (HDF5 File Format Specification 3.0,
+// IV.A.1.a/b: version 1 and version 2 headers, continuation messages 0x10 followed), calling
+// fn(type, flags, block, body, size) for each message until it returns true. Returns whether it
+// did; false when the header is not one it reads, or no message made fn return true.
+template <class Fn>
+bool walk_header(const RawFile& f, uint64_t addr, std::vector<unsigned char>& block, Fn&& fn) {
   const size_t sa = f.sizeof_addr(), ss = f.sizeof_size();
   const uint64_t ub = f.userblock();
-  if (addr + ub + 16 > f.size()) return false;
+  if (addr > f.size() || ub + 16 > f.size() - addr) return false;
   const auto pre = f.read(addr + ub, std::min<uint64_t>(64, f.size() - addr - ub), "an object header");
   struct Chunk {
     uint64_t at, len;
@@ -309,25 +309,37 @@ bool find_attribute_data(const RawFile& f, uint64_t addr, const std::string& nam
       if (msize > block.size() - body) break;
       if (type == 0x10 && msize >= sa + ss) {
         todo.push_back({le_uint(block.data() + body, sa) + ub, le_uint(block.data() + body + sa, ss)});
-      } else if (type == 0x0C && !(mflags & 0x02) && msize >= 8) {  // an attribute, not shared
-        const unsigned char* m = block.data() + body;
-        const unsigned ver = m[0];
-        const size_t nsize = static_cast<size_t>(le_uint(m + 2, 2)), tsize = static_cast<size_t>(le_uint(m + 4, 2)),
-                     dsize = static_cast<size_t>(le_uint(m + 6, 2));
-        auto pad = [&](size_t x) { return ver == 1 ? (x + 7) / 8 * 8 : x; };
-        const size_t name_at = ver == 3 ? 9 : 8;
-        if ((ver == 1 || ver == 2 || ver == 3) && nsize == name.size() + 1 && name_at + nsize <= msize &&
-            std::memcmp(m + name_at, name.c_str(), nsize) == 0) {
-          const size_t d = name_at + pad(nsize) + pad(tsize) + pad(dsize);
-          if (d > msize || data_bytes > msize - d) return false;
-          data_at = body + d;
-          return true;
-        }
+      } else if (fn(type, mflags, block, body, msize)) {
+        return true;
       }
       p = body + (v2 ? msize : (msize + 7) / 8 * 8);
     }
   }
   return false;
+}
+
+// Finds attribute `name`'s stored data in the object header at `addr` (IV.A.2.m: the attribute
+// message, versions 1-3). Returns the header bytes holding it and the data's offset in them, or
+// false when it is not found there. Throws (f.bad) when the message holds fewer than `data_bytes`.
+bool find_attribute_data(const RawFile& f, uint64_t addr, const std::string& name, size_t data_bytes,
+                         std::vector<unsigned char>& block, size_t& data_at) {
+  return walk_header(f, addr, block, [&](unsigned type, unsigned mflags, const std::vector<unsigned char>& b,
+                                         size_t body, size_t msize) {
+    if (type != 0x0C || (mflags & 0x02) || msize < 8) return false;  // an attribute, not shared
+    const unsigned char* m = b.data() + body;
+    const unsigned ver = m[0];
+    const size_t nsize = static_cast<size_t>(le_uint(m + 2, 2)), tsize = static_cast<size_t>(le_uint(m + 4, 2)),
+                 dsize = static_cast<size_t>(le_uint(m + 6, 2));
+    auto pad = [&](size_t x) { return ver == 1 ? (x + 7) / 8 * 8 : x; };
+    const size_t name_at = ver == 3 ? 9 : 8;
+    if (!((ver == 1 || ver == 2 || ver == 3) && nsize == name.size() + 1 && name_at + nsize <= msize &&
+          std::memcmp(m + name_at, name.c_str(), nsize) == 0))
+      return false;
+    const size_t d = name_at + pad(nsize) + pad(tsize) + pad(dsize);
+    if (d > msize || data_bytes > msize - d) f.bad("the attribute's message is shorter than its data");
+    data_at = body + d;
+    return true;
+  });
 }
 
 }  // namespace
@@ -346,6 +358,51 @@ void check_vlen_attribute(hid_t obj_id, const std::string& name, size_t n, const
   if (!find_attribute_data(f, info.addr, name, n * elem, block, at)) return;
   GlobalHeaps heaps(f);
   for (size_t i = 0; i < n; ++i) heaps.resolve(block.data() + at + i * elem, true);
+}
+
+void check_local_heap(hid_t group, const std::string& file, const std::string& where) {
+  RawFile f(group, file, where);
+  if (!f.ok()) return;
+  H5O_info_t info;
+  if (H5Oget_info2(group, &info, H5O_INFO_BASIC) < 0) return;
+  const size_t sa = f.sizeof_addr(), ss = f.sizeof_size();
+  uint64_t heap = 0;
+  std::vector<unsigned char> block;
+  // The symbol table message (0x11, IV.A.2.r): the B-tree's address, then the local heap's.
+  if (!walk_header(f, info.addr, block, [&](unsigned type, unsigned, const std::vector<unsigned char>& b, size_t body,
+                                            size_t msize) {
+        if (type != 0x11 || msize < 2 * sa) return false;
+        heap = le_uint(b.data() + body + sa, sa);
+        return true;
+      }))
+    return;  // a new-style group (link messages or dense links): no local heap
+  auto bad = [&](const std::string& why) {
+    fail_h5(file, "corrupt group: its local heap " + why + " (file corrupt?)", where);
+  };
+  // Local heap (III.D): "HEAP", version 0, 3 reserved bytes, data segment size, offset of the
+  // free list's head (1: none), data segment address.
+  const uint64_t ub = f.userblock();
+  if (heap > f.size() || ub + 8 + 2 * ss + sa > f.size() - heap) bad("lies outside the file");
+  const auto h = f.read(heap + ub, 8 + 2 * ss + sa, "a local heap");
+  if (std::memcmp(h.data(), "HEAP", 4) != 0 || h[4] != 0) bad("has a bad signature or version");
+  const uint64_t dsize = le_uint(h.data() + 8, ss), head = le_uint(h.data() + 8 + ss, ss);
+  const uint64_t data = le_uint(h.data() + 8 + 2 * ss, sa);
+  const uint64_t kNone = 1;  // H5HL_FREE_NULL
+  if (head == kNone) return;
+  if (data > f.size() || dsize > f.size() - data || ub > f.size() - data - dsize)
+    bad("data segment lies outside the file");
+  // libhdf5 1.10.8 walks the free list with no end but the list's (H5HL__fl_deserialize): a list
+  // that loops allocates a block per step until memory runs out.
+  const auto seg = f.read(data + ub, dsize, "a local heap's data");
+  uint64_t at = head, steps = 0;
+  const uint64_t max_steps = dsize / (2 * ss) + 1;
+  while (at != kNone) {
+    if (at >= dsize || 2 * ss > dsize - at) bad("has a free block outside its data");
+    if (++steps > max_steps) bad("has a free list that loops");
+    const uint64_t next = le_uint(seg.data() + at, ss), size = le_uint(seg.data() + at + ss, ss);
+    if (size > dsize - at) bad("has a free block past its data");
+    at = next;
+  }
 }
 
 }  // namespace scurry::h5::detail

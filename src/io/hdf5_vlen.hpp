@@ -35,4 +35,10 @@ std::optional<std::vector<std::string>> read_vlen_strings(hid_t dset, size_t n, 
 void check_vlen_attribute(hid_t obj_id, const std::string& name, size_t n, const std::string& file,
                           const std::string& where);
 
+// Checks the local heap of an old-style group (one with a symbol table message: h5py's default)
+// before libhdf5 reads it: its free list must stay inside the heap's data and end (libhdf5 1.10.8
+// follows a looping list, allocating until memory runs out). InputError "FILE: corrupt group ...
+// (GROUP)"; nothing for new-style groups or a header it cannot read.
+void check_local_heap(hid_t group, const std::string& file, const std::string& where);
+
 }  // namespace scurry::h5::detail

@@ -34,6 +34,7 @@ namespace fs = std::filesystem;
 namespace {
 
 constexpr size_t kChunkBytes = size_t(8) << 20;  // bytes read from the (decompressed) stream at a time
+constexpr size_t kFirstChunkBytes = size_t(64) << 10;  // ... at first: doubled per full read up to kChunkBytes
 constexpr size_t kEchoChars = 60;                // at most this much of a bad line is quoted in errors
 
 // Lines of a text file, gzipped or not (zlib reads plain files transparently), read in big chunks.
@@ -45,11 +46,14 @@ class LineReader {
     errno = 0;
     f_ = gzopen(path_.c_str(), "rb");
     if (!f_) fail_input(path_, "cannot be opened for reading (", errno ? std::strerror(errno) : "out of memory", ")");
-    gzbuffer(f_, 1u << 20);
-    buf_.resize(kChunkBytes);
+    // Small files (barcodes, features; fuzzed inputs) take small buffers: zlib's are 3x its size and
+    // ours is zero-filled, so 9 MB per file cost more than reading a few KB.
+    std::error_code ec;
+    const auto size = fs::file_size(path_, ec);
+    const size_t want = ec ? (size_t(1) << 20) : std::clamp<size_t>(static_cast<size_t>(size), 8u << 10, 1u << 20);
+    gzbuffer(f_, static_cast<unsigned>(want));
+    buf_.resize(kFirstChunkBytes);
     if (progress) {
-      std::error_code ec;
-      const auto size = fs::file_size(path_, ec);
       progress_ = std::make_unique<Progress>("reading " + fs::path(path_).filename().string(),
                                              ec ? 0 : static_cast<int64_t>(size));
     }
@@ -94,7 +98,8 @@ class LineReader {
     if (rem > 0 && pos_ > 0) std::memmove(buf_.data(), buf_.data() + pos_, rem);
     pos_ = 0;
     end_ = rem;
-    if (end_ == buf_.size()) buf_.resize(buf_.size() * 2);  // a line longer than the buffer
+    if (end_ == buf_.size() || (full_reads_ > 0 && buf_.size() < kChunkBytes))
+      buf_.resize(buf_.size() * 2);  // a line longer than the buffer, or a big file
     const size_t want = std::min<size_t>(buf_.size() - end_, size_t(1) << 30);
     const int n = gzread(f_, buf_.data() + end_, static_cast<unsigned>(want));
     int err = Z_OK;
@@ -103,6 +108,7 @@ class LineReader {
       fail_input(path_, "read error after line ", line_no_, " (", msg ? msg : "zlib error",
                  "): the file is corrupt or truncated; download or copy it again");
     if (n == 0) eof_ = true;
+    full_reads_ = static_cast<size_t>(n) == want ? full_reads_ + 1 : 0;
     end_ += static_cast<size_t>(n);
     if (progress_) {
       const int64_t at = static_cast<int64_t>(gzoffset(f_));
@@ -116,6 +122,7 @@ class LineReader {
   std::vector<char> buf_;
   size_t pos_ = 0, end_ = 0;
   bool eof_ = false;
+  int64_t full_reads_ = 0;  // consecutive fills that got all they asked for
   int64_t line_no_ = 0;
   std::unique_ptr<Progress> progress_;
   int64_t consumed_ = 0;  // compressed bytes read so far
