@@ -86,6 +86,15 @@ TEST(HostileHdf5, ADataspaceClaimingMoreThanTheFileHoldsIsRefused) {
   EXPECT_HAS(input_error([&] { H5adRowReader r(p); r.read_rows(0, r.n_rows()); }), p);
 }
 
+TEST(HostileHdf5, AGroupWhoseLocalHeapFreeListLoopsIsRefused) {
+  // Found by fuzz_h5ad (session 16, a mutated seed; tests/data/README.md): the root group's local
+  // heap free list loops, and libhdf5 1.10.8 (H5HL__fl_deserialize) allocated a block per step until
+  // memory ran out. The free list is now walked and checked before libhdf5 reads the group.
+  const std::string p = regression("h5ad_local_heap_loop.h5ad");
+  const std::string m = input_error([&] { read_h5ad(p); });
+  EXPECT_HAS(m, p + ": corrupt group: its local heap has a free list that loops");
+}
+
 TEST(HostileHdf5, VlenStringsWithADamagedHeapAreRefusedNotCrashed) {
   // libhdf5 1.10.8 crashes (SIGSEGV) reading matrix/barcodes of this file (h5py does too).
   const std::string p = regression("10x_vlen_heap_contiguous.h5");

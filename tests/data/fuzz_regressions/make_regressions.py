@@ -27,6 +27,11 @@ tests/cli/test_hostile.sh (issue 16, points 3 and 4). Each is a small valid file
                                group has 12 attributes: they live in dense storage (a fractal heap),
                                where scurry does not look for them, so libhdf5 still loops forever;
                                the CLI's watchdog ends it (exit 2, one line).
+  h5ad_local_heap_loop.h5ad    found by fuzz_h5ad (libFuzzer, session 16, -seed=1 -runs=1000 from
+                               fuzz/corpus/fuzz_h5ad, kept as libFuzzer wrote it, not made here): the
+                               root group's local heap free list loops; libhdf5 1.10.8 allocated a
+                               free-list block per step until out of memory (H5HL__fl_deserialize).
+                               scurry walks the list first (InputError, exit 2).
   10x_metadata_huge_alloc.h5   found by fuzz_tenx_h5 (libFuzzer, from the seed v2.h5): a damaged
                                object header under which libhdf5's metadata cache asks malloc for
                                ~4e18 bytes (an AddressSanitizer report inside libhdf5 under the fuzzer;
