@@ -395,9 +395,10 @@ AttrHandle open_attr(const Node& n, const std::string& name) {
   // The data libhdf5 decoded from the attribute message must hold the whole dataspace: H5Aread
   // copies n x the type's size from it without looking (a fuzzed file whose message is shorter
   // overflowed the heap inside H5A__read).
-  if (h.n > 0 && H5Aget_storage_size(h.a.get()) < static_cast<hsize_t>(h.n) * elem)
+  const hsize_t stored = h.n > 0 ? H5Aget_storage_size(h.a.get()) : 0;
+  if (h.n > 0 && stored < static_cast<hsize_t>(h.n) * elem)
     fail_h5(n.file(),
-            "attribute '" + name + "' stores " + std::to_string(H5Aget_storage_size(h.a.get())) + " bytes for " +
+            "attribute '" + name + "' stores " + std::to_string(stored) + " bytes for " +
                 std::to_string(h.n) + " elements of " + std::to_string(elem) + " bytes (file corrupt?)",
             n.path());
   return h;
@@ -1350,7 +1351,7 @@ File File::open(const std::string& path, bool write) {
     if (is < 0) fail_h5(path, "cannot be opened for reading (permissions?)", path);
     fail_h5(path, "cannot open the HDF5 file: it is truncated or corrupt", path);
   }
-  if (!write) check_heap_if_reading(f.get(), path, "/");
+  if (!write) detail::check_local_heap(f.get(), path, "/");
   return File(std::move(f), path);
 }
 
