@@ -9,8 +9,14 @@
 #     OUT_DIR  work directory: OUT_DIR/<target>/{corpus,art,fuzz.log,replay/}, OUT_DIR/summary.txt,
 #              and OUT_DIR/longrun.tgz (logs, summary, artifacts; not the grown corpora)
 #     SECONDS  per target, libFuzzer's -max_total_time (default 3600)
-#     CORES    in all (default: nproc); each target gets -fork=K jobs, K = CORES / 7, the
-#              remainder going to the slowest targets (h5ad, tenx_h5, zarr_blosc, zarr_zstd) first
+#     CORES    in all (default: nproc); each target gets -fork=K jobs in proportion to its cost per
+#              execution (RESULTS section 46: h5ad 10.5 ms, zarr_gzip 10, zarr_blosc 9.5, zarr_zstd
+#              7.7, zarr_meta 5.1, tenx_h5 3.1, tenx_mtx 0.63), at least one each, so that the seven
+#              reach similar execution counts; SCURRY_FUZZ_JOBS="fuzz_h5ad=4 fuzz_tenx_mtx=1 ..."
+#              sets them by hand
+#   SCURRY_FUZZ_RESUME=DIR   also start each target from DIR/<target>/ (the grown corpus of an
+#              earlier run, e.g. unpacked from its corpora.tar.xz): a long run in several pieces
+#   SCURRY_FUZZ_KEEP_CORPUS=1   pack the grown corpora into OUT_DIR/corpora.tar.xz for the next piece
 #   fuzz/longrun.sh --classify BIN_DIR OUT_DIR [SECONDS] [CORES]   redo only the classification and
 #              the CLI replays
 #              (e.g. on the development machine, where llvm-symbolizer names every frame)
@@ -51,14 +57,28 @@ export OMP_NUM_THREADS=1 OMP_WAIT_POLICY=passive
 
 # ---- the runs ------------------------------------------------------------------------------------
 if [ $classify_only = 0 ]; then
-  n=${#TARGETS[@]}
-  base=$(( CORES / n )); extra=$(( CORES % n )); [ $base -ge 1 ] || { base=1; extra=0; }
-  echo "longrun.sh: ${#TARGETS[@]} targets, $SECS s each, $CORES cores (-fork=$base, +1 for the first $extra), $(date -u +%FT%TZ)"
+  # Jobs per target: proportional to its cost per execution (largest remainders), at least one.
+  declare -A JOBS
+  if [ -n "${SCURRY_FUZZ_JOBS:-}" ]; then
+    for kv in $SCURRY_FUZZ_JOBS; do JOBS[${kv%%=*}]=${kv#*=}; done
+  else
+    while read -r t k; do JOBS[$t]=$k; done < <(awk -v cores="$CORES" '
+      BEGIN { n = split("fuzz_h5ad:10.5 fuzz_tenx_h5:3.1 fuzz_zarr_blosc:9.5 fuzz_zarr_zstd:7.7 fuzz_zarr_gzip:10 fuzz_zarr_meta:5.1 fuzz_tenx_mtx:0.63", e, " ")
+        for (i = 1; i <= n; i++) { split(e[i], p, ":"); name[i] = p[1]; c[i] = p[2]; sum += p[2] }
+        left = cores
+        for (i = 1; i <= n; i++) { q = cores * c[i] / sum; k[i] = int(q); if (k[i] < 1) k[i] = 1; r[i] = q - int(q); left -= k[i] }
+        while (left > 0) { b = 0; for (i = 1; i <= n; i++) if (b == 0 || r[i] > r[b]) b = i; k[b]++; r[b] = -1; left-- }
+        for (i = 1; i <= n; i++) print name[i], k[i] }')
+  fi
+  echo "longrun.sh: ${#TARGETS[@]} targets, $SECS s each, $CORES cores (jobs: $(for t in "${TARGETS[@]}"; do printf '%s=%s ' "${t#fuzz_}" "${JOBS[$t]:-1}"; done)), resume: ${SCURRY_FUZZ_RESUME:-no}, $(date -u +%FT%TZ)"
   pids=()
   for i in "${!TARGETS[@]}"; do
-    t=${TARGETS[$i]}; k=$base; [ "$i" -lt "$extra" ] && k=$((base + 1))
+    t=${TARGETS[$i]}; k=${JOBS[$t]:-1}
     d="$OUT/$t"; rm -rf "$d"; mkdir -p "$d/corpus" "$d/art"
     cp "$here/corpus/$t"/* "$d/corpus/"
+    if [ -n "${SCURRY_FUZZ_RESUME:-}" ] && [ -d "$SCURRY_FUZZ_RESUME/$t" ]; then
+      find "$SCURRY_FUZZ_RESUME/$t" -maxdepth 1 -type f -exec cp -t "$d/corpus/" {} +
+    fi
     echo "$k" > "$d/jobs"
     ( cd "$d" && exec "$BIN/$t" -fork="$k" -ignore_crashes=1 -ignore_timeouts=1 -ignore_ooms=1 -timeout=10 \
         -rss_limit_mb=2048 -close_fd_mask=2 -print_final_stats=1 -artifact_prefix="$d/art/" \
@@ -156,5 +176,10 @@ cat "$OUT/summary.txt"
 
 ( cd "$OUT" && tar czf longrun.tgz summary.txt artifacts.tsv $(for t in "${TARGETS[@]}"; do [ -d "$t" ] && echo "$t/fuzz.log $t/art $t/replay $t/jobs"; done) 2>/dev/null )
 echo "longrun.sh: $OUT/longrun.tgz ($(du -h "$OUT/longrun.tgz" | cut -f1))"
+if [ "${SCURRY_FUZZ_KEEP_CORPUS:-0}" = 1 ]; then
+  ( cd "$OUT" && rm -rf corpora && mkdir corpora && for t in "${TARGETS[@]}"; do [ -d "$t/corpus" ] && cp -r "$t/corpus" "corpora/$t"; done \
+    && tar cJf corpora.tar.xz corpora && rm -rf corpora )
+  echo "longrun.sh: $OUT/corpora.tar.xz ($(du -h "$OUT/corpora.tar.xz" | cut -f1))"
+fi
 bad=$(awk -F'\t' '($4 != "libhdf5" && $5 != "(did not reproduce)") || $6 ~ /^BAD/' "$OUT/artifacts.tsv" | wc -l)
 [ "$bad" = 0 ]

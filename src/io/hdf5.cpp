@@ -395,11 +395,25 @@ AttrHandle open_attr(const Node& n, const std::string& name) {
   // The data libhdf5 decoded from the attribute message must hold the whole dataspace: H5Aread
   // copies n x the type's size from it without looking (a fuzzed file whose message is shorter
   // overflowed the heap inside H5A__read).
+  // A variable-length element is stored as its length (4 bytes), the global heap collection's
+  // address and the object's index (4 bytes), not as the H5Tget_size the type reports (a fuzzed
+  // file's one-element string attribute of 8 stored bytes passed a check by H5Tget_size, and
+  // overflowed the same way).
+  size_t stored_elem = elem;
+  const H5T_class_t cls = H5Tget_class(h.type.get());
+  if (h.n > 0 && (cls == H5T_VLEN || (cls == H5T_STRING && H5Tis_variable_str(h.type.get()) > 0))) {
+    size_t sizeof_addr = 8, sizeof_size = 8;
+    Id fid(H5Iget_file_id(n.id()));
+    Id fcpl(fid.valid() ? H5Fget_create_plist(fid.get()) : H5I_INVALID_HID);
+    if (!fcpl.valid() || H5Pget_sizes(fcpl.get(), &sizeof_addr, &sizeof_size) < 0)
+      fail_h5(n.file(), "cannot inspect attribute '" + name + "'", n.path());
+    stored_elem = std::max(elem, 8 + sizeof_addr);
+  }
   const hsize_t stored = h.n > 0 ? H5Aget_storage_size(h.a.get()) : 0;
-  if (h.n > 0 && stored < static_cast<hsize_t>(h.n) * elem)
+  if (h.n > 0 && stored < static_cast<hsize_t>(h.n) * stored_elem)
     fail_h5(n.file(),
             "attribute '" + name + "' stores " + std::to_string(stored) + " bytes for " +
-                std::to_string(h.n) + " elements of " + std::to_string(elem) + " bytes (file corrupt?)",
+                std::to_string(h.n) + " elements of " + std::to_string(stored_elem) + " bytes (file corrupt?)",
             n.path());
   return h;
 }

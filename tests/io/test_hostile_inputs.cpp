@@ -95,6 +95,15 @@ TEST(HostileHdf5, AGroupWhoseLocalHeapFreeListLoopsIsRefused) {
   EXPECT_HAS(m, p + ": corrupt group: its local heap has a free list that loops");
 }
 
+TEST(HostileHdf5, AVlenAttributeStoringLessThanItsReferencesIsRefused) {
+  // Found by fuzz_h5ad (session 17; tests/data/fuzz_regressions/make_regressions.py): the root's
+  // variable-length string attribute encoding-version stores 8 bytes for a 16-byte reference, and
+  // H5Aread overflowed the heap. Its stored size is now compared with the reference's size.
+  const std::string p = regression("h5ad_vlen_attr_short.h5ad");
+  const std::string m = input_error([&] { summarize_h5ad(p); });  // what `scurry convert` reads first
+  EXPECT_HAS(m, p + ": attribute 'encoding-version' stores 8 bytes for 1 elements of 16 bytes (file corrupt?)");
+}
+
 TEST(HostileHdf5, VlenStringsWithADamagedHeapAreRefusedNotCrashed) {
   // libhdf5 1.10.8 crashes (SIGSEGV) reading matrix/barcodes of this file (h5py does too).
   const std::string p = regression("10x_vlen_heap_contiguous.h5");

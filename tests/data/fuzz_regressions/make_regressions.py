@@ -32,6 +32,12 @@ tests/cli/test_hostile.sh (issue 16, points 3 and 4). Each is a small valid file
                                root group's local heap free list loops; libhdf5 1.10.8 allocated a
                                free-list block per step until out of memory (H5HL__fl_deserialize).
                                scurry walks the list first (InputError, exit 2).
+  h5ad_vlen_attr_short.h5ad    found by fuzz_h5ad (libFuzzer, session 17, a 15 s -fork run of
+                               fuzz/longrun.sh from fuzz/corpus/fuzz_h5ad, kept as libFuzzer wrote
+                               it): the root's one-element variable-length string attribute
+                               encoding-version stores 8 bytes where its reference needs 16 (length,
+                               heap address, index); H5Aread overflowed the heap (H5A__read's
+                               memcpy). scurry compares the stored size first (InputError, exit 2).
   10x_metadata_huge_alloc.h5   found by fuzz_tenx_h5 (libFuzzer, from the seed v2.h5): a damaged
                                object header under which libhdf5's metadata cache asks malloc for
                                ~4e18 bytes (an AddressSanitizer report inside libhdf5 under the fuzzer;
