@@ -243,6 +243,59 @@ void check_number_type(hid_t t, const std::string& file, const std::string& path
   if (!ok) fail_h5(file, "holds a malformed number type (bit fields outside its " + std::to_string(bits) + " bits; file corrupt?)", path);
 }
 
+// An unfiltered chunk stored in fewer bytes than a whole chunk makes libhdf5 1.10.8 copy a whole
+// chunk out of the shorter buffer it read it into (H5VM_memcpyvv from H5D__scatgath_read: a heap
+// overflow, found by fuzz_h5ad in a 13-element indptr whose one chunk stores 50 bytes of 52). Each
+// allocated chunk's stored size is looked up (H5Dget_chunk_info_by_coord, one chunk-index lookup
+// each) before the first read; a grid of more than 2^20 chunks is checked by its total only
+// (H5Dget_storage_size against the allocated chunks). Filtered chunks are decoded into whole-chunk
+// buffers by the filter pipeline and are not concerned.
+void check_chunk_storage(hid_t d, size_t elem_bytes, const std::string& file, const std::string& path) {
+  Id pl(H5Dget_create_plist(d));
+  if (!pl.valid() || H5Pget_layout(pl.get()) != H5D_CHUNKED || H5Pget_nfilters(pl.get()) != 0) return;
+  Id space(H5Dget_space(d));
+  const int rank = space.valid() ? H5Sget_simple_extent_ndims(space.get()) : -1;
+  if (rank < 1 || rank > H5S_MAX_RANK) fail_h5(file, "cannot read the dataspace", path);
+  std::vector<hsize_t> dims(static_cast<size_t>(rank)), chunk(static_cast<size_t>(rank)), grid(static_cast<size_t>(rank));
+  if (H5Sget_simple_extent_dims(space.get(), dims.data(), nullptr) != rank ||
+      H5Pget_chunk(pl.get(), rank, chunk.data()) != rank)
+    fail_h5(file, "cannot read the chunk layout (file corrupt?)", path);
+  double chunk_bytes = static_cast<double>(std::max<size_t>(elem_bytes, 1)), cells = 1;
+  for (int i = 0; i < rank; ++i) {
+    if (chunk[i] == 0) fail_h5(file, "has a chunk dimension of 0 (file corrupt?)", path);
+    grid[i] = dims[i] == 0 ? 0 : (dims[i] + chunk[i] - 1) / chunk[i];
+    chunk_bytes *= static_cast<double>(chunk[i]);
+    cells *= static_cast<double>(grid[i]);
+  }
+  if (cells == 0) return;
+  const auto short_chunk = [&](hsize_t got) {
+    fail_h5(file,
+            "stores a chunk in " + std::to_string(got) + " bytes where a whole chunk takes " +
+                std::to_string(static_cast<int64_t>(chunk_bytes)) + " (file corrupt?)",
+            path);
+  };
+  if (cells > static_cast<double>(1 << 20)) {
+    hsize_t stored = 0;
+    if (H5Dget_num_chunks(d, space.get(), &stored) < 0) fail_h5(file, "cannot count the chunks (file corrupt?)", path);
+    const hsize_t total = H5Dget_storage_size(d);
+    if (static_cast<double>(total) < static_cast<double>(stored) * chunk_bytes) short_chunk(stored ? total / stored : 0);
+    return;
+  }
+  std::vector<hsize_t> at(static_cast<size_t>(rank), 0), idx(static_cast<size_t>(rank), 0);
+  for (;;) {
+    for (int i = 0; i < rank; ++i) at[i] = idx[i] * chunk[i];
+    unsigned mask = 0;
+    haddr_t addr = HADDR_UNDEF;
+    hsize_t size = 0;
+    if (H5Dget_chunk_info_by_coord(d, at.data(), &mask, &addr, &size) < 0)
+      fail_h5(file, "cannot look up a chunk (file corrupt?)", path);
+    if (addr != HADDR_UNDEF && static_cast<double>(size) < chunk_bytes) short_chunk(size);
+    int i = rank - 1;
+    while (i >= 0 && ++idx[i] == grid[i]) idx[i--] = 0;
+    if (i < 0) break;
+  }
+}
+
 bool dataset_filtered(hid_t d) {
   Id pl(H5Dget_create_plist(d));
   return !pl.valid() || H5Pget_nfilters(pl.get()) != 0;
@@ -320,6 +373,12 @@ Id simple_space(const std::vector<int64_t>& dims) {
 }
 
 }  // namespace
+
+void check_chunks_once(const Dataset& d, size_t elem_bytes) {
+  if (d.chunks_checked_) return;
+  check_chunk_storage(d.id(), elem_bytes, d.file(), d.path());
+  d.chunks_checked_ = true;
+}
 
 Id file_type(DType t) {
   switch (t) {
@@ -601,6 +660,7 @@ std::vector<T> read_selection(const Dataset& d, hid_t mspace, hid_t fspace, size
   Id ft(chk(H5Dget_type(d.id()), d, "cannot read the element type"));
   const TypeInfo ti = describe_type(ft.get());
   check_claim(d.id(), dataset_filtered(d.id()), n, ti.size, d.file(), d.path());
+  check_chunks_once(d, ti.size);
   check_number_type(ft.get(), d.file(), d.path());
   const std::string what = "cannot read the data (file corrupt or truncated?)";
   auto rd = [&](hid_t mem, void* buf) {
@@ -893,6 +953,7 @@ std::vector<std::string> Dataset::read_strings() const {
   Id space(chk(H5Dget_space(id()), *this, "cannot read the dataspace"));
   const size_t n = static_cast<size_t>(size());
   check_claim(id(), dataset_filtered(id()), n, H5Tget_size(ft.get()), file_, path_);
+  check_chunks_once(*this, H5Tget_size(ft.get()));
   if (H5Tis_variable_str(ft.get()) > 0 && n > 0)
     if (auto s = detail::read_vlen_strings(id(), n, file_, path_)) return std::move(*s);
   auto rd = [&](hid_t mem, void* buf) {

@@ -159,6 +159,11 @@ class Dataset : public Node {
   // name (strings of any kind as strings, numbers as double with their dtype kept). Throws
   // InputError naming the member for nested or unsupported member types.
   RecArray read_compound() const;
+
+ private:
+  // Whether each stored chunk was found whole (hdf5.cpp check_chunk_storage): once per Dataset.
+  mutable bool chunks_checked_ = false;
+  friend void check_chunks_once(const Dataset& d, size_t elem_bytes);
 };
 
 class Group : public Node {

@@ -104,6 +104,56 @@ TEST(HostileHdf5, AVlenAttributeStoringLessThanItsReferencesIsRefused) {
   EXPECT_HAS(m, p + ": attribute 'encoding-version' stores 8 bytes for 1 elements of 16 bytes (file corrupt?)");
 }
 
+TEST(HostileHdf5, AnUnfilteredChunkStoredShortIsRefused) {
+  // Found by fuzz_h5ad (session 17): X/indptr's one unfiltered chunk stores 50 bytes of 52 and
+  // libhdf5's H5Dread copied 52 out of a 50-byte buffer (a heap overflow). Refused before the read.
+  const std::string p = regression("h5ad_chunk_short.h5ad");
+  const std::string m = input_error([&] {
+    H5adRowReader r(p);  // the streamed reader, where the fuzzer met it
+    r.row_pointers();
+  });
+  EXPECT_HAS(m, p + ": stores a chunk in 50 bytes where a whole chunk takes 52 (file corrupt?) (/X/indptr)");
+}
+
+TEST(HostileHdf5, ShortChunksWrittenDirectlyAreRefusedAndWholeOnesRead) {
+  // The same damage made here: a 2-D chunked, unfiltered float64 dataset of fresh random values
+  // whose chunks are written with H5Dwrite_chunk; one chunk, picked at random, short by 1..7 bytes.
+  test::TempDir t;
+  std::mt19937_64 rng(test::fresh_seed());
+  const hsize_t dims[2] = {40, 6}, chunk[2] = {8, 3};
+  std::vector<double> v(dims[0] * dims[1]);
+  for (auto& x : v) x = std::uniform_real_distribution<double>(-1, 1)(rng);
+  const size_t bad = rng() % 10, cut = 1 + rng() % 7;
+  auto make = [&](const std::string& path, bool damage) {
+    hid_t f = H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+    hid_t sp = H5Screate_simple(2, dims, nullptr);
+    hid_t pl = H5Pcreate(H5P_DATASET_CREATE);
+    H5Pset_chunk(pl, 2, chunk);
+    hid_t d = H5Dcreate2(f, "x", H5T_IEEE_F64LE, sp, H5P_DEFAULT, pl, H5P_DEFAULT);
+    size_t c = 0;
+    for (hsize_t r = 0; r < dims[0]; r += chunk[0])
+      for (hsize_t k = 0; k < dims[1]; k += chunk[1], ++c) {
+        std::vector<double> buf;
+        for (hsize_t i = 0; i < chunk[0]; ++i)
+          for (hsize_t j = 0; j < chunk[1]; ++j) buf.push_back(v[(r + i) * dims[1] + k + j]);
+        const hsize_t off[2] = {r, k};
+        const size_t bytes = buf.size() * sizeof(double) - (damage && c == bad ? cut : 0);
+        ASSERT_GE(H5Dwrite_chunk(d, H5P_DEFAULT, 0, off, bytes, buf.data()), 0);
+      }
+    H5Dclose(d);
+    H5Pclose(pl);
+    H5Sclose(sp);
+    H5Fclose(f);
+  };
+  const std::string good = t.path("good.h5"), short_one = t.path("short.h5");
+  make(good, false);
+  make(short_one, true);
+  EXPECT_EQ(h5::File::open(good).dataset("x").read<double>(), v);
+  const std::string m = input_error([&] { h5::File::open(short_one).dataset("x").read<double>(); });
+  EXPECT_HAS(m, short_one + ": stores a chunk in " + std::to_string(8 * 3 * 8 - cut) +
+                    " bytes where a whole chunk takes 192 (file corrupt?) (/x)");
+}
+
 TEST(HostileHdf5, VlenStringsWithADamagedHeapAreRefusedNotCrashed) {
   // libhdf5 1.10.8 crashes (SIGSEGV) reading matrix/barcodes of this file (h5py does too).
   const std::string p = regression("10x_vlen_heap_contiguous.h5");

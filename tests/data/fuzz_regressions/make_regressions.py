@@ -38,6 +38,12 @@ tests/cli/test_hostile.sh (issue 16, points 3 and 4). Each is a small valid file
                                encoding-version stores 8 bytes where its reference needs 16 (length,
                                heap address, index); H5Aread overflowed the heap (H5A__read's
                                memcpy). scurry compares the stored size first (InputError, exit 2).
+  h5ad_chunk_short.h5ad        found by fuzz_h5ad (libFuzzer, session 17, a 420 s piece of
+                               fuzz/longrun.sh on 2 cores, kept as libFuzzer wrote it): X/indptr,
+                               13 int32 in one unfiltered chunk, stores that chunk in 50 bytes of
+                               52; libhdf5 1.10.8 copied the whole chunk out of the 50-byte buffer
+                               (H5VM_memcpyvv from H5D__scatgath_read: a heap overflow). scurry
+                               looks up each chunk's stored size first (InputError, exit 2).
   10x_metadata_huge_alloc.h5   found by fuzz_tenx_h5 (libFuzzer, from the seed v2.h5): a damaged
                                object header under which libhdf5's metadata cache asks malloc for
                                ~4e18 bytes (an AddressSanitizer report inside libhdf5 under the fuzzer;
