@@ -151,9 +151,13 @@ std::vector<T> read_via_base(hid_t ftype, size_t n, ReadFn&& rd, const std::stri
   if (!base.valid()) fail_h5(file, "cannot inspect the element type", obj);
   Id nat(H5Tget_native_type(ftype, H5T_DIR_ASCEND));
   if (!nat.valid()) fail_h5(file, "cannot inspect the element type", obj);
-  const size_t sz = H5Tget_size(base.get());
+  // The buffer holds elements of the memory type read into (a damaged file's enum may state a size
+  // other than its base type's: libhdf5 then converts to that size; fuzz_h5ad found the overflow).
+  const size_t sz = H5Tget_size(nat.get());
   const bool sgn = H5Tget_sign(base.get()) == H5T_SGN_2;
-  std::vector<unsigned char> raw(n * sz);
+  if (sz != 1 && sz != 2 && sz != 4 && sz != 8) fail_h5(file, "unsupported enum base type", obj);
+  std::vector<unsigned char> raw;
+  resize_large(raw, n * sz);
   rd(nat.get(), raw.data());
   std::vector<T> out(n);
   for (size_t i = 0; i < n; ++i) {
@@ -250,9 +254,26 @@ void check_number_type(hid_t t, const std::string& file, const std::string& path
 // each) before the first read; a grid of more than 2^20 chunks is checked by its total only
 // (H5Dget_storage_size against the allocated chunks). Filtered chunks are decoded into whole-chunk
 // buffers by the filter pipeline and are not concerned.
+// A compact dataset (its data inside the object header) whose stored bytes are fewer than its
+// dataspace's elements take is the same overflow (H5D__compact_readvv copies from the stored
+// bytes by the dataspace's count; found by fuzz_tenx_h5): its storage size is compared first.
 void check_chunk_storage(hid_t d, size_t elem_bytes, const std::string& file, const std::string& path) {
   Id pl(H5Dget_create_plist(d));
-  if (!pl.valid() || H5Pget_layout(pl.get()) != H5D_CHUNKED || H5Pget_nfilters(pl.get()) != 0) return;
+  if (!pl.valid()) return;
+  if (H5Pget_layout(pl.get()) == H5D_COMPACT) {
+    Id sp(H5Dget_space(d));
+    const hssize_t np = sp.valid() ? H5Sget_simple_extent_npoints(sp.get()) : -1;
+    if (np < 0) fail_h5(file, "cannot read the dataspace", path);
+    const double need = static_cast<double>(np) * static_cast<double>(elem_bytes);
+    const hsize_t stored = H5Dget_storage_size(d);
+    if (static_cast<double>(stored) < need)
+      fail_h5(file,
+              "stores " + std::to_string(stored) + " bytes in its header where its " + std::to_string(np) +
+                  " elements take " + std::to_string(static_cast<int64_t>(need)) + " (file corrupt?)",
+              path);
+    return;
+  }
+  if (H5Pget_layout(pl.get()) != H5D_CHUNKED || H5Pget_nfilters(pl.get()) != 0) return;
   Id space(H5Dget_space(d));
   const int rank = space.valid() ? H5Sget_simple_extent_ndims(space.get()) : -1;
   if (rank < 1 || rank > H5S_MAX_RANK) fail_h5(file, "cannot read the dataspace", path);
@@ -413,8 +434,15 @@ Kind Node::kind() const {
   }
 }
 
+void Node::check_attributes_once() const {
+  if (attrs_checked_) return;
+  detail::check_attribute_messages(id(), file_, path_);
+  attrs_checked_ = true;
+}
+
 bool Node::has_attr(const std::string& name) const {
   InHdf5 in_hdf5(file_.c_str(), path_.c_str());
+  check_attributes_once();
   const htri_t r = H5Aexists(id(), name.c_str());
   if (r < 0) fail_h5(file_, "cannot read attribute '" + name + "' (file corrupt?)", path_);
   return r > 0;
@@ -422,6 +450,7 @@ bool Node::has_attr(const std::string& name) const {
 
 std::vector<std::string> Node::attr_names() const {
   InHdf5 in_hdf5(file_.c_str(), path_.c_str());
+  check_attributes_once();
   std::vector<std::string> out;
   auto cb = [](hid_t, const char* name, const H5A_info_t*, void* op) -> herr_t {
     static_cast<std::vector<std::string>*>(op)->push_back(name);
@@ -440,6 +469,7 @@ struct AttrHandle {
 };
 AttrHandle open_attr(const Node& n, const std::string& name) {
   AttrHandle h;
+  n.check_attributes_once();
   h.a = Id(H5Aopen(n.id(), name.c_str(), H5P_DEFAULT));
   if (!h.a.valid()) fail_h5(n.file(), "missing or unreadable attribute '" + name + "'", n.path());
   h.type = Id(H5Aget_type(h.a.get()));

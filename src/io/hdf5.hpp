@@ -119,9 +119,14 @@ class Node {
   Group as_group() &&;
   Dataset as_dataset() &&;
 
+ // Checks this object's attribute messages once before libhdf5 decodes them (detail::
+  // check_attribute_messages in io/hdf5_vlen.hpp); every attribute accessor calls it.
+  void check_attributes_once() const;
+
  protected:
   Id id_;
   std::string file_, path_;
+  mutable bool attrs_checked_ = false;
 };
 
 class Dataset : public Node {

@@ -360,6 +360,139 @@ void check_vlen_attribute(hid_t obj_id, const std::string& name, size_t n, const
   for (size_t i = 0; i < n; ++i) heaps.resolve(block.data() + at + i * elem, true);
 }
 
+namespace {
+// The length of the datatype message at p[0, n) (Format Specification 3.0, IV.A.2.d), walking
+// compound members, enum names and the base types of enums, variable-length and array types, or
+// 0 when a part runs past n, a name is not NUL-terminated inside it, or the class or version is
+// unknown: libhdf5 1.10.8 decodes those parts with strdup and fixed offsets, unbounded.
+size_t datatype_extent(const unsigned char* p, size_t n, int depth = 0) {
+  if (n < 8 || depth > 8) return 0;
+  const unsigned cls = p[0] & 0x0F, ver = p[0] >> 4;
+  const uint32_t bits = static_cast<uint32_t>(le_uint(p + 1, 3));
+  const uint64_t size = le_uint(p + 4, 4);
+  if (ver < 1 || ver > 4) return 0;
+  size_t at = 8;
+  auto need = [&](size_t k) { return k <= n - at; };
+  // A NUL-terminated name at `at`, padded to a multiple of 8 bytes when `padded`.
+  auto name = [&](bool padded) -> bool {
+    const void* z = std::memchr(p + at, 0, n - at);
+    if (!z) return false;
+    size_t len = static_cast<const unsigned char*>(z) - (p + at) + 1;
+    if (padded) len = (len + 7) / 8 * 8;
+    if (!need(len)) return false;
+    at += len;
+    return true;
+  };
+  switch (cls) {
+    case 0: case 4: return need(4) ? at + 4 : 0;  // fixed-point, bitfield: offset, precision
+    case 1: return need(12) ? at + 12 : 0;         // floating-point
+    case 2: return need(2) ? at + 2 : 0;           // time
+    case 3: case 7: return at;                     // string, reference
+    case 5: {                                      // opaque: an ASCII tag, its padded length in bits 0-7
+      const size_t len = bits & 0xFF;
+      return need(len) ? at + len : 0;
+    }
+    case 6: {  // compound
+      const size_t members = bits & 0xFFFF;
+      const size_t off_bytes = size < 256 ? 1 : size < 65536 ? 2 : size < (1u << 24) ? 3 : 4;
+      for (size_t i = 0; i < members; ++i) {
+        if (!name(ver < 3)) return 0;
+        const size_t fixed = ver == 1 ? 4 + 1 + 3 + 4 + 4 + 16 : ver == 2 ? 4 : off_bytes;
+        if (!need(fixed)) return 0;
+        at += fixed;
+        const size_t t = datatype_extent(p + at, n - at, depth + 1);
+        if (t == 0) return 0;
+        at += t;
+      }
+      return at;
+    }
+    case 8: {  // enumeration: the base type, the names, then the values
+      const size_t members = bits & 0xFFFF;
+      const size_t t = datatype_extent(p + at, n - at, depth + 1);
+      if (t == 0) return 0;
+      const uint64_t base = le_uint(p + at + 4, 4);
+      at += t;
+      for (size_t i = 0; i < members; ++i)
+        if (!name(ver < 3)) return 0;
+      if (base != 0 && members > (n - at) / base) return 0;
+      return at + members * base;
+    }
+    case 9: {  // variable-length: the base type
+      const size_t t = datatype_extent(p + at, n - at, depth + 1);
+      return t ? at + t : 0;
+    }
+    case 10: {  // array: rank, (v2: 3 reserved,) dimensions, (v2: permutation,) the base type
+      if (ver < 2 || !need(1)) return 0;
+      const size_t rank = p[at];
+      const size_t fixed = ver == 2 ? 4 + 8 * rank : 1 + 4 * rank;
+      if (!need(fixed)) return 0;
+      at += fixed;
+      const size_t t = datatype_extent(p + at, n - at, depth + 1);
+      return t ? at + t : 0;
+    }
+    default: return 0;
+  }
+}
+}  // namespace
+
+void check_attribute_messages(hid_t obj_id, const std::string& file, const std::string& where) {
+  {
+    Id fid(H5Iget_file_id(obj_id));
+    unsigned intent = 0;
+    if (!fid.valid() || H5Fget_intent(fid.get(), &intent) < 0 || intent != H5F_ACC_RDONLY) return;
+  }
+  RawFile f(obj_id, file, where);
+  if (!f.ok()) return;
+  H5O_info_t info;
+  if (H5Oget_info2(obj_id, &info, H5O_INFO_BASIC | H5O_INFO_NUM_ATTRS) < 0 || info.num_attrs == 0) return;
+  const size_t sa = f.sizeof_addr(), ss = f.sizeof_size();
+  std::vector<unsigned char> block;
+  walk_header(f, info.addr, block, [&](unsigned type, unsigned mflags, const std::vector<unsigned char>& b, size_t body,
+                                       size_t msize) {
+    if (type != 0x0C || (mflags & 0x02)) return false;  // an attribute message, not a shared one
+    auto bad = [&](const std::string& why) {
+      fail_h5(file, "corrupt attribute message: " + why + " (file corrupt?)", where);
+    };
+    const unsigned char* m = b.data() + body;
+    if (msize < 8) bad("shorter than its header");
+    const unsigned ver = m[0], aflags = ver >= 2 ? m[1] : 0;
+    if (ver < 1 || ver > 3) bad("unknown version " + std::to_string(ver));
+    const size_t nsize = static_cast<size_t>(le_uint(m + 2, 2)), tsize = static_cast<size_t>(le_uint(m + 4, 2)),
+                 dsize = static_cast<size_t>(le_uint(m + 6, 2));
+    auto pad = [&](size_t x) { return ver == 1 ? (x + 7) / 8 * 8 : x; };
+    const size_t name_at = ver == 3 ? 9 : 8;
+    if (nsize == 0 || name_at + nsize > msize) bad("its name runs past the message");
+    if (m[name_at + nsize - 1] != 0 || std::memchr(m + name_at, 0, nsize) != m + name_at + nsize - 1)
+      bad("its name is not one NUL-terminated string of its stated length");
+    const size_t t_at = name_at + pad(nsize), s_at = t_at + pad(tsize), d_at = s_at + pad(dsize);
+    if (d_at > msize) bad("its datatype and dataspace run past the message");
+    if ((aflags & 0x03) != 0) return false;  // a shared datatype or dataspace: its size is elsewhere
+    // The datatype message (IV.A.2.d): class and version, 3 bytes of class bits, a u32 size, which
+    // libhdf5 copies the data by (a variable-length type's too); its data are disk references then
+    // (u32 length, heap address, u32 index), which the size must not be below either.
+    if (datatype_extent(m + t_at, tsize) == 0) bad("its datatype runs past its stated size or is malformed");
+    const unsigned cls = m[t_at] & 0x0F;
+    const double stated = static_cast<double>(le_uint(m + t_at + 4, 4));
+    const double esize = cls == 9 ? std::max(stated, static_cast<double>(4 + sa + 4)) : stated;
+    // The dataspace message (IV.A.2.b): version, rank, flags, then (v1: 5 reserved bytes; v2: the
+    // space's type, 2 = null) the dimensions, sizeof_size bytes each.
+    if (dsize < 4) bad("its dataspace is shorter than a dataspace's header");
+    const unsigned sver = m[s_at], rank = m[s_at + 1];
+    if (sver != 1 && sver != 2) bad("its dataspace has unknown version " + std::to_string(sver));
+    if (rank > H5S_MAX_RANK) bad("its dataspace has rank " + std::to_string(rank));
+    const size_t dims_at = sver == 1 ? 8 : 4;
+    if (sver == 2 && m[s_at + 3] == 2) return false;  // a null dataspace: no data
+    if (dims_at + rank * ss > dsize) bad("its dataspace's dimensions run past it");
+    double elems = 1;
+    for (unsigned i = 0; i < rank; ++i) elems *= static_cast<double>(le_uint(m + s_at + dims_at + i * ss, ss));
+    if (elems * esize > static_cast<double>(msize - d_at))
+      bad("it stores " + std::to_string(msize - d_at) + " bytes of data where its " +
+          std::to_string(static_cast<int64_t>(elems)) + " elements take " +
+          std::to_string(static_cast<int64_t>(elems * esize)));
+    return false;
+  });
+}
+
 void check_local_heap(hid_t group, const std::string& file, const std::string& where) {
   RawFile f(group, file, where);
   if (!f.ok()) return;

@@ -35,6 +35,16 @@ std::optional<std::vector<std::string>> read_vlen_strings(hid_t dset, size_t n, 
 void check_vlen_attribute(hid_t obj_id, const std::string& name, size_t n, const std::string& file,
                           const std::string& where);
 
+// Checks every attribute message in the object header of `obj_id` (a file opened read-only) before
+// libhdf5 decodes them (H5Aexists, H5Aopen, H5Aiterate decode each message they pass): libhdf5
+// 1.10.8 copies an attribute's name with strdup and its data by the size its datatype and
+// dataspace claim, with no check against the message's own size (a heap overflow in
+// H5O__msg_iterate_real's decoder, found by fuzz_h5ad). Each message's name must be NUL-terminated
+// at its stated length, and its name, datatype, dataspace and data must fit the message.
+// InputError "FILE: corrupt attribute message: ... (OBJ)"; nothing for attributes in dense storage
+// (a fractal heap) or a header it cannot read.
+void check_attribute_messages(hid_t obj_id, const std::string& file, const std::string& where);
+
 // Checks the local heap of an old-style group (one with a symbol table message: h5py's default)
 // before libhdf5 reads it: its free list must stay inside the heap's data and end (libhdf5 1.10.8
 // follows a looping list, allocating until memory runs out). InputError "FILE: corrupt group ...

@@ -154,6 +154,122 @@ TEST(HostileHdf5, ShortChunksWrittenDirectlyAreRefusedAndWholeOnesRead) {
                     " bytes where a whole chunk takes 192 (file corrupt?) (/x)");
 }
 
+TEST(HostileHdf5, AttributeMessagesThatOverrunAreRefusedBeforeLibhdf5DecodesThem) {
+  // Found by fuzz_h5ad (session 17, the first device piece): libhdf5 1.10.8 decodes attribute
+  // messages without bounds (H5O__msg_iterate_real's decoder: a heap overflow copying the data by
+  // the size the datatype states; strdup of a member name with no NUL). Kept as libFuzzer wrote them.
+  const std::string a = regression("h5ad_attr_data_short.h5ad");
+  EXPECT_HAS(input_error([&] { summarize_h5ad(a); }),
+             a + ": corrupt attribute message: it stores 16 bytes of data where its 1 elements take 31 (file corrupt?) (/)");
+  const std::string b = regression("h5ad_attr_dtype_malformed.h5ad");
+  EXPECT_HAS(input_error([&] { summarize_h5ad(b); }),
+             b + ": corrupt attribute message: its datatype runs past its stated size or is malformed (file corrupt?) (/)");
+}
+
+TEST(HostileHdf5, AnAttributeWhoseDataspaceOutgrowsItsMessageIsRefusedAndSoundOnesRead) {
+  // Made here: a group with attributes of every kind h5py writes (compound with a vlen string,
+  // enum, array, opaque, vlen sequence, null dataspace, fixed and vlen strings), which must pass
+  // the check; then a copy whose int32 attribute "n" (3 fresh random values) claims more elements
+  // than its message holds, found by its name in the file's bytes (a version-1 attribute message:
+  // 8-byte header, name, datatype and dataspace each padded to 8 bytes).
+  test::TempDir t;
+  std::mt19937_64 rng(test::fresh_seed());
+  const std::string good = t.path("good.h5"), bad = t.path("bad.h5");
+  const int32_t vals[3] = {static_cast<int32_t>(rng()), static_cast<int32_t>(rng()), static_cast<int32_t>(rng())};
+  {
+    hid_t f = H5Fcreate(good.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+    hid_t g = H5Gcreate2(f, "g", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    auto put = [&](const char* name, hid_t type, hid_t space, const void* data) {
+      hid_t a = H5Acreate2(g, name, type, space, H5P_DEFAULT, H5P_DEFAULT);
+      ASSERT_GE(a, 0) << name;
+      if (data) ASSERT_GE(H5Awrite(a, type, data), 0) << name;
+      H5Aclose(a);
+    };
+    const hsize_t three = 3, one = 1;
+    hid_t s3 = H5Screate_simple(1, &three, nullptr), s1 = H5Screate_simple(1, &one, nullptr);
+    put("n", H5T_STD_I32LE, s3, vals);
+    hid_t vstr = H5Tcopy(H5T_C_S1);
+    H5Tset_size(vstr, H5T_VARIABLE);
+    struct Rec { int32_t a; double b; const char* c; } rec{1, 2.5, "xy"};
+    hid_t cmp = H5Tcreate(H5T_COMPOUND, sizeof(Rec));
+    H5Tinsert(cmp, "a", HOFFSET(Rec, a), H5T_NATIVE_INT32);
+    H5Tinsert(cmp, "b", HOFFSET(Rec, b), H5T_NATIVE_DOUBLE);
+    H5Tinsert(cmp, "c", HOFFSET(Rec, c), vstr);
+    put("rec", cmp, s1, &rec);
+    hid_t en = H5Tenum_create(H5T_NATIVE_INT8);
+    int8_t v0 = 0, v1 = 1;
+    H5Tenum_insert(en, "FALSE", &v0);
+    H5Tenum_insert(en, "TRUE", &v1);
+    const int8_t flags[3] = {1, 0, 1};
+    put("flags", en, s3, flags);
+    const hsize_t ad[2] = {2, 2};
+    hid_t arr = H5Tarray_create2(H5T_NATIVE_FLOAT, 2, ad);
+    const float af[4] = {1, 2, 3, 4};
+    put("arr", arr, s1, af);
+    hid_t op = H5Tcreate(H5T_OPAQUE, 3);
+    H5Tset_tag(op, "bytes");
+    const unsigned char ob[3] = {1, 2, 3};
+    put("op", op, s1, ob);
+    hid_t vl = H5Tvlen_create(H5T_NATIVE_INT32);
+    int32_t seq[2] = {4, 5};
+    hvl_t hv{2, seq};
+    put("seq", vl, s1, &hv);
+    hid_t null = H5Screate(H5S_NULL);
+    put("empty", H5T_NATIVE_FLOAT, null, nullptr);
+    const char* strs[3] = {"a", "bb", "ccc"};
+    put("names", vstr, s3, strs);
+    hid_t fixed = H5Tcopy(H5T_C_S1);
+    H5Tset_size(fixed, 4);
+    put("fixed", fixed, s1, "abc");
+    for (hid_t x : {vstr, cmp, en, arr, op, vl, fixed}) H5Tclose(x);
+    for (hid_t x : {s3, s1, null}) H5Sclose(x);
+    H5Gclose(g);
+    H5Fclose(f);
+  }
+  {
+    h5::File f = h5::File::open(good);
+    const h5::Group g = f.group("g");
+    EXPECT_EQ(g.attr_names().size(), 9u);
+    EXPECT_EQ(g.attr_ints("n"), (std::vector<int64_t>{vals[0], vals[1], vals[2]}));
+    EXPECT_EQ(g.attr_strings("names"), (std::vector<std::string>{"a", "bb", "ccc"}));
+  }
+  std::ifstream in(good, std::ios::binary);
+  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const size_t at = bytes.find(std::string("n\0", 2) + std::string(6, '\0'));
+  // The attribute message of "n": version 1, name size 2 (the name and its NUL, padded to 8).
+  size_t msg = std::string::npos;
+  for (size_t p = bytes.find(std::string("\x01\x00\x02\x00", 4)); p != std::string::npos;
+       p = bytes.find(std::string("\x01\x00\x02\x00", 4), p + 1))
+    if (p + 8 == at) msg = p;
+  ASSERT_NE(msg, std::string::npos) << "attribute n's message not found";
+  auto u16 = [&](size_t p) { return static_cast<size_t>(static_cast<unsigned char>(bytes[p])) | static_cast<size_t>(static_cast<unsigned char>(bytes[p + 1])) << 8; };
+  const size_t tsize = u16(msg + 4), s_at = msg + 8 + 8 + (tsize + 7) / 8 * 8;
+  ASSERT_EQ(bytes[s_at], 1) << "a version-1 dataspace";
+  ASSERT_EQ(bytes[s_at + 1], 1) << "of rank 1";
+  const uint32_t claim = 1000 + static_cast<uint32_t>(rng() % 1000);
+  for (int k = 0; k < 8; ++k) bytes[s_at + 8 + k] = static_cast<char>(k < 4 ? (claim >> (8 * k)) & 0xFF : 0);
+  std::ofstream(bad, std::ios::binary) << bytes;
+  const std::string m = input_error([&] { h5::File::open(bad).group("g").has_attr("n"); });
+  // (12 bytes of data, the message padded to a multiple of 8 as version-1 headers align them)
+  EXPECT_HAS(m, bad + ": corrupt attribute message: it stores 16 bytes of data where its " + std::to_string(claim) +
+                    " elements take " + std::to_string(4 * claim) + " (file corrupt?) (/g)");
+}
+
+TEST(HostileHdf5, AnEnumWhoseSizeDiffersFromItsBaseTypeIsReadWithoutOverflow) {
+  // Found by fuzz_h5ad (session 17): obs/flag's enum type states a size other than its base
+  // type's; the buffer, sized by the base, overflowed when libhdf5 converted into it.
+  const std::string p = regression("h5ad_enum_size.h5ad");
+  EXPECT_HAS(input_error([&] { read_h5ad(p); }), "(/obs/");
+}
+
+TEST(HostileHdf5, ACompactDatasetStoringFewerBytesThanItsElementsIsRefused) {
+  // Found by fuzz_tenx_h5 (session 17): matrix/shape, compact (its data in the object header),
+  // stores 1 byte for its 2 int64 elements; libhdf5 copied 16 (H5D__compact_readvv).
+  const std::string p = regression("10x_compact_short.h5");
+  EXPECT_HAS(input_error([&] { read_10x_h5(p); }),
+             p + ": stores 1 bytes in its header where its 2 elements take 16 (file corrupt?) (/matrix/shape)");
+}
+
 TEST(HostileHdf5, VlenStringsWithADamagedHeapAreRefusedNotCrashed) {
   // libhdf5 1.10.8 crashes (SIGSEGV) reading matrix/barcodes of this file (h5py does too).
   const std::string p = regression("10x_vlen_heap_contiguous.h5");

@@ -44,6 +44,18 @@ tests/cli/test_hostile.sh (issue 16, points 3 and 4). Each is a small valid file
                                52; libhdf5 1.10.8 copied the whole chunk out of the 50-byte buffer
                                (H5VM_memcpyvv from H5D__scatgath_read: a heap overflow). scurry
                                looks up each chunk's stored size first (InputError, exit 2).
+  h5ad_attr_data_short.h5ad    found by fuzz_h5ad (libFuzzer, session 17, the first 520 s device
+                               piece of fuzz/longrun.sh, 16 cores; kept as libFuzzer wrote it): the
+                               root's attribute encoding-version states a 31-byte variable-length
+                               type in a message holding 16 bytes of data; libhdf5 1.10.8's
+                               attribute decoder copied 31 (a heap overflow under H5Aexists).
+                               scurry checks every attribute message of an object first.
+  h5ad_attr_dtype_malformed.h5ad  the same piece: a root attribute whose datatype runs past its
+                               stated size (libhdf5 strdup'ed a name with no NUL inside the header).
+  h5ad_enum_size.h5ad          the same piece: obs/flag's enum states a size other than its base
+                               type's; scurry's buffer, sized by the base, overflowed.
+  10x_compact_short.h5         found by fuzz_tenx_h5 in the same piece: matrix/shape is compact and
+                               stores 1 byte for 2 int64 elements (H5D__compact_readvv copied 16).
   10x_metadata_huge_alloc.h5   found by fuzz_tenx_h5 (libFuzzer, from the seed v2.h5): a damaged
                                object header under which libhdf5's metadata cache asks malloc for
                                ~4e18 bytes (an AddressSanitizer report inside libhdf5 under the fuzzer;
