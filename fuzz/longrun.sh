@@ -25,7 +25,7 @@
 #
 # Seeds: fuzz/corpus/<target>/ next to this script. Each run (fuzz/README.md, bench/RESULTS.md
 # section 11): -fork=K -ignore_crashes=1 -ignore_timeouts=1 -ignore_ooms=1 -timeout=10
-# -rss_limit_mb=2048 -close_fd_mask=2, ASAN_OPTIONS allocator_may_return_null=1 (libhdf5's absurd
+# -rss_limit_mb=4096 -malloc_limit_mb=2048 -close_fd_mask=2 (one allocation past 2 GB is an OOM; the resident set may reach 4 GB, as libhdf5 leaks on damaged files add up over a job of many inputs), ASAN_OPTIONS allocator_may_return_null=1 (libhdf5's absurd
 # mallocs return NULL as outside the sanitizer), LeakSanitizer with fuzz/lsan.supp (libhdf5's own
 # leaks). Per target it prints executions (libFuzzer's last "#N:" status line), exec/s, and the
 # crash, hang (timeout), OOM and leak artifacts. Every artifact is then
@@ -33,7 +33,7 @@
 #      of its report that is not the sanitizer's, libFuzzer's or libc's: inside libhdf5 or not;
 #   2. turned into the file or directory the target built from it (SCURRY_FUZZ_MATERIALIZE) and
 #      given to the release CLI: `scurry convert IN out.h5ad` in an empty directory, which must
-#      end with exit 2, exactly one "scurry: error:" line on stderr (after any "scurry: warning:" lines) and nothing left in the directory ("clean"), or
+#      end with exit 2, exactly one "scurry: error:" (or the crash guard's "scurry: corrupt HDF5 file:") line on stderr (after any "scurry: warning:" lines) and nothing left in the directory ("clean"), or
 #      exit 0 with out.h5ad and no temporary ("accepted": an input libhdf5 leaked or ran out of
 #      memory on, that is still a valid file). Anything else is "BAD".
 # Exit status: 0 when no artifact outside libhdf5 was found and every replay was clean or
@@ -85,7 +85,7 @@ if [ $classify_only = 0 ]; then
     echo "$k" > "$d/jobs"
     leaks=(); [ "${SCURRY_FUZZ_LEAKS:-1}" = 0 ] && leaks=(-detect_leaks=0)
     ( cd "$d" && exec "$BIN/$t" "${leaks[@]}" -fork="$k" -ignore_crashes=1 -ignore_timeouts=1 -ignore_ooms=1 -timeout=10 \
-        -rss_limit_mb=2048 -close_fd_mask=2 -print_final_stats=1 -artifact_prefix="$d/art/" \
+        -rss_limit_mb=4096 -malloc_limit_mb=2048 -close_fd_mask=2 -print_final_stats=1 -artifact_prefix="$d/art/" \
         -max_total_time="$SECS" corpus > fuzz.log 2>&1 ) &
     pids+=($!)
   done
@@ -136,7 +136,7 @@ replay_one() {
     crc=$?
     # warnings before the error ("scurry: warning: ... skipping column ...") are the reader's own
     lines=$(grep -vc '^scurry: warning: ' "$d/replay/$name.cli.stderr")
-    errs=$(grep -c '^scurry: error: ' "$d/replay/$name.cli.stderr")
+    errs=$(grep -cE '^scurry: (error|corrupt HDF5 file): ' "$d/replay/$name.cli.stderr")  # the reader's, or the crash guard's
     left=$(ls -A "$w" | tr '\n' ' ')
     if [ $crc = 2 ] && [ "$lines" = 1 ] && [ "$errs" = 1 ] && [ -z "$left" ]; then cli=clean
     elif [ $crc = 0 ] && [ "$left" = "out.h5ad " ]; then cli=accepted

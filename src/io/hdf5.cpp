@@ -1066,6 +1066,7 @@ std::vector<std::string> Group::children() const {
 
 Node Group::open_child(const std::string& name) const {
   InHdf5 in_hdf5(file_.c_str(), path_.c_str());
+  detail::check_object_header(id(), name, file_, child_path(name));
   Id o(H5Oopen(id(), name.c_str(), H5P_DEFAULT));
   if (!o.valid()) fail_h5(file_, "cannot open '" + name + "' (missing, or file corrupt)", child_path(name));
   return Node(std::move(o), file_, child_path(name));
@@ -1087,6 +1088,7 @@ Dataset Group::dataset(const std::string& name) const {
   const Kind k = child_kind(name);
   if (k == Kind::missing) fail_h5(file_, "missing dataset '" + name + "'", child_path(name));
   if (k != Kind::dataset) fail_h5(file_, "'" + name + "' should be a dataset", child_path(name));
+  detail::check_object_header(id(), name, file_, child_path(name));
   Id d(H5Dopen2(id(), name.c_str(), H5P_DEFAULT));
   if (!d.valid()) fail_h5(file_, "cannot open dataset '" + name + "' (file corrupt?)", child_path(name));
   return Dataset(std::move(d), file_, child_path(name));

@@ -417,9 +417,12 @@ size_t datatype_extent(const unsigned char* p, size_t n, int depth = 0) {
       if (base != 0 && members > (n - at) / base) return 0;
       return at + members * base;
     }
-    case 9: {  // variable-length: the base type
+    case 9: {  // variable-length: the base type; a string's characters are one byte (libhdf5
+               // allocates length x base size: a 5-byte "character" asked malloc for 20 GB)
       const size_t t = datatype_extent(p + at, n - at, depth + 1);
-      return t ? at + t : 0;
+      if (t == 0) return 0;
+      if ((bits & 0x0F) == 1 && ((p[at] & 0x0F) != 0 || le_uint(p + at + 4, 4) != 1)) return 0;
+      return at + t;
     }
     case 10: {  // array: rank, (v2: 3 reserved,) dimensions, (v2: permutation,) the base type
       if (ver < 2 || !need(1)) return 0;
@@ -489,6 +492,85 @@ void check_attribute_messages(hid_t obj_id, const std::string& file, const std::
       bad("it stores " + std::to_string(msize - d_at) + " bytes of data where its " +
           std::to_string(static_cast<int64_t>(elems)) + " elements take " +
           std::to_string(static_cast<int64_t>(elems * esize)));
+    return false;
+  });
+}
+
+void check_object_header(hid_t loc, const std::string& name, const std::string& file, const std::string& where) {
+  {
+    Id fid(H5Iget_file_id(loc));
+    unsigned intent = 0;
+    if (!fid.valid() || H5Fget_intent(fid.get(), &intent) < 0 || intent != H5F_ACC_RDONLY) return;
+  }
+  RawFile f(loc, file, where);
+  if (!f.ok()) return;
+  H5O_info_t info;
+  if (H5Oget_info_by_name2(loc, name.c_str(), &info, H5O_INFO_BASIC, H5P_DEFAULT) < 0) return;
+  const size_t ss = f.sizeof_size();
+  std::vector<unsigned char> block;
+  walk_header(f, info.addr, block, [&](unsigned type, unsigned mflags, const std::vector<unsigned char>& b, size_t body,
+                                       size_t msize) {
+    if (mflags & 0x02) return false;  // a shared message: stored elsewhere
+    const unsigned char* m = b.data() + body;
+    auto bad = [&](const char* what, const std::string& why) {
+      fail_h5(file, std::string("corrupt ") + what + " message: " + why + " (file corrupt?)", where);
+    };
+    switch (type) {
+      case 0x01: {  // dataspace: version, rank, flags, (v1: 5 reserved; v2: type,) dims (and maxima)
+        if (msize < 4) bad("dataspace", "shorter than its header");
+        const unsigned ver = m[0], rank = m[1], fl = m[2];
+        if (ver != 1 && ver != 2) bad("dataspace", "unknown version " + std::to_string(ver));
+        if (rank > H5S_MAX_RANK) bad("dataspace", "rank " + std::to_string(rank));
+        const size_t need = (ver == 1 ? 8 : 4) + rank * ss * ((fl & 1) ? 2 : 1);
+        if (need > msize) bad("dataspace", "its dimensions run past it");
+        break;
+      }
+      case 0x03:  // datatype
+        if (datatype_extent(m, msize) == 0) bad("datatype", "it runs past its message or is malformed");
+        break;
+      case 0x04: {  // old fill value: size, value
+        if (msize < 4 || le_uint(m, 4) > msize - 4) bad("fill value", "its value runs past the message");
+        break;
+      }
+      case 0x05: {  // fill value: v1/v2 three property bytes, defined, then size and value; v3 flags
+        if (msize < 2) bad("fill value", "shorter than its header");
+        const unsigned ver = m[0];
+        size_t at = 0;
+        bool has = false;
+        if (ver == 1 || ver == 2) {
+          if (msize < 4) bad("fill value", "shorter than its header");
+          has = ver == 1 || m[3] != 0;
+          at = 4;
+        } else if (ver == 3) {
+          has = (m[1] & 0x20) != 0;
+          at = 2;
+        } else {
+          bad("fill value", "unknown version " + std::to_string(ver));
+        }
+        if (has && (at + 4 > msize || le_uint(m + at, 4) > msize - at - 4))
+          bad("fill value", "its value runs past the message");
+        break;
+      }
+      case 0x08: {  // data layout, versions 3 and 4 (IV.A.2.i): compact data within the message,
+                    // chunk dimensions not 0 (libhdf5 divides by them: SIGFPE in H5D__chunk_set_info)
+        if (msize < 2) bad("data layout", "shorter than its header");
+        const unsigned ver = m[0], cls = m[1];
+        if (ver != 3 && ver != 4) break;
+        const size_t sa = f.sizeof_addr();
+        if (cls == 0) {
+          if (msize < 4 || le_uint(m + 2, 2) > msize - 4) bad("data layout", "its compact data run past the message");
+        } else if (cls == 2) {
+          const size_t rank = ver == 3 ? m[2] : (msize >= 5 ? m[3] : 0);
+          const size_t enc = ver == 3 ? 4 : (msize >= 5 ? m[4] : 0), at = ver == 3 ? 3 + sa : 5;
+          if (rank == 0 || enc == 0 || enc > 8 || at + rank * enc > msize)
+            bad("data layout", "its chunk dimensions run past the message");
+          for (size_t i = 0; i < rank; ++i)
+            if (le_uint(m + at + i * enc, enc) == 0) bad("data layout", "a chunk dimension is 0");
+        }
+        break;
+      }
+      default: break;
+    }
     return false;
   });
 }

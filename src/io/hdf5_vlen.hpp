@@ -45,6 +45,13 @@ void check_vlen_attribute(hid_t obj_id, const std::string& name, size_t n, const
 // (a fractal heap) or a header it cannot read.
 void check_attribute_messages(hid_t obj_id, const std::string& file, const std::string& where);
 
+// Checks the object header of `loc`'s member `name` (a file opened read-only) before libhdf5 opens
+// it: its dataspace, datatype and fill value messages must fit their message sizes (libhdf5
+// 1.10.8's H5D_open decodes them unbounded: a heap overflow in H5O_msg_read_oh, found by
+// fuzz_h5ad). InputError "FILE: corrupt datatype message: ... (OBJ)"; nothing for a header it
+// cannot read.
+void check_object_header(hid_t loc, const std::string& name, const std::string& file, const std::string& where);
+
 // Checks the local heap of an old-style group (one with a symbol table message: h5py's default)
 // before libhdf5 reads it: its free list must stay inside the heap's data and end (libhdf5 1.10.8
 // follows a looping list, allocating until memory runs out). InputError "FILE: corrupt group ...

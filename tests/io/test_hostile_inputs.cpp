@@ -270,6 +270,15 @@ TEST(HostileHdf5, ACompactDatasetStoringFewerBytesThanItsElementsIsRefused) {
              p + ": stores 1 bytes in its header where its 2 elements take 16 (file corrupt?) (/matrix/shape)");
 }
 
+TEST(HostileHdf5, ADatasetHeaderWithAMalformedDatatypeIsRefusedBeforeItOpens) {
+  // Found by fuzz_h5ad (session 17, the second device piece): obs/flag's datatype message runs past
+  // its size; H5Dopen2 overflowed the header's buffer (H5O_msg_read_oh), and the release CLI then
+  // died in free() ("free(): invalid pointer", exit 134), outside the crash guard.
+  const std::string p = regression("h5ad_dataset_dtype_malformed.h5ad");
+  EXPECT_HAS(input_error([&] { read_h5ad(p); }),
+             p + ": corrupt datatype message: it runs past its message or is malformed (file corrupt?) (/obs/flag)");
+}
+
 TEST(HostileHdf5, VlenStringsWithADamagedHeapAreRefusedNotCrashed) {
   // libhdf5 1.10.8 crashes (SIGSEGV) reading matrix/barcodes of this file (h5py does too).
   const std::string p = regression("10x_vlen_heap_contiguous.h5");

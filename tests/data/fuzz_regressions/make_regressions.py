@@ -56,6 +56,10 @@ tests/cli/test_hostile.sh (issue 16, points 3 and 4). Each is a small valid file
                                type's; scurry's buffer, sized by the base, overflowed.
   10x_compact_short.h5         found by fuzz_tenx_h5 in the same piece: matrix/shape is compact and
                                stores 1 byte for 2 int64 elements (H5D__compact_readvv copied 16).
+  h5ad_dataset_dtype_malformed.h5ad  found by fuzz_h5ad in the second device piece: obs/flag's
+                               datatype message runs past its size; H5Dopen2 overflowed the object
+                               header's buffer and the release CLI died later in free() (exit 134).
+                               scurry checks a dataset's header messages before opening it.
   10x_metadata_huge_alloc.h5   found by fuzz_tenx_h5 (libFuzzer, from the seed v2.h5): a damaged
                                object header under which libhdf5's metadata cache asks malloc for
                                ~4e18 bytes (an AddressSanitizer report inside libhdf5 under the fuzzer;
