@@ -438,12 +438,18 @@ size_t datatype_extent(const unsigned char* p, size_t n, int depth = 0) {
 }
 }  // namespace
 
+namespace {
+// Whether the file of `obj` is open read-only: the header checks read the file's bytes, which a
+// file being written has not all flushed.
+bool opened_read_only(hid_t obj) {
+  Id fid(H5Iget_file_id(obj));
+  unsigned intent = 0;
+  return fid.valid() && H5Fget_intent(fid.get(), &intent) >= 0 && intent == H5F_ACC_RDONLY;
+}
+}  // namespace
+
 void check_attribute_messages(hid_t obj_id, const std::string& file, const std::string& where) {
-  {
-    Id fid(H5Iget_file_id(obj_id));
-    unsigned intent = 0;
-    if (!fid.valid() || H5Fget_intent(fid.get(), &intent) < 0 || intent != H5F_ACC_RDONLY) return;
-  }
+  if (!opened_read_only(obj_id)) return;
   RawFile f(obj_id, file, where);
   if (!f.ok()) return;
   H5O_info_t info;
@@ -497,11 +503,7 @@ void check_attribute_messages(hid_t obj_id, const std::string& file, const std::
 }
 
 void check_object_header(hid_t loc, const std::string& name, const std::string& file, const std::string& where) {
-  {
-    Id fid(H5Iget_file_id(loc));
-    unsigned intent = 0;
-    if (!fid.valid() || H5Fget_intent(fid.get(), &intent) < 0 || intent != H5F_ACC_RDONLY) return;
-  }
+  if (!opened_read_only(loc)) return;
   RawFile f(loc, file, where);
   if (!f.ok()) return;
   H5O_info_t info;

@@ -182,7 +182,9 @@ TEST(HostileHdf5, AnAttributeWhoseDataspaceOutgrowsItsMessageIsRefusedAndSoundOn
     auto put = [&](const char* name, hid_t type, hid_t space, const void* data) {
       hid_t a = H5Acreate2(g, name, type, space, H5P_DEFAULT, H5P_DEFAULT);
       ASSERT_GE(a, 0) << name;
-      if (data) ASSERT_GE(H5Awrite(a, type, data), 0) << name;
+      if (data) {
+        ASSERT_GE(H5Awrite(a, type, data), 0) << name;
+      }
       H5Aclose(a);
     };
     const hsize_t three = 3, one = 1;
