@@ -553,12 +553,22 @@ void check_object_header(hid_t loc, const std::string& name, const std::string& 
           bad("fill value", "its value runs past the message");
         break;
       }
-      case 0x08: {  // data layout, versions 3 and 4 (IV.A.2.i): compact data within the message,
-                    // chunk dimensions not 0 (libhdf5 divides by them: SIGFPE in H5D__chunk_set_info)
+      case 0x08: {  // data layout (IV.A.2.i): compact data within the message, chunk dimensions
+                    // not 0 (libhdf5 divides by them: SIGFPE in H5D__chunk_set_info)
         if (msize < 2) bad("data layout", "shorter than its header");
-        const unsigned ver = m[0], cls = m[1];
-        if (ver != 3 && ver != 4) break;
+        const unsigned ver = m[0];
         const size_t sa = f.sizeof_addr();
+        if (ver == 1 || ver == 2) {  // version, dimensionality, class, 5 reserved, address, dims
+          if (msize < 8) bad("data layout", "shorter than its header");
+          const size_t rank = m[1], at = 8 + (m[2] != 0 ? sa : 0);
+          if (at + rank * 4 > msize) bad("data layout", "its dimensions run past the message");
+          if (m[2] == 2)
+            for (size_t i = 0; i < rank; ++i)
+              if (le_uint(m + at + i * 4, 4) == 0) bad("data layout", "a chunk dimension is 0");
+          break;
+        }
+        const unsigned cls = m[1];
+        if (ver != 3 && ver != 4) break;
         if (cls == 0) {
           if (msize < 4 || le_uint(m + 2, 2) > msize - 4) bad("data layout", "its compact data run past the message");
         } else if (cls == 2) {

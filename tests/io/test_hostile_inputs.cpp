@@ -281,6 +281,15 @@ TEST(HostileHdf5, ADatasetHeaderWithAMalformedDatatypeIsRefusedBeforeItOpens) {
              p + ": corrupt datatype message: it runs past its message or is malformed (file corrupt?) (/obs/flag)");
 }
 
+TEST(HostileHdf5, AChunkDimensionOfZeroIsRefusedBeforeTheDatasetOpens) {
+  // Found by fuzz_h5ad (session 17, the third device piece, final binaries): X/data's version-2
+  // layout message gives a chunk dimension of 0; H5Dopen2 divided by it (SIGFPE in
+  // H5D__chunk_set_info).
+  const std::string p = regression("h5ad_chunk_dim_zero.h5ad");
+  EXPECT_HAS(input_error([&] { H5adRowReader r(p); }),
+             p + ": corrupt data layout message: a chunk dimension is 0 (file corrupt?) (/X/data)");
+}
+
 TEST(HostileHdf5, VlenStringsWithADamagedHeapAreRefusedNotCrashed) {
   // libhdf5 1.10.8 crashes (SIGSEGV) reading matrix/barcodes of this file (h5py does too).
   const std::string p = regression("10x_vlen_heap_contiguous.h5");

@@ -60,6 +60,9 @@ tests/cli/test_hostile.sh (issue 16, points 3 and 4). Each is a small valid file
                                datatype message runs past its size; H5Dopen2 overflowed the object
                                header's buffer and the release CLI died later in free() (exit 134).
                                scurry checks a dataset's header messages before opening it.
+  h5ad_chunk_dim_zero.h5ad     found by fuzz_h5ad in the third device piece (the final binaries):
+                               X/data's version-2 layout message gives a chunk dimension of 0;
+                               H5Dopen2 divided by it (SIGFPE in H5D__chunk_set_info).
   10x_metadata_huge_alloc.h5   found by fuzz_tenx_h5 (libFuzzer, from the seed v2.h5): a damaged
                                object header under which libhdf5's metadata cache asks malloc for
                                ~4e18 bytes (an AddressSanitizer report inside libhdf5 under the fuzzer;
