@@ -183,7 +183,7 @@ cat "$OUT/summary.txt"
 ( cd "$OUT" && tar czf longrun.tgz summary.txt artifacts.tsv $(for t in "${TARGETS[@]}"; do [ -d "$t" ] && echo "$t/fuzz.log $t/art $t/replay $t/jobs"; done) 2>/dev/null )
 echo "longrun.sh: $OUT/longrun.tgz ($(du -h "$OUT/longrun.tgz" | cut -f1))"
 if [ "${SCURRY_FUZZ_KEEP_CORPUS:-0}" = 1 ]; then
-  ( cd "$OUT" && rm -rf corpora && mkdir corpora && for t in "${TARGETS[@]}"; do [ -d "$t/corpus" ] && cp -r "$t/corpus" "corpora/$t"; done \
+  ( cd "$OUT" && rm -rf corpora && mkdir corpora && for t in "${TARGETS[@]}"; do [ ! -d "$t/corpus" ] || cp -r "$t/corpus" "corpora/$t"; done \
     && tar cJf corpora.tar.xz corpora && rm -rf corpora )
   echo "longrun.sh: $OUT/corpora.tar.xz ($(du -h "$OUT/corpora.tar.xz" | cut -f1))"
 fi
