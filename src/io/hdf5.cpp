@@ -210,10 +210,7 @@ constexpr double kFillSlackBytes = 64.0 * (1 << 20);
 // The local heap of a group of a file opened read-only is checked before libhdf5 walks it
 // (io/hdf5_vlen.hpp); a file being written is not read back from its bytes.
 void check_heap_if_reading(hid_t group, const std::string& file, const std::string& path) {
-  Id fid(H5Iget_file_id(group));
-  unsigned intent = 0;
-  if (!fid.valid() || H5Fget_intent(fid.get(), &intent) < 0 || (intent & H5F_ACC_RDWR)) return;
-  detail::check_local_heap(group, file, path);
+  if (detail::opened_read_only(group)) detail::check_local_heap(group, file, path);
 }
 
 void check_claim(hid_t obj, bool filtered, size_t n, size_t elem_bytes, const std::string& file, const std::string& path) {

@@ -119,7 +119,7 @@ class Node {
   Group as_group() &&;
   Dataset as_dataset() &&;
 
- // Checks this object's attribute messages once before libhdf5 decodes them (detail::
+  // Checks this object's attribute messages once before libhdf5 decodes them (detail::
   // check_attribute_messages in io/hdf5_vlen.hpp); every attribute accessor calls it.
   void check_attributes_once() const;
 

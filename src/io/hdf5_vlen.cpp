@@ -438,15 +438,11 @@ size_t datatype_extent(const unsigned char* p, size_t n, int depth = 0) {
 }
 }  // namespace
 
-namespace {
-// Whether the file of `obj` is open read-only: the header checks read the file's bytes, which a
-// file being written has not all flushed.
 bool opened_read_only(hid_t obj) {
   Id fid(H5Iget_file_id(obj));
   unsigned intent = 0;
-  return fid.valid() && H5Fget_intent(fid.get(), &intent) >= 0 && intent == H5F_ACC_RDONLY;
+  return fid.valid() && H5Fget_intent(fid.get(), &intent) >= 0 && !(intent & H5F_ACC_RDWR);
 }
-}  // namespace
 
 void check_attribute_messages(hid_t obj_id, const std::string& file, const std::string& where) {
   if (!opened_read_only(obj_id)) return;

@@ -35,6 +35,10 @@ std::optional<std::vector<std::string>> read_vlen_strings(hid_t dset, size_t n, 
 void check_vlen_attribute(hid_t obj_id, const std::string& name, size_t n, const std::string& file,
                           const std::string& where);
 
+// Whether the file of `obj` is open read-only. The checks below read the file's bytes, which a
+// file being written has not all flushed, so they run on such files only.
+bool opened_read_only(hid_t obj);
+
 // Checks every attribute message in the object header of `obj_id` (a file opened read-only) before
 // libhdf5 decodes them (H5Aexists, H5Aopen, H5Aiterate decode each message they pass): libhdf5
 // 1.10.8 copies an attribute's name with strdup and its data by the size its datatype and
