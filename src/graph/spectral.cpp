@@ -5,6 +5,7 @@
 #include <thread>
 #include <chrono>
 #include <cmath>
+#include <limits>
 #include <utility>
 #include <vector>
 
@@ -241,8 +242,10 @@ class HostOps final : public BlockOps {
   static constexpr int64_t kPrefetch = 16;
 };
 
+}  // namespace
+
 // Orthonormal columns spanning slot x's (SVQB twice; tmp is scratch; the result is in x).
-void orthonormalize(BlockOps& ops, int& x, int& tmp, int64_t w) {
+static void orthonormalize(BlockOps& ops, int& x, int& tmp, int64_t w) {
   for (int pass = 0; pass < 2; ++pass) {
     DenseD g = ops.gram(x, x);
     std::vector<double> d(static_cast<size_t>(w));
@@ -259,9 +262,7 @@ void orthonormalize(BlockOps& ops, int& x, int& tmp, int64_t w) {
   }
 }
 
-// The k wanted eigenvectors of M (largest eigenvalues, v0 deflated) by Chebyshev-filtered subspace
-// iteration on a block of width w (spectral.hpp).
-DenseD chebyshev_subspace(BlockOps& ops, int64_t k, int64_t w, const SpectralOptions& opt, SpectralStats& st) {
+int chebyshev_subspace(BlockOps& ops, int64_t k, int64_t w, const SpectralOptions& opt, SpectralStats& st) {
   int q = 0, z = 1, t = 2, p = 3;
   ops.gaussian(q, opt.random_state);
   ops.deflate(q);
@@ -314,13 +315,16 @@ DenseD chebyshev_subspace(BlockOps& ops, int64_t k, int64_t w, const SpectralOpt
     ops.deflate(q);
     orthonormalize(ops, q, t, w);
   }
-  return ops.download(q, k);
+  return q;
 }
 
-}  // namespace
 }  // namespace spectral
 
 int64_t connected_components(const CsrF& graph, std::vector<int32_t>* labels, int threads) {
+  return connected_components_above(graph, -std::numeric_limits<float>::infinity(), labels, threads);
+}
+
+int64_t connected_components_above(const CsrF& graph, float min_weight, std::vector<int32_t>* labels, int threads) {
   // Concurrent union-find (linking the larger root under the smaller with compare-and-swap, finds
   // with path halving): every root ends as its component's smallest node whatever the interleaving,
   // so the partition and the numbering below are the same for any thread count.
@@ -339,12 +343,14 @@ int64_t connected_components(const CsrF& graph, std::vector<int32_t>* labels, in
     }
   };
   constexpr int64_t kRows = 16384;
+  const bool has_floor = min_weight > -std::numeric_limits<float>::infinity();
   parallel_for(threads, (n + kRows - 1) / kRows, [&](int64_t blk) {
     const int64_t r1 = std::min(n, (blk + 1) * kRows);
     for (int64_t i = blk * kRows; i < r1; ++i)
       for (int64_t p = graph.indptr[i]; p < graph.indptr[i + 1]; ++p) {
         int32_t a = static_cast<int32_t>(i), b = graph.indices[p];
         if (b <= a) continue;  // the pattern is symmetric: each edge once
+        if (has_floor && !(graph.data[p] >= min_weight && graph.data[p] != 0.0f)) continue;
         for (;;) {
           a = find(a), b = find(b);
           if (a == b) break;
@@ -406,7 +412,7 @@ std::optional<DenseD> spectral_layout(const Context& ctx, const CsrF& graph, con
   linalg::SingleThreadedBlas blas_guard;
   std::unique_ptr<spectral::BlockOps> ops = st.gpu ? spectral::device_block_ops(ctx, graph, dinv, w, kSlots)
                                                     : spectral::host_block_ops(ctx, graph, dinv, w, kSlots);
-  out = spectral::chebyshev_subspace(*ops, dim, w, opt, st);
+  out = ops->download(spectral::chebyshev_subspace(*ops, dim, w, opt, st), dim);
   st.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   log::info(detail::concat("spectral layout", st.gpu ? " (gpu)" : "", ": ", st.products, " products in ", st.sweeps,
                            " sweeps, residual ", st.residual, st.converged ? "" : " (not converged: the layout is still used)",

@@ -50,6 +50,11 @@ struct SpectralStats {
 // symmetric in its pattern) and the component of each node (numbered by first node), on `threads`
 // threads (0: all); the same result for any thread count.
 int64_t connected_components(const CsrF& graph, std::vector<int32_t>* labels = nullptr, int threads = 0);
+// The same over the edges umap keeps when it prunes the graph (umap.hpp prune_graph): an entry is an
+// edge when its weight is >= min_weight and not zero. Edges in both directions are needed only once
+// (the pattern is symmetric, and so are the weights of a fuzzy union).
+int64_t connected_components_above(const CsrF& graph, float min_weight, std::vector<int32_t>* labels = nullptr,
+                                   int threads = 0);
 
 // n x dim (columns in order of increasing Laplacian eigenvalue, unit norm, arbitrary sign), or
 // nullopt when the graph is not connected or a node has no edges (umap then lays out components

@@ -12,6 +12,7 @@
 
 #include "core/matrix.hpp"
 #include "exec/context.hpp"
+#include "graph/spectral.hpp"
 
 namespace scurry::spectral {
 
@@ -36,6 +37,11 @@ class BlockOps {
   // The first `cols` columns of slot src.
   virtual DenseD download(int src, int64_t cols) = 0;
 };
+
+// The solver: the k wanted eigenvectors of M (largest eigenvalues, v0 deflated) by Chebyshev-filtered
+// subspace iteration on a block of width w (spectral.hpp), from ops' slots 0-3. Returns the slot whose
+// first k columns hold them.
+int chebyshev_subspace(BlockOps& ops, int64_t k, int64_t w, const SpectralOptions& opt, SpectralStats& st);
 
 // The graph (n x n, symmetric, every row with a positive sum) with dinv = D^-1/2; `slots` blocks of
 // width w.

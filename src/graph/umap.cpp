@@ -31,8 +31,8 @@ namespace {
 const char* kWhere = "umap";
 constexpr int kAbPoints = 300;      // find_ab_params: points of the target curve
 constexpr double kClip = 4.0;       // umap's gradient clip
-constexpr double kInitNoise = 1e-4; // sd of the noise added to the spectral layout
-constexpr double kInitScale = 10.0; // layouts are scaled to [0, 10] (spectral: max |x| = 10 first)
+constexpr double kInitNoise = kUmapInitNoise;  // sd of the noise added to the spectral layout
+constexpr double kInitScale = kUmapInitScale;  // layouts are scaled to [0, 10] (spectral: max |x| = 10 first)
 
 // umap's tau_rand_int: three-component Tausworthe generator, 32-bit states.
 struct Tau {
@@ -689,7 +689,7 @@ UmapResult umap(const Context& ctx, const CsrF& graph, const UmapOptions& opt, c
       double m = 0;
       for (double v : piece_max) m = std::max(m, v);
       const double expansion = m > 0 ? kInitScale / m : 1.0;
-      const uint64_t noise_seed = umap_sgd::mix64(opt.random_state ^ 0x6e6f697365ULL);
+      const uint64_t noise_seed = umap_noise_seed(opt.random_state);
       parallel_for(ctx.threads(), pieces, [&](int64_t b) {
         for (int64_t q = b * kNoisePiece; q < std::min(total, (b + 1) * kNoisePiece); ++q)
           emb.data[q] = static_cast<float>(spec->data[q] * expansion) +

@@ -64,6 +64,13 @@ struct UmapResult {
   double init_seconds = 0, epochs_seconds = 0;  // wall time of the start layout and of the epochs
 };
 
+// The spectral start layout's finish (the CPU path and the GPU's device start, umap_gpu.cu): the
+// layout scaled to max |x| = kUmapInitScale, plus normals of sd kUmapInitNoise drawn by
+// spectral::gaussian_at(umap_noise_seed(random_state), entry); then every column to [0, kUmapInitScale].
+constexpr double kUmapInitNoise = 1e-4;
+constexpr double kUmapInitScale = 10.0;
+inline uint64_t umap_noise_seed(uint64_t random_state) { return umap_sgd::mix64(random_state ^ 0x6e6f697365ULL); }
+
 // The graph without the entries below threshold (and explicit zeros), rows in parallel.
 CsrF prune_graph(const Context& ctx, const CsrF& graph, float threshold);
 // The largest edge weight, on the context's threads; throws InputError (as umap reports it) for a

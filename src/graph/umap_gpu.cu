@@ -19,12 +19,18 @@
 #include <cstring>
 #include <future>
 #include <limits>
+#include <optional>
 #include <vector>
+
+#include <cub/device/device_scan.cuh>
 
 #include "core/error.hpp"
 #include "core/log.hpp"
 #include "exec/cuda_resources.cuh"
 #include "exec/device_csr.cuh"
+#include "graph/spectral.hpp"
+#include "graph/spectral_gpu.cuh"
+#include "graph/spectral_rng.hpp"
 #include "graph/umap_sgd.hpp"
 #include "graph/umap_gpu.hpp"
 
@@ -45,16 +51,6 @@ __global__ void epochs_per_sample_kernel(float* w, int64_t n_edges, float thresh
     w[e] = umap_sgd::epochs_per_sample(w[e], threshold, wmax);
 }
 
-// The work items of the batched epochs (umap_sgd.hpp): every vertex's row cut into chunks of at
-// most kChunk edges, the items ordered by group (vertex i in group i mod kSubRounds), then vertex,
-// then chunk. Built on the host once per layout.
-struct EpochItems {
-  std::vector<int32_t> vertex;       // the item's vertex
-  std::vector<int64_t> begin;        // its first edge (its last: min(row end, begin + kChunk) - 1)
-  std::vector<int64_t> first;        // per vertex: its first item
-  int64_t group_begin[umap_sgd::kSubRounds + 1] = {};  // items of group s: [group_begin[s], group_begin[s + 1])
-};
-
 // Edges per item on the GPU: kGpuChunk, or SCURRY_UMAP_GPU_CHUNK. Each item is one thread's chain
 // of dependent moves, so shorter chains on more threads hide more of the L2 latency that bounds the
 // epochs: at 1.3M cells (session 13, one H200, `scurry --device gpu umap`) the 199 epochs took
@@ -70,24 +66,57 @@ int64_t gpu_chunk() {
   return c;
 }
 
-EpochItems epoch_items(const CsrF& g) {
-  EpochItems it;
-  const int64_t chunk = gpu_chunk();
-  const int64_t n = g.n_rows;
-  it.first.resize(static_cast<size_t>(n));
-  for (int s = 0; s < umap_sgd::kSubRounds; ++s) {
-    it.group_begin[s] = static_cast<int64_t>(it.vertex.size());
-    for (int64_t i = s; i < n; i += umap_sgd::kSubRounds) {
-      it.first[i] = static_cast<int64_t>(it.vertex.size());
-      const int64_t b = g.indptr[i], e = g.indptr[i + 1];
-      for (int64_t c = b; c == b || c < e; c += chunk) {
-        it.vertex.push_back(static_cast<int32_t>(i));
-        it.begin.push_back(c);
-      }
+// The work items of the batched epochs (umap_sgd.hpp): every vertex's row cut into chunks of at
+// most gpu_chunk() edges (a row without edges: one empty item), the items ordered by group (vertex i
+// in group i mod kSubRounds), then vertex, then chunk. Built on the device from the graph's row
+// pointers: per vertex its item count at its place in the group order, an exclusive scan, the items.
+constexpr int kK = umap_sgd::kSubRounds;
+
+// The place of vertex i in the group order: the vertices of the groups before i's, then i's rank in its group.
+__device__ __forceinline__ int64_t group_order_place(int64_t i, int64_t n) {
+  const int64_t s = i % kK;
+  int64_t before = 0;
+  for (int64_t t = 0; t < s; ++t) before += (n - t + kK - 1) / kK;
+  return before + i / kK;
+}
+
+__device__ __forceinline__ int64_t items_of_row(const int64_t* indptr, int64_t i, int64_t chunk) {
+  const int64_t deg = indptr[i + 1] - indptr[i];
+  return deg == 0 ? 1 : (deg + chunk - 1) / chunk;
+}
+
+__global__ void item_counts_kernel(const int64_t* __restrict__ indptr, int64_t n, int64_t chunk,
+                                   int64_t* __restrict__ counts) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    counts[group_order_place(i, n)] = items_of_row(indptr, i, chunk);
+}
+
+// group_begin[s]: the first item of group s; group_begin[kK]: the number of items.
+__global__ void group_begin_kernel(const int64_t* __restrict__ first_at, const int64_t* __restrict__ counts, int64_t n,
+                                   int64_t* __restrict__ group_begin) {
+  if (threadIdx.x != 0 || blockIdx.x != 0) return;
+  const int64_t total = first_at[n - 1] + counts[n - 1];
+  int64_t before = 0;
+  for (int s = 0; s < kK; ++s) {
+    group_begin[s] = before < n ? first_at[before] : total;
+    before += (n - s + kK - 1) / kK;
+  }
+  group_begin[kK] = total;
+}
+
+__global__ void item_fill_kernel(const int64_t* __restrict__ indptr, const int64_t* __restrict__ first_at, int64_t n,
+                                 int64_t chunk, int32_t* __restrict__ vertex, int64_t* __restrict__ begin,
+                                 int64_t* __restrict__ first) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t q0 = first_at[group_order_place(i, n)], m = items_of_row(indptr, i, chunk);
+    first[i] = q0;
+    for (int64_t k = 0; k < m; ++k) {
+      vertex[q0 + k] = static_cast<int32_t>(i);
+      begin[q0 + k] = indptr[i] + k * chunk;
     }
   }
-  it.group_begin[umap_sgd::kSubRounds] = static_cast<int64_t>(it.vertex.size());
-  return it;
 }
 
 // One thread per item of a group: the chunk's displacement (umap_sgd::chunk_moves) into delta.
@@ -233,8 +262,129 @@ struct DeviceItems {
   DeviceArray<int32_t> vertex;
   DeviceArray<int64_t> begin, first;
   DeviceArray<float> delta;
-  const int64_t* group_begin;
+  int64_t group_begin[kK + 1] = {};  // (host) items of group s: [group_begin[s], group_begin[s + 1])
 };
+
+// The items of the device graph (n >= 1 rows), dim floats of displacement each.
+DeviceItems device_items(CudaResources& r, const int64_t* indptr, int64_t n, int64_t dim) {
+  const int64_t chunk = gpu_chunk();
+  DeviceItems it;
+  DeviceArray<int64_t> counts(r, static_cast<size_t>(n), "umap item counts");
+  DeviceArray<int64_t> first_at(r, static_cast<size_t>(n), "umap item offsets");
+  DeviceArray<int64_t> gb(r, kK + 1, "umap item groups");
+  item_counts_kernel<<<blocks_for(n), kBlock, 0, r.stream>>>(indptr, n, chunk, counts.data());
+  SCURRY_CUDA_LAUNCH();
+  size_t scratch_bytes = 0;
+  SCURRY_CUDA(cub::DeviceScan::ExclusiveSum(nullptr, scratch_bytes, counts.data(), first_at.data(), n, r.stream));
+  {
+    DeviceArray<unsigned char> scratch(r, std::max<size_t>(1, scratch_bytes), "umap item scan scratch");
+    SCURRY_CUDA(cub::DeviceScan::ExclusiveSum(scratch.data(), scratch_bytes, counts.data(), first_at.data(), n, r.stream));
+    group_begin_kernel<<<1, 1, 0, r.stream>>>(first_at.data(), counts.data(), n, gb.data());
+    SCURRY_CUDA_LAUNCH();
+    SCURRY_CUDA(cudaMemcpyAsync(it.group_begin, gb.data(), sizeof(it.group_begin), cudaMemcpyDeviceToHost, r.stream));
+    SCURRY_CUDA(cudaStreamSynchronize(r.stream));
+  }
+  const int64_t total = it.group_begin[kK];
+  it.vertex = DeviceArray<int32_t>(r, static_cast<size_t>(total), "umap items (vertices)");
+  it.begin = DeviceArray<int64_t>(r, static_cast<size_t>(total), "umap items (first edges)");
+  it.first = DeviceArray<int64_t>(r, static_cast<size_t>(n), "umap items (per vertex)");
+  it.delta = DeviceArray<float>(r, static_cast<size_t>(total * dim), "umap item displacements");
+  item_fill_kernel<<<blocks_for(n), kBlock, 0, r.stream>>>(indptr, first_at.data(), n, chunk, it.vertex.data(),
+                                                           it.begin.data(), it.first.data());
+  SCURRY_CUDA_LAUNCH();
+  SCURRY_CUDA(cudaStreamSynchronize(r.stream));  // (counts and first_at are released on return)
+  return it;
+}
+
+// The spectral start's finish on the device (umap.cpp's, entry for entry): max |x| of the layout's
+// leading dim columns of `spec` (n x ld doubles), emb = float(x * 10 / max) + float(1e-4 normal)
+// (held in double, as the host holds it), then every column of emb to [0, 10] as float.
+// Maxima and minima are exact in any order, so the blocks' partials need no fixed order.
+constexpr int kStatBlocks = 1024;
+
+__global__ void column_extremes_kernel(const double* __restrict__ x, int64_t n, int ld, int dim, bool absolute,
+                                       double* __restrict__ lo_part, double* __restrict__ hi_part) {
+  __shared__ double slo[kBlock], shi[kBlock];
+  for (int c = 0; c < dim; ++c) {
+    double lo = INFINITY, hi = -INFINITY;
+    for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+         i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+      const double v = absolute ? fabs(x[i * ld + c]) : x[i * ld + c];
+      lo = fmin(lo, v), hi = fmax(hi, v);
+    }
+    slo[threadIdx.x] = lo, shi[threadIdx.x] = hi;
+    __syncthreads();
+    for (int h = blockDim.x / 2; h > 0; h /= 2) {
+      if (threadIdx.x < h)
+        slo[threadIdx.x] = fmin(slo[threadIdx.x], slo[threadIdx.x + h]),
+        shi[threadIdx.x] = fmax(shi[threadIdx.x], shi[threadIdx.x + h]);
+      __syncthreads();
+    }
+    if (threadIdx.x == 0) lo_part[blockIdx.x * dim + c] = slo[0], hi_part[blockIdx.x * dim + c] = shi[0];
+    __syncthreads();
+  }
+}
+
+// lo[c], hi[c] over the partials of kStatBlocks blocks.
+__global__ void column_extremes_final_kernel(const double* lo_part, const double* hi_part, int blocks, int dim,
+                                             double* lo, double* hi) {
+  const int c = threadIdx.x;
+  if (c >= dim) return;
+  double l = INFINITY, h = -INFINITY;
+  for (int b = 0; b < blocks; ++b) l = fmin(l, lo_part[b * dim + c]), h = fmax(h, hi_part[b * dim + c]);
+  lo[c] = l, hi[c] = h;
+}
+
+__global__ void spectral_noise_kernel(const double* __restrict__ spec, int64_t n, int ld, int dim,
+                                      const double* __restrict__ abs_hi, uint64_t noise_seed, double* __restrict__ emb) {
+  double m = 0;
+  for (int c = 0; c < dim; ++c) m = fmax(m, abs_hi[c]);
+  const double expansion = m > 0 ? kUmapInitScale / m : 1.0;
+  for (int64_t q = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; q < n * dim;
+       q += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t i = q / dim, c = q - i * dim;
+    emb[q] = static_cast<float>(__dmul_rn(spec[i * ld + c], expansion)) +
+             static_cast<float>(__dmul_rn(kUmapInitNoise, spectral::gaussian_at(noise_seed, static_cast<uint64_t>(q))));
+  }
+}
+
+__global__ void scale_columns_kernel(const double* __restrict__ emb, int64_t n, int dim, const double* __restrict__ lo,
+                                     const double* __restrict__ hi, float* __restrict__ out) {
+  for (int64_t q = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; q < n * dim;
+       q += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t c = q % dim;
+    const double span = hi[c] - lo[c] > 0 ? hi[c] - lo[c] : 1.0;
+    out[q] = static_cast<float>(__ddiv_rn(__dmul_rn(kUmapInitScale, emb[q] - lo[c]), span));
+  }
+}
+
+// The start layout from the spectral block into out (n x dim floats).
+void finish_spectral_start(CudaResources& r, const double* spec, int64_t n, int64_t ld, int64_t dim,
+                           uint64_t random_state, float* out) {
+  DeviceArray<double> lo_part(r, static_cast<size_t>(kStatBlocks * dim), "umap start minima");
+  DeviceArray<double> hi_part(r, static_cast<size_t>(kStatBlocks * dim), "umap start maxima");
+  DeviceArray<double> lo(r, static_cast<size_t>(dim), "umap start minimum"), hi(r, static_cast<size_t>(dim), "umap start maximum");
+  DeviceArray<double> emb(r, static_cast<size_t>(n * dim), "umap start layout (double)");
+  const int d = static_cast<int>(dim);
+  column_extremes_kernel<<<kStatBlocks, kBlock, 0, r.stream>>>(spec, n, static_cast<int>(ld), d, true, lo_part.data(),
+                                                               hi_part.data());
+  SCURRY_CUDA_LAUNCH();
+  column_extremes_final_kernel<<<1, umap_sgd::kMaxDim, 0, r.stream>>>(lo_part.data(), hi_part.data(), kStatBlocks, d,
+                                                                      lo.data(), hi.data());
+  SCURRY_CUDA_LAUNCH();
+  spectral_noise_kernel<<<blocks_for(n * dim), kBlock, 0, r.stream>>>(spec, n, static_cast<int>(ld), d, hi.data(),
+                                                                      umap_noise_seed(random_state), emb.data());
+  SCURRY_CUDA_LAUNCH();
+  column_extremes_kernel<<<kStatBlocks, kBlock, 0, r.stream>>>(emb.data(), n, d, d, false, lo_part.data(),
+                                                               hi_part.data());
+  SCURRY_CUDA_LAUNCH();
+  column_extremes_final_kernel<<<1, umap_sgd::kMaxDim, 0, r.stream>>>(lo_part.data(), hi_part.data(), kStatBlocks, d,
+                                                                      lo.data(), hi.data());
+  SCURRY_CUDA_LAUNCH();
+  scale_columns_kernel<<<blocks_for(n * dim), kBlock, 0, r.stream>>>(emb.data(), n, d, lo.data(), hi.data(), out);
+  SCURRY_CUDA_LAUNCH();
+  SCURRY_CUDA(cudaStreamSynchronize(r.stream));  // (the scratch is released on return)
+}
 
 // SCURRY_UMAP_TIMES: the kernels of one epoch timed with events (`ev`: 2 x kSubRounds + 1 events).
 template <int D>
@@ -277,15 +427,27 @@ void to_device(CudaResources& r, DeviceArray<T>& d, const T* h, size_t n) {
   if (n) SCURRY_CUDA(cudaMemcpyAsync(d.data(), h, n * sizeof(T), cudaMemcpyHostToDevice, r.stream));
 }
 
-}  // namespace
+// SCURRY_UMAP_HOST_START=1: the spectral start on the host as before session 18 (the A/B of the
+// device start): the CPU path's start layout, then the epochs here.
+bool host_start_forced() {
+  static const bool on = [] {
+    const char* e = std::getenv("SCURRY_UMAP_HOST_START");
+    return e && std::strcmp(e, "1") == 0;
+  }();
+  return on;
+}
 
-namespace {
+double seconds_since(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+}
 
-// The epochs from the start layout init; known_wmax: the graph's largest weight when already
-// checked (negative: check it here).
-// items: the graph's epoch items when already being built (else built here).
-UmapResult umap_gpu_epochs(const Context& ctx, const CsrF& graph, const DenseF& init, const UmapOptions& opt,
-                           float known_wmax, std::future<EpochItems>* items_ahead = nullptr) {
+// The layout on the GPU. host_init: the start layout (n x dim, used as is: the CPU path's, or the
+// caller's); null: the spectral start made here on the device (umap.cpp's steps on the graph as it
+// prunes it: spectral::device_spectral_start, the noise and the scaling), or, when the pruned graph
+// is not connected, the CPU path's random start. known_wmax: the graph's largest weight when
+// already checked (negative: checked here).
+UmapResult umap_gpu_layout(const Context& ctx, const CsrF& graph, const DenseF* host_init, const UmapOptions& opt,
+                           float known_wmax) {
   CudaResources* rp = ctx.cuda();
   if (!rp) fail_input(kWhere, "needs a GPU context; use --device gpu, or the CPU umap");
   CudaResources& r = *rp;
@@ -307,14 +469,17 @@ UmapResult umap_gpu_epochs(const Context& ctx, const CsrF& graph, const DenseF& 
   if (opt.sgd != "batched")
     fail_input(kWhere, "sgd '", opt.sgd, "' runs on the CPU only; use batched on the GPU, or --device cpu");
   if (!(opt.negative_sample_rate >= 0)) fail_input(kWhere, "negative_sample_rate must not be negative");
-  if (init.n_rows != n || init.n_cols < dim)
-    fail_input(kWhere, "the initial coordinates are ", init.n_rows, " x ", init.n_cols, "; need ", n, " x ", dim);
+  if (host_init && (host_init->n_rows != n || host_init->n_cols < dim))
+    fail_input(kWhere, "the initial coordinates are ", host_init->n_rows, " x ", host_init->n_cols, "; need ", n,
+               " x ", dim);
   if (static_cast<int64_t>(graph.indptr.size()) != n + 1 || graph.indptr.back() != graph.nnz())
     fail_input(kWhere, "the graph's row pointers do not match its entries; recompute the neighbours");
+  umap_mark("gpu: start");
   const float wmax = known_wmax >= 0 ? known_wmax : checked_max_weight(ctx, graph);
   umap_mark("gpu: weights checked");
 
   UmapResult res;
+  res.max_weight = wmax;
   if (opt.a && opt.b) {
     res.a = *opt.a;
     res.b = *opt.b;
@@ -328,49 +493,85 @@ UmapResult umap_gpu_epochs(const Context& ctx, const CsrF& graph, const DenseF& 
   res.n_epochs = n_epochs;
   res.init = "given";
   const float threshold = wmax / static_cast<float>(n_epochs > 10 ? n_epochs : default_epochs);
-
-  // Start layout, dim columns.
-  std::vector<float> h_emb(static_cast<size_t>(n * dim));
-  for (int64_t i = 0; i < n; ++i)
-    for (int64_t c = 0; c < dim; ++c) h_emb[static_cast<size_t>(i * dim + c)] = init(i, c);
-
   const int64_t n_edges = graph.nnz();
-  DeviceArray<float> emb(r, h_emb.size(), "umap embedding");
-  to_device(r, emb, h_emb.data(), h_emb.size());
+  const bool run_epochs = n_edges > 0 && wmax > 0 && n_epochs > 1;
+
+  DeviceArray<float> emb(r, static_cast<size_t>(n * dim), "umap embedding");
+  DeviceCsr dg;  // the graph on the device, uploaded once for the start and the epochs
+  bool have_graph = false;
+  auto upload_graph = [&] {
+    if (!have_graph) dg = upload(r, graph);  // through pinned staging
+    have_graph = true;
+  };
+  auto upload_start = [&](const DenseF& start) {
+    std::vector<float> h(static_cast<size_t>(n * dim));
+    for (int64_t i = 0; i < n; ++i)
+      for (int64_t c = 0; c < dim; ++c) h[static_cast<size_t>(i * dim + c)] = start(i, c);
+    to_device(r, emb, h.data(), h.size());
+    SCURRY_CUDA(cudaStreamSynchronize(r.stream));  // (h is pageable and goes now)
+  };
+  if (host_init) {
+    upload_start(*host_init);
+  } else {
+    // The spectral start (umap.cpp): on the graph pruned below max / default_epochs (the CPU path's
+    // start with maxiter 0), connected (checked on the host threads meanwhile) and without isolated nodes.
+    const float start_threshold = wmax / static_cast<float>(default_epochs);
+    std::future<int64_t> components = std::async(std::launch::async, [&] {
+      return connected_components_above(graph, start_threshold, nullptr, ctx.threads());
+    });
+    std::optional<spectral::DeviceStart> spec;
+    try {
+      upload_graph();
+      umap_mark("gpu: graph uploaded");
+      SpectralOptions so;
+      so.dim = dim;
+      so.random_state = opt.random_state;
+      spec = spectral::device_spectral_start(r, dg, start_threshold, so);
+      umap_mark("gpu: spectral layout");
+    } catch (...) {
+      components.wait();
+      throw;
+    }
+    const bool connected = components.get() == 1;
+    umap_mark("gpu: components");
+    if (spec && connected) {
+      finish_spectral_start(r, spec->block.data(), n, spec->width, dim, opt.random_state, emb.data());
+      res.init = "spectral";
+      umap_mark("gpu: noise and scaling");
+    } else {
+      log::info("umap: the graph is not connected; random initialisation instead of spectral");
+      UmapOptions ro = opt;
+      ro.maxiter = 0;
+      ro.init_pos = "random";  // the CPU path's random start, as a disconnected graph gets there
+      const UmapResult start = umap(ctx, graph, ro);
+      upload_start(start.embedding);
+      res.init = "random";
+    }
+    res.init_seconds = seconds_since(t0);
+  }
+
   float* cur = emb.data();
-  if (n_edges > 0 && wmax > 0 && n_epochs > 1) {
-    umap_mark("gpu: start layout uploaded");
-    DeviceCsr dg = upload(r, graph);  // through pinned staging; the weights become eps in place
+  if (run_epochs) {
+    upload_graph();
     DeviceArray<int32_t>& tail = dg.indices;
-    DeviceArray<float>& eps = dg.data;
+    DeviceArray<float>& eps = dg.data;  // the weights become eps in place (the start has used them)
     DeviceArray<int64_t>& indptr = dg.indptr;
     epochs_per_sample_kernel<<<blocks_for(n_edges), kBlock, 0, r.stream>>>(eps.data(), n_edges, threshold, wmax);
     SCURRY_CUDA_LAUNCH();
     umap_sgd::EpochParams p = epoch_params(opt, res, n);
     // umap: epoch 0 samples nothing; after epoch m the rate becomes alpha (1 - m / n_epochs).
-    umap_mark("gpu: graph uploaded");
-    const EpochItems items = items_ahead && items_ahead->valid() ? items_ahead->get() : epoch_items(graph);
+    umap_mark("gpu: graph ready");
+    const DeviceItems dit = device_items(r, indptr.data(), n, dim);
     umap_mark("gpu: epoch items built");
-    DeviceItems dit;
-    dit.vertex = DeviceArray<int32_t>(r, items.vertex.size(), "umap items (vertices)");
-    dit.begin = DeviceArray<int64_t>(r, items.begin.size(), "umap items (first edges)");
-    dit.first = DeviceArray<int64_t>(r, items.first.size(), "umap items (per vertex)");
-    dit.delta = DeviceArray<float>(r, items.vertex.size() * static_cast<size_t>(dim), "umap item displacements");
-    dit.group_begin = items.group_begin;
-    to_device(r, dit.vertex, items.vertex.data(), items.vertex.size());
-    to_device(r, dit.begin, items.begin.data(), items.begin.size());
-    to_device(r, dit.first, items.first.data(), items.first.size());
-    SCURRY_CUDA(cudaStreamSynchronize(r.stream));
-    umap_mark("gpu: items uploaded");
     const bool timed = std::getenv("SCURRY_UMAP_TIMES") != nullptr;
     constexpr int kEv = 2 * umap_sgd::kSubRounds + 1;
     cudaEvent_t ev[kEv] = {};
     if (timed) {
       for (auto& e : ev) SCURRY_CUDA(cudaEventCreate(&e));
       std::fprintf(stderr, "[umap] gpu: %lld edges, %lld items of <= %lld edges, groups of %lld items\n",
-                   static_cast<long long>(n_edges), static_cast<long long>(items.vertex.size()),
+                   static_cast<long long>(n_edges), static_cast<long long>(dit.group_begin[kK]),
                    static_cast<long long>(gpu_chunk()),
-                   static_cast<long long>(items.group_begin[1] - items.group_begin[0]));
+                   static_cast<long long>(dit.group_begin[1] - dit.group_begin[0]));
     }
     for (int64_t ep = 1; ep < n_epochs; ++ep) {
       umap_sgd::set_epoch(p, ep, opt.alpha, n_epochs);
@@ -395,37 +596,38 @@ UmapResult umap_gpu_epochs(const Context& ctx, const CsrF& graph, const DenseF& 
     umap_mark("gpu: epochs");
   }
   res.embedding = DenseF(n, dim);
-  if (!h_emb.empty())
-    SCURRY_CUDA(cudaMemcpyAsync(res.embedding.data.data(), cur, h_emb.size() * sizeof(float),
+  if (n * dim > 0)
+    SCURRY_CUDA(cudaMemcpyAsync(res.embedding.data.data(), cur, static_cast<size_t>(n * dim) * sizeof(float),
                                 cudaMemcpyDeviceToHost, r.stream));
   SCURRY_CUDA(cudaStreamSynchronize(r.stream));
-  res.epochs_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  res.epochs_seconds = seconds_since(t0) - res.init_seconds;
   return res;
 }
 
 }  // namespace
 
 UmapResult umap_gpu(const Context& ctx, const CsrF& graph, const DenseF& init, const UmapOptions& opt) {
-  return umap_gpu_epochs(ctx, graph, init, opt, -1.0f);
+  return umap_gpu_layout(ctx, graph, &init, opt, -1.0f);
 }
 
 UmapResult umap_gpu(const Context& ctx, const CsrF& graph, const UmapOptions& opt, const DenseF* init) {
   if (!ctx.cuda()) fail_input(kWhere, "needs a GPU context; use --device gpu, or the CPU umap");
-  // The CPU path with no epochs: validation, a, b, pruning and the initial layout (scaled to [0, 10]).
+  // The spectral start on the device above the dense solver's size (spectral.hpp); the others (random,
+  // given, a small graph's exact eigenvectors) on the host by the CPU path with no epochs:
+  // validation, a, b, pruning and the initial layout (scaled to [0, 10]).
+  if (opt.init_pos == "spectral" && graph.n_rows > SpectralOptions{}.dense_max_nodes && !host_start_forced()) {
+    return umap_gpu_layout(ctx, graph, nullptr, opt, -1.0f);
+  }
   UmapOptions start_opt = opt;
   start_opt.maxiter = 0;
-  // The epochs' work items (host, ~0.12 s at 1.3M cells) depend on the graph alone: built on a thread
-  // of their own while the start layout is made.
-  std::future<EpochItems> items = std::async(std::launch::async, [&graph] { return epoch_items(graph); });
   const UmapResult start = umap(ctx, graph, start_opt, init);
   UmapOptions o = opt;
   o.a = start.a;
   o.b = start.b;
-  UmapResult res = umap_gpu_epochs(ctx, graph, start.embedding, o, start.max_weight, &items);
+  UmapResult res = umap_gpu_layout(ctx, graph, &start.embedding, o, start.max_weight);
   res.init = start.init;
   res.init_seconds = start.init_seconds;
   return res;
 }
-
 
 }  // namespace scurry
