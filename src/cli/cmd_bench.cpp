@@ -225,8 +225,8 @@ nlohmann::json bench_graph(Context& ctx, const std::vector<Context*>& gpus, cons
     else umap_same = umap_same && r.embedding.data == first_umap;
   });
   UmapOptions so = uo;
-  so.maxiter = 0;  // the start layout only: the spectral layout (on the GPU with a GPU context) and its scaling
-  timed("umap spectral init", reps, [&] { umap(ctx, conn, so); });
+  so.maxiter = 0;  // the start layout only: the spectral layout and its scaling (on the device with a GPU context)
+  timed("umap spectral init", reps, [&] { gpu ? umap_gpu(ctx, conn, so) : umap(ctx, conn, so); });
   if (reps > 1) {
     std::printf("  umap: %d runs, embeddings %s\n", reps, umap_same ? "identical bit for bit" : "DIFFER run to run");
     j["umap_identical"] = umap_same;
