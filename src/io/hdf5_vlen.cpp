@@ -30,9 +30,11 @@ class RawFile {
     if (!fid.valid()) return;
     Id fcpl(H5Fget_create_plist(fid.get()));
     hsize_t fsize = 0;
+    unsigned sohm_indexes = 0;
     if (!fcpl.valid() || H5Pget_sizes(fcpl.get(), &sa_, &ss_) < 0 || H5Pget_userblock(fcpl.get(), &userblock_) < 0 ||
-        H5Fget_filesize(fid.get(), &fsize) < 0)
+        H5Fget_filesize(fid.get(), &fsize) < 0 || H5Pget_shared_mesg_nindexes(fcpl.get(), &sohm_indexes) < 0)
       return;
+    sohm_ = sohm_indexes > 0;
     fsize_ = fsize;
     if ((sa_ != 2 && sa_ != 4 && sa_ != 8) || (ss_ != 2 && ss_ != 4 && ss_ != 8)) return;
     fd_ = ::open(file.c_str(), O_RDONLY | O_CLOEXEC);
@@ -48,7 +50,12 @@ class RawFile {
   size_t sizeof_size() const { return ss_; }
   uint64_t userblock() const { return userblock_; }
   uint64_t size() const { return fsize_; }
+  bool has_shared_messages() const { return sohm_; }  // a shared-message table (h5py never writes one)
 
+  // A damaged object header (not the strings' storage).
+  [[noreturn]] void corrupt_header(const std::string& why) const {
+    fail_h5(file_, "corrupt object header: " + why + " (file corrupt?)", what_);
+  }
   [[noreturn]] void bad(const std::string& why) const {
     fail_h5(file_, "corrupt variable-length string storage (" + why + "; file corrupt?)", what_);
   }
@@ -73,9 +80,45 @@ class RawFile {
   size_t sa_ = 0, ss_ = 0;
   hsize_t userblock_ = 0;
   uint64_t fsize_ = 0;
+  bool sohm_ = false;
 };
 
 // The global heap collections the references name, each read and checked once.
+// The checks below start from an object's header address. When libhdf5 cannot even give that
+// (H5Oget_info fails: the header is damaged), the object is refused rather than read unchecked
+// (a fuzzed h5ad whose vlen attribute then overflowed the heap in H5HG_read).
+[[noreturn]] void unreadable_header(const std::string& file, const std::string& where) {
+  fail_h5(file, "corrupt object header: it cannot be read (file corrupt?)", where);
+}
+
+// A header message flagged as shared (IV.A.1, flag bit 1) holds only where the message lives (IV.A.2.?,
+// "Shared Message": version 1-3, a type, then an address or a heap ID), and libhdf5 decodes the
+// message from there. Files without a shared-message table (every file h5py writes) can hold only
+// committed datatypes this way: a datatype message pointing at another object header in the file.
+// Anything else sends libhdf5 after garbage: a fuzzed h5ad whose vlen attribute claimed to be shared
+// hung it in H5C_protect, and a 10x .h5's dataset header led H5SM_get_fheap_addr to a memcpy from NULL.
+void check_shared_message(const RawFile& f, unsigned type, const unsigned char* m, size_t msize,
+                          const std::string& file, const std::string& where) {
+  auto bad = [&](const std::string& why) {
+    fail_h5(file, "corrupt shared header message (type " + std::to_string(type) + "): " + why + " (file corrupt?)",
+            where);
+  };
+  if (msize < 2) bad("shorter than its header");
+  const unsigned ver = m[0], kind = m[1];
+  if (ver < 1 || ver > 3) bad("unknown version " + std::to_string(ver));
+  const bool in_heap = ver == 3 && (kind == 1 || kind == 3);
+  if (in_heap) {
+    if (!f.has_shared_messages()) bad("it is in the shared-message heap, but the file has none");
+    return;
+  }
+  if ((ver < 3 && kind != 0) || (ver == 3 && kind != 2)) bad("unknown sharing " + std::to_string(kind));
+  if (type != 0x03) bad("only datatypes are shared through another object header");
+  const size_t at = ver == 1 ? 8 : 2, sa = f.sizeof_addr();
+  if (at + sa > msize) bad("its address runs past the message");
+  const uint64_t addr = le_uint(m + at, sa);
+  if (addr >= f.size() || f.userblock() + 16 > f.size() - addr) bad("it points outside the file");
+}
+
 class GlobalHeaps {
  public:
   explicit GlobalHeaps(const RawFile& f) : f_(f) {}
@@ -307,8 +350,14 @@ bool walk_header(const RawFile& f, uint64_t addr, std::vector<unsigned char>& bl
       const unsigned mflags = v2 ? block[p + 3] : block[p + 4];
       const size_t body = p + mh;
       if (msize > block.size() - body) break;
-      if (type == 0x10 && msize >= sa + ss) {
-        todo.push_back({le_uint(block.data() + body, sa) + ub, le_uint(block.data() + body + sa, ss)});
+      if (type == 0x10) {
+        // libhdf5 decodes a continuation's address and length whatever size the message states,
+        // from the bytes that follow: a shorter message sends it to a chunk this walk would miss.
+        if (msize < sa + ss) f.corrupt_header("a continuation message is shorter than its address and length");
+        const uint64_t next = le_uint(block.data() + body, sa) + ub;
+        for (const Chunk& c : todo)
+          if (c.at == next) f.corrupt_header("its continuation messages form a cycle");
+        todo.push_back({next, le_uint(block.data() + body + sa, ss)});
       } else if (fn(type, mflags, block, body, msize)) {
         return true;
       }
@@ -350,12 +399,12 @@ void check_vlen_attribute(hid_t obj_id, const std::string& name, size_t n, const
   RawFile f(obj_id, file, where + " attribute '" + name + "'");
   if (!f.ok()) return;
   H5O_info_t info;
-  if (H5Oget_info2(obj_id, &info, H5O_INFO_BASIC) < 0) return;
+  if (H5Oget_info2(obj_id, &info, H5O_INFO_BASIC) < 0) unreadable_header(file, where);
   const size_t elem = 4 + f.sizeof_addr() + 4;
   if (static_cast<double>(n) * elem > static_cast<double>(f.size())) f.bad("its references run past the end of the file");
   std::vector<unsigned char> block;
   size_t at = 0;
-  if (!find_attribute_data(f, info.addr, name, n * elem, block, at)) return;
+  if (!find_attribute_data(f, info.addr, name, n * elem, block, at)) return;  // (dense attribute storage)
   GlobalHeaps heaps(f);
   for (size_t i = 0; i < n; ++i) heaps.resolve(block.data() + at + i * elem, true);
 }
@@ -411,6 +460,9 @@ size_t datatype_extent(const unsigned char* p, size_t n, int depth = 0) {
       const size_t t = datatype_extent(p + at, n - at, depth + 1);
       if (t == 0) return 0;
       const uint64_t base = le_uint(p + at + 4, 4);
+      // libhdf5 decodes the values by the base type's size but copies them (H5T_copy, under
+      // H5Aget_type) by the enum's own: the two must agree.
+      if (base != size) return 0;
       at += t;
       for (size_t i = 0; i < members; ++i)
         if (!name(ver < 3)) return 0;
@@ -449,12 +501,17 @@ void check_attribute_messages(hid_t obj_id, const std::string& file, const std::
   RawFile f(obj_id, file, where);
   if (!f.ok()) return;
   H5O_info_t info;
-  if (H5Oget_info2(obj_id, &info, H5O_INFO_BASIC | H5O_INFO_NUM_ATTRS) < 0 || info.num_attrs == 0) return;
+  if (H5Oget_info2(obj_id, &info, H5O_INFO_BASIC | H5O_INFO_NUM_ATTRS) < 0) unreadable_header(file, where);
+  if (info.num_attrs == 0) return;
   const size_t sa = f.sizeof_addr(), ss = f.sizeof_size();
   std::vector<unsigned char> block;
   walk_header(f, info.addr, block, [&](unsigned type, unsigned mflags, const std::vector<unsigned char>& b, size_t body,
                                        size_t msize) {
-    if (type != 0x0C || (mflags & 0x02)) return false;  // an attribute message, not a shared one
+    if (mflags & 0x02) {  // shared: only where it lives
+      check_shared_message(f, type, b.data() + body, msize, file, where);
+      return false;
+    }
+    if (type != 0x0C) return false;  // an attribute message
     auto bad = [&](const std::string& why) {
       fail_h5(file, "corrupt attribute message: " + why + " (file corrupt?)", where);
     };
@@ -503,12 +560,18 @@ void check_object_header(hid_t loc, const std::string& name, const std::string& 
   RawFile f(loc, file, where);
   if (!f.ok()) return;
   H5O_info_t info;
-  if (H5Oget_info_by_name2(loc, name.c_str(), &info, H5O_INFO_BASIC, H5P_DEFAULT) < 0) return;
+  if (H5Oget_info_by_name2(loc, name.c_str(), &info, H5O_INFO_BASIC, H5P_DEFAULT) < 0) {
+    if (H5Lexists(loc, name.c_str(), H5P_DEFAULT) <= 0) return;  // missing: the caller says so
+    unreadable_header(file, where);
+  }
   const size_t ss = f.sizeof_size();
   std::vector<unsigned char> block;
   walk_header(f, info.addr, block, [&](unsigned type, unsigned mflags, const std::vector<unsigned char>& b, size_t body,
                                        size_t msize) {
-    if (mflags & 0x02) return false;  // a shared message: stored elsewhere
+    if (mflags & 0x02) {  // a shared message: stored elsewhere
+      check_shared_message(f, type, b.data() + body, msize, file, where);
+      return false;
+    }
     const unsigned char* m = b.data() + body;
     auto bad = [&](const char* what, const std::string& why) {
       fail_h5(file, std::string("corrupt ") + what + " message: " + why + " (file corrupt?)", where);
@@ -587,7 +650,7 @@ void check_local_heap(hid_t group, const std::string& file, const std::string& w
   RawFile f(group, file, where);
   if (!f.ok()) return;
   H5O_info_t info;
-  if (H5Oget_info2(group, &info, H5O_INFO_BASIC) < 0) return;
+  if (H5Oget_info2(group, &info, H5O_INFO_BASIC) < 0) unreadable_header(file, where);
   const size_t sa = f.sizeof_addr(), ss = f.sizeof_size();
   uint64_t heap = 0;
   std::vector<unsigned char> block;

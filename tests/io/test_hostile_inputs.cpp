@@ -293,6 +293,40 @@ TEST(HostileHdf5, AChunkDimensionOfZeroIsRefusedBeforeTheDatasetOpens) {
              p + ": corrupt data layout message: a chunk dimension is 0 (file corrupt?) (/X/data)");
 }
 
+TEST(HostileHdf5, AnAttributeEnumWhoseSizeDiffersFromItsBaseIsRefusedBeforeLibhdf5CopiesIt) {
+  // Found by fuzz_h5ad (session 17's device pieces): obs/group's attribute type is an enum of size 14
+  // over a 2-byte base; H5Aget_type's copy overflowed the values' buffer (H5T_copy_reopen).
+  const std::string p = regression("h5ad_attr_enum_base_size.h5ad");
+  EXPECT_HAS(input_error([&] { read_h5ad(p); }),
+             p + ": corrupt attribute message: its datatype runs past its stated size or is malformed (file corrupt?) "
+                 "(/obs/group)");
+}
+
+TEST(HostileHdf5, AnObjectWhoseHeaderLibhdf5CannotDescribeIsRefused) {
+  // Found by fuzz_h5ad (session 17's device pieces): H5Oget_info fails on the damaged root, so the
+  // references of its vlen attribute went unchecked and H5Aread overflowed the heap (H5HG_read).
+  const std::string p = regression("h5ad_header_unreadable.h5ad");
+  EXPECT_HAS(input_error([&] { read_h5ad(p); }), p + ": corrupt object header: it cannot be read (file corrupt?) (/)");
+}
+
+TEST(HostileHdf5, AContinuationMessageShorterThanItsFieldsIsRefused) {
+  // Found by fuzz_h5ad (session 17's device pieces, a hang): the root's continuation message states
+  // size 0; libhdf5 still decodes its address and length and follows them, to a chunk the checks did
+  // not walk, where reading the encoding-type attribute looped forever (H5C_protect).
+  const std::string p = regression("h5ad_continuation_short.h5ad");
+  EXPECT_HAS(input_error([&] { read_h5ad(p); }),
+             p + ": corrupt object header: a continuation message is shorter than its address and length "
+                 "(file corrupt?) (/)");
+}
+
+TEST(HostileHdf5, ASharedMessageInAFileWithoutASharedMessageTableIsRefused) {
+  // Found by fuzz_tenx_h5 (session 17's device pieces): matrix/indices' header holds a message
+  // flagged as shared; H5Dopen2 followed it into H5SM_get_fheap_addr, a memcpy from NULL.
+  const std::string p = regression("10x_shared_message.h5");
+  EXPECT_HAS(input_error([&] { read_10x_h5(p); }),
+             p + ": corrupt shared header message (type 5): unknown sharing 1 (file corrupt?) (/matrix/indices)");
+}
+
 TEST(HostileHdf5, VlenStringsWithADamagedHeapAreRefusedNotCrashed) {
   // libhdf5 1.10.8 crashes (SIGSEGV) reading matrix/barcodes of this file (h5py does too).
   const std::string p = regression("10x_vlen_heap_contiguous.h5");

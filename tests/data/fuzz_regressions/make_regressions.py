@@ -73,6 +73,25 @@ tests/cli/test_hostile.sh (issue 16, points 3 and 4). Each is a small valid file
   10x_heap_freespace_hang.h5   found by fuzz_tenx_h5 (libFuzzer, from the seed v3_vlen.h5): the same
                                damage under matrix/barcodes, a dataset: scurry's heap check refuses it.
 
+  Found by the device pieces of session 17's long run (fuzz/longrun.sh, 16 cores, the final
+  binaries of session 17), kept as libFuzzer wrote them, and avoided in session 18:
+  h5ad_attr_enum_base_size.h5ad  obs/group's attribute has an enum type whose size (14) differs from
+                               its base type's (2): libhdf5 decodes the values by the base's size
+                               and copies them by the enum's (a heap overflow in H5T_copy_reopen
+                               under H5Aget_type). The datatype walk requires the two to agree.
+  h5ad_header_unreadable.h5ad  the root's object header is damaged so that H5Oget_info fails, yet its
+                               vlen attribute encoding-type opens; the check of its references was
+                               skipped and H5Aread overflowed the heap in H5HG_read. An object whose
+                               header libhdf5 cannot describe is now refused.
+  h5ad_continuation_short.h5ad the root's continuation message states a size of 0: libhdf5 decodes
+                               the address and length from the bytes after it anyway and follows a
+                               chunk scurry's header walk did not, where the encoding-type attribute
+                               then hung it (H5C_protect, under H5HG_read). Refused.
+  10x_shared_message.h5        matrix/indices' header holds a message flagged as shared, in a file
+                               without a shared-message table: H5Dopen2 followed it into
+                               H5SM_get_fheap_addr, which copied from NULL. Only committed datatypes
+                               may be shared in such files.
+
   /usr/bin/python3 tests/data/fuzz_regressions/make_regressions.py
 """
 import os
