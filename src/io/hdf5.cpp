@@ -1038,6 +1038,7 @@ Kind Group::child_kind(const std::string& name) const {
     if (slash == std::string::npos) break;
     pos = slash + 1;
   }
+  detail::check_header_extent(id(), name, file_, child_path(name));
   H5O_info_t info;
   if (H5Oget_info_by_name2(id(), name.c_str(), &info, H5O_INFO_BASIC, H5P_DEFAULT) < 0)
     return Kind::missing;  // e.g. a dangling soft link

@@ -341,6 +341,8 @@ bool walk_header(const RawFile& f, uint64_t addr, std::vector<unsigned char>& bl
       if (len < 8) return false;
       at += 4, len -= 8;
     }
+    // libhdf5 allocates a chunk's stated length before reading it: one past the file's end is refused.
+    if (at > f.size() || len > f.size() - at) f.corrupt_header("a header chunk runs past the end of the file");
     if (len > (uint64_t(1) << 26)) return false;
     block = f.read(at, len, "an object header");
     const size_t mh = v2 ? 4 + (crt_order ? 2 : 0) : 8;
@@ -642,6 +644,19 @@ void check_object_header(hid_t loc, const std::string& name, const std::string& 
       }
       default: break;
     }
+    return false;
+  });
+}
+
+void check_header_extent(hid_t loc, const std::string& name, const std::string& file, const std::string& where) {
+  if (!opened_read_only(loc)) return;
+  H5L_info_t li;
+  if (H5Lget_info(loc, name.c_str(), &li, H5P_DEFAULT) < 0 || li.type != H5L_TYPE_HARD) return;
+  RawFile f(loc, file, where);
+  if (!f.ok()) return;
+  if (li.u.address >= f.size()) f.corrupt_header("it lies outside the file");
+  std::vector<unsigned char> block;
+  walk_header(f, li.u.address, block, [](unsigned, unsigned, const std::vector<unsigned char>&, size_t, size_t) {
     return false;
   });
 }

@@ -55,6 +55,11 @@ void check_attribute_messages(hid_t obj_id, const std::string& file, const std::
 // fuzz_h5ad). InputError "FILE: corrupt datatype message: ... (OBJ)"; nothing for a header it
 // cannot read.
 void check_object_header(hid_t loc, const std::string& name, const std::string& file, const std::string& where);
+// The chunks of the object header that link `name` of `loc` points to (a hard link; others are not
+// looked at) lie inside the file: libhdf5 allocates each chunk's stated size before it reads it (a
+// fuzzed h5ad's header claimed 20 GB under H5Oget_info). The link is looked up without opening the
+// object. InputError when not; nothing for a file opened for writing.
+void check_header_extent(hid_t loc, const std::string& name, const std::string& file, const std::string& where);
 
 // Checks the local heap of an old-style group (one with a symbol table message: h5py's default)
 // before libhdf5 reads it: its free list must stay inside the heap's data and end (libhdf5 1.10.8

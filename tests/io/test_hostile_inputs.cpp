@@ -327,6 +327,14 @@ TEST(HostileHdf5, ASharedMessageInAFileWithoutASharedMessageTableIsRefused) {
              p + ": corrupt shared header message (type 5): unknown sharing 1 (file corrupt?) (/matrix/indices)");
 }
 
+TEST(HostileHdf5, AHeaderChunkLargerThanTheFileIsRefusedBeforeLibhdf5AllocatesIt) {
+  // Found by fuzz_h5ad (session 18's device piece): obs's header states a 20 GB chunk; libhdf5
+  // allocated it under H5Oget_info (child_kind) before reading.
+  const std::string p = regression("h5ad_header_chunk_huge.h5ad");
+  EXPECT_HAS(input_error([&] { read_h5ad(p); }),
+             p + ": corrupt object header: a header chunk runs past the end of the file (file corrupt?) (/obs)");
+}
+
 TEST(HostileHdf5, VlenStringsWithADamagedHeapAreRefusedNotCrashed) {
   // libhdf5 1.10.8 crashes (SIGSEGV) reading matrix/barcodes of this file (h5py does too).
   const std::string p = regression("10x_vlen_heap_contiguous.h5");

@@ -91,6 +91,10 @@ tests/cli/test_hostile.sh (issue 16, points 3 and 4). Each is a small valid file
                                without a shared-message table: H5Dopen2 followed it into
                                H5SM_get_fheap_addr, which copied from NULL. Only committed datatypes
                                may be shared in such files.
+  h5ad_header_chunk_huge.h5ad  found by fuzz_h5ad in session 18's device piece (10 jobs, 420 s): obs's
+                               object header states a chunk of 20 GB, which libhdf5 allocates before
+                               reading it (under H5Oget_info, an out-of-memory under the fuzzer).
+                               Every chunk of a member's header must now lie inside the file.
 
   /usr/bin/python3 tests/data/fuzz_regressions/make_regressions.py
 """
