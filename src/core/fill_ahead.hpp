@@ -55,10 +55,27 @@ void fill_ahead_for(std::vector<T>& out, size_t n, int threads, int64_t items, E
     }
   };
   const int workers = static_cast<int>(std::clamp<int64_t>(items, 0, std::max(threads, 1)));
+  const size_t step = std::max<size_t>(step_bytes / sizeof(T), 1);
+  if (n <= step) {
+    // One step: there is no fill to overlap. Sized at once, and one item (or one thread) runs here:
+    // no thread is started for the many small arrays of a store (obs columns, a fuzzer's inputs).
+    out.resize(n);
+    ready.store(n, std::memory_order_release);
+    if (workers <= 1) {
+      worker();
+    } else {
+      std::vector<std::thread> pool;
+      pool.reserve(static_cast<size_t>(workers - 1));
+      for (int t = 1; t < workers; ++t) pool.emplace_back(worker);
+      worker();
+      for (auto& t : pool) t.join();
+    }
+    if (error) std::rethrow_exception(error);
+    return;
+  }
   std::vector<std::thread> pool;
   pool.reserve(static_cast<size_t>(workers));
   for (int t = 0; t < workers; ++t) pool.emplace_back(worker);
-  const size_t step = std::max<size_t>(step_bytes / sizeof(T), 1);
   // The pages of each step are faulted in (the kernel zeroing them) by a team of threads a step ahead
   // of this thread's fill, which then runs at memory speed. Left to the fill, the faults halved its
   // rate, and this one thread bounded a 16-thread zstd zarr read: a 1.3M-cell X (21 GB) took 6 s.

@@ -689,9 +689,11 @@ void check_local_heap(hid_t group, const std::string& file, const std::string& w
   const uint64_t dsize = le_uint(h.data() + 8, ss), head = le_uint(h.data() + 8 + ss, ss);
   const uint64_t data = le_uint(h.data() + 8 + 2 * ss, sa);
   const uint64_t kNone = 1;  // H5HL_FREE_NULL
-  if (head == kNone) return;
+  // The data segment must lie inside the file, with or without a free list (libhdf5 refuses one past
+  // the end too, as "actual len exceeds EOA" from deep in its cache; the message here names it).
   if (data > f.size() || dsize > f.size() - data || ub > f.size() - data - dsize)
     bad("data segment lies outside the file");
+  if (head == kNone) return;
   // libhdf5 1.10.8 walks the free list with no end but the list's (H5HL__fl_deserialize): a list
   // that loops allocates a block per step until memory runs out.
   const auto seg = f.read(data + ub, dsize, "a local heap's data");

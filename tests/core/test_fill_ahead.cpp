@@ -21,7 +21,9 @@ TEST(FillAhead, EqualsTheSerialLoopForAnyThreadsAndStep) {
     const int64_t per = std::uniform_int_distribution<int64_t>(1, 700)(rng);
     const int64_t items = static_cast<int64_t>((n + per - 1) / per);
     const int threads = std::uniform_int_distribution<int>(1, 6)(rng);
-    const size_t step = std::uniform_int_distribution<size_t>(1, 4096)(rng);
+    // every third trial a step above the output's size: the one-step path (sized at once, no
+    // thread started for a single item)
+    const size_t step = trial % 3 == 2 ? size_t(1) << 20 : std::uniform_int_distribution<size_t>(1, 4096)(rng);
     const uint64_t salt = rng();
     SCOPED_TRACE("n " + std::to_string(n) + ", item " + std::to_string(per) + ", threads " + std::to_string(threads) +
                  ", step " + std::to_string(step) + " bytes");
@@ -60,6 +62,18 @@ TEST(FillAhead, AWorkersExceptionReachesTheCaller) {
   }
   ran = count.load();
   EXPECT_GE(ran, 18);  // (items other workers had taken may still run: skipping the rest is not promised)
+}
+
+TEST(FillAhead, AnExceptionOnTheOneStepPathReachesTheCaller) {
+  for (int threads : {1, 3}) {
+    std::vector<int32_t> out;
+    EXPECT_THROW(fill_ahead_for(
+                     out, 1000, threads, 10, [](int64_t t) { return static_cast<size_t>((t + 1) * 100); },
+                     [&](int64_t t) {
+                       if (t == 4) throw std::runtime_error("chunk 4 is corrupt");
+                     }),
+                 std::runtime_error);
+  }
 }
 
 }  // namespace

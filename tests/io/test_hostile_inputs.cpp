@@ -95,6 +95,15 @@ TEST(HostileHdf5, AGroupWhoseLocalHeapFreeListLoopsIsRefused) {
   EXPECT_HAS(m, p + ": corrupt group: its local heap has a free list that loops");
 }
 
+TEST(HostileHdf5, AGroupWhoseLocalHeapDataRunsPastTheFileIsRefusedByName) {
+  // Made by make_regressions.py: every group's local heap states a 2^44-byte data segment and no
+  // free list. The segment was checked only when a free list existed; libhdf5 then failed with
+  // "actual len exceeds EOA". Now the group is named.
+  const std::string p = regression("h5ad_local_heap_huge.h5ad");
+  const std::string m = input_error([&] { read_h5ad(p); });
+  EXPECT_HAS(m, p + ": corrupt group: its local heap data segment lies outside the file");
+}
+
 TEST(HostileHdf5, AVlenAttributeStoringLessThanItsReferencesIsRefused) {
   // Found by fuzz_h5ad (session 17; tests/data/fuzz_regressions/make_regressions.py): the root's
   // variable-length string attribute encoding-version stores 8 bytes for a 16-byte reference, and

@@ -32,6 +32,8 @@ tests/cli/test_hostile.sh (issue 16, points 3 and 4). Each is a small valid file
                                root group's local heap free list loops; libhdf5 1.10.8 allocated a
                                free-list block per step until out of memory (H5HL__fl_deserialize).
                                scurry walks the list first (InputError, exit 2).
+  h5ad_local_heap_huge.h5ad    made: every group's local heap states a 2^44-byte data segment and
+                               no free list; refused by name (session 19).
   h5ad_vlen_attr_short.h5ad    found by fuzz_h5ad (libFuzzer, session 17, a 15 s -fork run of
                                fuzz/longrun.sh from fuzz/corpus/fuzz_h5ad, kept as libFuzzer wrote
                                it): the root's one-element variable-length string attribute
@@ -197,3 +199,22 @@ p = os.path.join(HERE, "h5ad_attr_heap_hang.h5ad")
 small_h5ad(p, False); zero_free_space(p)
 p = os.path.join(HERE, "h5ad_attr_dense_heap_hang.h5ad")
 small_h5ad(p, False, dense_attrs=True); zero_free_space(p)
+
+
+def huge_local_heap(path):
+  """Every group's local heap ("HEAP", version 0) states a data segment of 2^44 bytes and no free
+  list (offset 1, H5HL_FREE_NULL). libhdf5 refuses it itself ("actual len exceeds EOA"); scurry
+  checked the segment's size only when a free list existed, and now always, naming the group
+  (InputError, exit 2)."""
+  b = bytearray(open(path, "rb").read())
+  at = b.find(b"HEAP")
+  assert at >= 0
+  while at >= 0:
+      b[at + 8:at + 16] = (1 << 44).to_bytes(8, "little")  # data segment size (sizeof_size 8)
+      b[at + 16:at + 24] = (1).to_bytes(8, "little")       # free list head: none
+      at = b.find(b"HEAP", at + 4)
+  open(path, "wb").write(bytes(b))
+
+
+p = os.path.join(HERE, "h5ad_local_heap_huge.h5ad")
+small_h5ad(p, False); huge_local_heap(p)
