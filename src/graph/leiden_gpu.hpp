@@ -1,5 +1,6 @@
 // scurry: Leiden clustering on the GPU (modularity with a resolution, as leiden.hpp), with our own
-// kernels; the CPU path (igraph) is the oracle. Same options, result and Dataset slots as leiden().
+// kernels; the CPU path (scurry's own Leiden, leiden.hpp) is the oracle. Same options, result and
+// Dataset slots as leiden().
 //
 // One Leiden iteration, per level of the graph (level 0: the cells):
 //  1. Local moving, in parallel sweeps: every node finds the neighbouring community with the best
@@ -29,7 +30,7 @@
 // max, so the same graph and options give the same labels on the same GPU, run after run.
 //
 // Differences from the CPU path: beta and random_state are not used (the moves are greedy and
-// deterministic in their rules). The partition differs from igraph's; its modularity is
+// deterministic in their rules). The partition differs from the CPU path's; its modularity is
 // comparable. The graph must be symmetric (both triangles stored, as obsp['connectivities']); the
 // CPU path reads the upper triangle. SCURRY_PROFILE=1 prints each level's sweeps, refinement
 // rounds and phase times on stderr; SCURRY_LEIDEN_SORT_ABOVE=d (0..256, default 256; a test knob)

@@ -1,8 +1,8 @@
-// GPU Leiden (label gpu): modularity of the GPU partition against the CPU (igraph) partition, the
-// oracle, on the golden pbmc3k connectivities, on a seeded planted-partition graph of 50,000 nodes
-// and on one with hubs (nodes of degree 300-3,000: the warp, sort-path and block kernels at level
-// 0); the sort path for every node against the same oracle; the same labels run after run; the
-// labels' numbering and the Dataset slots; the CPU-context error.
+// GPU Leiden (label gpu): modularity of the GPU partition against the CPU partition (scurry's own
+// Leiden), the oracle, on the golden pbmc3k connectivities, on a seeded planted-partition graph of
+// 50,000 nodes and on one with hubs (nodes of degree 300-3,000: the warp, sort-path and block
+// kernels at level 0); the sort path for every node against the same oracle; the same labels run
+// after run; the labels' numbering and the Dataset slots; the CPU-context error.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
