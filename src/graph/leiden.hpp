@@ -16,14 +16,17 @@
 //  3. aggregation by the refined partition (a counting sort of the nodes, each aggregate's edges
 //     summed in a sparse accumulator), the aggregate nodes starting in their community of step 1;
 // until the local moving leaves every community one node (or the refinement, then the partition
-// itself, as igraph, no longer shrinks the graph). Every community found is connected.
+// itself, as igraph, no longer shrinks the graph). The communities found are connected (the
+// paper's guarantee; checked on every graph of the tests).
 // n_iterations >= 0: that many iterations (0: every cell alone); negative ("until stable",
 // leidenalg's rule): iterations until one no longer raises the modularity by a relative 1e-12 (one
 // that lowers it is undone; at most 10,000). Each iteration after the first restarts at level 0
 // from the partition, so it costs one local-moving pass, the refinement and the aggregations.
-// Data: CSR with int64 offsets and int32 node ids (fewer than 2^31 nodes, else InputError), the
-// input's float weights at level 0 and float64 sums above, float64 community totals, sparse
-// accumulators (a dense vector and a touched list). Seeded by random_state through SplitMix64 with
+// Data: level 0 is the upper triangle mirrored (diagonal entries: self-loops, in the strengths),
+// its nodes renumbered breadth-first (a community's rows near each other in memory; the labels
+// are mapped back); CSR with int64 offsets and int32 node ids (fewer than 2^31 nodes, else
+// InputError), the input's float weights at level 0 and float64 sums above, float64 community
+// totals, sparse accumulators (a dense vector and a touched list). Seeded by random_state through SplitMix64 with
 // scurry's own bounded draws (not leidenalg's or igraph's RNG: the partitions differ from theirs;
 // their modularity is comparable, tested). Threads (the Context's): the local moving runs on one
 // (each move depends on those before); the communities are refined in parallel, each with a random
@@ -31,7 +34,9 @@
 // block order: the same seed gives the same labels for any thread count. SCURRY_LEIDEN_TIMES=1
 // prints each iteration's seconds, levels, clusters and modularity on stderr;
 // SCURRY_LEIDEN_IGRAPH_LOOP=1 (for comparisons) runs instead the CPU path before issue 19,
-// detail::leiden_igraph_loop below.
+// detail::leiden_igraph_loop below. 100,000 cells (k = 15 connectivities, 2.4M entries), 2 cores:
+// ~0.3 s the first iteration, ~0.1 s each after; 6 iterations, 0.85-0.93 s in `scurry run`
+// (the igraph loop: 2.9-3.5 s).
 //
 // As users call it now (issue 22 point 4):
 // - flavor "leidenalg" (scanpy 1.9's and 1.10's default, above) or "igraph" (scanpy 1.10's

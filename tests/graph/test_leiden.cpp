@@ -452,6 +452,22 @@ TEST(Leiden, BadInput) {
   LeidenOptions o;
   o.resolution = 0;
   EXPECT_THROW(leiden(Context::cpu(1), d, o), InputError);
+  // A negative or non-finite weight, in either triangle: an InputError naming it, for both flavors.
+  for (float bad : {-0.5f, std::nanf("")}) {
+    std::vector<std::vector<std::pair<int32_t, float>>> rows = {{{1, 1.0f}}, {{0, 1.0f}, {2, bad}}, {{1, 1.0f}}};
+    const CsrF g = test::csr_from_rows(rows, 3);
+    for (const char* flavor : {"leidenalg", "igraph"}) {
+      LeidenOptions f;
+      f.flavor = flavor;
+      try {
+        leiden(Context::cpu(1), g, f);
+        ADD_FAILURE() << flavor << ": weight " << bad << " accepted";
+      } catch (const InputError& e) {
+        EXPECT_NE(std::string(e.what()).find("negative or non-finite weight at row 1"), std::string::npos) << e.what();
+      }
+    }
+  }
+  EXPECT_THROW(leiden(Context::cpu(1), CsrF::zeros(3, 4), LeidenOptions{}), InputError);  // not square
 }
 
 }  // namespace
