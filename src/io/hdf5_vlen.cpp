@@ -35,6 +35,7 @@ class RawFile {
         H5Fget_filesize(fid.get(), &fsize) < 0 || H5Pget_shared_mesg_nindexes(fcpl.get(), &sohm_indexes) < 0)
       return;
     sohm_ = sohm_indexes > 0;
+    if (H5Pget_sym_k(fcpl.get(), &sym_ik_, &sym_lk_) < 0) return;
     fsize_ = fsize;
     if ((sa_ != 2 && sa_ != 4 && sa_ != 8) || (ss_ != 2 && ss_ != 4 && ss_ != 8)) return;
     fd_ = ::open(file.c_str(), O_RDONLY | O_CLOEXEC);
@@ -51,6 +52,9 @@ class RawFile {
   uint64_t userblock() const { return userblock_; }
   uint64_t size() const { return fsize_; }
   bool has_shared_messages() const { return sohm_; }  // a shared-message table (h5py never writes one)
+  // The superblock's group B-tree K (internal nodes) and symbol table node K (leaves).
+  unsigned group_internal_k() const { return sym_ik_; }
+  unsigned group_leaf_k() const { return sym_lk_; }
 
   // A damaged object header (not the strings' storage).
   [[noreturn]] void corrupt_header(const std::string& why) const {
@@ -81,6 +85,7 @@ class RawFile {
   hsize_t userblock_ = 0;
   uint64_t fsize_ = 0;
   bool sohm_ = false;
+  unsigned sym_ik_ = 0, sym_lk_ = 0;
 };
 
 // The global heap collections the references name, each read and checked once.
@@ -661,22 +666,62 @@ void check_header_extent(hid_t loc, const std::string& name, const std::string& 
   });
 }
 
-void check_local_heap(hid_t group, const std::string& file, const std::string& where) {
-  RawFile f(group, file, where);
-  if (!f.ok()) return;
-  H5O_info_t info;
-  if (H5Oget_info2(group, &info, H5O_INFO_BASIC) < 0) unreadable_header(file, where);
+namespace {
+// An old-style group's B-tree (III.A.1, version 1, node type 0) and its symbol table nodes (III.C),
+// walked before libhdf5 looks a name up in them. libhdf5 reads each node by the size the
+// superblock's K values give (H5B__cache_get_initial_load_size, H5G_NODE_SIZE) and trusts the node's
+// level, entry count and child addresses: a fuzzed h5ad whose root B-tree pointed at garbage sent
+// H5B_find -> H5C_protect into a memcpy from NULL (session 19's device piece, under H5Lexists).
+// Each node must lie inside the file, carry its signature, a level one below its parent's (leaves:
+// 0), at most 2K entries, and appear once; every symbol table node likewise ("SNOD", version 1, at
+// most 2 x leaf K symbols).
+void check_group_btree(const RawFile& f, uint64_t root, const std::string& file, const std::string& where) {
+  auto bad = [&](const std::string& why) {
+    fail_h5(file, "corrupt group: its B-tree " + why + " (file corrupt?)", where);
+  };
+  const uint64_t sa = f.sizeof_addr(), ss = f.sizeof_size(), ub = f.userblock();
+  const uint64_t ik = f.group_internal_k(), lk = f.group_leaf_k();
+  if (ik == 0 || lk == 0) bad("has a K of 0 in the superblock");
+  const uint64_t node_bytes = 8 + 2 * sa + 2 * ik * sa + (2 * ik + 1) * ss;
+  const uint64_t snod_bytes = 8 + 2 * lk * (ss + sa + 4 + 4 + 16);
+  auto inside = [&](uint64_t addr, uint64_t n) { return addr < f.size() && ub <= f.size() - addr && n <= f.size() - addr - ub; };
+  struct Node {
+    uint64_t addr;
+    int level;  // expected; -1: the root, any
+  };
+  std::vector<Node> todo{{root, -1}};
+  std::vector<uint64_t> seen;
+  const size_t max_nodes = 1 << 20;
+  while (!todo.empty()) {
+    const Node nd = todo.back();
+    todo.pop_back();
+    if (std::find(seen.begin(), seen.end(), nd.addr) != seen.end()) bad("reaches a node twice");
+    if (seen.size() >= max_nodes) bad("has too many nodes");
+    seen.push_back(nd.addr);
+    if (!inside(nd.addr, node_bytes)) bad("has a node outside the file");
+    const auto b = f.read(nd.addr + ub, node_bytes, "a group B-tree node");
+    if (std::memcmp(b.data(), "TREE", 4) != 0 || b[4] != 0) bad("has a node without its signature or of another type");
+    const int level = b[5];
+    if ((nd.level >= 0 && level != nd.level) || level > 64) bad("has a node at the wrong level");
+    const uint64_t entries = le_uint(b.data() + 6, 2);
+    if (entries > 2 * ik) bad("has a node with more entries than its K allows");
+    for (uint64_t i = 0; i < entries; ++i) {
+      const uint64_t child = le_uint(b.data() + 8 + 2 * sa + ss + i * (ss + sa), sa);
+      if (level > 0) {
+        todo.push_back({child, level - 1});
+        continue;
+      }
+      if (!inside(child, snod_bytes)) bad("has a symbol table node outside the file");
+      const auto sn = f.read(child + ub, 8, "a symbol table node");
+      if (std::memcmp(sn.data(), "SNOD", 4) != 0 || sn[4] != 1) bad("has a symbol table node without its signature");
+      if (le_uint(sn.data() + 6, 2) > 2 * lk) bad("has a symbol table node with more symbols than its K allows");
+    }
+  }
+}
+
+// A symbol table's local heap (III.D), before libhdf5 reads it.
+void check_heap(const RawFile& f, uint64_t heap, const std::string& file, const std::string& where) {
   const size_t sa = f.sizeof_addr(), ss = f.sizeof_size();
-  uint64_t heap = 0;
-  std::vector<unsigned char> block;
-  // The symbol table message (0x11, IV.A.2.r): the B-tree's address, then the local heap's.
-  if (!walk_header(f, info.addr, block, [&](unsigned type, unsigned, const std::vector<unsigned char>& b, size_t body,
-                                            size_t msize) {
-        if (type != 0x11 || msize < 2 * sa) return false;
-        heap = le_uint(b.data() + body + sa, sa);
-        return true;
-      }))
-    return;  // a new-style group (link messages or dense links): no local heap
   auto bad = [&](const std::string& why) {
     fail_h5(file, "corrupt group: its local heap " + why + " (file corrupt?)", where);
   };
@@ -706,6 +751,29 @@ void check_local_heap(hid_t group, const std::string& file, const std::string& w
     if (size > dsize - at) bad("has a free block past its data");
     at = next;
   }
+}
+
+}  // namespace
+
+void check_local_heap(hid_t group, const std::string& file, const std::string& where) {
+  RawFile f(group, file, where);
+  if (!f.ok()) return;
+  H5O_info_t info;
+  if (H5Oget_info2(group, &info, H5O_INFO_BASIC) < 0) unreadable_header(file, where);
+  const size_t sa = f.sizeof_addr();
+  uint64_t heap = 0, btree = 0;
+  std::vector<unsigned char> block;
+  // The symbol table message (0x11, IV.A.2.r): the B-tree's address, then the local heap's.
+  if (!walk_header(f, info.addr, block, [&](unsigned type, unsigned, const std::vector<unsigned char>& b, size_t body,
+                                            size_t msize) {
+        if (type != 0x11 || msize < 2 * sa) return false;
+        btree = le_uint(b.data() + body, sa);
+        heap = le_uint(b.data() + body + sa, sa);
+        return true;
+      }))
+    return;  // a new-style group (link messages or dense links): no local heap
+  check_heap(f, heap, file, where);
+  check_group_btree(f, btree, file, where);
 }
 
 }  // namespace scurry::h5::detail

@@ -336,6 +336,31 @@ TEST(HostileHdf5, ASharedMessageInAFileWithoutASharedMessageTableIsRefused) {
              p + ": corrupt shared header message (type 5): unknown sharing 1 (file corrupt?) (/matrix/indices)");
 }
 
+TEST(HostileHdf5, AGroupBTreeOutsideTheFileIsRefusedBeforeLibhdf5LooksANameUp) {
+  // Found by fuzz_h5ad (session 19's first device piece; 3 of its crashes and 1 of the second's):
+  // the root's symbol table message points its B-tree past the end of the file; H5Lexists (under
+  // detect_format) sent H5B_find -> H5C_protect into a memcpy from NULL (H5F__accum_read).
+  const std::string p = regression("h5ad_btree_node_outside.h5ad");
+  EXPECT_HAS(input_error([&] { read_h5ad(p); }), p + ": corrupt group: its B-tree has a node outside the file");
+  // fuzz_tenx_h5 (the second piece), the same crash: matrix's B-tree names a symbol table node past the end.
+  const std::string q = regression("10x_snod_outside.h5");
+  EXPECT_HAS(input_error([&] { read_10x_h5(q); }),
+             q + ": corrupt group: its B-tree has a symbol table node outside the file (file corrupt?) (/matrix)");
+}
+
+TEST(HostileHdf5, AGroupWithATwoLevelBTreeIsStillRead) {
+  // The B-tree walk above on a valid group whose B-tree has internal nodes: 600 obs columns are 75
+  // symbol table nodes of 8 (libhdf5's default leaf K 4), more than one B-tree node's 32 (K 16).
+  test::TempDir t;
+  Dataset d = random_dataset(test::fresh_seed(), 5, 3);
+  for (int c = 0; c < 600; ++c) d.obs.set("c" + std::to_string(c), Column::numeric(std::vector<double>(5, c + 0.5)));
+  const std::string p = t.path("wide.h5ad");
+  write_h5ad(d, p);
+  const Dataset r = read_h5ad(p);
+  ASSERT_EQ(r.obs.names().size(), 600u);
+  EXPECT_EQ(std::get<NumericColumn>(r.obs.at("c599").c).values.at(4), 599.5);
+}
+
 TEST(HostileHdf5, AHeaderChunkLargerThanTheFileIsRefusedBeforeLibhdf5AllocatesIt) {
   // Found by fuzz_h5ad (session 18's device piece): obs's header states a 20 GB chunk; libhdf5
   // allocated it under H5Oget_info (child_kind) before reading.

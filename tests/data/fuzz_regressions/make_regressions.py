@@ -34,6 +34,13 @@ tests/cli/test_hostile.sh (issue 16, points 3 and 4). Each is a small valid file
                                scurry walks the list first (InputError, exit 2).
   h5ad_local_heap_huge.h5ad    made: every group's local heap states a 2^44-byte data segment and
                                no free list; refused by name (session 19).
+  h5ad_btree_node_outside.h5ad found by fuzz_h5ad (libFuzzer, session 19's first device piece of
+                               fuzz/longrun.sh, 16 cores; kept as libFuzzer wrote it): the root's
+                               symbol table message points its B-tree past the end of the file;
+                               H5Lexists sent H5B_find -> H5C_protect into a memcpy from NULL
+                               (H5F__accum_read). scurry walks the group's B-tree first.
+  10x_snod_outside.h5          found by fuzz_tenx_h5 in session 19's second piece, the same crash:
+                               matrix's B-tree names a symbol table node past the end of the file.
   h5ad_vlen_attr_short.h5ad    found by fuzz_h5ad (libFuzzer, session 17, a 15 s -fork run of
                                fuzz/longrun.sh from fuzz/corpus/fuzz_h5ad, kept as libFuzzer wrote
                                it): the root's one-element variable-length string attribute
