@@ -66,5 +66,8 @@ void check_header_extent(hid_t loc, const std::string& name, const std::string& 
 // follows a looping list, allocating until memory runs out). InputError "FILE: corrupt group ...
 // (GROUP)"; nothing for new-style groups or a header it cannot read.
 void check_local_heap(hid_t group, const std::string& file, const std::string& where);
+// Before H5Fopen (read-only): the superblock's root group object header, every chunk of it inside
+// the file (libhdf5 allocates each by its stated length while opening). InputError otherwise.
+void check_root_header(const std::string& file);
 
 }  // namespace scurry::h5::detail

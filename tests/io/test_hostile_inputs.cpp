@@ -518,6 +518,82 @@ TEST(Hdf5Vlen, ChunkedStringsReadAsLibhdf5ReadsThemAndADamagedHeapIsRefused) {
   }
 }
 
+TEST(Hdf5Vlen, CompactStringsReadFromTheirHeaderAndADamagedHeapIsRefused) {
+  // A compact vlen dataset's references live in its layout message: read there (libhdf5's H5Dread
+  // allocated and cleared a reference's claimed length first: 1.27 GB in a fuzzed h5ad).
+  std::mt19937_64 rng(test::fresh_seed());
+  test::TempDir t;
+  const std::string p = t.path("c.h5");
+  const auto v = random_strings(rng, 1 + rng() % 300);
+  {
+    hid_t f = H5Fcreate(p.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+    const hsize_t n = v.size();
+    hid_t space = H5Screate_simple(1, &n, nullptr);
+    hid_t pl = H5Pcreate(H5P_DATASET_CREATE);
+    H5Pset_layout(pl, H5D_COMPACT);
+    hid_t ty = vlen_type();
+    hid_t d = H5Dcreate2(f, "s", ty, space, H5P_DEFAULT, pl, H5P_DEFAULT);
+    std::vector<const char*> ptr(v.size());
+    for (size_t i = 0; i < v.size(); ++i) ptr[i] = v[i].c_str();
+    EXPECT_GE(H5Dwrite(d, ty, H5S_ALL, H5S_ALL, H5P_DEFAULT, ptr.data()), 0);
+    H5Tclose(ty), H5Dclose(d), H5Pclose(pl), H5Sclose(space), H5Fclose(f);
+  }
+  ASSERT_EQ(libhdf5_read(p, "s"), v);
+  {
+    h5::File f = h5::File::open(p);
+    EXPECT_EQ(f.dataset("s").read_strings(), v);
+  }
+  damage_first_heap_object(p);
+  h5::File f = h5::File::open(p);
+  const std::string m = input_error([&] { f.dataset("s").read_strings(); });
+  EXPECT_HAS(m, p + ": corrupt variable-length string storage (a global heap object runs past its collection");
+  // The same through the readers: the 10x reproducer (barcodes compact) and session 19's fuzzed h5ad,
+  // whose compact uns/params/name claims 1.27 GB.
+  const std::string q = regression("10x_vlen_heap_compact.h5");
+  EXPECT_HAS(input_error([&] { read_10x_h5(q); }),
+             q + ": corrupt variable-length string storage (a global heap object runs past its collection");
+  const std::string r = regression("h5ad_compact_string_huge.h5ad");
+  h5::File g = h5::File::open(r);
+  EXPECT_HAS(input_error([&] { g.group("uns").group("params").dataset("name").read_strings(); }),
+             r + ": corrupt variable-length string storage");
+}
+
+TEST(HostileHdf5, MillionsOfUnwrittenChunksAreRefusedAFewAreFill) {
+  // libhdf5 keeps a record per chunk a read touches, written or not: a fuzzed 43 KB h5ad's indptr
+  // spanned 13.5M one-element chunks (2.9 GB, 15 s). Made here: 2^19 + 1 one-element chunks, none
+  // written, are refused; 1,000 unwritten ones read as the fill value (0).
+  test::TempDir t;
+  auto make = [&](const std::string& path, hsize_t n) {
+    hid_t f = H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+    hid_t space = H5Screate_simple(1, &n, nullptr);
+    hid_t pl = H5Pcreate(H5P_DATASET_CREATE);
+    const hsize_t one = 1;
+    H5Pset_chunk(pl, 1, &one);
+    hid_t d = H5Dcreate2(f, "x", H5T_STD_I64LE, space, H5P_DEFAULT, pl, H5P_DEFAULT);
+    H5Dclose(d), H5Pclose(pl), H5Sclose(space), H5Fclose(f);
+  };
+  make(t.path("many.h5"), (hsize_t(1) << 19) + 1);
+  make(t.path("few.h5"), 1000);
+  {
+    h5::File f = h5::File::open(t.path("many.h5"));
+    EXPECT_HAS(input_error([&] { f.dataset("x").read<int64_t>(); }),
+               t.path("many.h5") + ": its dataspace spans 524289 chunks, of which the file stores 0 (file corrupt?) (/x)");
+  }
+  h5::File f = h5::File::open(t.path("few.h5"));
+  EXPECT_EQ(f.dataset("x").read<int64_t>(), std::vector<int64_t>(1000, 0));
+  const std::string p = regression("h5ad_indptr_many_chunks.h5ad");
+  EXPECT_HAS(input_error([&] { H5adRowReader r(p); }), p + ": its dataspace spans ");
+}
+
+TEST(HostileHdf5, ARootHeaderChunkPastTheFileIsRefusedBeforeH5Fopen) {
+  // Found by fuzz_h5ad (session 19, the local piece): the root group's object header states a first
+  // chunk of 8 GB; H5Fopen (H5G_mkroot -> H5O_protect) allocated it before anything could look.
+  const std::string p = regression("h5ad_root_header_huge.h5ad");
+  EXPECT_HAS(input_error([&] { h5::File::open(p); }),
+             p + ": corrupt object header: a header chunk runs past the end of the file (file corrupt?) (/)");
+  EXPECT_HAS(input_error([&] { read_h5ad(p); }), p + ": corrupt object header");
+}
+
 TEST(Hdf5Vlen, ScurrysGzipStringColumnsReadBack) {
   // scurry's writer compresses string arrays with gzip > 0 (chunked): the round trip is exact.
   std::mt19937_64 rng(test::fresh_seed());

@@ -41,6 +41,21 @@ tests/cli/test_hostile.sh (issue 16, points 3 and 4). Each is a small valid file
                                (H5F__accum_read). scurry walks the group's B-tree first.
   10x_snod_outside.h5          found by fuzz_tenx_h5 in session 19's second piece, the same crash:
                                matrix's B-tree names a symbol table node past the end of the file.
+  h5ad_attr_dense_heap_crash.h5ad  made: the dense-attribute file of h5ad_attr_dense_heap_hang
+                               with the root's encoding-type heap object 2^29 bytes too long: scurry
+                               does not look into dense attribute storage (a fractal heap), and
+                               libhdf5 1.10.8 crashes reading it (H5Aread's vlen conversion); the
+                               CLI's crash guard reports it (exit 2, one line). Since session 19 the
+                               compact reproducer 10x_vlen_heap_compact.h5 is read by scurry itself.
+  Found by session 19's local piece of fuzz/longrun.sh (2 cores, resuming from the device pieces'
+  corpora; kept as libFuzzer wrote them):
+  h5ad_compact_string_huge.h5ad  uns/params/name, a compact scalar vlen string, claims 1.27 GB;
+                               H5Dread's vlen conversion allocated and cleared that much (an OOM).
+                               scurry reads compact references from the layout message itself.
+  h5ad_indptr_many_chunks.h5ad X/indptr spans 13.5M one-element chunks, none stored; H5Dread kept a
+                               record per chunk (2.9 GB, 15 s: a timeout). Refused by its chunk count.
+  h5ad_root_header_huge.h5ad   the root group's object header states an 8 GB first chunk; H5Fopen
+                               allocated it. The root's header is walked before H5Fopen.
   h5ad_vlen_attr_short.h5ad    found by fuzz_h5ad (libFuzzer, session 17, a 15 s -fork run of
                                fuzz/longrun.sh from fuzz/corpus/fuzz_h5ad, kept as libFuzzer wrote
                                it): the root's one-element variable-length string attribute
@@ -225,3 +240,24 @@ def huge_local_heap(path):
 
 p = os.path.join(HERE, "h5ad_local_heap_huge.h5ad")
 small_h5ad(p, False); huge_local_heap(p)
+
+
+def damage_root_encoding_heap(path):
+  """The global heap object holding the root's encoding-type ("anndata") gets 2^29 added to its size
+  (byte 3 of the size field set to 0x20), as damage_heap does to a barcode."""
+  b = bytearray(open(path, "rb").read())
+  g = b.find(b"GCOL")
+  assert g >= 0
+  o = g + 16
+  while int.from_bytes(b[o:o + 2], "little") != 0:
+      size = int.from_bytes(b[o + 8:o + 16], "little")
+      if bytes(b[o + 16:o + 16 + size]) == b"anndata":
+          b[o + 8 + 3] = 0x20
+          open(path, "wb").write(bytes(b))
+          return
+      o += 16 + (size + 7) // 8 * 8
+  raise AssertionError("no 'anndata' heap object")
+
+
+p = os.path.join(HERE, "h5ad_attr_dense_heap_crash.h5ad")
+small_h5ad(p, False, dense_attrs=True); damage_root_encoding_heap(p)
