@@ -15,6 +15,7 @@
 #include "core/error.hpp"
 #include "exec/context.hpp"
 #include "graph/leiden.hpp"
+#include "leiden_checks.hpp"
 #include "io/h5ad.hpp"
 #include "testlib.hpp"
 
@@ -160,17 +161,7 @@ void expect_connected_communities(const char* what, const CsrF& g, const LeidenR
   EXPECT_EQ(split, 0) << what << ": " << split << " of " << r.n_clusters << " communities are not connected";
 }
 
-// Labels 0..n_clusters-1 by decreasing size.
-void expect_numbered_by_size(const LeidenResult& r) {
-  std::vector<int64_t> size(static_cast<size_t>(r.n_clusters), 0);
-  for (int32_t l : r.labels) {
-    ASSERT_GE(l, 0);
-    ASSERT_LT(l, r.n_clusters);
-    ++size[l];
-  }
-  for (int64_t x : size) EXPECT_GT(x, 0);
-  EXPECT_TRUE(std::is_sorted(size.rbegin(), size.rend()));
-}
+using test::expect_numbered_by_size;
 
 // scurry's Leiden against igraph's until-stable loop over `seeds` random states from
 // o.random_state: the best modularity of ours at least igraph's best - 0.002 (a single run varies

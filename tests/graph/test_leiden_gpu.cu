@@ -14,6 +14,7 @@
 #include "core/error.hpp"
 #include "exec/context.hpp"
 #include "graph/leiden.hpp"
+#include "leiden_checks.hpp"
 #include "graph/leiden_gpu.hpp"
 #include "io/h5ad.hpp"
 #include "testlib.hpp"
@@ -40,17 +41,7 @@ CsrF planted(int64_t n, int64_t blocks, int intra, int inter, uint64_t seed, std
   return test::planted_partition(n, blocks, intra, inter, seed, hubs, &truth);
 }
 
-// Labels numbered 0..n_clusters-1 by decreasing size.
-void expect_numbered_by_size(const LeidenResult& r) {
-  std::vector<int64_t> size(static_cast<size_t>(r.n_clusters), 0);
-  for (int32_t l : r.labels) {
-    ASSERT_GE(l, 0);
-    ASSERT_LT(l, r.n_clusters);
-    ++size[l];
-  }
-  for (int64_t s : size) EXPECT_GT(s, 0);
-  EXPECT_TRUE(std::is_sorted(size.rbegin(), size.rend()));
-}
+using test::expect_numbered_by_size;
 
 // Sets an environment variable for the scope.
 struct ScopedEnv {
