@@ -1052,6 +1052,12 @@ Kind Group::child_kind(const std::string& name) const {
     if (e < 0) fail_h5(file_, "cannot look up '" + sofar + "' (file corrupt?)", path_);
     if (e == 0) return Kind::missing;
     if (slash == std::string::npos) break;
+    // An intermediate group: its header, local heap and B-tree checked before libhdf5 looks the next
+    // component up in them (a fuzzed h5ad's f.has("c/barcodes") sent H5HL_protect into a memcpy of
+    // size -1 under H5Lexists, in a heap nobody had opened).
+    detail::check_header_extent(id(), sofar, file_, child_path(sofar));
+    Id sub(H5Gopen2(id(), sofar.c_str(), H5P_DEFAULT));
+    if (sub.valid()) check_heap_if_reading(sub.get(), file_, child_path(sofar));
     pos = slash + 1;
   }
   detail::check_header_extent(id(), name, file_, child_path(name));
@@ -1078,8 +1084,18 @@ std::vector<std::string> Group::children() const {
   return out;
 }
 
+// Groups nested deeper than this are refused: a hard link to an ancestor makes a cycle, and the
+// readers that walk a tree (summarize_h5ad, uns) would recurse until the stack ran out (fuzz_h5ad).
+constexpr int kMaxGroupDepth = 64;
+void check_depth(const std::string& file, const std::string& path) {
+  if (std::count(path.begin(), path.end(), '/') > kMaxGroupDepth)
+    fail_h5(file, "groups nested more than " + std::to_string(kMaxGroupDepth) + " deep (a cycle of links?)", path);
+}
+
 Node Group::open_child(const std::string& name) const {
   InHdf5 in_hdf5(file_.c_str(), path_.c_str());
+  check_depth(file_, child_path(name));
+  if (name.find('/') != std::string::npos) child_kind(name);  // the groups on the way checked
   detail::check_object_header(id(), name, file_, child_path(name));
   Id o(H5Oopen(id(), name.c_str(), H5P_DEFAULT));
   if (!o.valid()) fail_h5(file_, "cannot open '" + name + "' (missing, or file corrupt)", child_path(name));
@@ -1088,6 +1104,7 @@ Node Group::open_child(const std::string& name) const {
 
 Group Group::group(const std::string& name) const {
   InHdf5 in_hdf5(file_.c_str(), path_.c_str());
+  check_depth(file_, child_path(name));
   const Kind k = child_kind(name);
   if (k == Kind::missing) fail_h5(file_, "missing group '" + name + "'", child_path(name));
   if (k != Kind::group) fail_h5(file_, "'" + name + "' should be a group", child_path(name));

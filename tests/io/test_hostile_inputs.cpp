@@ -23,6 +23,7 @@
 
 #include "core/error.hpp"
 #include "core/output.hpp"
+#include "io/format.hpp"
 #include "io/h5ad.hpp"
 #include "io/hdf5.hpp"
 #include "io/hdf5_guard.hpp"
@@ -583,6 +584,30 @@ TEST(HostileHdf5, MillionsOfUnwrittenChunksAreRefusedAFewAreFill) {
   EXPECT_EQ(f.dataset("x").read<int64_t>(), std::vector<int64_t>(1000, 0));
   const std::string p = regression("h5ad_indptr_many_chunks.h5ad");
   EXPECT_HAS(input_error([&] { H5adRowReader r(p); }), p + ": its dataspace spans ");
+}
+
+TEST(HostileHdf5, AGroupCycleAndAnUncheckedIntermediateGroupAreRefused) {
+  // Found by fuzz_h5ad (session 19, the local piece, after the fixes above): a group holding a hard
+  // link to an ancestor sent summarize_h5ad's recursion into a stack overflow; a path "c/barcodes"
+  // looked up through a group nobody had opened sent H5HL_protect into a memcpy of size -1.
+  const std::string p = regression("h5ad_group_cycle.h5ad");
+  EXPECT_HAS(input_error([&] { summarize_h5ad(p); }), p + ": groups nested more than 64 deep (a cycle of links?)");
+  const std::string q = regression("h5ad_nested_heap_unchecked.h5ad");
+  EXPECT_HAS(input_error([&] { detect_format(q); }),
+             q + ": corrupt group: its local heap data segment lies outside the file (file corrupt?) (/obs)");
+  // Made: a real cycle (a hard link to the root, three levels down) through every tree walker.
+  test::TempDir t;
+  const std::string c = t.path("cycle.h5ad");
+  write_h5ad(random_dataset(test::fresh_seed(), 4, 3), c);
+  {
+    hid_t f = H5Fopen(c.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+    hid_t g = H5Gcreate2(f, "uns/a", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    ASSERT_GE(g, 0);
+    ASSERT_GE(H5Lcreate_hard(f, "/uns", g, "back", H5P_DEFAULT, H5P_DEFAULT), 0);
+    H5Gclose(g), H5Fclose(f);
+  }
+  EXPECT_HAS(input_error([&] { summarize_h5ad(c); }), "groups nested more than 64 deep");
+  EXPECT_HAS(input_error([&] { read_h5ad(c); }), "groups nested more than 64 deep");
 }
 
 TEST(HostileHdf5, ARootHeaderChunkPastTheFileIsRefusedBeforeH5Fopen) {

@@ -56,6 +56,12 @@ tests/cli/test_hostile.sh (issue 16, points 3 and 4). Each is a small valid file
                                record per chunk (2.9 GB, 15 s: a timeout). Refused by its chunk count.
   h5ad_root_header_huge.h5ad   the root group's object header states an 8 GB first chunk; H5Fopen
                                allocated it. The root's header is walked before H5Fopen.
+  h5ad_group_cycle.h5ad        the same piece, after those fixes: a group holds a hard link to an
+                               ancestor; summarize_h5ad recursed until the stack overflowed. Groups
+                               nested more than 64 deep are refused.
+  h5ad_nested_heap_unchecked.h5ad  the same piece: detect_format's f.has("c/barcodes") looked the
+                               name up through obs, whose local heap nobody had checked (H5HL_protect,
+                               a memcpy of size -1). Every group on a path is checked on the way.
   h5ad_vlen_attr_short.h5ad    found by fuzz_h5ad (libFuzzer, session 17, a 15 s -fork run of
                                fuzz/longrun.sh from fuzz/corpus/fuzz_h5ad, kept as libFuzzer wrote
                                it): the root's one-element variable-length string attribute
