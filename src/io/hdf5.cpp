@@ -244,6 +244,8 @@ void check_number_type(hid_t t, const std::string& file, const std::string& path
   if (!ok) fail_h5(file, "holds a malformed number type (bit fields outside its " + std::to_string(bits) + " bits; file corrupt?)", path);
 }
 
+constexpr double kMaxUnwrittenChunks = 1 << 18;
+
 // An unfiltered chunk stored in fewer bytes than a whole chunk makes libhdf5 1.10.8 copy a whole
 // chunk out of the shorter buffer it read it into (H5VM_memcpyvv from H5D__scatgath_read: a heap
 // overflow, found by fuzz_h5ad in a 13-element indptr whose one chunk stores 50 bytes of 52). Each
@@ -254,7 +256,7 @@ void check_number_type(hid_t t, const std::string& file, const std::string& path
 // A compact dataset (its data inside the object header) whose stored bytes are fewer than its
 // dataspace's elements take is the same overflow (H5D__compact_readvv copies from the stored
 // bytes by the dataspace's count; found by fuzz_tenx_h5): its storage size is compared first.
-constexpr double kMaxUnwrittenChunks = 1 << 18;
+// Chunks never written, allowed up to kMaxUnwrittenChunks (below).
 void check_chunk_storage(hid_t d, size_t elem_bytes, const std::string& file, const std::string& path) {
   Id pl(H5Dget_create_plist(d));
   if (!pl.valid()) return;
@@ -1086,11 +1088,13 @@ std::vector<std::string> Group::children() const {
 
 // Groups nested deeper than this are refused: a hard link to an ancestor makes a cycle, and the
 // readers that walk a tree (summarize_h5ad, uns) would recurse until the stack ran out (fuzz_h5ad).
+namespace {
 constexpr int kMaxGroupDepth = 64;
 void check_depth(const std::string& file, const std::string& path) {
   if (std::count(path.begin(), path.end(), '/') > kMaxGroupDepth)
     fail_h5(file, "groups nested more than " + std::to_string(kMaxGroupDepth) + " deep (a cycle of links?)", path);
 }
+}  // namespace
 
 Node Group::open_child(const std::string& name) const {
   InHdf5 in_hdf5(file_.c_str(), path_.c_str());

@@ -237,7 +237,9 @@ TEST(Leiden, SameSeedSameLabelsForAnyThreadCountOtherSeedsNear) {
   const LeidenResult one = leiden(Context::cpu(1), g, o), two = leiden(Context::cpu(2), g, o);
   EXPECT_EQ(one.labels, two.labels);
   EXPECT_EQ(one.modularity, two.modularity);
-  EXPECT_EQ(leiden(Context::cpu(5), g, o).labels, one.labels);  // more threads than this machine's cores
+  // More threads than this machine's cores. (Not 5: clang 14's libomp, under the sanitized build's
+  // LeakSanitizer, reports two of its team structures as leaked after a team of 5 on 2 cores.)
+  EXPECT_EQ(leiden(Context::cpu(4), g, o).labels, one.labels);
   double lo = one.modularity, hi = one.modularity;
   int64_t other_labels = 0;
   for (uint64_t s = 1; s <= 4; ++s) {
