@@ -237,9 +237,6 @@ TEST(Leiden, SameSeedSameLabelsForAnyThreadCountOtherSeedsNear) {
   const LeidenResult one = leiden(Context::cpu(1), g, o), two = leiden(Context::cpu(2), g, o);
   EXPECT_EQ(one.labels, two.labels);
   EXPECT_EQ(one.modularity, two.modularity);
-  // More threads than this machine's cores. (Not 5: clang 14's libomp, under the sanitized build's
-  // LeakSanitizer, reports two of its team structures as leaked after a team of 5 on 2 cores.)
-  EXPECT_EQ(leiden(Context::cpu(4), g, o).labels, one.labels);
   double lo = one.modularity, hi = one.modularity;
   int64_t other_labels = 0;
   for (uint64_t s = 1; s <= 4; ++s) {
@@ -260,6 +257,11 @@ TEST(Leiden, SameSeedSameLabelsForAnyThreadCountOtherSeedsNear) {
   d1.obs.index = golden().obs.index;
   d2 = d1;
   EXPECT_EQ(leiden(Context::cpu(1), d1, LeidenOptions{}).labels, leiden(Context::cpu(2), d2, LeidenOptions{}).labels);
+  // More threads than this machine's cores, last in this process: clang 14's libomp, under the
+  // sanitized build's LeakSanitizer, reports team structures as leaked when a larger team is later
+  // shrunk (seen with 5 threads alone, and with 4 under ctest's load).
+  o.random_state = seed % 1000;
+  EXPECT_EQ(leiden(Context::cpu(4), g, o).labels, one.labels);
 }
 
 // n_iterations: 0 leaves every cell alone; k > 0 runs k iterations, each from the partition before
