@@ -19,6 +19,7 @@
 #include "core/error.hpp"
 #include "core/log.hpp"
 #include "exec/parallel.hpp"
+#include "graph/mix64.cuh"
 #include "graph/umap.hpp"
 
 namespace scurry {
@@ -81,11 +82,7 @@ constexpr int32_t kQualityBlock = 16384;   // modularity: nodes per parallel blo
 constexpr int kPrefetchRow = 4, kPrefetchOffsets = 8;  // rows asked for this many visits ahead
 constexpr double kNegligibleExponent = 40;  // refinement: exp(-40) of the best move's weight counts as 0
 
-uint64_t mix64(uint64_t z) {  // SplitMix64's finaliser
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-  return z ^ (z >> 31);
-}
+using gpu::mix64;  // SplitMix64's finaliser (graph/mix64.cuh, shared with the GPU kernels)
 
 // The seeded random source: SplitMix64 (Steele, Lea & Flood 2014), counter-based (draw i of a
 // stream is mix64(seed + (i + 1) * golden ratio)), so each community's refinement has a stream of
