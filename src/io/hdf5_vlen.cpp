@@ -605,14 +605,27 @@ void check_object_header(hid_t loc, const std::string& name, const std::string& 
   if (!opened_read_only(loc)) return;
   RawFile f(loc, file, where);
   if (!f.ok()) return;
-  H5O_info_t info;
-  if (H5Oget_info_by_name2(loc, name.c_str(), &info, H5O_INFO_BASIC, H5P_DEFAULT) < 0) {
-    if (H5Lexists(loc, name.c_str(), H5P_DEFAULT) <= 0) return;  // missing: the caller says so
-    unreadable_header(file, where);
+  // The header's address from the link (a hard link names it), not from H5Oget_info: that loads
+  // the header into libhdf5's cache first, allocating its first chunk's stated size (a fuzzed h5ad
+  // stated 40-400 GB; on a machine with the memory to map it, the sanitized build's resident set
+  // grew past 3 GB before the read failed: the device-only OOMs of bench/RESULTS.md section 51).
+  // walk_header refuses a chunk running past the end of the file before anything is allocated.
+  haddr_t addr = HADDR_UNDEF;
+  H5L_info_t li;
+  if (H5Lget_info(loc, name.c_str(), &li, H5P_DEFAULT) >= 0 && li.type == H5L_TYPE_HARD) {
+    if (li.u.address >= f.size()) f.corrupt_header("it lies outside the file");
+    addr = li.u.address;
+  } else {  // a soft or external link, or none: libhdf5 resolves it
+    H5O_info_t info;
+    if (H5Oget_info_by_name2(loc, name.c_str(), &info, H5O_INFO_BASIC, H5P_DEFAULT) < 0) {
+      if (H5Lexists(loc, name.c_str(), H5P_DEFAULT) <= 0) return;  // missing: the caller says so
+      unreadable_header(file, where);
+    }
+    addr = info.addr;
   }
   const size_t ss = f.sizeof_size();
   std::vector<unsigned char> block;
-  walk_header(f, info.addr, block, [&](unsigned type, unsigned mflags, const std::vector<unsigned char>& b, size_t body,
+  walk_header(f, addr, block, [&](unsigned type, unsigned mflags, const std::vector<unsigned char>& b, size_t body,
                                        size_t msize) {
     if (mflags & 0x02) {  // a shared message: stored elsewhere
       check_shared_message(f, type, b.data() + body, msize, file, where);

@@ -362,6 +362,21 @@ TEST(HostileHdf5, AGroupWithATwoLevelBTreeIsStillRead) {
   EXPECT_EQ(std::get<NumericColumn>(r.obs.at("c599").c).values.at(4), 599.5);
 }
 
+TEST(HostileHdf5, AChildsHeaderIsWalkedBeforeLibhdf5LoadsIt) {
+  // Found by fuzz_h5ad (session 20's second device piece: its 4 OOMs): a child's object header
+  // states a first chunk of 40 GB (var) and 275 GB (uns/params); check_object_header asked
+  // H5Oget_info for the header's address, and libhdf5 allocated the chunk first (H5O_protect ->
+  // H5C_protect). Where the machine could map it (128 GB), the sanitized build's resident set passed
+  // 3 GB: the device-only OOMs of bench/RESULTS.md section 51. The address now comes from the link.
+  const std::string p = regression("h5ad_child_header_huge.h5ad");
+  EXPECT_HAS(input_error([&] { summarize_h5ad(p); }),
+             p + ": corrupt object header: a header chunk runs past the end of the file (file corrupt?)");
+  EXPECT_HAS(input_error([&] { read_h5ad(p); }), p + ": corrupt ");
+  const std::string q = regression("h5ad_value_header_huge.h5ad");
+  EXPECT_HAS(input_error([&] { read_h5ad(q); }),
+             q + ": corrupt object header: a header chunk runs past the end of the file (file corrupt?)");
+}
+
 TEST(HostileHdf5, AHeaderChunkLargerThanTheFileIsRefusedBeforeLibhdf5AllocatesIt) {
   // Found by fuzz_h5ad (session 18's device piece): obs's header states a 20 GB chunk; libhdf5
   // allocated it under H5Oget_info (child_kind) before reading.

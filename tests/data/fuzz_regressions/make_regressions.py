@@ -62,6 +62,12 @@ tests/cli/test_hostile.sh (issue 16, points 3 and 4). Each is a small valid file
   h5ad_nested_heap_unchecked.h5ad  the same piece: detect_format's f.has("c/barcodes") looked the
                                name up through obs, whose local heap nobody had checked (H5HL_protect,
                                a memcpy of size -1). Every group on a path is checked on the way.
+  Found by session 20's second device piece of fuzz/longrun.sh (16 cores; kept as libFuzzer wrote
+  them; its only findings, 4 OOMs, 2 of them kept):
+  h5ad_child_header_huge.h5ad  var's object header states a 40 GB first chunk, and
+  h5ad_value_header_huge.h5ad  uns/params's one 275 GB: check_object_header took the header's
+                               address from H5Oget_info, which loads (allocates) the header first.
+                               The address now comes from the link, and the walk refuses the chunk.
   h5ad_vlen_attr_short.h5ad    found by fuzz_h5ad (libFuzzer, session 17, a 15 s -fork run of
                                fuzz/longrun.sh from fuzz/corpus/fuzz_h5ad, kept as libFuzzer wrote
                                it): the root's one-element variable-length string attribute
