@@ -377,6 +377,16 @@ TEST(HostileHdf5, AChildsHeaderIsWalkedBeforeLibhdf5LoadsIt) {
              q + ": corrupt object header: a header chunk runs past the end of the file (file corrupt?)");
 }
 
+TEST(HostileHdf5, ASymbolTableMessageShorterThanItsAddressesIsRefused) {
+  // Found by fuzz_h5ad (session 20's third device piece, a timeout; the CLI ran past 60 s): the
+  // root's symbol table message states size 0. The heap check skipped it as not a symbol table, but
+  // libhdf5 decodes the B-tree and heap addresses from the bytes that follow and found a local heap
+  // whose free list loops on itself (H5HL__fl_deserialize allocated 44M blocks, 1.4 GB).
+  const std::string p = regression("h5ad_stab_message_short.h5ad");
+  EXPECT_HAS(input_error([&] { read_h5ad(p); }),
+             p + ": corrupt object header: its symbol table message is shorter than its two addresses (file corrupt?) (/)");
+}
+
 TEST(HostileHdf5, AHeaderChunkLargerThanTheFileIsRefusedBeforeLibhdf5AllocatesIt) {
   // Found by fuzz_h5ad (session 18's device piece): obs's header states a 20 GB chunk; libhdf5
   // allocated it under H5Oget_info (child_kind) before reading.

@@ -68,6 +68,9 @@ tests/cli/test_hostile.sh (issue 16, points 3 and 4). Each is a small valid file
   h5ad_value_header_huge.h5ad  uns/params's one 275 GB: check_object_header took the header's
                                address from H5Oget_info, which loads (allocates) the header first.
                                The address now comes from the link, and the walk refuses the chunk.
+  h5ad_stab_message_short.h5ad the third piece's one finding (a timeout): the root's symbol table
+                               message states size 0; libhdf5 decodes its addresses anyway and
+                               reaches a local heap whose free list loops. Refused by its size.
   h5ad_vlen_attr_short.h5ad    found by fuzz_h5ad (libFuzzer, session 17, a 15 s -fork run of
                                fuzz/longrun.sh from fuzz/corpus/fuzz_h5ad, kept as libFuzzer wrote
                                it): the root's one-element variable-length string attribute
