@@ -76,6 +76,11 @@ std::vector<int64_t> sorted_ranks(const std::vector<int64_t>& ns, int64_t n_cols
   return out;
 }
 
+// Rows whose nonzeros are all integers below this (counts) get their top-n sums from a histogram of
+// their values: one pass, where nth_element's partitions over ~2,000 doubles a cell were most of
+// QC's time (0.2 of 0.3 s at 20k x 20k on 2 cores).
+constexpr int32_t kTopHist = 4096;
+
 template <class Acc>
 QcResult qc_impl(const Context& ctx, const Acc& A, const QcOptions& opt,
                  const std::vector<std::vector<uint8_t>>& masks) {
@@ -107,12 +112,15 @@ QcResult qc_impl(const Context& ctx, const Acc& A, const QcOptions& opt,
     std::vector<int32_t> si;
     std::vector<T> sv;
     std::vector<double> top, qt(nq);
+    std::vector<int32_t> hist(nk ? kTopHist : 0, 0);
     for (int64_t r = rb.begin(b); r < rb.end(b); ++r) {
       const auto row = A.row(r, si, sv);
       int64_t nz = 0;
       double tot = 0.0;
       std::fill(qt.begin(), qt.end(), 0.0);
       top.clear();
+      bool counts = true;  // every nonzero an integer in [1, kTopHist): counted in hist
+      int32_t maxv = 0;
       for (int64_t k = 0; k < row.n; ++k) {
         const double v = static_cast<double>(row.val[k]);
         if (v == 0.0) continue;  // explicit zeros do not count (scanpy eliminates them first)
@@ -123,7 +131,19 @@ QcResult qc_impl(const Context& ctx, const Acc& A, const QcOptions& opt,
         part[ug + j] += v;
         for (size_t q = 0; q < nq; ++q)
           if (masks[q][j]) qt[q] += v;
-        if (nk) top.push_back(v);
+        if (nk) {
+          top.push_back(v);
+          if (counts) {
+            const bool small = v >= 1.0 && v < static_cast<double>(kTopHist) && v == static_cast<double>(static_cast<int32_t>(v));
+            if (small) {
+              const int32_t iv = static_cast<int32_t>(v);
+              ++hist[static_cast<size_t>(iv)];
+              maxv = std::max(maxv, iv);
+            } else {
+              counts = false;
+            }
+          }
+        }
       }
       const size_t ur = static_cast<size_t>(r);
       res.n_genes_by_counts[ur] = nz;
@@ -132,6 +152,27 @@ QcResult qc_impl(const Context& ctx, const Acc& A, const QcOptions& opt,
         res.total_counts_qc[q][ur] = qt[q];
         res.pct_counts_qc[q][ur] = tot != 0.0 ? qt[q] / tot * 100.0 : 0.0;
       }
+      if (nk && counts) {
+        // Counts: the top-n sums from the histogram of the row's values, walked from the largest
+        // (integers below 2^53: each sum exact, the same double as any order of adding them).
+        size_t k = 0;
+        int64_t taken = 0;
+        double sum = 0.0;
+        for (int32_t v = maxv; v >= 1 && k < nk; --v) {
+          const int64_t c = hist[static_cast<size_t>(v)];
+          while (k < nk && taken + c >= res.percent_top[k]) {
+            const double s = sum + static_cast<double>(res.percent_top[k] - taken) * v;
+            res.pct_counts_in_top[k][ur] = tot != 0.0 ? s / tot * 100.0 : 0.0;
+            ++k;
+          }
+          taken += c;
+          sum += static_cast<double>(c) * v;
+        }
+        for (; k < nk; ++k) res.pct_counts_in_top[k][ur] = tot != 0.0 ? sum / tot * 100.0 : 0.0;  // fewer genes than n
+        std::fill_n(hist.begin(), static_cast<size_t>(maxv) + 1, 0);
+        continue;
+      }
+      if (nk) std::fill_n(hist.begin(), static_cast<size_t>(maxv) + 1, 0);  // (a row left the histogram)
       // Top-n sums: successive partial partitions, largest n first, each within the previous top.
       size_t cur = top.size();
       for (size_t k = nk; k-- > 0;) {

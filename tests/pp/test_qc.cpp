@@ -140,6 +140,36 @@ TEST(Qc, MatchesDenseOracle) {
   check_against_oracle(rd, o);
 }
 
+TEST(Qc, TopSumsFromTheCountHistogramAndFromPartitionsAgree) {
+  // Rows of small integer counts take the histogram path; a row with a count of 4096 or more, a
+  // fractional or a negative value takes the partitions. Both against the oracle's full sort, with
+  // many ties (counts 1-3) and n values falling inside a run of equal counts.
+  const uint64_t seed = test::fresh_seed();
+  const int64_t n = 400, g = 700;
+  CsrF x = make_counts(n, g, 0.6, seed);
+  std::mt19937_64 rng(seed ^ 0x5eed);
+  for (int64_t r = 0; r < n; ++r) {
+    const int64_t p0 = x.indptr[r], p1 = x.indptr[r + 1];
+    if (p1 == p0) continue;
+    const int64_t at = p0 + static_cast<int64_t>(rng() % static_cast<uint64_t>(p1 - p0));
+    switch (r % 8) {
+      case 1: x.data[at] = 4095.0f; break;   // the histogram's largest
+      case 2: x.data[at] = 4096.0f; break;   // past it
+      case 3: x.data[at] = 2.5f; break;      // not an integer
+      case 4: x.data[at] = 1e-3f; break;     // tiny
+      case 5: x.data[at] = 70000.0f; break;  // far past it
+      default: break;
+    }
+  }
+  std::vector<std::vector<uint8_t>> masks{std::vector<uint8_t>(g, 0)};
+  QcOptions opt;
+  opt.qc_vars = {"m"};
+  opt.percent_top = {1, 2, 3, 50, 100, 200, 500, 700};
+  const QcResult r = calculate_qc_metrics(Context::cpu(2), x, opt, masks);
+  const Oracle o = oracle(to_dense_d(Matrix(x)), r.percent_top, masks);
+  check_against_oracle(r, o);
+}
+
 TEST(Qc, ThreadCountDoesNotChangeBits) {
   const uint64_t seed = test::fresh_seed();
   // > 2^18 nonzeros: several blocks. Non-integer values make the summation order visible.
