@@ -88,6 +88,11 @@ constexpr int kMaxLanes = 64;  // the most lanes an instruction set runs (lanes_
 constexpr int kKindBits = 3;
 constexpr int64_t kLaneMaxVertices = int64_t(1) << (31 - kKindBits);
 
+// Each edge's place in the schedule (next_due): its next due epoch m, F(m) and F(m - 1).
+struct EdgeDue {
+  std::vector<int32_t> next, f_next, f_before;
+};
+
 struct LaneScratch {
   int lanes = 0;
   int64_t rows = 0;              // rows allocated; every cell of them is kNop/0 between blocks
@@ -116,17 +121,40 @@ struct LaneScratch {
 // smallest m > n with F(m) >= F(n) + 1: a guess from ceil((F(n) + 1) eps), corrected by a step or
 // two with the same expression. INT32_MAX when never (eps <= 0, or beyond 2^31 epochs). The lanes
 // keep it per edge, so an epoch tests each edge with one comparison instead of the quotients.
-// (always inlined: next to due_negatives the compiler shares the quotient n / eps.)
-__attribute__((always_inline)) inline int32_t next_due(float eps_f, int64_t n) {
+// Here with fn = F(n) given, and F at the result and one before it returned in f_at, f_before: the
+// lanes keep both per edge, so that the edge's next visit takes F(n) and F(n - 1) (due_negatives'
+// two quotients) from them instead of dividing again (the schedule was a third of a 2-D layout's
+// time).
+__attribute__((always_inline)) inline int32_t next_due(float eps_f, int64_t n, double fn, int32_t& f_at,
+                                                       int32_t& f_before) {
   const double eps = eps_f;
   if (!(eps > 0)) return std::numeric_limits<int32_t>::max();
   auto F = [&](int64_t m) { return umap_sgd::floor_pos(static_cast<double>(m) / eps); };
-  const double target = F(n) + 1.0, guess = target * eps;
+  const double target = fn + 1.0, guess = target * eps;
   if (!(guess < 2e9)) return std::numeric_limits<int32_t>::max();
-  int64_t m = std::max<int64_t>(n + 1, static_cast<int64_t>(umap_sgd::ceil_pos(guess)));
-  while (m - 1 > n && F(m - 1) >= target) --m;
-  while (F(m) < target) ++m;
-  return m > std::numeric_limits<int32_t>::max() ? std::numeric_limits<int32_t>::max() : static_cast<int32_t>(m);
+  const int64_t m0 = std::max<int64_t>(n + 1, static_cast<int64_t>(umap_sgd::ceil_pos(guess)));
+  // The guess is right or one short but for rounding at the edges: F at m0 - 1, m0 and m0 + 1 as
+  // three independent quotients and the answer picked by selects (a search with data-dependent
+  // branches mispredicts about once an edge, which serialised the divisions: ~100 cycles an edge).
+  // Anything else (never seen) takes the search, with the same quotients.
+  const double a = F(m0 - 1), b = F(m0), c = F(m0 + 1);
+  const bool lower_ok = !(m0 - 1 > n) || !(a >= target);  // the search would not step below m0
+  int64_t m;
+  double fm, fm1;
+  if (lower_ok && (b >= target || c >= target)) [[likely]] {
+    const bool at0 = b >= target;
+    m = at0 ? m0 : m0 + 1;
+    fm = at0 ? b : c;
+    fm1 = at0 ? (m0 - 1 > n ? a : fn) : b;
+  } else {
+    m = m0;
+    while (m - 1 > n && F(m - 1) >= target) --m;
+    while (F(m) < target) ++m;
+    fm = F(m), fm1 = m - 1 > n ? F(m - 1) : fn;
+  }
+  if (m > std::numeric_limits<int32_t>::max() || !(fm < 2147483647.0)) return std::numeric_limits<int32_t>::max();
+  f_at = static_cast<int32_t>(fm), f_before = static_cast<int32_t>(fm1);
+  return static_cast<int32_t>(m);
 }
 
 // GCC/Clang vector extensions as lane types of umap_sgd's templates: N floats, comparisons giving
@@ -271,8 +299,11 @@ void run_lanes(LaneIsa isa, const float* ox, const float* oy, const int32_t* kin
 //     changes no bits), their operations written at their lane's rows.
 //  3. The positions the operations read, gathered; 4. the lanes run; 5. each vertex's chunk
 //     displacements summed in chunk order onto its position, as vertex_epoch does.
-void lanes_block(const float* in, const CsrF& g, const float* eps, int32_t* next, int64_t s, int64_t t0, int64_t t1,
-                 const umap_sgd::EpochParams& p, float* out) {
+void lanes_block(const float* in, const CsrF& g, const float* eps, EdgeDue& sched, int64_t s, int64_t t0, int64_t t1,
+                 int64_t row0, const umap_sgd::EpochParams& p, float* out) {
+  int32_t* next = sched.next.data();
+  int32_t* f_next = sched.f_next.data();
+  int32_t* f_before = sched.f_before.data();
   thread_local LaneScratch sc;
   const LaneIsa isa = lane_isa();
   const int L = lanes_of(isa);
@@ -285,13 +316,14 @@ void lanes_block(const float* in, const CsrF& g, const float* eps, int32_t* next
   // next due epochs; units (vertex v, its due edges [unit_d, next unit's)) with their sizes.
   sc.unit_v.clear(), sc.unit_d.clear(), sc.unit_n.clear();
   int64_t n_edges = 0;
-  for (int64_t v = 0; v < nv; ++v) n_edges += g.indptr[vertex(v) + 1] - g.indptr[vertex(v)];
+  // (g is group major: vertex(v)'s edges are row row0 + v, the block's rows one run of memory)
+  n_edges = g.indptr[row0 + nv] - g.indptr[row0];
   sc.due.resize(static_cast<size_t>(n_edges));
   sc.nneg.resize(static_cast<size_t>(n_edges));
   int64_t n_due = 0;
   int64_t* due = sc.due.data();
   for (int64_t v = 0; v < nv; ++v) {
-    const int64_t i = vertex(v), begin = g.indptr[i], end = g.indptr[i + 1];
+    const int64_t begin = g.indptr[row0 + v], end = g.indptr[row0 + v + 1];
     for (int64_t b = begin; b < end || b == begin; b += umap_sgd::kChunk) {
       sc.unit_v.push_back(static_cast<int32_t>(v)), sc.unit_d.push_back(n_due);
       for (int64_t e = b, e1 = std::min(end, b + umap_sgd::kChunk); e < e1; ++e) {
@@ -305,8 +337,10 @@ void lanes_block(const float* in, const CsrF& g, const float* eps, int32_t* next
   int32_t* nneg = sc.nneg.data();
   for (int64_t q = 0; q < n_due; ++q) {
     const int64_t e = due[q];
-    const int64_t n_neg = umap_sgd::due_negatives(eps[e], p.epoch, p.neg_rate);
-    next[e] = next_due(eps[e], p.epoch);
+    // due_negatives(eps[e], p.epoch, p.neg_rate) with its quotients F(n), F(n - 1) kept from the
+    // edge's last visit (an edge is due here, so eps > 0 and F(n) > F(n - 1))
+    const int64_t n_neg = umap_sgd::due_negatives_of(eps[e], p.epoch, f_before[e], p.neg_rate);
+    next[e] = next_due(eps[e], p.epoch, f_next[e], f_next[e], f_before[e]);
     nneg[q] = static_cast<int32_t>(n_neg);  // (never -1: due by construction; skipped if it were)
   }
   for (size_t u = 0; u + 1 < sc.unit_d.size(); ++u) {
@@ -400,18 +434,19 @@ void lanes_block(const float* in, const CsrF& g, const float* eps, int32_t* next
 }
 
 // One batched epoch (umap_sgd.hpp): the groups one after the other, each computed into `tmp` from
-// `pos` and copied back. 2-D layouts in lanes (lanes_block) unless `reference`; others vertex by
-// vertex (umap_sgd::vertex_epoch, the GPU kernel's code).
+// `pos` and copied back. 2-D layouts in lanes (lanes_block, on the group-major graph, `lanes`)
+// unless `reference`; others vertex by vertex (umap_sgd::vertex_epoch, the GPU kernel's code) on g.
 template <int D>
-void batched_epoch(const Context& ctx, const CsrF& g, const std::vector<float>& eps, int32_t* next,
-                   const umap_sgd::EpochParams& p, float* pos, float* tmp, bool reference) {
+void batched_epoch(const Context& ctx, const CsrF& g, bool lanes, const std::vector<float>& eps, EdgeDue& next,
+                   const umap_sgd::EpochParams& p, float* pos, float* tmp) {
   const int64_t n = g.n_rows, dim = p.dim;
+  int64_t row0 = 0;  // the group's first row in the group-major graph
   for (int64_t s = 0; s < umap_sgd::kSubRounds; ++s) {
     const int64_t m = (n - s + umap_sgd::kSubRounds - 1) / umap_sgd::kSubRounds;  // the group's vertices
     parallel_for(ctx.threads(), (m + kEpochBlock - 1) / kEpochBlock, [&](int64_t blk) {
       const int64_t t0 = blk * kEpochBlock, t1 = std::min(m, (blk + 1) * kEpochBlock);
-      if (D == 2 && dim == 2 && !reference && n < kLaneMaxVertices) {
-        lanes_block(pos, g, eps.data(), next, s, t0, t1, p, tmp);
+      if (D == 2 && lanes) {
+        lanes_block(pos, g, eps.data(), next, s, t0, t1, row0 + t0, p, tmp);
         return;
       }
       for (int64_t t = t0; t < t1; ++t) {
@@ -420,6 +455,7 @@ void batched_epoch(const Context& ctx, const CsrF& g, const std::vector<float>& 
                                   static_cast<int32_t>(i), p, tmp + i * dim);
       }
     });
+    row0 += m;
     // (serial: n / 8 positions, microseconds; a second parallel region per group would cost a
     // barrier more)
     for (int64_t i = s; i < n; i += umap_sgd::kSubRounds)
@@ -463,6 +499,32 @@ umap_sgd::EpochParams epoch_params(const UmapOptions& opt, const UmapResult& res
   return p;
 }
 
+// g's rows in group-major order (batched_epoch's groups: vertex i = s + t kSubRounds at row
+// offset(s) + t), each row's edges in their order.
+CsrF group_major(const Context& ctx, const CsrF& g) {
+  const int64_t n = g.n_rows;
+  CsrF out;
+  out.n_rows = n, out.n_cols = g.n_cols;
+  out.indptr.assign(static_cast<size_t>(n) + 1, 0);
+  std::vector<int64_t> from(static_cast<size_t>(n));  // row r of out is g's row from[r]
+  int64_t r = 0;
+  for (int64_t s = 0; s < umap_sgd::kSubRounds; ++s)
+    for (int64_t i = s; i < n; i += umap_sgd::kSubRounds, ++r) {
+      from[r] = i;
+      out.indptr[r + 1] = out.indptr[r] + (g.indptr[i + 1] - g.indptr[i]);
+    }
+  resize_large(out.indices, static_cast<size_t>(out.indptr[n]));
+  resize_large(out.data, static_cast<size_t>(out.indptr[n]));
+  parallel_for(ctx.threads(), (n + kRowsPerBlock - 1) / kRowsPerBlock, [&](int64_t b) {
+    for (int64_t q = b * kRowsPerBlock; q < std::min(n, (b + 1) * kRowsPerBlock); ++q) {
+      const int64_t i = from[q], len = g.indptr[i + 1] - g.indptr[i];
+      std::copy_n(g.indices.begin() + g.indptr[i], len, out.indices.begin() + out.indptr[q]);
+      std::copy_n(g.data.begin() + g.indptr[i], len, out.data.begin() + out.indptr[q]);
+    }
+  });
+  return out;
+}
+
 void umap_batched_epochs(const Context& ctx, const CsrF& g, const UmapOptions& opt, UmapResult& res, bool reference) {
   const int64_t n = g.n_rows, dim = opt.n_components, n_edges = g.nnz();
   constexpr int64_t kPiece = int64_t(1) << 18;  // edges per parallel piece
@@ -476,12 +538,23 @@ void umap_batched_epochs(const Context& ctx, const CsrF& g, const UmapOptions& o
   float wmax = 0;
   for (float m : piece_max) wmax = std::max(wmax, m);
   if (n_edges == 0 || !(wmax > 0) || res.n_epochs <= 1) return;
+  // The lanes read each block's edges as one run of memory: the graph's rows in group-major order
+  // (group s's vertices s, s + kSubRounds, ... one after the other; each row's edges in their order,
+  // so the same arithmetic). Strided rows left the schedule's loads of the edges' eps, due epochs and
+  // tails waiting on cache misses (half of a 2-D layout's time at 20k cells).
+  const bool lanes = dim == 2 && !reference && n < kLaneMaxVertices;
+  CsrF gm;
+  if (lanes) gm = group_major(ctx, g);
+  const CsrF& ge = lanes ? gm : g;
   std::vector<float> eps(static_cast<size_t>(n_edges));
-  std::vector<int32_t> next(static_cast<size_t>(n_edges));
+  EdgeDue next;
+  next.next.resize(static_cast<size_t>(n_edges));
+  next.f_next.resize(static_cast<size_t>(n_edges));
+  next.f_before.resize(static_cast<size_t>(n_edges));
   parallel_for(ctx.threads(), pieces, [&](int64_t b) {
     for (int64_t q = b * kPiece; q < std::min(n_edges, (b + 1) * kPiece); ++q) {
-      eps[q] = umap_sgd::epochs_per_sample(g.data[q], 0.0f, wmax);
-      next[q] = next_due(eps[q], 0);
+      eps[q] = umap_sgd::epochs_per_sample(ge.data[q], 0.0f, wmax);
+      next.next[q] = next_due(eps[q], 0, 0.0, next.f_next[q], next.f_before[q]);  // (F(0) = 0)
     }
   });
   umap_sgd::EpochParams p = epoch_params(opt, res, n);
@@ -489,9 +562,9 @@ void umap_batched_epochs(const Context& ctx, const CsrF& g, const UmapOptions& o
   float* pos = res.embedding.data.data();
   for (int64_t ep = 1; ep < res.n_epochs; ++ep) {
     umap_sgd::set_epoch(p, ep, opt.alpha, res.n_epochs);
-    if (dim == 2) batched_epoch<2>(ctx, g, eps, next.data(), p, pos, tmp.data(), reference);
-    else if (dim == 3) batched_epoch<3>(ctx, g, eps, next.data(), p, pos, tmp.data(), reference);
-    else batched_epoch<umap_sgd::kMaxDim>(ctx, g, eps, next.data(), p, pos, tmp.data(), reference);
+    if (dim == 2) batched_epoch<2>(ctx, ge, lanes, eps, next, p, pos, tmp.data());
+    else if (dim == 3) batched_epoch<3>(ctx, ge, lanes, eps, next, p, pos, tmp.data());
+    else batched_epoch<umap_sgd::kMaxDim>(ctx, ge, lanes, eps, next, p, pos, tmp.data());
   }
 }
 

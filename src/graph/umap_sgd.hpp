@@ -238,6 +238,18 @@ SCURRY_UMAP_HD inline double ceil_pos(double x) {
   return t < x ? t + 1.0 : t;
 }
 
+// The negative samples a due edge draws in epoch n, from jprev = floor((n - 1) / eps) (due_negatives
+// below; the CPU's lanes keep jprev per edge from the schedule and skip its division).
+SCURRY_UMAP_HD inline int64_t due_negatives_of(double eps, double n, double jprev, double neg_rate) {
+  if (!(neg_rate > 0)) return 0;
+  const double eps_neg = eps / neg_rate;
+  const double prev_epoch = jprev > 0 ? ceil_pos(jprev * eps) : 0.0;  // epoch of the previous sample
+  const double fb = floor_pos(prev_epoch / eps_neg) - 1, fn = floor_pos(n / eps_neg) - 1;
+  const double before = jprev > 0 ? (fb > 0.0 ? fb : 0.0) : 0.0;
+  const double now = fn > 0.0 ? fn : 0.0;
+  return now > before ? static_cast<int64_t>(now - before) : 0;
+}
+
 // Negative samples edge eps draws in epoch n (>= 1), or -1 when the edge is not due (or pruned).
 SCURRY_UMAP_HD inline int64_t due_negatives(float eps_f, int n_epoch, double neg_rate) {
   const double eps = eps_f;
@@ -246,13 +258,7 @@ SCURRY_UMAP_HD inline int64_t due_negatives(float eps_f, int n_epoch, double neg
   // floor and ceil of the non-negative quotients by casts (the same values; no libm call).
   const double j = floor_pos(n / eps), jprev = floor_pos((n - 1) / eps);
   if (!(j > jprev)) return -1;
-  if (!(neg_rate > 0)) return 0;
-  const double eps_neg = eps / neg_rate;
-  const double prev_epoch = jprev > 0 ? ceil_pos(jprev * eps) : 0.0;  // epoch of the previous sample
-  const double fb = floor_pos(prev_epoch / eps_neg) - 1, fn = floor_pos(n / eps_neg) - 1;
-  const double before = jprev > 0 ? (fb > 0.0 ? fb : 0.0) : 0.0;
-  const double now = fn > 0.0 ? fn : 0.0;
-  return now > before ? static_cast<int64_t>(now - before) : 0;
+  return due_negatives_of(eps, n, jprev, neg_rate);
 }
 
 // The attractive move of c towards o (umap: clip each component of gc (c - o) to [-4, 4]).
