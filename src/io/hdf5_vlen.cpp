@@ -601,6 +601,17 @@ void check_attribute_messages(hid_t obj_id, const std::string& file, const std::
   });
 }
 
+namespace {
+// The object header address a hard link `name` under loc names (read from the link, without loading
+// the header), refused when outside the file; HADDR_UNDEF for a soft or external link or none.
+haddr_t hard_link_address(hid_t loc, const std::string& name, const RawFile& f) {
+  H5L_info_t li;
+  if (H5Lget_info(loc, name.c_str(), &li, H5P_DEFAULT) < 0 || li.type != H5L_TYPE_HARD) return HADDR_UNDEF;
+  if (li.u.address >= f.size()) f.corrupt_header("it lies outside the file");
+  return li.u.address;
+}
+}  // namespace
+
 void check_object_header(hid_t loc, const std::string& name, const std::string& file, const std::string& where) {
   if (!opened_read_only(loc)) return;
   RawFile f(loc, file, where);
@@ -610,12 +621,8 @@ void check_object_header(hid_t loc, const std::string& name, const std::string& 
   // stated 40-400 GB; on a machine with the memory to map it, the sanitized build's resident set
   // grew past 3 GB before the read failed: the device-only OOMs of bench/RESULTS.md section 51).
   // walk_header refuses a chunk running past the end of the file before anything is allocated.
-  haddr_t addr = HADDR_UNDEF;
-  H5L_info_t li;
-  if (H5Lget_info(loc, name.c_str(), &li, H5P_DEFAULT) >= 0 && li.type == H5L_TYPE_HARD) {
-    if (li.u.address >= f.size()) f.corrupt_header("it lies outside the file");
-    addr = li.u.address;
-  } else {  // a soft or external link, or none: libhdf5 resolves it
+  haddr_t addr = hard_link_address(loc, name, f);
+  if (addr == HADDR_UNDEF) {  // a soft or external link, or none: libhdf5 resolves it
     H5O_info_t info;
     if (H5Oget_info_by_name2(loc, name.c_str(), &info, H5O_INFO_BASIC, H5P_DEFAULT) < 0) {
       if (H5Lexists(loc, name.c_str(), H5P_DEFAULT) <= 0) return;  // missing: the caller says so
@@ -707,13 +714,12 @@ void check_object_header(hid_t loc, const std::string& name, const std::string& 
 
 void check_header_extent(hid_t loc, const std::string& name, const std::string& file, const std::string& where) {
   if (!opened_read_only(loc)) return;
-  H5L_info_t li;
-  if (H5Lget_info(loc, name.c_str(), &li, H5P_DEFAULT) < 0 || li.type != H5L_TYPE_HARD) return;
   RawFile f(loc, file, where);
   if (!f.ok()) return;
-  if (li.u.address >= f.size()) f.corrupt_header("it lies outside the file");
+  const haddr_t addr = hard_link_address(loc, name, f);
+  if (addr == HADDR_UNDEF) return;
   std::vector<unsigned char> block;
-  walk_header(f, li.u.address, block, [](unsigned, unsigned, const std::vector<unsigned char>&, size_t, size_t) {
+  walk_header(f, addr, block, [](unsigned, unsigned, const std::vector<unsigned char>&, size_t, size_t) {
     return false;
   });
 }

@@ -169,10 +169,9 @@ QcResult qc_impl(const Context& ctx, const Acc& A, const QcOptions& opt,
           sum += static_cast<double>(c) * v;
         }
         for (; k < nk; ++k) res.pct_counts_in_top[k][ur] = tot != 0.0 ? sum / tot * 100.0 : 0.0;  // fewer genes than n
-        std::fill_n(hist.begin(), static_cast<size_t>(maxv) + 1, 0);
-        continue;
       }
-      if (nk) std::fill_n(hist.begin(), static_cast<size_t>(maxv) + 1, 0);  // (a row left the histogram)
+      if (nk) std::fill_n(hist.begin(), static_cast<size_t>(maxv) + 1, 0);  // (also a row that left it midway)
+      if (nk && counts) continue;
       // Top-n sums: successive partial partitions, largest n first, each within the previous top.
       size_t cur = top.size();
       for (size_t k = nk; k-- > 0;) {
