@@ -143,12 +143,21 @@ DType dtype_of(hid_t t, const std::string& file, const std::string& obj) {
   fail_h5(file, ti.is_string ? "holds strings where numbers were expected" : "holds an unsupported element type", obj);
 }
 
+void check_number_type(hid_t t, const std::string& file, const std::string& path);  // below
+
 // Reads `n` elements of an enum (or other integer-based type HDF5 cannot convert to T) through its
 // native base integer type, then converts element-wise.
 template <class T, class ReadFn>
 std::vector<T> read_via_base(hid_t ftype, size_t n, ReadFn&& rd, const std::string& file, const std::string& obj) {
   Id base(H5Tget_super(ftype));
   if (!base.valid()) fail_h5(file, "cannot inspect the element type", obj);
+  // H5Tget_native_type converts the members' values from the base type the file states: a base
+  // whose bit fields lie outside its bytes, or an enum whose size is not its base's, makes libhdf5
+  // 1.10.8 read past the values (H5T__bit_find from H5T__conv_i_i; found by fuzz_h5ad, session 21,
+  // on an obs column's 'ordered' attribute). Checked first.
+  if (H5Tget_class(base.get()) != H5T_INTEGER || H5Tget_size(base.get()) != H5Tget_size(ftype))
+    fail_h5(file, "holds an enum whose base is not an integer of its size (file corrupt?)", obj);
+  check_number_type(base.get(), file, obj);
   Id nat(H5Tget_native_type(ftype, H5T_DIR_ASCEND));
   if (!nat.valid()) fail_h5(file, "cannot inspect the element type", obj);
   // The buffer holds elements of the memory type read into (a damaged file's enum may state a size

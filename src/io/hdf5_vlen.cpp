@@ -64,8 +64,8 @@ class RawFile {
   unsigned group_leaf_k() const { return sym_lk_; }
 
   // A damaged object header (not the strings' storage).
-  [[noreturn]] void corrupt_header(const std::string& why) const {
-    fail_h5(file_, "corrupt object header: " + why + " (file corrupt?)", what_);
+  [[noreturn]] void corrupt_header(const std::string& why, const char* hint = "file corrupt?") const {
+    fail_h5(file_, "corrupt object header: " + why + " (" + hint + ")", what_);
   }
   [[noreturn]] void bad(const std::string& why) const {
     fail_h5(file_, "corrupt variable-length string storage (" + why + "; file corrupt?)", what_);
@@ -372,7 +372,7 @@ bool walk_header(const RawFile& f, uint64_t addr, std::vector<unsigned char>& bl
       at += 4, len -= 8;
     }
     // libhdf5 allocates a chunk's stated length before reading it: one past the file's end is refused.
-    if (at > f.size() || len > f.size() - at) f.corrupt_header("a header chunk runs past the end of the file");
+    if (at > f.size() || len > f.size() - at) f.corrupt_header("a header chunk runs past the end of the file", "file truncated or corrupt?");
     if (len > (uint64_t(1) << 26)) return false;
     block = f.read(at, len, "an object header");
     const size_t mh = v2 ? 4 + (crt_order ? 2 : 0) : 8;

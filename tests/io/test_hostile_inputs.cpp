@@ -370,11 +370,11 @@ TEST(HostileHdf5, AChildsHeaderIsWalkedBeforeLibhdf5LoadsIt) {
   // 3 GB: the device-only OOMs of bench/RESULTS.md section 51. The address now comes from the link.
   const std::string p = regression("h5ad_child_header_huge.h5ad");
   EXPECT_HAS(input_error([&] { summarize_h5ad(p); }),
-             p + ": corrupt object header: a header chunk runs past the end of the file (file corrupt?)");
+             p + ": corrupt object header: a header chunk runs past the end of the file (file truncated or corrupt?)");
   EXPECT_HAS(input_error([&] { read_h5ad(p); }), p + ": corrupt ");
   const std::string q = regression("h5ad_value_header_huge.h5ad");
   EXPECT_HAS(input_error([&] { read_h5ad(q); }),
-             q + ": corrupt object header: a header chunk runs past the end of the file (file corrupt?)");
+             q + ": corrupt object header: a header chunk runs past the end of the file (file truncated or corrupt?)");
 }
 
 TEST(HostileHdf5, ASymbolTableMessageShorterThanItsAddressesIsRefused) {
@@ -387,12 +387,28 @@ TEST(HostileHdf5, ASymbolTableMessageShorterThanItsAddressesIsRefused) {
              p + ": corrupt object header: its symbol table message is shorter than its two addresses (file corrupt?) (/)");
 }
 
+TEST(HostileHdf5, AnEnumWhoseBaseTypeIsMalformedIsRefusedBeforeLibhdf5ConvertsItsMembers) {
+  // Found by fuzz_h5ad (session 21's device piece): an obs column's 'ordered' attribute is an enum
+  // whose base type's bit fields lie outside its bytes. H5Tget_native_type converted the members'
+  // values through it and read past them (H5T__bit_find), from the second read in one process on:
+  // the file is read three times.
+  const std::string p = regression("h5ad_enum_base_malformed.h5ad");
+  for (int i = 0; i < 3; ++i) EXPECT_HAS(input_error([&] { read_h5ad(p); }), p);
+}
+
+TEST(HostileHdf5, ACscMatrixWhoseShapeStatesMoreRowsThanObsIsRefusedBeforeTheRowPointersAreMade) {
+  // Found by fuzz_h5ad (session 21's device piece, a timeout): X is CSC and its 'shape' states far
+  // more rows than obs has; the row reader made that many CSR row pointers before any check.
+  const std::string p = regression("h5ad_csc_rows_lie.h5ad");
+  EXPECT_HAS(input_error([&] { H5adRowReader r(p); r.read_rows(0, r.n_rows()); }), p);
+}
+
 TEST(HostileHdf5, AHeaderChunkLargerThanTheFileIsRefusedBeforeLibhdf5AllocatesIt) {
   // Found by fuzz_h5ad (session 18's device piece): obs's header states a 20 GB chunk; libhdf5
   // allocated it under H5Oget_info (child_kind) before reading.
   const std::string p = regression("h5ad_header_chunk_huge.h5ad");
   EXPECT_HAS(input_error([&] { read_h5ad(p); }),
-             p + ": corrupt object header: a header chunk runs past the end of the file (file corrupt?) (/obs)");
+             p + ": corrupt object header: a header chunk runs past the end of the file (file truncated or corrupt?) (/obs)");
 }
 
 TEST(HostileHdf5, VlenStringsWithADamagedHeapAreRefusedNotCrashed) {
@@ -640,7 +656,7 @@ TEST(HostileHdf5, ARootHeaderChunkPastTheFileIsRefusedBeforeH5Fopen) {
   // chunk of 8 GB; H5Fopen (H5G_mkroot -> H5O_protect) allocated it before anything could look.
   const std::string p = regression("h5ad_root_header_huge.h5ad");
   EXPECT_HAS(input_error([&] { h5::File::open(p); }),
-             p + ": corrupt object header: a header chunk runs past the end of the file (file corrupt?) (/)");
+             p + ": corrupt object header: a header chunk runs past the end of the file (file truncated or corrupt?) (/)");
   EXPECT_HAS(input_error([&] { read_h5ad(p); }), p + ": corrupt object header");
 }
 

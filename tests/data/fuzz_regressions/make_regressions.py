@@ -71,6 +71,18 @@ tests/cli/test_hostile.sh (issue 16, points 3 and 4). Each is a small valid file
   h5ad_stab_message_short.h5ad the third piece's one finding (a timeout): the root's symbol table
                                message states size 0; libhdf5 decodes its addresses anyway and
                                reaches a local heap whose free list loops. Refused by its size.
+  h5ad_enum_base_malformed.h5ad  found by fuzz_h5ad (session 21's second device piece, a crash,
+                               materialized from libFuzzer's artifact by SCURRY_FUZZ_MATERIALIZE):
+                               the enum type of an obs column's 'ordered' attribute has a base whose
+                               bit fields lie outside its bytes; H5Tget_native_type converts the
+                               members' values through it and read past them (H5T__bit_find from
+                               H5T__conv_i_i: SEGV on the second read in one process). Refused by
+                               the base type's check first.
+  h5ad_csc_rows_lie.h5ad       found by fuzz_h5ad (session 21's second device piece, a timeout,
+                               materialized the same way): X is a CSC matrix whose 'shape' states
+                               far more rows than obs has cells; the row reader (run --stream) made
+                               a CSR of that many row pointers (8 s and 400 MB under ASan). Refused
+                               against obs's length first.
   h5ad_vlen_attr_short.h5ad    found by fuzz_h5ad (libFuzzer, session 17, a 15 s -fork run of
                                fuzz/longrun.sh from fuzz/corpus/fuzz_h5ad, kept as libFuzzer wrote
                                it): the root's one-element variable-length string attribute
