@@ -34,6 +34,7 @@ namespace scurry {
 namespace {
 
 using knn_detail::Cand;
+using knn_detail::offer;
 
 constexpr int64_t kQueryBlock = 256;     // queries of one home list scanned together
 constexpr int64_t kAssignBlock = 1024;   // points per task when assigning to centroids
@@ -52,6 +53,35 @@ void scores(const float* a, int64_t na, const float* b, int64_t nb, const float*
   for (int64_t i = 0; i < na; ++i) {
     float* o = out + i * nb;
     for (int64_t j = 0; j < nb; ++j) o[j] += bsq[j];
+  }
+}
+
+// The dot-product part of scores: out[i * nb + j] = -2 a_i.b_j (the list scans add bsq as they read).
+void dots_m2(const float* a, int64_t na, const float* b, int64_t nb, int64_t d, float* out) {
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(na), static_cast<int>(nb), static_cast<int>(d),
+              -2.0f, a, static_cast<int>(d), b, static_cast<int>(d), 0.0f, out, static_cast<int>(nb));
+}
+
+// Offers the scores dq[r] + bsq[r] (r < nr) to a query's heap, in order of r, each one only when it
+// is at or below the heap's current worst; the same offers as testing them one by one, with runs of
+// kScanRun scores above the worst skipped after one vectorised count.
+constexpr int64_t kScanRun = 16;
+void scan_row(const float* dq, const float* bsq, int64_t nr, const int32_t* ids,
+              std::vector<std::pair<float, int32_t>>& h, int64_t n_cand) {
+  float worst = static_cast<int64_t>(h.size()) < n_cand ? std::numeric_limits<float>::infinity() : h.front().first;
+  int64_t r = 0;
+  for (; r + kScanRun <= nr; r += kScanRun) {
+    int hits = 0;
+    for (int64_t j = 0; j < kScanRun; ++j) hits += (dq[r + j] + bsq[r + j] <= worst) ? 1 : 0;
+    if (hits == 0) continue;
+    for (int64_t j = r; j < r + kScanRun; ++j) {
+      const float v = dq[j] + bsq[j];
+      if (v <= worst) offer(h, n_cand, std::pair<float, int32_t>(v, ids[j]), worst);
+    }
+  }
+  for (; r < nr; ++r) {
+    const float v = dq[r] + bsq[r];
+    if (v <= worst) offer(h, n_cand, std::pair<float, int32_t>(v, ids[r]), worst);
   }
 }
 
@@ -265,18 +295,13 @@ Knn knn_ivf(const Context& ctx, const DenseF& X, int64_t k, KnnMetric metric, co
       const int64_t p0 = off[list], nr = off[list + 1] - p0;
       if (nr == 0) continue;
       dots.resize(static_cast<size_t>(nq * nr));
-      scores(qrows.data(), nq, Yp.row(p0), nr, sqp.data() + p0, d, dots.data());
+      dots_m2(qrows.data(), nq, Yp.row(p0), nr, d, dots.data());
       for (int64_t q = 0; q < nq; ++q) {
-        auto& h = heaps[q];
         float* dq = dots.data() + q * nr;
         const int64_t self = qp[q] - p0;
         if (self >= 0 && self < nr) dq[self] = std::numeric_limits<float>::infinity();
         // Only scores at or below the heap's current worst touch the heap.
-        float worst = static_cast<int64_t>(h.size()) < n_cand ? std::numeric_limits<float>::infinity() : h.front().first;
-        for (int64_t r = 0; r < nr; ++r) {
-          if (!(dq[r] <= worst)) continue;
-          offer(h, n_cand, std::pair<float, int32_t>(dq[r], order[p0 + r]), worst);
-        }
+        scan_row(dq, sqp.data() + p0, nr, order.data() + p0, heaps[q], n_cand);
       }
     }
     std::vector<Cand> cands;
