@@ -9,6 +9,10 @@ namespace scurry {
 
 // Calls fn(b) for b in [0, n_blocks) on up to `threads` threads (dynamic schedule).
 void parallel_for(int threads, int64_t n_blocks, const std::function<void(int64_t)>& fn);
+// Inside a block of parallel_for(threads, ...): the number, in [0, threads), of the thread running
+// it, for per-thread scratch (0 on the calling thread and outside parallel_for; a parallel_for
+// nested in a block runs on that block's thread and keeps its number).
+int parallel_worker();
 
 }  // namespace scurry
 

@@ -3,7 +3,6 @@
 #include "graph/leiden_gpu.hpp"
 
 #include <igraph/igraph.h>
-#include <omp.h>
 
 #include <algorithm>
 #include <cctype>
@@ -270,16 +269,13 @@ struct Workspace {
   std::vector<WorkerScratch> workers;
   std::vector<BlockRows> blocks;
   LevelGraph<double> levels[2];  // the aggregate graphs, alternately
-  int omp_level;                 // the OpenMP nesting level of the caller
   Workspace(int32_t n, int threads_)
       : threads(std::max(1, threads_)), acc(n, 0.0), seen(n, 0), tot(n), cnt(n), queue(n), queued(n), rtot(n), rext(n),
-        merged(n), newid(n), start(static_cast<size_t>(n) + 1), members(n), workers(static_cast<size_t>(threads)),
-        omp_level(omp_get_level()) {}
+        merged(n), newid(n), start(static_cast<size_t>(n) + 1), members(n), workers(static_cast<size_t>(threads)) {}
   Accumulator shared() { return Accumulator{acc.data(), seen.data(), &touched}; }
-  // The scratch of the thread running a parallel_for block: its number in the team parallel_for
-  // opened, or 0 where parallel_for ran the blocks on the calling thread.
+  // The scratch of the thread running a parallel_for block (exec/parallel.hpp's parallel_worker).
   WorkerScratch& worker() {
-    const int id = omp_get_level() > omp_level ? omp_get_thread_num() : 0;
+    const int id = parallel_worker();
     if (id < 0 || id >= threads) fail("leiden: worker ", id, " of ", threads);
     return workers[id];
   }
