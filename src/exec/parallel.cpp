@@ -52,11 +52,12 @@ inline void cpu_relax() {
 class Pool {
  public:
   static Pool& get() {
-    static Pool* pool = [] {
+    [[maybe_unused]] static const bool made = [] {
       pthread_atfork(nullptr, nullptr, [] { fresh_after_fork(); });
-      return new Pool;  // never destroyed: its helpers sleep until the process ends
+      slot() = new Pool;  // never destroyed: its helpers sleep until the process ends
+      return true;
     }();
-    return *current(pool);
+    return *slot();
   }
   // Runs fn(b), b in [0, n), on the caller and up to `helpers` pool threads; false (nothing run)
   // when another thread's job holds the pool.
@@ -101,10 +102,6 @@ class Pool {
   static Pool*& slot() {
     static Pool* p = nullptr;
     return p;
-  }
-  static Pool* current(Pool* first) {
-    if (!slot()) slot() = first;
-    return slot();
   }
   // In a forked child the helpers do not exist (only the forking thread is copied): a new pool,
   // the old one left as it is.
