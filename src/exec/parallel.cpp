@@ -29,6 +29,24 @@ struct Depth {
   ~Depth() { --t_depth; }
 };
 
+// One block of a parallel_for split over threads: cancellation checked first (a cancelled step skips
+// its remaining blocks; Cancelled is rethrown by the caller), a parallel_for inside fn runs on this
+// thread alone, the work meter counts it; an exception is kept in err (the first one) for the caller.
+void run_block(const std::function<void(int64_t)>& fn, int64_t b, std::mutex& mu, std::exception_ptr& err) {
+  try {
+    cancel_check();
+    ++t_depth;
+    struct Leave {
+      ~Leave() { --t_depth; }
+    } leave;
+    fn(b);
+    work_done(1);
+  } catch (...) {
+    std::lock_guard<std::mutex> lock(mu);
+    if (!err) err = std::current_exception();
+  }
+}
+
 inline void cpu_relax() {
 #if defined(__x86_64__) || defined(__i386__)
   __builtin_ia32_pause();
@@ -61,18 +79,18 @@ class Pool {
   }
   // Runs fn(b), b in [0, n), on the caller and up to `helpers` pool threads; false (nothing run)
   // when another thread's job holds the pool.
-  bool run(int helpers, int64_t n, const std::function<void(int64_t)>& fn, bool outer) {
+  bool run(int helpers, int64_t n, const std::function<void(int64_t)>& fn) {
     std::unique_lock<std::mutex> busy(busy_, std::try_to_lock);
     if (!busy.owns_lock()) return false;
     grow(helpers);
     fn_ = &fn;
     n_ = n;
-    outer_ = outer;
     helpers_.store(helpers, std::memory_order_relaxed);
     done_.store(0);
     acks_.store(0);
     err_ = nullptr;
-    const uint64_t g = (gen_ = (gen_ + 1) & kGenMask) == 0 ? (gen_ = 1) : gen_;
+    gen_ = gen_ == kGenMask ? 1 : gen_ + 1;  // 0 is the closed ticket's before the first job
+    const uint64_t g = gen_;
     ticket_.store(g << kIdxBits);
     if (sleeping_.load() > 0) {
       { std::lock_guard<std::mutex> lk(mu_); }
@@ -127,18 +145,7 @@ class Pool {
         acks_.fetch_add(1);
         return;
       }
-      try {
-        cancel_check();  // a cancelled step skips its remaining blocks (Cancelled rethrown by the caller)
-        ++t_depth;  // a parallel_for inside fn runs on this thread alone
-        struct Leave {
-          ~Leave() { --t_depth; }
-        } leave;
-        (*fn_)(b);
-        if (outer_) work_done(1);
-      } catch (...) {
-        std::lock_guard<std::mutex> lock(err_mu_);
-        if (!err_) err_ = std::current_exception();
-      }
+      run_block(*fn_, b, err_mu_, err_);
       done_.fetch_add(1);
       s = ticket_.load();
     }
@@ -174,7 +181,6 @@ class Pool {
   uint64_t gen_ = 0;
   const std::function<void(int64_t)>* fn_ = nullptr;
   int64_t n_ = 0;
-  bool outer_ = false;
   std::atomic<int> helpers_{0};
   std::atomic<int64_t> done_{0}, acks_{0};
   std::mutex err_mu_;
@@ -199,26 +205,15 @@ void parallel_for(int threads, int64_t n_blocks, const std::function<void(int64_
     return;
   }
   work_begin(n_blocks);
-  if (Pool::get().run(threads - 1, n_blocks, fn, true)) return;
+  if (Pool::get().run(threads - 1, n_blocks, fn)) return;
   // Another thread's job holds the pool (e.g. a reader's prefetch beside the main thread's step):
   // an OpenMP team of its own.
   std::exception_ptr err;
   std::mutex mu;
 #pragma omp parallel for schedule(dynamic, 1) num_threads(threads)
   for (int64_t b = 0; b < n_blocks; ++b) {
-    try {
-      AsWorker as(omp_get_thread_num());
-      cancel_check();
-      ++t_depth;
-      struct Leave {
-        ~Leave() { --t_depth; }
-      } leave;
-      fn(b);
-      work_done(1);
-    } catch (...) {
-      std::lock_guard<std::mutex> lock(mu);
-      if (!err) err = std::current_exception();
-    }
+    AsWorker as(omp_get_thread_num());
+    run_block(fn, b, mu, err);
   }
   if (err) std::rethrow_exception(err);
 }

@@ -46,20 +46,19 @@ int64_t auto_probes(int64_t n_lists) {
   return std::min<int64_t>(n_lists, std::max<int64_t>(8, static_cast<int64_t>(std::lround(0.6 * std::sqrt(static_cast<double>(n_lists))))));
 }
 
-// Scores of rows a[0..na) against rows b[0..nb) (both d floats): out[i * nb + j] = bsq[j] - 2 a_i.b_j.
-void scores(const float* a, int64_t na, const float* b, int64_t nb, const float* bsq, int64_t d, float* out) {
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(na), static_cast<int>(nb), static_cast<int>(d),
-              -2.0f, a, static_cast<int>(d), b, static_cast<int>(d), 0.0f, out, static_cast<int>(nb));
-  for (int64_t i = 0; i < na; ++i) {
-    float* o = out + i * nb;
-    for (int64_t j = 0; j < nb; ++j) o[j] += bsq[j];
-  }
-}
-
 // The dot-product part of scores: out[i * nb + j] = -2 a_i.b_j (the list scans add bsq as they read).
 void dots_m2(const float* a, int64_t na, const float* b, int64_t nb, int64_t d, float* out) {
   cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(na), static_cast<int>(nb), static_cast<int>(d),
               -2.0f, a, static_cast<int>(d), b, static_cast<int>(d), 0.0f, out, static_cast<int>(nb));
+}
+
+// Scores of rows a[0..na) against rows b[0..nb) (both d floats): out[i * nb + j] = bsq[j] - 2 a_i.b_j.
+void scores(const float* a, int64_t na, const float* b, int64_t nb, const float* bsq, int64_t d, float* out) {
+  dots_m2(a, na, b, nb, d, out);
+  for (int64_t i = 0; i < na; ++i) {
+    float* o = out + i * nb;
+    for (int64_t j = 0; j < nb; ++j) o[j] += bsq[j];
+  }
 }
 
 // Offers the scores dq[r] + bsq[r] (r < nr) to a query's heap, in order of r, each one only when it

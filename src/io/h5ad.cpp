@@ -27,6 +27,15 @@ constexpr int64_t kInt32Max = std::numeric_limits<int32_t>::max();
 
 std::string encoding_of(const Node& n) { return n.attr_string_or("encoding-type", ""); }
 
+// The length of dataframe `df` of f (obs, var): its index dataset's, without reading it.
+int64_t dataframe_length(const h5::File& f, const std::string& path, const std::string& df) {
+  if (f.child_kind(df) != Kind::group) fail_input(path, "missing '", df, "' dataframe: not an AnnData file?");
+  Group g = f.group(df);
+  const std::string idx = g.attr_string_or("_index", "_index");
+  if (g.child_kind(idx) != Kind::dataset) fail_input(path, df, ": the index dataset '", idx, "' is missing");
+  return g.dataset(idx).size();
+}
+
 // Slot name for messages: "/obs/leiden" -> "obs/leiden".
 std::string slot_of(const Node& n) {
   const std::string& p = n.path();
@@ -879,15 +888,8 @@ H5adSummary summarize_h5ad(const std::string& path) {
   h5::File f = h5::File::open(path);
   H5adSummary s;
   s.anndata_encoding_version = f.attr_string_or("encoding-version", "");
-  auto index_len = [&](const std::string& df) -> int64_t {
-    if (f.child_kind(df) != Kind::group) fail_input(path, "missing '", df, "' dataframe: not an AnnData file?");
-    Group g = f.group(df);
-    const std::string idx = g.attr_string_or("_index", "_index");
-    if (g.child_kind(idx) != Kind::dataset) fail_input(path, df, ": the index dataset '", idx, "' is missing");
-    return g.dataset(idx).size();
-  };
-  s.n_obs = index_len("obs");
-  s.n_vars = index_len("var");
+  s.n_obs = dataframe_length(f, path, "obs");
+  s.n_vars = dataframe_length(f, path, "var");
   if (!f.has("X")) fail_input(path, "missing X matrix");
   {
     Node x = f.open_child("X");
@@ -957,11 +959,7 @@ H5adRowReader::H5adRowReader(const std::string& path, const std::string& slot) :
     // A CSC matrix's row count bounds nothing it stores, and the CSR it is turned into takes
     // rows + 1 row pointers: the rows must be obs's cells before that is allocated (fuzz_h5ad,
     // session 21: a 27 KB file whose 'shape' stated 5e7 rows took 8 s and 400 MB).
-    if (m.file.child_kind("obs") != Kind::group) fail_input(path, "missing 'obs' dataframe: not an AnnData file?");
-    Group obs = m.file.group("obs");
-    const std::string idx = obs.attr_string_or("_index", "_index");
-    if (obs.child_kind(idx) != Kind::dataset) fail_input(path, "obs: the index dataset '", idx, "' is missing");
-    const int64_t n_obs = obs.dataset(idx).size();
+    const int64_t n_obs = dataframe_length(m.file, path, "obs");
     if (n_obs != m.rows)
       fail_input(path, slot, ": shape states ", m.rows, " rows but obs has ", n_obs, " cells");
     return;

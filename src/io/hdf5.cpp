@@ -160,8 +160,8 @@ std::vector<T> read_via_base(hid_t ftype, size_t n, ReadFn&& rd, const std::stri
   check_number_type(base.get(), file, obj);
   Id nat(H5Tget_native_type(ftype, H5T_DIR_ASCEND));
   if (!nat.valid()) fail_h5(file, "cannot inspect the element type", obj);
-  // The buffer holds elements of the memory type read into (a damaged file's enum may state a size
-  // other than its base type's: libhdf5 then converts to that size; fuzz_h5ad found the overflow).
+  // The buffer holds elements of the memory type read into (its size, not the base's: fuzz_h5ad found
+  // an overflow when the two differed).
   const size_t sz = H5Tget_size(nat.get());
   const bool sgn = H5Tget_sign(base.get()) == H5T_SGN_2;
   if (sz != 1 && sz != 2 && sz != 4 && sz != 8) fail_h5(file, "unsupported enum base type", obj);
