@@ -52,11 +52,23 @@ expect_refused() {
   pass "$what: exit 2 before any step, '$cause'"
 }
 
-# catch_write PATTERN PID: stops PID (SIGSTOP) as soon as a file matching PATTERN exists (its output
-# is being written); false if PID ended first.
+# catch_write PATTERN PID: stops PID (SIGSTOP) while a file matching PATTERN exists (its output is
+# being written); false if PID ended first. The file is looked for again once PID is stopped: the
+# output check before the first step creates and removes the same temporary in a moment, and a stop
+# that lands just after that removal must not count (the CI failure of session 21: "the temporary
+# does not carry the pid", the name found empty).
 catch_write() {
   while kill -0 "$2" 2>/dev/null; do
-    if compgen -G "$1" >/dev/null; then kill -STOP "$2"; return 0; fi
+    if compgen -G "$1" >/dev/null; then
+      kill -STOP "$2"
+      local i
+      for i in $(seq 1 200); do  # until the stop has landed (state T), at most ~2 s
+        [ "$(cut -d' ' -f3 "/proc/$2/stat" 2>/dev/null)" = T ] && break
+        sleep 0.01
+      done
+      compgen -G "$1" >/dev/null && return 0
+      kill -CONT "$2"
+    fi
     sleep 0.01
   done
   return 1
