@@ -349,27 +349,19 @@ Knn knn_exact(const Context& ctx, const DenseF& X, int64_t k, KnnMetric metric, 
     for (auto& h : heaps) h.reserve(static_cast<size_t>(n_cand));
     for (int64_t r0 = 0; r0 < n; r0 += kRefTile) {
       const int64_t nr = std::min(n, r0 + kRefTile) - r0;
-      // Scores straight from the GEMM: -2 x.y (+ ||y||^2 for euclidean, added in one vector pass);
-      // the scan compares against the heap's current worst and touches the heap only below it.
+      // Scores straight from the GEMM: -2 x.y (euclidean; ||y||^2 is added by the scan) or -x.y.
       const float alpha = metric == KnnMetric::euclidean ? -2.0f : -1.0f;
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(nq), static_cast<int>(nr),
                   static_cast<int>(d), alpha, Y.row(q0), static_cast<int>(d), Y.row(r0), static_cast<int>(d), 0.0f,
                   dots.data(), static_cast<int>(nr));
       for (int64_t q = 0; q < nq; ++q) {
-        auto& h = heaps[q];
         float* dq = dots.data() + static_cast<size_t>(q * nr);
-        if (metric == KnnMetric::euclidean) {
-          const float* sqr = sq.data() + r0;
-          for (int64_t r = 0; r < nr; ++r) dq[r] += sqr[r];
-        }
         const int64_t self = q0 + q - r0;
         if (self >= 0 && self < nr) dq[self] = std::numeric_limits<float>::infinity();
-        float worst = static_cast<int64_t>(h.size()) < n_cand ? std::numeric_limits<float>::infinity() : h.front().first;
-        for (int64_t r = 0; r < nr; ++r) {
-          if (!(dq[r] <= worst)) continue;
-          const int64_t j = r0 + r;
-          offer(h, n_cand, std::pair<float, int32_t>(dq[r], static_cast<int32_t>(j)), worst);
-        }
+        // ||y||^2 added as the scores are read (euclidean); only those at or below the heap's
+        // current worst touch the heap.
+        scan_row(dq, metric == KnnMetric::euclidean ? sq.data() + r0 : nullptr, nr, nullptr, heaps[q], n_cand,
+                 static_cast<int32_t>(r0));
       }
     }
     std::vector<Cand> cands;

@@ -2,6 +2,7 @@
 #pragma once
 #include <algorithm>
 #include <cstdint>
+#include <limits>
 #include <utility>
 #include <vector>
 
@@ -40,6 +41,35 @@ inline bool offer(std::vector<std::pair<float, int32_t>>& h, int64_t n_cand, con
   }
   if (static_cast<int64_t>(h.size()) == n_cand) worst = h.front().first;
   return true;
+}
+// Offers the scores dq[r] + bsq[r] (dq[r] alone where bsq is null; r < nr) to a query's heap, in
+// order of r, each one only when it is at or below the heap's current worst: the same offers as
+// testing them one by one, with runs of kScanRun scores above the worst skipped after one vectorised
+// count (the exact search and the IVF lists' scans; the scores of a GEMM tile are read once).
+constexpr int64_t kScanRun = 16;
+inline void scan_row(const float* dq, const float* bsq, int64_t nr, const int32_t* ids,
+                     std::vector<std::pair<float, int32_t>>& h, int64_t n_cand, int32_t id0 = 0) {
+  float worst = static_cast<int64_t>(h.size()) < n_cand ? std::numeric_limits<float>::infinity() : h.front().first;
+  auto score = [&](int64_t j) { return bsq ? dq[j] + bsq[j] : dq[j]; };
+  auto id = [&](int64_t j) { return ids ? ids[j] : static_cast<int32_t>(id0 + j); };
+  int64_t r = 0;
+  for (; r + kScanRun <= nr; r += kScanRun) {
+    int hits = 0;
+    if (bsq) {
+      for (int64_t j = 0; j < kScanRun; ++j) hits += (dq[r + j] + bsq[r + j] <= worst) ? 1 : 0;
+    } else {
+      for (int64_t j = 0; j < kScanRun; ++j) hits += (dq[r + j] <= worst) ? 1 : 0;
+    }
+    if (hits == 0) continue;
+    for (int64_t j = r; j < r + kScanRun; ++j) {
+      const float v = score(j);
+      if (v <= worst) offer(h, n_cand, std::pair<float, int32_t>(v, id(j)), worst);
+    }
+  }
+  for (; r < nr; ++r) {
+    const float v = score(r);
+    if (v <= worst) offer(h, n_cand, std::pair<float, int32_t>(v, id(r)), worst);
+  }
 }
 // Rows scaled to unit norm (zero rows stay zero), float32.
 DenseF normalized_rows(const DenseF& X, const std::vector<double>& nrm);

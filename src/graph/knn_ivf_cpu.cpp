@@ -35,6 +35,7 @@ namespace {
 
 using knn_detail::Cand;
 using knn_detail::offer;
+using knn_detail::scan_row;
 
 constexpr int64_t kQueryBlock = 256;     // queries of one home list scanned together
 constexpr int64_t kAssignBlock = 1024;   // points per task when assigning to centroids
@@ -58,29 +59,6 @@ void scores(const float* a, int64_t na, const float* b, int64_t nb, const float*
   for (int64_t i = 0; i < na; ++i) {
     float* o = out + i * nb;
     for (int64_t j = 0; j < nb; ++j) o[j] += bsq[j];
-  }
-}
-
-// Offers the scores dq[r] + bsq[r] (r < nr) to a query's heap, in order of r, each one only when it
-// is at or below the heap's current worst; the same offers as testing them one by one, with runs of
-// kScanRun scores above the worst skipped after one vectorised count.
-constexpr int64_t kScanRun = 16;
-void scan_row(const float* dq, const float* bsq, int64_t nr, const int32_t* ids,
-              std::vector<std::pair<float, int32_t>>& h, int64_t n_cand) {
-  float worst = static_cast<int64_t>(h.size()) < n_cand ? std::numeric_limits<float>::infinity() : h.front().first;
-  int64_t r = 0;
-  for (; r + kScanRun <= nr; r += kScanRun) {
-    int hits = 0;
-    for (int64_t j = 0; j < kScanRun; ++j) hits += (dq[r + j] + bsq[r + j] <= worst) ? 1 : 0;
-    if (hits == 0) continue;
-    for (int64_t j = r; j < r + kScanRun; ++j) {
-      const float v = dq[j] + bsq[j];
-      if (v <= worst) offer(h, n_cand, std::pair<float, int32_t>(v, ids[j]), worst);
-    }
-  }
-  for (; r < nr; ++r) {
-    const float v = dq[r] + bsq[r];
-    if (v <= worst) offer(h, n_cand, std::pair<float, int32_t>(v, ids[r]), worst);
   }
 }
 
