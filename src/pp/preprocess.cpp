@@ -94,15 +94,25 @@ CsrF select_cols(const Context& ctx, const CsrF& x, const RowBlocks& rb, const s
   m.indptr = indptr;
   resize_large(m.indices, static_cast<size_t>(indptr.back()));
   resize_large(m.data, static_cast<size_t>(indptr.back()));
+  int32_t* mi = m.indices.data();
+  float* mv = m.data.data();
   parallel_for(ctx.threads(), rb.n_blocks(), [&](int64_t b) {
     for (int64_t r = rb.begin(b); r < rb.end(b); ++r) {
       int64_t q = indptr[static_cast<size_t>(r)];
-      for (int64_t p = x.indptr[r]; p < x.indptr[r + 1]; ++p) {
+      const int64_t q_end = indptr[static_cast<size_t>(r) + 1];
+      int64_t p = x.indptr[r];
+      const int64_t p_end = x.indptr[r + 1];
+      // Without a branch on whether a column is kept (a kept gene's place among the row's entries is
+      // unpredictable: the branch missed on about one entry in five): every entry is written at q and
+      // q advances only for kept ones, so a dropped entry's write is overwritten by the next kept
+      // one. While q < q_end the write lands inside this row; once the row's kept entries are all
+      // written the rest are only skipped (a write at q_end would be the next row's first entry,
+      // which another thread may own).
+      for (; p < p_end && q < q_end; ++p) {
         const int32_t j = remap[static_cast<size_t>(x.indices[p])];
-        if (j < 0) continue;
-        m.indices[static_cast<size_t>(q)] = j;
-        m.data[static_cast<size_t>(q)] = val(p);
-        ++q;
+        mi[q] = j;
+        mv[q] = val(p);
+        q += j >= 0 ? 1 : 0;
       }
     }
   });
