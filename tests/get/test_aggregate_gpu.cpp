@@ -114,8 +114,7 @@ TEST(AggregateGpu, EveryFunctionAgainstTheCpu) {
         o.dof = dof;
         o.layer = layer;
         if (mask) o.mask = "keep";
-        // float32 sums rounded once (the device) or after float64 partials (the CPU); var's
-        // cancellation (mean of squares minus squared mean) loses up to ~1e-9 of the larger term
+        // the device's fixed-point sums against the CPU's float64 partials (expect_same's bound)
         expect_same(aggregate(d, o, gpu), aggregate(d, o, cpu), 1e-6, gene_max_abs(d),
                     std::string("mask ") + (mask ? "on" : "off") + " dof " + std::to_string(dof) + " layer '" + layer + "'");
       }
