@@ -55,11 +55,26 @@ def collect_garbage(adata):
         gc.collect()
 
 
+# Steps that never read X (obsm, obsp, obs and uns only): an X resident on the GPU stays there.
+_NO_X = frozenset(("umap", "leiden", "louvain", "draw_graph", "filter_rank_genes_groups", "diffmap", "dpt", "paga",
+                   "dendrogram", "embedding_density", "harmony_integrate", "rank_genes_groups_df"))
+
+# Steps with a GPU path (scurry._gpu): they bring X back themselves when a call runs on the CPU.
+_GPU_STEPS = frozenset(("calculate_qc_metrics", "filter_cells", "filter_genes", "normalize_total", "log1p",
+                        "highly_variable_genes", "scale", "pca"))
+
+
 def check_anndata(adata, step):
     import anndata
 
     if not isinstance(adata, anndata.AnnData):
         raise TypeError(f"{step}: expected an AnnData, got {type(adata).__name__}")
+    # X on the GPU (scurry.get.anndata_to_GPU) comes back before a step that reads it on the host;
+    # neighbors and tsne read X only without obsm['X_pca'].
+    if step not in _NO_X and step not in _GPU_STEPS and not (step in ("neighbors", "tsne") and "X_pca" in adata.obsm):
+        from . import _gpu
+
+        _gpu.ensure_host(adata)
     if adata.isbacked:
         raise ValueError(
             f"{step}: a backed AnnData ({adata.filename}) is not supported: scurry works on data in memory; "

@@ -6,9 +6,10 @@ from . import _scurry
 
 class _Settings:
     """n_jobs: CPU threads (0 or -1: all cores); verbosity: 0 silences scurry's messages and progress
-    bars (errors are always raised), 1 or more shows them; device: 'cpu' (the GPU backend of the
-    package comes later: 'gpu' raises NotImplementedError); memory: the GPU memory mode
-    (pool, managed, managed-pool, plain), kept for the GPU backend; blas_core (read only): the OpenBLAS
+    bars (errors are always raised), 1 or more shows them; device: 'cpu' or 'gpu' (the steps with a
+    GPU path upload X once and keep it on the device: scurry.get.anndata_to_GPU; RuntimeError where
+    no GPU is usable); memory: the GPU memory mode (pool, managed, managed-pool, plain), kept for
+    the GPU backend; blas_core (read only): the OpenBLAS
     kernel set in use and why.
 
     BLAS kernels: OpenBLAS falls back to its SSE3 ("Prescott") kernels on a CPU model it does not know;
@@ -59,8 +60,9 @@ class _Settings:
         if d not in self._devices:
             raise ValueError(f"settings.device: '{d}' is not one of {self._devices}")
         if d == "gpu":
-            raise NotImplementedError("settings.device='gpu': the package's GPU backend is not built yet "
-                                      "(the CLI's --device gpu is)")
+            why = _scurry.gpu_unavailable()
+            if why:
+                raise RuntimeError(f"settings.device='gpu': {why}")
         self._device = d
 
     @property

@@ -4,7 +4,36 @@ from __future__ import annotations
 from . import _scurry
 from ._core import check_anndata, dataset, not_implemented, options, to_anndata
 
-__all__ = ["aggregate", "rank_genes_groups_df"]
+__all__ = ["aggregate", "rank_genes_groups_df", "anndata_to_GPU", "anndata_to_CPU"]
+
+
+def anndata_to_GPU(adata, layer=None, convert_all=False):
+    """rapids-singlecell's get.anndata_to_GPU: X to the GPU, where it stays between the steps with a
+    GPU path (scurry._gpu's docstring: adata.X is None while X is on the device). RuntimeError where
+    no GPU is usable."""
+    import anndata
+
+    from . import _gpu
+
+    if not isinstance(adata, anndata.AnnData):
+        raise TypeError(f"anndata_to_GPU: expected an AnnData, got {type(adata).__name__}")
+    not_implemented("anndata_to_GPU", "layer", layer, None)
+    not_implemented("anndata_to_GPU", "convert_all", convert_all, False)
+    _gpu.to_gpu(adata)
+
+
+def anndata_to_CPU(adata, layer=None, convert_all=False):
+    """rapids-singlecell's get.anndata_to_CPU: X back from the GPU into adata.X (nothing to do when it
+    is on the host)."""
+    import anndata
+
+    from . import _gpu
+
+    if not isinstance(adata, anndata.AnnData):
+        raise TypeError(f"anndata_to_CPU: expected an AnnData, got {type(adata).__name__}")
+    not_implemented("anndata_to_CPU", "layer", layer, None)
+    not_implemented("anndata_to_CPU", "convert_all", convert_all, False)
+    _gpu.to_cpu(adata)
 
 _AGG = _scurry.AggregateOptions()
 

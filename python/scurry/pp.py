@@ -10,7 +10,7 @@ from types import MappingProxyType
 import numpy as np
 import pandas as pd
 
-from . import _scurry
+from . import _gpu, _scurry
 from ._core import (_empty, actualize, check_anndata, dataset, matrix_of, not_implemented, options, subset_inplace,
                     write_back)
 
@@ -58,6 +58,11 @@ def calculate_qc_metrics(adata, *, expr_type="counts", var_type="genes", qc_vars
         qc_vars = [qc_vars]
     qc_vars = list(qc_vars)
     pt = [] if percent_top is None else [int(n) for n in percent_top]
+    if _gpu.wants_gpu(adata):
+        r = _gpu.calculate_qc_metrics(adata, expr_type=expr_type, var_type=var_type, qc_vars=qc_vars, percent_top=pt,
+                                      layer=layer, use_raw=use_raw, inplace=inplace, log1p=log1p)
+        if r is not _gpu.CPU:
+            return r
     opt = options(_scurry.QcOptions, qc_vars=qc_vars, percent_top=pt, log1p=bool(log1p),
                   layer="", expr_type=expr_type, var_type=var_type)
     # on the AnnData's own buffers (no copy) when their layout allows it, else on a copy
@@ -101,6 +106,11 @@ def filter_cells(data, *, min_counts=None, min_genes=None, max_counts=None, max_
     if not _is_anndata(data):
         return filter_cells(_as_anndata(data), min_counts=min_counts, min_genes=min_genes, max_counts=max_counts,
                             max_genes=max_genes, inplace=False)
+    col = "n_genes" if (min_genes is not None or max_genes is not None) else "n_counts"
+    if _gpu.wants_gpu(data):
+        r = _gpu.filter_cells(data, opt, col, inplace, copy)
+        if r is not _gpu.CPU:
+            return r
     check_anndata(data, step)
     adata = data.copy() if copy else data
     # the statistics on the AnnData's own buffers (no copy) when their layout allows it
@@ -132,6 +142,11 @@ def filter_genes(data, *, min_counts=None, min_cells=None, max_counts=None, max_
     if not _is_anndata(data):
         return filter_genes(_as_anndata(data), min_counts=min_counts, min_cells=min_cells, max_counts=max_counts,
                             max_cells=max_cells, inplace=False)
+    col = "n_cells" if (min_cells is not None or max_cells is not None) else "n_counts"
+    if _gpu.wants_gpu(data):
+        r = _gpu.filter_genes(data, opt, col, inplace, copy)
+        if r is not _gpu.CPU:
+            return r
     check_anndata(data, step)
     adata = data.copy() if copy else data
     ds = dataset(adata, step=step, X=False)
@@ -159,13 +174,17 @@ def normalize_total(adata, *, target_sum=_NORM.target_sum, exclude_highly_expres
     check_anndata(adata, step)
     not_implemented(step, "layers", layers, None)
     not_implemented(step, "layer_norm", layer_norm, None)
-    if copy:
-        if not inplace:
-            raise ValueError("normalize_total: `copy=True` cannot be used with `inplace=False`")
-        adata = adata.copy()
+    if copy and not inplace:
+        raise ValueError("normalize_total: `copy=True` cannot be used with `inplace=False`")
     opt = options(_scurry.NormalizeTotalOptions, target_sum=target_sum,
                   exclude_highly_expressed=bool(exclude_highly_expressed), max_fraction=float(max_fraction),
                   key_added=key_added or "", layer=layer or "")
+    if _gpu.wants_gpu(adata):
+        r = _gpu.normalize_total(adata, opt, inplace=inplace, copy=copy)
+        if r is not _gpu.CPU:
+            return r
+    if copy:
+        adata = adata.copy()
     if inplace:
         # in place on the AnnData's own buffers (no copy) when their layout allows it
         actualize(adata)
@@ -195,6 +214,10 @@ def log1p(data, *, base=None, copy=False, chunked=None, chunk_size=None, layer=N
         a = _as_anndata(data)
         log1p(a, base=base)
         return a.X
+    if _gpu.wants_gpu(data):
+        r = _gpu.log1p(data, base=base, layer=layer, copy=copy)
+        if r is not _gpu.CPU:
+            return r
     check_anndata(data, step)
     adata = data.copy() if copy else data
     actualize(adata)
@@ -225,6 +248,12 @@ def highly_variable_genes(adata, *, layer=None, n_top_genes=_HVG.n_top_genes, mi
 
 def _hvg(adata, *, inplace, subset, batch_key, layer, **kw):
     step = "highly_variable_genes"
+    if _gpu.wants_gpu(adata):
+        opt = options(_scurry.HvgOptions, batch_key="", layer="", subset=False, **kw)
+        r = _gpu.highly_variable_genes(adata, inplace=inplace, subset=subset, batch_key=batch_key, layer=layer,
+                                       flavor=kw.get("flavor"), opt=opt)
+        if r is not _gpu.CPU:
+            return r
     check_anndata(adata, step)
     obs = [batch_key] if batch_key is not None else []
     ds = dataset(adata, step=step, layer=layer, obs=obs, uns=["log1p"])
@@ -257,11 +286,15 @@ def scale(data, *, zero_center=_SCALE.zero_center, max_value=_SCALE.max_value, c
         a = _as_anndata(data)
         scale(a, zero_center=zero_center, max_value=max_value)
         return a.X
+    opt = options(_scurry.ScaleOptions, zero_center=bool(zero_center), max_value=max_value,
+                  clip_below=bool(zero_center), layer=layer or "")
+    if _gpu.wants_gpu(data):
+        r = _gpu.scale(data, opt, layer=layer, copy=copy)
+        if r is not _gpu.CPU:
+            return r
     check_anndata(data, step)
     adata = data.copy() if copy else data
     actualize(adata)
-    opt = options(_scurry.ScaleOptions, zero_center=bool(zero_center), max_value=max_value,
-                  clip_below=bool(zero_center), layer=layer or "")
     ds = dataset(adata, step=step, X=False)
     r = _scurry.scale_inplace(ds, matrix_of(adata, layer, step), opt)  # on the AnnData's buffers
     if r is not False:
@@ -303,8 +336,13 @@ def pca(data, n_comps=None, *, layer=None, zero_center=_PCA.zero_center, svd_sol
             u = a.uns["pca"]
             return a.obsm["X_pca"], a.varm["PCs"].T, u["variance_ratio"], u["variance"]
         return a.obsm["X_pca"]
-    check_anndata(data, step)
-    adata = data.copy() if copy else data
+    gpu = _gpu.wants_gpu(data) and layer is None
+    if not gpu:
+        check_anndata(data, step)
+        _gpu.ensure_host(data)
+        adata = data.copy() if copy else data
+    else:
+        adata = _gpu._target(data, copy)[0]
     if mask_var is not _empty and use_highly_variable is not None:
         raise ValueError("pca: give mask_var or use_highly_variable, not both")
     # mask_var: scanpy 1.10. _empty: var['highly_variable'] when present; None: every gene; a var
@@ -330,7 +368,7 @@ def pca(data, n_comps=None, *, layer=None, zero_center=_PCA.zero_center, svd_sol
         mask = adata.var["highly_variable"].to_numpy()
     if layer is not None:
         raise NotImplementedError("pca: layer is not implemented in scurry (PCA of X only)")
-    ds = dataset(adata, step=step, layer=layer)
+    ds = dataset(adata, step=step, layer=layer, X=not gpu)
     if mask is not None:
         if mask.dtype != bool or mask.shape != (adata.n_vars,):
             raise ValueError(f"pca: mask_var must be a boolean mask of {adata.n_vars} genes")
@@ -338,6 +376,8 @@ def pca(data, n_comps=None, *, layer=None, zero_center=_PCA.zero_center, svd_sol
     solver = "auto" if svd_solver in (None, "auto") else "randomized" if svd_solver == "randomized" else "gram"
     opt = options(_scurry.PcaOptions, n_comps=n_comps, zero_center=bool(zero_center), svd_solver=solver,
                   random_state=int(random_state), use_highly_variable=bool(uhv), dtype=np.dtype(dtype).name)
+    if gpu:  # the exact Gram solver on the device, whatever svd_solver asks
+        return _gpu.pca(adata, ds, opt, copy=copy)
     _scurry.pca(ds, opt)
     write_back(adata, ds, var_in=["highly_variable"])
     return adata if copy else None

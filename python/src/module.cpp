@@ -55,6 +55,7 @@ State& state() {
 void bind_views(py::module_& m);  // views.cpp
 void bind_tools(py::module_& m);  // tools.cpp
 void bind_cnmf(py::module_& m);   // cnmf.cpp
+void bind_resident(py::module_& m);  // resident.cpp
 }  // namespace scurry::py_binding
 
 namespace {
@@ -383,4 +384,5 @@ PYBIND11_MODULE(_scurry, m) {
   bind_views(m);
   bind_tools(m);
   bind_cnmf(m);
+  bind_resident(m);
 }

@@ -32,6 +32,7 @@
 #include "io/h5ad.hpp"
 #include "io/read.hpp"
 #include "pp/preprocess_stream.hpp"
+#include "pp/resident.hpp"
 #include "sim/simulate.hpp"
 
 namespace scurry::cli {
@@ -52,6 +53,7 @@ struct BenchOptions {
   bool graph = false;   // --graph: then neighbors (exact and IVF-Flat), connectivities, UMAP, Leiden
   bool knn_only = false;   // --knn-only: of the graph half, only the exact kNN
   bool on_device = false;  // --on-device: simulate on the GPU; each run starts from a device copy
+  bool stepwise = false;   // --stepwise: the package's chain (one call per step) instead of the fused one
   std::string write;       // --write FILE.h5ad: the last run's results (X left out) written there
   int64_t recall_rows = 20000;
   std::vector<int64_t> ivf_probes;  // --ivf-probes: also time IVF-Flat at these n_probes (recall each)
@@ -315,6 +317,7 @@ void run_bench(const GlobalOptions& g, BenchOptions& o) {
   if (o.repeat < (o.on_device ? 0 : 1))
     throw InputError(o.on_device ? "--repeat must be at least 0" : "--repeat must be at least 1 (0 only with --on-device)");
   if (o.on_device && ctx.backend() != Backend::cuda) throw InputError("--on-device needs --device gpu");
+  if (o.stepwise && (!o.on_device || multi)) throw InputError("--stepwise needs --on-device on one GPU");
   std::printf("scurry bench: synthetic %lld x %lld, %g nonzeros per cell, seed %llu; %s%s\n",
               static_cast<long long>(cells), static_cast<long long>(genes), o.sim.nnz_per_cell,
               static_cast<unsigned long long>(o.sim.seed), ctx.describe().c_str(),
@@ -369,7 +372,9 @@ void run_bench(const GlobalOptions& g, BenchOptions& o) {
   for (int rep = 0; rep <= o.repeat; ++rep) {  // rep 0 is the warm-up (the only run with --repeat 0)
     Dataset d;
     Timings t;
-    if (o.on_device) {
+    if (o.stepwise) {
+      stepwise_chain_simulated(ctx, dsim, d, o.pp, &t, /*consume=*/rep == o.repeat);
+    } else if (o.on_device) {
       preprocess_simulated_sharded(gpus, dsim, d, o.pp, &t, /*consume=*/rep == o.repeat);  // the last run needs no copy
     } else if (o.stream) {
       d = base;  // (no X)
@@ -515,6 +520,9 @@ void add_bench_command(CLI::App& app, GlobalOptions& g) {
                   "With --integrate harmony --device gpu: Harmony over this many CUDA contexts of the one GPU (the "
                   "several-GPU path, its overhead on one device; --gpus for several devices)");
   cmd->add_option("--read", o->read, "Time reading this file (h5ad, zarr, 10x) instead of the pipeline");
+  cmd->add_flag("--stepwise", o->stepwise,
+                "With --on-device on one GPU: the chain as the Python package runs it (each step its own call on the "
+                "resident X; normalize_total and log1p apart; no raw or counts layer)");
   cmd->add_flag("--on-device", o->on_device, "Simulate on the GPU (nothing big on the host); each run starts from a device copy");
   cmd->add_option("--write", o->write, "Write the last run's results (without X) to this h5ad");
   cmd->add_flag("--knn-only", o->knn_only, "With --graph: time only the exact kNN");

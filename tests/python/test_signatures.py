@@ -61,6 +61,9 @@ SCANPY_1_10 = {
                                       kwargs=VARKW),
     "get.aggregate": dict(adata=REQUIRED, by=REQUIRED, func=REQUIRED, axis=None, mask=None, dof=1, layer=None,
                           obsm=None, varm=None),
+    # rapids-singlecell's (not scanpy's): X to the device and back.
+    "get.anndata_to_GPU": dict(adata=REQUIRED, layer=None, convert_all=False),
+    "get.anndata_to_CPU": dict(adata=REQUIRED, layer=None, convert_all=False),
     "get.rank_genes_groups_df": dict(adata=REQUIRED, group=REQUIRED, key="rank_genes_groups", pval_cutoff=None,
                                      log2fc_min=None, log2fc_max=None, gene_symbols=None),
     "pp.harmony_integrate": dict(adata=REQUIRED, key=REQUIRED, basis="X_pca", adjusted_basis="X_pca_harmony",

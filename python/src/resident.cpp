@@ -1,0 +1,119 @@
+// scurry._scurry's GPU half (issue 17 point 4): X resident on the package's GPU context between the
+// steps. `Resident` owns a ResidentX (pp/resident.hpp) and a share of the context it lives on; the
+// resident_* functions are the same step entry points the CLI's GPU chain composes, on the
+// Dataset handle the Python wrappers fill with the AnnData's obs/var (python/scurry/_gpu.py).
+// The steps run with the GIL released and are not interrupted part-way (a device step is short; the
+// wrappers deliver a Ctrl-C once the step and its write-back are done).
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <memory>
+
+#include "convert.hpp"
+#include "runtime.hpp"
+#include "core/dataset.hpp"
+#include "core/error.hpp"
+#include "exec/context.hpp"
+#include "pp/filter.hpp"
+#include "pp/hvg.hpp"
+#include "pp/normalize.hpp"
+#include "pp/pca.hpp"
+#include "pp/qc.hpp"
+#include "pp/resident.hpp"
+#include "pp/scale.hpp"
+
+namespace scurry::py_binding {
+
+namespace {
+
+// The package's GPU context: made on first use, shared by every Resident (so that it outlives them).
+std::shared_ptr<Context>& gpu_context_slot() {
+  static std::shared_ptr<Context> c;
+  return c;
+}
+std::shared_ptr<Context> gpu_context() {
+  auto& c = gpu_context_slot();
+  if (!c) {
+    ContextOptions o;
+    o.device = "gpu";
+    o.threads = state().threads;
+    c = std::make_shared<Context>(Context::create(o));
+  }
+  return c;
+}
+
+struct Resident {
+  std::shared_ptr<Context> ctx;
+  std::unique_ptr<ResidentX> x;
+  ~Resident() { x.reset(); }  // the device arrays before the context's share
+  ResidentX& get() {
+    if (!x) throw py::value_error("this resident matrix was released");
+    return *x;
+  }
+};
+using ResidentPtr = std::shared_ptr<Resident>;
+
+template <class F>
+void no_gil(F&& f) {
+  py::gil_scoped_release release;
+  f();
+}
+
+}  // namespace
+
+void bind_resident(py::module_& m) {
+  m.def("gpu_unavailable", [] () -> std::string {
+    try {
+      gpu_context();
+      return "";
+    } catch (const std::exception& e) {
+      return e.what();
+    }
+  }, "'' when the package's GPU context can be made, else why not");
+  py::class_<Resident, ResidentPtr>(m, "Resident", "X resident on the GPU (scurry.get.anndata_to_GPU)")
+      .def_property_readonly("shape", [](Resident& r) { return py::make_tuple(r.get().n_rows(), r.get().n_cols()); })
+      .def_property_readonly("dense", [](Resident& r) { return r.get().dense(); })
+      .def_property_readonly("nnz", [](Resident& r) { return r.get().nnz(); })
+      .def_property_readonly("device", [](Resident& r) { return r.get().device(); })
+      .def("release", [](Resident& r) { r.x.reset(); });
+  m.def("resident_upload", [](py::handle x) {
+    Matrix h = matrix_from_py(x, "X");
+    auto r = std::make_shared<Resident>();
+    r->ctx = gpu_context();
+    no_gil([&] { r->x = resident::upload(*r->ctx, h); });
+    return r;
+  });
+  m.def("resident_download", [](Resident& r) {
+    Matrix h;
+    no_gil([&] { h = resident::download(*r.ctx, r.get()); });
+    return matrix_to_py(std::move(h));
+  });
+  m.def("resident_subset", [](Resident& r, std::optional<std::vector<int64_t>> rows, std::optional<std::vector<int64_t>> cols) {
+    auto out = std::make_shared<Resident>();
+    out->ctx = r.ctx;
+    no_gil([&] {
+      out->x = resident::subset_copy(*r.ctx, r.get(), rows ? *rows : std::vector<int64_t>{}, !rows,
+                                     cols ? *cols : std::vector<int64_t>{}, !cols);
+    });
+    return out;
+  });
+  m.def("resident_qc", [](Resident& r, Dataset& d, const QcOptions& o) { no_gil([&] { resident::qc(*r.ctx, r.get(), d, o); }); });
+  m.def("resident_filter_cells", [](Resident& r, Dataset& d, const FilterCellsOptions& o) {
+    no_gil([&] { resident::filter_cells(*r.ctx, r.get(), d, o); });
+  });
+  m.def("resident_filter_genes", [](Resident& r, Dataset& d, const FilterGenesOptions& o) {
+    no_gil([&] { resident::filter_genes(*r.ctx, r.get(), d, o); });
+  });
+  m.def("resident_normalize_total", [](Resident& r, Dataset& d, const NormalizeTotalOptions& o) {
+    no_gil([&] { resident::normalize_total(*r.ctx, r.get(), d, o, false); });
+  });
+  m.def("resident_log1p", [](Resident& r, Dataset& d) { no_gil([&] { resident::log1p(*r.ctx, r.get(), d); }); });
+  m.def("resident_highly_variable_genes", [](Resident& r, Dataset& d, const HvgOptions& o) {
+    no_gil([&] { resident::highly_variable_genes(*r.ctx, r.get(), d, o); });
+  });
+  m.def("resident_scale", [](Resident& r, Dataset& d, const ScaleOptions& o) { no_gil([&] { resident::scale(*r.ctx, r.get(), d, o); }); });
+  m.def("resident_pca", [](Resident& r, Dataset& d, const PcaOptions& o) { no_gil([&] { resident::pca(*r.ctx, r.get(), d, o); }); });
+}
+
+}  // namespace scurry::py_binding
