@@ -179,13 +179,16 @@ def matrix_of(adata, layer, step, use_raw=False):
 
 
 def dataset(adata, *, step, X=True, layer=None, use_raw=False, obs=(), var=(), obsm=(), obsp=(), uns=(),
-            raw=False):
+            raw=False, obs_names=True):
     """A Dataset with obs/var names and the slots a step reads. `X`: put the matrix (X, the layer,
     or raw.X with `use_raw`) in the Dataset's X (or layers[layer]); `obs`/`var`: columns; `obsm`,
     `obsp`, `uns`: keys (missing ones are left out: the step reports what it needs); `raw`: raw.X and
-    raw.var."""
+    raw.var; `obs_names=False`: unnamed cells (their number only)."""
     ds = _scurry.Dataset()
-    ds.set_obs_names(adata.obs_names)
+    if obs_names:
+        ds.set_obs_names(adata.obs_names)
+    else:  # a step that never reads them (the GPU steps): the count only
+        ds.set_obs_count(adata.n_obs)
     if use_raw:
         ds.set_var_names(adata.raw.var_names)
     else:

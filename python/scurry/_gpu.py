@@ -161,7 +161,7 @@ def calculate_qc_metrics(adata, *, expr_type, var_type, qc_vars, percent_top, la
     h = to_gpu(adata)
     opt = options(_scurry.QcOptions, qc_vars=qc_vars, percent_top=percent_top, log1p=bool(log1p), layer="",
                   expr_type=expr_type, var_type=var_type)
-    ds = dataset(adata, step="calculate_qc_metrics", X=False, var=qc_vars)
+    ds = dataset(adata, step="calculate_qc_metrics", X=False, var=qc_vars, obs_names=False)
     with _DeferInterrupt():
         _scurry.resident_qc(h, ds, opt)
         obs = pd.DataFrame({k: ds.get_obs(k) for k in ds.obs_keys()}, index=adata.obs_names)
@@ -182,7 +182,7 @@ def filter_cells(adata, opt, col, inplace, copy):
         ensure_host(adata)
         return CPU
     adata, h = _target(adata, copy)
-    ds = dataset(adata, step="filter_cells", X=False)
+    ds = dataset(adata, step="filter_cells", X=False, obs_names=False)
     ds.set_obs("__row", np.arange(adata.n_obs, dtype=np.int64))
     with _DeferInterrupt():
         _scurry.resident_filter_cells(h, ds, opt)
@@ -202,7 +202,7 @@ def filter_genes(adata, opt, col, inplace, copy):
         ensure_host(adata)
         return CPU
     adata, h = _target(adata, copy)
-    ds = dataset(adata, step="filter_genes", X=False)
+    ds = dataset(adata, step="filter_genes", X=False, obs_names=False)
     ds.set_var("__col", np.arange(adata.n_vars, dtype=np.int64))
     with _DeferInterrupt():
         _scurry.resident_filter_genes(h, ds, opt)
@@ -220,7 +220,7 @@ def normalize_total(adata, opt, *, inplace, copy):
         ensure_host(adata)
         return CPU
     adata, h = _target(adata, copy)
-    ds = dataset(adata, step="normalize_total", X=False)
+    ds = dataset(adata, step="normalize_total", X=False, obs_names=False)
     with _DeferInterrupt():
         _scurry.resident_normalize_total(h, ds, opt)
         if opt.key_added:
@@ -233,7 +233,7 @@ def log1p(adata, *, base, layer, copy):
         ensure_host(adata)
         return CPU
     adata, h = _target(adata, copy)
-    ds = dataset(adata, step="log1p", X=False, uns=["log1p"])
+    ds = dataset(adata, step="log1p", X=False, uns=["log1p"], obs_names=False)
     with _DeferInterrupt():
         _scurry.resident_log1p(h, ds)
         adata.uns["log1p"] = ds.get_uns("log1p")
@@ -247,7 +247,7 @@ def highly_variable_genes(adata, *, inplace, subset, batch_key, layer, flavor, o
         ensure_host(adata)
         return CPU
     h = to_gpu(adata)
-    ds = dataset(adata, step="highly_variable_genes", X=False, uns=["log1p"])
+    ds = dataset(adata, step="highly_variable_genes", X=False, uns=["log1p"], obs_names=False)
     opt.subset = False
     with _DeferInterrupt():
         _scurry.resident_highly_variable_genes(h, ds, opt)
@@ -272,7 +272,7 @@ def scale(adata, opt, *, layer, copy):
         ensure_host(adata)
         return CPU
     adata, h = _target(adata, copy)
-    ds = dataset(adata, step="scale", X=False)
+    ds = dataset(adata, step="scale", X=False, obs_names=False)
     with _DeferInterrupt():
         _scurry.resident_scale(h, ds, opt)
         for k in ds.var_keys():
