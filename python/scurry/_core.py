@@ -110,7 +110,7 @@ def subset_inplace(adata, obs=None, var=None):
     raw = adata._raw
     if raw is not None and obs is not None:
         raw = raw[oidx]  # Raw.__getitem__: the rows, one copy
-    slots = _actual_slots(adata, oidx, vidx, raw)
+    slots = _actual_slots(adata, oidx, vidx, raw, share_whole=True)
     if slots is None:
         if obs is not None:
             adata._inplace_subset_obs(obs)
@@ -122,12 +122,15 @@ def subset_inplace(adata, obs=None, var=None):
     gc.collect()
 
 
-def _actual_slots(ref, oidx, vidx, raw):
+def _actual_slots(ref, oidx, vidx, raw, share_whole=False):
     """The slots of the actual AnnData ref[oidx, vidx].copy() (ref not a view), as keyword arguments
     of ``_init_as_actual``; each matrix subset once (``anndata._core.index._subset``: a new matrix
     for index arrays and masks; numpy slices, which would share memory, are copied). obs/var lose
     their unused categories and uns the colours of those (anndata's _remove_unused_categories);
-    `raw` is used as given. None when this anndata lacks the internals used."""
+    `raw` is used as given. None when this anndata lacks the internals used. `share_whole`: an axis
+    kept whole (a slice of everything) keeps its own frame and matrices, not copies (subset_inplace:
+    ref is the AnnData being replaced, whose old slots nothing else holds; at 1.3M cells a gene subset
+    then no longer copies obs)."""
     import copy as _copy
 
     try:
@@ -147,14 +150,21 @@ def _actual_slots(ref, oidx, vidx, raw):
             r = r.copy()
         return r
 
-    obs = ref.obs.iloc[oidx].copy()
-    var = ref.var.iloc[vidx].copy()
+    def whole(idx, n):
+        return share_whole and isinstance(idx, slice) and range(*idx.indices(n)) == range(n)
+
+    obs_whole, var_whole = whole(oidx, ref.n_obs), whole(vidx, ref.n_vars)
+    def rows(df, idx):  # positions: take() makes the one copy (iloc's result would be copied again)
+        return df.take(idx) if isinstance(idx, np.ndarray) and idx.dtype.kind == "i" else df.iloc[idx].copy()
+
+    obs = ref.obs if obs_whole else rows(ref.obs, oidx)
+    var = ref.var if var_whole else rows(ref.var, vidx)
     uns = _slice_uns_sparse_matrices(_copy.copy(ref._uns), oidx, ref.n_obs)
-    remove_unused(ref.obs, obs, uns)
+    remove_unused(ref.obs, obs, uns)  # (on ref's own frame when whole: the categories anndata's copy drops)
     remove_unused(ref.var, var, uns)
     X = None if ref.X is None else sub(ref.X, (oidx, vidx))
     return dict(X=X, obs=obs, var=var, uns=_copy.deepcopy(uns),
-                obsm={k: sub(m, (oidx,)) for k, m in ref.obsm.items()},
+                obsm={k: m if obs_whole else sub(m, (oidx,)) for k, m in ref.obsm.items()},
                 varm={k: sub(m, (vidx,)) for k, m in ref.varm.items()},
                 obsp={k: sub(m, (oidx, oidx)) for k, m in ref.obsp.items()},
                 varp={k: sub(m, (vidx, vidx)) for k, m in ref.varp.items()},

@@ -189,7 +189,7 @@ py::object column_to_py(const Column& col) {
         using C = std::decay_t<decltype(c)>;
         if constexpr (std::is_same_v<C, NumericColumn>) {
           py::array a = py::array_t<double>(static_cast<py::ssize_t>(c.values.size()), c.values.data());
-          return a.attr("astype")(numpy_dtype(c.dtype));
+          return a.attr("astype")(numpy_dtype(c.dtype), py::arg("copy") = false);  // (float64: the one copy above)
         } else if constexpr (std::is_same_v<C, BoolColumn>) {
           py::array a = py::array_t<uint8_t>(static_cast<py::ssize_t>(c.values.size()), c.values.data());
           return a.attr("astype")("bool");
