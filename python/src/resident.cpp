@@ -77,10 +77,35 @@ void bind_resident(py::module_& m) {
       .def_property_readonly("nnz", [](Resident& r) { return r.get().nnz(); })
       .def_property_readonly("device", [](Resident& r) { return r.get().device(); })
       .def("release", [](Resident& r) { r.x.reset(); });
+  // A scipy CSR matrix goes to the device from its own buffers (no host copy; int64 indices and float64
+  // values converted chunk by chunk on the way); anything else (CSC, dense, integer values) through
+  // the Dataset's conversion first.
   m.def("resident_upload", [](py::handle x) {
-    Matrix h = matrix_from_py(x, "X");
     auto r = std::make_shared<Resident>();
     r->ctx = gpu_context();
+    if (py::hasattr(x, "indptr") && py::hasattr(x, "format") && std::string(py::str(x.attr("format"))) == "csr") {
+      py::array data = py::array::ensure(x.attr("data")), ind = py::array::ensure(x.attr("indices")),
+                ptr = py::array::ensure(x.attr("indptr"));
+      auto c_int = [](const py::array& a) {
+        return a && (a.flags() & py::array::c_style) && a.dtype().kind() == 'i' &&
+               (a.dtype().itemsize() == 4 || a.dtype().itemsize() == 8);
+      };
+      py::tuple shape = x.attr("shape");
+      if (c_int(ind) && c_int(ptr) && data && (data.flags() & py::array::c_style) && data.dtype().kind() == 'f' &&
+          (data.dtype().itemsize() == 4 || data.dtype().itemsize() == 8) && ind.size() == data.size()) {
+        resident::CsrParts p;
+        p.n_rows = shape[0].cast<int64_t>(), p.n_cols = shape[1].cast<int64_t>();
+        if (ptr.size() != p.n_rows + 1) throw py::value_error("X: indptr has " + std::to_string(ptr.size()) +
+                                                             " entries for " + std::to_string(p.n_rows) + " rows");
+        p.nnz = static_cast<int64_t>(data.size());
+        p.indptr = ptr.data(), p.indptr_bytes = static_cast<int>(ptr.dtype().itemsize());
+        p.indices = ind.data(), p.index_bytes = static_cast<int>(ind.dtype().itemsize());
+        p.data = data.data(), p.value_bytes = static_cast<int>(data.dtype().itemsize());
+        no_gil([&] { r->x = resident::upload(*r->ctx, p, "X"); });
+        return r;
+      }
+    }
+    Matrix h = matrix_from_py(x, "X");
     no_gil([&] { r->x = resident::upload(*r->ctx, h); });
     return r;
   });

@@ -56,6 +56,22 @@ namespace resident {
 // X on ctx's GPU: a CSR or dense matrix of any value type, as float32 CSR (dense zeros dropped).
 // InputError on a context without CUDA.
 std::unique_ptr<ResidentX> upload(Context& ctx, const Matrix& x);
+// X on ctx's GPU from the caller's own CSR buffers (the Python package's scipy matrix), without a host
+// copy of the matrix: row pointers int32 or int64 (index_bytes / indptr_bytes 4 or 8), values float32
+// or float64 (value_bytes), each copied to the device through pinned staging; int64 column indices and
+// float64 values are converted on the host one chunk at a time on the way. InputError (naming `where`)
+// on a structure that is not CSR: row pointers not starting at 0, decreasing or not ending at nnz, a
+// column index outside [0, n_cols), more than 2^31 - 1 columns.
+struct CsrParts {
+  int64_t n_rows = 0, n_cols = 0, nnz = 0;
+  const void* indptr = nullptr;
+  int indptr_bytes = 8;
+  const void* indices = nullptr;
+  int index_bytes = 4;
+  const void* data = nullptr;
+  int value_bytes = 4;
+};
+std::unique_ptr<ResidentX> upload(Context& ctx, const CsrParts& x, const std::string& where);
 // The matrix back in host memory: CSR or dense float32, as resident.
 Matrix download(Context& ctx, const ResidentX& x);
 // A copy on the device of the rows `rows` (ascending; empty vector with all_rows: every row) and the

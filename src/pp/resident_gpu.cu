@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 #include <future>
+#include <limits>
+#include <type_traits>
 
 #include "core/dataset.hpp"
 #include "core/error.hpp"
@@ -81,7 +83,90 @@ __global__ void clip_below_kernel(float* v, int64_t n, float lo) {
     v[i] = fmaxf(v[i], lo);
 }
 
+// Counts the column indices outside [0, n_cols) into *bad.
+__global__ void bad_indices_kernel(const int32_t* idx, int64_t n, int64_t n_cols, unsigned long long* bad) {
+  unsigned long long c = 0;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    c += (idx[i] < 0 || idx[i] >= n_cols);
+  if (c) atomicAdd(bad, c);
+}
+
+// n elements of type S at src into the device array dst of type D, converted on the host one chunk at
+// a time (S == D: one staged copy). Returns how many integer values fell outside [0, limit) on the way
+// (int64 column indices, which must not wrap into range as int32; limit 0: no check).
+template <class D, class S>
+int64_t upload_converted(CudaResources& r, D* dst, const S* src, int64_t n, int64_t limit = 0) {
+  if constexpr (std::is_same_v<D, S>) {
+    copy_to_device(r, dst, src, static_cast<size_t>(n) * sizeof(D));
+    return 0;
+  } else {
+    constexpr int64_t kChunk = int64_t{1} << 26;  // 64M elements
+    std::vector<D> buf(static_cast<size_t>(std::min(n, kChunk)));
+    int64_t bad = 0;
+    for (int64_t a = 0; a < n; a += kChunk) {
+      const int64_t m = std::min(kChunk, n - a);
+      int64_t b = 0;
+#pragma omp parallel for reduction(+ : b) schedule(static)
+      for (int64_t i = 0; i < m; ++i) {
+        if constexpr (std::is_integral_v<S>)
+          if (limit > 0) b += (src[a + i] < 0 || src[a + i] >= limit);
+        buf[i] = static_cast<D>(src[a + i]);
+      }
+      bad += b;
+      if (bad == 0) copy_to_device(r, dst + a, buf.data(), static_cast<size_t>(m) * sizeof(D));
+    }
+    return bad;
+  }
+}
+
 }  // namespace
+
+std::unique_ptr<ResidentX> upload(Context& ctx, const CsrParts& x, const std::string& where) {
+  CudaResources& r = res(ctx, "upload");
+  if (x.n_rows < 0 || x.n_cols < 0 || x.nnz < 0) throw InputError(where + ": negative sizes");
+  if (x.n_cols > std::numeric_limits<int32_t>::max())
+    throw InputError(detail::concat(where, ": ", x.n_cols, " columns; the GPU takes at most 2^31 - 1"));
+  for (int b : {x.indptr_bytes, x.index_bytes, x.value_bytes})
+    if (b != 4 && b != 8) throw InputError(where + ": row pointers, indices and values of 4 or 8 bytes only");
+  // The row pointers on the host (n_rows + 1: small), checked there.
+  std::vector<int64_t> ptr(static_cast<size_t>(x.n_rows + 1));
+  if (x.indptr_bytes == 8) std::copy_n(static_cast<const int64_t*>(x.indptr), ptr.size(), ptr.begin());
+  else std::copy_n(static_cast<const int32_t*>(x.indptr), ptr.size(), ptr.begin());
+  bool decreasing = false;
+#pragma omp parallel for reduction(|| : decreasing) schedule(static)
+  for (int64_t i = 0; i < x.n_rows; ++i) decreasing = decreasing || ptr[i + 1] < ptr[i];
+  if (ptr[0] != 0 || decreasing || ptr.back() != x.nnz)
+    throw InputError(where + ": the row pointers (indptr) are not those of a CSR matrix (first 0, not decreasing, last nnz)");
+  auto s = std::make_unique<ResidentX::State>();
+  s->r = &r;
+  DeviceCsr& m = s->m;
+  m.n_rows = x.n_rows, m.n_cols = x.n_cols, m.nnz = x.nnz;
+  m.indptr = DeviceArray<int64_t>(r, ptr.size(), "X row pointers");
+  m.indices = DeviceArray<int32_t>(r, static_cast<size_t>(x.nnz), "X column indices");
+  m.data = DeviceArray<float>(r, static_cast<size_t>(x.nnz), "X values");
+  copy_to_device(r, m.indptr.data(), ptr.data(), ptr.size() * 8);
+  if (x.index_bytes == 8) {
+    const int64_t bad = upload_converted(r, m.indices.data(), static_cast<const int64_t*>(x.indices), x.nnz,
+                                         std::max<int64_t>(x.n_cols, 1));
+    if (bad) throw InputError(detail::concat(where, ": ", bad, " column indices outside [0, ", x.n_cols, ")"));
+  } else upload_converted(r, m.indices.data(), static_cast<const int32_t*>(x.indices), x.nnz);
+  if (x.value_bytes == 8) upload_converted(r, m.data.data(), static_cast<const double*>(x.data), x.nnz);
+  else upload_converted(r, m.data.data(), static_cast<const float*>(x.data), x.nnz);
+  if (x.nnz > 0) {
+    DeviceArray<unsigned long long> bad(r, 1, "bad indices");
+    SCURRY_CUDA(cudaMemsetAsync(bad.data(), 0, 8, r.stream));
+    const int64_t blocks = std::min<int64_t>((x.nnz + 255) / 256, 4096);
+    bad_indices_kernel<<<static_cast<unsigned>(blocks), 256, 0, r.stream>>>(m.indices.data(), x.nnz, x.n_cols, bad.data());
+    SCURRY_CUDA_LAUNCH();
+    unsigned long long h = 0;
+    SCURRY_CUDA(cudaMemcpyAsync(&h, bad.data(), 8, cudaMemcpyDeviceToHost, r.stream));
+    SCURRY_CUDA(cudaStreamSynchronize(r.stream));
+    if (h) throw InputError(detail::concat(where, ": ", h, " column indices outside [0, ", x.n_cols, ")"));
+  }
+  SCURRY_CUDA(cudaStreamSynchronize(r.stream));
+  return std::make_unique<ResidentX>(std::move(s));
+}
 
 std::unique_ptr<ResidentX> upload(Context& ctx, const Matrix& x) {
   CudaResources& r = res(ctx, "upload");

@@ -19,6 +19,7 @@ namespace {
 [[noreturn]] void no_cuda() { throw InputError("this scurry was built without CUDA: no GPU steps; use the CPU"); }
 }  // namespace
 std::unique_ptr<ResidentX> upload(Context&, const Matrix&) { no_cuda(); }
+std::unique_ptr<ResidentX> upload(Context&, const CsrParts&, const std::string&) { no_cuda(); }
 Matrix download(Context&, const ResidentX&) { no_cuda(); }
 std::unique_ptr<ResidentX> subset_copy(Context&, const ResidentX&, const std::vector<int64_t>&, bool,
                                        const std::vector<int64_t>&, bool) { no_cuda(); }

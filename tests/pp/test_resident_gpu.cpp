@@ -208,3 +208,41 @@ TEST(ResidentGpu, ViewsAndRoundTrip) {
   EXPECT_TRUE(xd->dense());
   EXPECT_THROW(resident::log1p(gpu, *xd, d2), InputError);
 }
+
+// From the caller's own buffers (the package's scipy matrix): every combination of index, row pointer
+// and value widths gives the matrix itself; a bad structure is refused naming the problem.
+TEST(ResidentGpu, UploadFromBuffersOfEveryWidth) {
+  SCURRY_REQUIRE_GPU();
+  Context gpu = gpu_ctx();
+  const Dataset c = test::simulated_counts(500, 700, 150);
+  const CsrF& x = c.X.csr_f();
+  std::vector<int32_t> p32(x.indptr.begin(), x.indptr.end()), i32(x.indices.begin(), x.indices.end());
+  std::vector<int64_t> p64(x.indptr.begin(), x.indptr.end()), i64(x.indices.begin(), x.indices.end());
+  std::vector<float> v32(x.data.begin(), x.data.end());
+  std::vector<double> v64(x.data.begin(), x.data.end());
+  for (int pb : {4, 8})
+    for (int ib : {4, 8})
+      for (int vb : {4, 8}) {
+        resident::CsrParts p;
+        p.n_rows = x.n_rows, p.n_cols = x.n_cols, p.nnz = x.nnz();
+        p.indptr = pb == 4 ? static_cast<const void*>(p32.data()) : p64.data(), p.indptr_bytes = pb;
+        p.indices = ib == 4 ? static_cast<const void*>(i32.data()) : i64.data(), p.index_bytes = ib;
+        p.data = vb == 4 ? static_cast<const void*>(v32.data()) : v64.data(), p.value_bytes = vb;
+        auto r = resident::upload(gpu, p, "X");
+        EXPECT_EQ(worst_abs(resident::download(gpu, *r), c.X), 0.0) << pb << " " << ib << " " << vb;
+        EXPECT_EQ(r->nnz(), x.nnz());
+      }
+  resident::CsrParts p;
+  p.n_rows = x.n_rows, p.n_cols = x.n_cols, p.nnz = x.nnz();
+  p.indptr = p64.data(), p.indices = i64.data(), p.index_bytes = 8, p.data = v32.data();
+  i64[7] = (int64_t{1} << 32) + 3;  // would wrap into range as int32
+  EXPECT_THROW(resident::upload(gpu, p, "X"), InputError);
+  i64[7] = x.indices[7];
+  std::vector<int32_t> bad32 = i32;
+  bad32[11] = static_cast<int32_t>(x.n_cols);
+  p.indices = bad32.data(), p.index_bytes = 4;
+  EXPECT_THROW(resident::upload(gpu, p, "X"), InputError);
+  p.indices = i32.data();
+  p64[static_cast<size_t>(x.n_rows / 2)] = x.nnz() + 1;  // decreasing after it
+  EXPECT_THROW(resident::upload(gpu, p, "X"), InputError);
+}
