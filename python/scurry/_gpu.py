@@ -146,10 +146,6 @@ def _target(adata, copy):
     return adata, to_gpu(adata)
 
 
-def _rows_kept(ds, name):
-    return np.asarray(ds.get_obs(name) if name.startswith("__row") else ds.get_var(name), dtype=np.int64)
-
-
 # ----------------------------------------------------------------------------------------------
 # The steps. Each returns CPU when the call must run on the CPU (X is then back on the host).
 
@@ -176,44 +172,36 @@ def calculate_qc_metrics(adata, *, expr_type, var_type, qc_vars, percent_top, la
     return None
 
 
-def filter_cells(adata, opt, col, inplace, copy):
+def _filter(adata, opt, col, inplace, copy, axis):
+    """filter_cells (axis 'obs') or filter_genes ('var') on the device: the kept rows or columns found
+    through a position column the step subsets with the Dataset, then the AnnData subset the same way."""
     from ._core import subset_inplace
 
     if not inplace:
         ensure_host(adata)
         return CPU
     adata, h = _target(adata, copy)
-    ds = dataset(adata, step="filter_cells", X=False, obs_names=False)
-    ds.set_obs("__row", np.arange(adata.n_obs, dtype=np.int64))
+    cells = axis == "obs"
+    n = adata.n_obs if cells else adata.n_vars
+    ds = dataset(adata, step="filter_cells" if cells else "filter_genes", X=False, obs_names=False)
+    (ds.set_obs if cells else ds.set_var)("__pos", np.arange(n, dtype=np.int64))
     with _DeferInterrupt():
-        _scurry.resident_filter_cells(h, ds, opt)
-        kept = _rows_kept(ds, "__row")
-        vals = ds.get_obs(col)
-        keep = np.zeros(adata.n_obs, dtype=bool)
-        keep[kept] = True
-        subset_inplace(adata, obs=keep)
-        adata.obs[col] = vals
+        (_scurry.resident_filter_cells if cells else _scurry.resident_filter_genes)(h, ds, opt)
+        get = ds.get_obs if cells else ds.get_var
+        keep = np.zeros(n, dtype=bool)
+        keep[np.asarray(get("__pos"), dtype=np.int64)] = True
+        vals = get(col)
+        subset_inplace(adata, **{axis: keep})
+        getattr(adata, axis)[col] = vals
     return adata if copy else None
+
+
+def filter_cells(adata, opt, col, inplace, copy):
+    return _filter(adata, opt, col, inplace, copy, "obs")
 
 
 def filter_genes(adata, opt, col, inplace, copy):
-    from ._core import subset_inplace
-
-    if not inplace:
-        ensure_host(adata)
-        return CPU
-    adata, h = _target(adata, copy)
-    ds = dataset(adata, step="filter_genes", X=False, obs_names=False)
-    ds.set_var("__col", np.arange(adata.n_vars, dtype=np.int64))
-    with _DeferInterrupt():
-        _scurry.resident_filter_genes(h, ds, opt)
-        kept = _rows_kept(ds, "__col")
-        vals = ds.get_var(col)
-        keep = np.zeros(adata.n_vars, dtype=bool)
-        keep[kept] = True
-        subset_inplace(adata, var=keep)
-        adata.var[col] = vals
-    return adata if copy else None
+    return _filter(adata, opt, col, inplace, copy, "var")
 
 
 def normalize_total(adata, opt, *, inplace, copy):
