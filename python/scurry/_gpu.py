@@ -158,6 +158,7 @@ def calculate_qc_metrics(adata, *, expr_type, var_type, qc_vars, percent_top, la
     opt = options(_scurry.QcOptions, qc_vars=qc_vars, percent_top=percent_top, log1p=bool(log1p), layer="",
                   expr_type=expr_type, var_type=var_type)
     ds = dataset(adata, step="calculate_qc_metrics", X=False, var=qc_vars, obs_names=False)
+    _scurry.resident_check_counts(h, "calculate_qc_metrics")
     with _DeferInterrupt():
         _scurry.resident_qc(h, ds, opt)
         if not inplace:
@@ -210,6 +211,7 @@ def normalize_total(adata, opt, *, inplace, copy):
         return CPU
     adata, h = _target(adata, copy)
     ds = dataset(adata, step="normalize_total", X=False, obs_names=False)
+    _scurry.resident_check_counts(h, "normalize_total")
     with _DeferInterrupt():
         _scurry.resident_normalize_total(h, ds, opt)
         if opt.key_added:

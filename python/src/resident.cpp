@@ -123,6 +123,9 @@ void bind_resident(py::module_& m) {
     });
     return out;
   });
+  m.def("resident_check_counts", [](Resident& r, const std::string& where) {
+    no_gil([&] { resident::check_counts(*r.ctx, r.get(), where); });
+  });
   m.def("resident_qc", [](Resident& r, Dataset& d, const QcOptions& o) { no_gil([&] { resident::qc(*r.ctx, r.get(), d, o); }); });
   m.def("resident_filter_cells", [](Resident& r, Dataset& d, const FilterCellsOptions& o) {
     no_gil([&] { resident::filter_cells(*r.ctx, r.get(), d, o); });

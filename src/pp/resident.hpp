@@ -80,6 +80,10 @@ Matrix download(Context& ctx, const ResidentX& x);
 std::unique_ptr<ResidentX> subset_copy(Context& ctx, const ResidentX& x, const std::vector<int64_t>& rows, bool all_rows,
                                        const std::vector<int64_t>& cols, bool all_cols);
 
+// The package's counts check before a step that needs raw counts (as io/h5ad.hpp's check_counts on the
+// host, the same message): InputError after `where` on the first NaN, infinite or negative value, with
+// its row and column. Remembered until a step changes the values. CSR only.
+void check_counts(Context& ctx, ResidentX& x, const std::string& where);
 // calculate_qc_metrics on X: d.var holds the boolean columns named in q.qc_vars (at most 8); writes
 // the obs/var columns as the CPU step (float32 matrix). CSR only.
 void qc(Context& ctx, ResidentX& x, Dataset& d, const QcOptions& q);

@@ -120,7 +120,50 @@ int64_t upload_converted(CudaResources& r, D* dst, const S* src, int64_t n, int6
   }
 }
 
+// The first position p (in [0, n)) whose value is NaN, infinite or negative, into *first (atomicMin;
+// n when none).
+__global__ void first_bad_count_kernel(const float* v, int64_t n, unsigned long long* first) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    if (!(v[i] >= 0.f && v[i] <= 3.402823466e38f)) {
+      atomicMin(first, static_cast<unsigned long long>(i));
+      return;  // (this thread's later entries come after i)
+    }
+}
+
 }  // namespace
+
+void check_counts(Context& ctx, ResidentX& x, const std::string& where) {
+  CudaResources& r = res(ctx, "check counts");
+  auto& s = x.state();
+  if (s.counts_checked) return;
+  DeviceCsr& m = csr(x, where.c_str());
+  if (m.nnz > 0) {
+    DeviceArray<unsigned long long> first(r, 1, "first bad count");
+    const unsigned long long none = static_cast<unsigned long long>(m.nnz);
+    SCURRY_CUDA(cudaMemcpyAsync(first.data(), &none, 8, cudaMemcpyHostToDevice, r.stream));
+    const int64_t blocks = std::min<int64_t>((m.nnz + 255) / 256, 4096);
+    first_bad_count_kernel<<<static_cast<unsigned>(blocks), 256, 0, r.stream>>>(m.data.data(), m.nnz, first.data());
+    SCURRY_CUDA_LAUNCH();
+    unsigned long long h = none;
+    SCURRY_CUDA(cudaMemcpyAsync(&h, first.data(), 8, cudaMemcpyDeviceToHost, r.stream));
+    SCURRY_CUDA(cudaStreamSynchronize(r.stream));
+    if (h < none) {  // the message of the host check (io/h5ad.hpp check_counts): the value, its row and column
+      const int64_t p = static_cast<int64_t>(h);
+      float v = 0;
+      int32_t col = 0;
+      SCURRY_CUDA(cudaMemcpy(&v, m.data.data() + p, 4, cudaMemcpyDeviceToHost));
+      SCURRY_CUDA(cudaMemcpy(&col, m.indices.data() + p, 4, cudaMemcpyDeviceToHost));
+      std::vector<int64_t> ptr(static_cast<size_t>(m.n_rows + 1));
+      SCURRY_CUDA(cudaMemcpy(ptr.data(), m.indptr.data(), ptr.size() * 8, cudaMemcpyDeviceToHost));
+      const int64_t row = static_cast<int64_t>(std::upper_bound(ptr.begin(), ptr.end(), p) - ptr.begin()) - 1;
+      const char* what = std::isnan(v) ? "a NaN value" : std::isinf(v) ? "an infinite (Inf) value" : "a negative value";
+      throw InputError(detail::concat(where, ": X has ", what, " (", v, ") at row ", row, ", column ", col,
+                                      "; counts must be finite and non-negative (pass raw counts)"));
+    }
+  }
+  s.counts_checked = true;
+}
 
 std::unique_ptr<ResidentX> upload(Context& ctx, const CsrParts& x, const std::string& where) {
   CudaResources& r = res(ctx, "upload");

@@ -25,8 +25,9 @@ struct ResidentX::State {
   std::vector<double> row_total_f32;
   bool have_gene_nnz = false;
   std::vector<int64_t> gene_nnz;
-  void values_changed() { have_row_stats = false; }  // the counts of stored entries stay
-  void forget() { have_row_stats = false, have_gene_nnz = false; }
+  bool counts_checked = false;  // check_counts found every value finite and >= 0
+  void values_changed() { have_row_stats = false, counts_checked = false; }  // the counts of stored entries stay
+  void forget() { have_row_stats = false, have_gene_nnz = false, counts_checked = false; }
 };
 
 namespace gpu {

@@ -7,6 +7,7 @@
 
 #include "core/dataset.hpp"
 #include "core/error.hpp"
+#include "io/h5ad.hpp"
 #include "exec/context.hpp"
 #include "pp/filter.hpp"
 #include "pp/hvg.hpp"
@@ -245,4 +246,33 @@ TEST(ResidentGpu, UploadFromBuffersOfEveryWidth) {
   p.indices = i32.data();
   p64[static_cast<size_t>(x.n_rows / 2)] = x.nnz() + 1;  // decreasing after it
   EXPECT_THROW(resident::upload(gpu, p, "X"), InputError);
+}
+
+// The package's counts check on the device: the host check's message (value, row, column).
+TEST(ResidentGpu, CheckCountsNamesTheFirstBadValue) {
+  SCURRY_REQUIRE_GPU();
+  Context gpu = gpu_ctx();
+  Dataset c = test::simulated_counts(300, 400, 100);
+  auto ok = resident::upload(gpu, c.X);
+  EXPECT_NO_THROW(resident::check_counts(gpu, *ok, "normalize_total"));
+  for (float bad : {std::nanf(""), -1.0f, INFINITY}) {
+    Matrix m = c.X;
+    CsrF& x = m.csr_f();
+    const int64_t p = x.nnz() / 2;
+    x.data[static_cast<size_t>(p)] = bad;
+    std::string want;
+    try {
+      check_counts(m, "normalize_total");
+    } catch (const InputError& e) {
+      want = e.what();
+    }
+    ASSERT_FALSE(want.empty());
+    auto r = resident::upload(gpu, m);
+    try {
+      resident::check_counts(gpu, *r, "normalize_total");
+      ADD_FAILURE() << "no error for " << bad;
+    } catch (const InputError& e) {
+      EXPECT_EQ(std::string(e.what()), want);
+    }
+  }
 }

@@ -40,6 +40,14 @@ def _on(h, ds, fn, keep=True):
         h.X = X
 
 
+def _check_counts(h, where):
+    ds = _scurry.Dataset()
+    ds.set_obs_count(h.X.shape[0])
+    ds.set_var_names([str(j) for j in range(h.X.shape[1])])
+    ds.set_X(h.X)
+    _scurry.check_counts(ds, "", where)
+
+
 @pytest.fixture
 def host_device(monkeypatch):
     fake = {
@@ -48,6 +56,7 @@ def host_device(monkeypatch):
         "resident_download": lambda h: h.X.copy(),
         "resident_subset": lambda h, rows, cols: _HostResident(
             h.X[slice(None) if rows is None else np.asarray(rows)][:, slice(None) if cols is None else np.asarray(cols)]),
+        "resident_check_counts": lambda h, where: _check_counts(h, where),
         "resident_qc": lambda h, ds, o: _on(h, ds, lambda: _scurry.calculate_qc_metrics(ds, o), keep=False),
         "resident_filter_cells": lambda h, ds, o: _on(h, ds, lambda: _scurry.filter_cells(ds, o)),
         "resident_filter_genes": lambda h, ds, o: _on(h, ds, lambda: _scurry.filter_genes(ds, o)),
@@ -149,6 +158,19 @@ def test_calls_without_a_device_path_run_on_the_cpu(rng, host_device):
     out_g = sc.pp.highly_variable_genes(g, flavor="seurat_v3", n_top_genes=30, inplace=False)
     assert _gpu.resident(g) is None  # X came back
     np.testing.assert_array_equal(out_g["highly_variable"].to_numpy(), out_c["highly_variable"].to_numpy())
+
+
+def test_bad_counts_raise_the_cpu_error(rng, host_device):
+    a = synthetic(rng, n_obs=80, n_vars=60)
+    a.X.data[5] = np.nan
+    c = a.copy()
+    with pytest.raises(ValueError) as cpu_err:
+        sc.pp.normalize_total(c)
+    sc.get.anndata_to_GPU(a)
+    with pytest.raises(ValueError) as gpu_err:
+        sc.pp.normalize_total(a)
+    assert str(gpu_err.value) == str(cpu_err.value) and "NaN" in str(gpu_err.value)
+    assert _gpu.resident(a) is not None  # nothing happened to the AnnData
 
 
 def test_without_a_gpu_the_device_is_refused():
