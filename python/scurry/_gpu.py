@@ -139,6 +139,9 @@ def ensure_host(adata):
 def _target(adata, copy):
     """The AnnData the step writes (a copy on the device with copy=True) and its handle."""
     if copy:
+        if _ref_resident(adata) is None:  # X on the host: the copy goes to the device, the source stays
+            out = adata.copy()
+            return out, to_gpu(out)
         h = to_gpu(adata)
         out = adata.copy()  # X None: every other slot
         _attach(out, _scurry.resident_subset(h, None, None))

@@ -150,6 +150,16 @@ def test_copy_on_the_device_leaves_the_source(rng, host_device):
     np.testing.assert_allclose(b.X.toarray(), np.log1p(ref), rtol=1e-6)
 
 
+def test_copy_of_a_host_anndata_leaves_it_on_the_host(rng, host_device):
+    a = synthetic(rng, n_obs=100, n_vars=80)
+    ref = a.X.toarray()
+    sc.settings.device = "gpu"
+    b = sc.pp.normalize_total(a, target_sum=100.0, copy=True)
+    assert _gpu.resident(a) is None and a.X is not None
+    np.testing.assert_array_equal(a.X.toarray(), ref)
+    assert _gpu.resident(b) is not None and b.X is None
+
+
 def test_calls_without_a_device_path_run_on_the_cpu(rng, host_device):
     c = synthetic(rng, n_obs=150, n_vars=120)
     g = c.copy()
