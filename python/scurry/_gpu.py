@@ -11,7 +11,8 @@ log1p, highly_variable_genes (seurat, cell_ranger; one batch), scale, pca: each 
 varm and uns on the host as the CPU step does; only per-cell and per-gene numbers cross. A call the
 device does not take (a layer, inplace=False, a flavour or option without a GPU path) and every other
 step that reads X (markers, scores, regress_out, ...) bring X back first and run on the CPU: the
-result is always the CPU's, never a silent difference. neighbors, umap and leiden read obsm/obsp.
+result is always the CPU's, never a silent difference. neighbors, umap and leiden read obsm/obsp
+(X stays on the device); with settings.device='gpu' they run on the package's GPU context.
 
 A view of a resident AnnData (``adata[:, mask]``) gets its own device copy of the rows and columns it
 shows when a GPU step makes it actual. ``adata.copy()`` of a resident AnnData has no X: bring X back

@@ -63,6 +63,7 @@ class _Settings:
             why = _scurry.gpu_unavailable()
             if why:
                 raise RuntimeError(f"settings.device='gpu': {why}")
+        _scurry.set_device_gpu(d == "gpu")  # neighbors, umap, leiden on the GPU's context
         self._device = d
 
     @property

@@ -293,10 +293,10 @@ void bind_steps(py::module_& m) {
   m.def("scale", [](Dataset& d, const ScaleOptions& o) { run_step("scale", [&] { scale(state().context(), d, o); }); });
   m.def("pca", [](Dataset& d, const PcaOptions& o) { run_step("pca", [&] { pca(state().context(), d, o); }); });
   m.def("neighbors", [](Dataset& d, const NeighborsOptions& o) {
-    run_step("neighbors", [&] { neighbors(state().context(), d, o); });
+    run_step("neighbors", [&] { neighbors(state().graph_context(), d, o); });
   });
-  m.def("umap", [](Dataset& d, const UmapOptions& o) { run_step("umap", [&] { umap(state().context(), d, o); }); });
-  m.def("leiden", [](Dataset& d, const LeidenOptions& o) { run_step("leiden", [&] { leiden(state().context(), d, o); }); });
+  m.def("umap", [](Dataset& d, const UmapOptions& o) { run_step("umap", [&] { umap(state().graph_context(), d, o); }); });
+  m.def("leiden", [](Dataset& d, const LeidenOptions& o) { run_step("leiden", [&] { leiden(state().graph_context(), d, o); }); });
   m.def("rank_genes_groups", [](Dataset& d, const RankGenesGroupsOptions& o) {
     run_step("rank genes groups", [&] { rank_genes_groups_inplace(d, o, state().context()); });
   });
@@ -378,10 +378,11 @@ PYBIND11_MODULE(_scurry, m) {
   m.def("set_threads", [](int n) {
     if (n < 0) throw py::value_error("settings.n_jobs: " + std::to_string(n) + " (0 or more; 0 = all cores)");
     state().threads = n;
-    state().ctx.reset();
+    state().ctx.reset();  // (the GPU context keeps its threads: Residents share it)
   });
   m.def("threads", [] { return state().context().threads(); });
   m.def("set_quiet", [](bool q) { log::set_quiet(q); });
+  m.def("set_device_gpu", [](bool g) { state().device_gpu = g; });
   m.def("quiet", [] { return log::quiet(); });
   bind_dataset(m);
   bind_options(m);

@@ -27,21 +27,7 @@ namespace scurry::py_binding {
 
 namespace {
 
-// The package's GPU context: made on first use, shared by every Resident (so that it outlives them).
-std::shared_ptr<Context>& gpu_context_slot() {
-  static std::shared_ptr<Context> c;
-  return c;
-}
-std::shared_ptr<Context> gpu_context() {
-  auto& c = gpu_context_slot();
-  if (!c) {
-    ContextOptions o;
-    o.device = "gpu";
-    o.threads = state().threads;
-    c = std::make_shared<Context>(Context::create(o));
-  }
-  return c;
-}
+std::shared_ptr<Context> gpu_context() { return state().gpu_context(); }
 
 struct Resident {
   std::shared_ptr<Context> ctx;

@@ -18,14 +18,30 @@ namespace scurry::py_binding {
 
 namespace py = pybind11;
 
-// The package's resources handle (settings.n_jobs): rebuilt when the thread count changes.
+// The package's resources handle (settings.n_jobs): rebuilt when the thread count changes. The GPU
+// context (settings.device = 'gpu', the resident X of resident.cpp) is made on first use and shared
+// by every Resident, so that it outlives them.
 struct State {
   int threads = 0;
+  bool device_gpu = false;  // settings.device == 'gpu'
   std::unique_ptr<Context> ctx;
+  std::shared_ptr<Context> gpu;
   const Context& context() {
     if (!ctx) ctx = std::make_unique<Context>(Context::cpu(threads));
     return *ctx;
   }
+  std::shared_ptr<Context> gpu_context() {
+    if (!gpu) {
+      ContextOptions o;
+      o.device = "gpu";
+      o.threads = threads;
+      gpu = std::make_shared<Context>(Context::create(o));
+    }
+    return gpu;
+  }
+  // The graph steps' context (neighbors, umap, leiden: they read obsm/obsp, not X): the GPU's with
+  // settings.device = 'gpu', as the CLI's --device gpu runs them.
+  const Context& graph_context() { return device_gpu ? *gpu_context() : context(); }
 };
 State& state();  // module.cpp
 
