@@ -28,7 +28,7 @@ import numpy as np
 import pandas as pd
 
 from . import _scurry
-from ._core import dataset, options
+from ._core import dataset, options, write_back
 
 _ATTR = "_scurry_resident"
 CPU = object()  # a GPU wrapper's answer: run the CPU path (X is back on the host)
@@ -169,11 +169,7 @@ def calculate_qc_metrics(adata, *, expr_type, var_type, qc_vars, percent_top, la
             obs = pd.DataFrame({k: ds.get_obs(k) for k in ds.obs_keys()}, index=adata.obs_names)
             var = pd.DataFrame({k: ds.get_var(k) for k in ds.var_keys() if k not in qc_vars}, index=adata.var_names)
             return obs, var
-        for k in ds.obs_keys():  # each column converted once, straight into obs (1.3M cells: no frame between)
-            adata.obs[k] = ds.get_obs(k)
-        for k in ds.var_keys():
-            if k not in qc_vars:
-                adata.var[k] = ds.get_var(k)
+        write_back(adata, ds, var_in=qc_vars)  # each column converted once, straight into obs (no frame between)
     return None
 
 
@@ -218,8 +214,7 @@ def normalize_total(adata, opt, *, inplace, copy):
     _scurry.resident_check_counts(h, "normalize_total")
     with _DeferInterrupt():
         _scurry.resident_normalize_total(h, ds, opt)
-        if opt.key_added:
-            adata.obs[opt.key_added] = ds.get_obs(opt.key_added)
+        write_back(adata, ds)
     return adata if copy else None
 
 
@@ -231,7 +226,7 @@ def log1p(adata, *, base, layer, copy):
     ds = dataset(adata, step="log1p", X=False, uns=["log1p"], obs_names=False)
     with _DeferInterrupt():
         _scurry.resident_log1p(h, ds)
-        adata.uns["log1p"] = ds.get_uns("log1p")
+        write_back(adata, ds)
     return adata if copy else None
 
 
@@ -246,14 +241,9 @@ def highly_variable_genes(adata, *, inplace, subset, batch_key, layer, flavor, o
     opt.subset = False
     with _DeferInterrupt():
         _scurry.resident_highly_variable_genes(h, ds, opt)
-        cols = {k: ds.get_var(k) for k in ds.var_keys()}
-        for k, v in cols.items():
-            adata.var[k] = v
-        for k in ds.uns_keys():
-            if k != "log1p":
-                adata.uns[k] = ds.get_uns(k)
+        write_back(adata, ds, uns_in=("log1p",))
         if subset:
-            keep = np.asarray(cols["highly_variable"], dtype=bool)
+            keep = adata.var["highly_variable"].to_numpy(dtype=bool)
             sub = _scurry.resident_subset(h, None, np.flatnonzero(keep).tolist())
             del adata.__dict__[_ATTR]
             h.release()
@@ -270,8 +260,7 @@ def scale(adata, opt, *, layer, copy):
     ds = dataset(adata, step="scale", X=False, obs_names=False)
     with _DeferInterrupt():
         _scurry.resident_scale(h, ds, opt)
-        for k in ds.var_keys():
-            adata.var[k] = ds.get_var(k)
+        write_back(adata, ds)
     return adata if copy else None
 
 
@@ -279,9 +268,5 @@ def pca(adata, ds, opt, *, copy):
     h = to_gpu(adata)
     with _DeferInterrupt():
         _scurry.resident_pca(h, ds, opt)
-        for k in ds.obsm_keys():
-            adata.obsm[k] = ds.take_obsm(k)
-        for k in ds.varm_keys():
-            adata.varm[k] = ds.take_varm(k)
-        adata.uns["pca"] = ds.get_uns("pca")
+        write_back(adata, ds, var_in=["highly_variable"])  # (the mask the wrapper gave the step)
     return adata if copy else None

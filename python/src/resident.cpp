@@ -27,8 +27,6 @@ namespace scurry::py_binding {
 
 namespace {
 
-std::shared_ptr<Context> gpu_context() { return state().gpu_context(); }
-
 struct Resident {
   std::shared_ptr<Context> ctx;
   std::unique_ptr<ResidentX> x;
@@ -51,7 +49,7 @@ void no_gil(F&& f) {
 void bind_resident(py::module_& m) {
   m.def("gpu_unavailable", [] () -> std::string {
     try {
-      gpu_context();
+      state().gpu_context();
       return "";
     } catch (const std::exception& e) {
       return e.what();
@@ -68,7 +66,7 @@ void bind_resident(py::module_& m) {
   // the Dataset's conversion first.
   m.def("resident_upload", [](py::handle x) {
     auto r = std::make_shared<Resident>();
-    r->ctx = gpu_context();
+    r->ctx = state().gpu_context();
     if (py::hasattr(x, "indptr") && py::hasattr(x, "format") && std::string(py::str(x.attr("format"))) == "csr") {
       py::array data = py::array::ensure(x.attr("data")), ind = py::array::ensure(x.attr("indices")),
                 ptr = py::array::ensure(x.attr("indptr"));

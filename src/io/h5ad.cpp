@@ -1,6 +1,7 @@
 // scurry: AnnData .h5ad reading (anndata 0.7 .. 0.11 encodings) and writing (anndata 0.10/0.11's
 // current encodings), the file summary for `scurry info`, and the lazy row reader.
 #include "io/h5ad.hpp"
+#include "io/bad_count.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -615,12 +616,14 @@ scurry::Dataset read_h5ad(const std::string& path, const H5adReadOptions& opt) {
   return d;
 }
 
+void fail_bad_count(const std::string& where, double v, int64_t row, int64_t col) {
+  const char* what = std::isnan(v) ? "a NaN value" : std::isinf(v) ? "an infinite (Inf) value" : "a negative value";
+  fail_input(where, "X has ", what, " (", v, ") at row ", row, ", column ", col,
+             "; counts must be finite and non-negative (pass raw counts)");
+}
+
 void check_counts(const Matrix& X, const std::string& where) {
-  auto bad = [&](double v, int64_t r, int64_t c) {
-    const char* what = std::isnan(v) ? "a NaN value" : std::isinf(v) ? "an infinite (Inf) value" : "a negative value";
-    fail_input(where, "X has ", what, " (", v, ") at row ", r, ", column ", c,
-               "; counts must be finite and non-negative (pass raw counts)");
-  };
+  auto bad = [&](double v, int64_t r, int64_t c) { fail_bad_count(where, v, r, c); };
   std::visit(
       [&](const auto& x) {
         using X = std::decay_t<decltype(x)>;

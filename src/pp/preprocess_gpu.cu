@@ -12,10 +12,7 @@
 // checks), then the same host math runs on every rank; maps stay local. With one rank (LocalComm)
 // every collective is the identity: the single-GPU chain.
 #include <algorithm>
-#include <chrono>
 #include <cmath>
-#include <cstdio>
-#include <cstdlib>
 #include <condition_variable>
 #include <exception>
 #include <functional>
@@ -24,7 +21,6 @@
 #include <thread>
 
 #include "core/error.hpp"
-#include "core/log.hpp"
 #include "core/memory.hpp"
 #include "exec/comm_nccl.hpp"
 #include "exec/device_csr.cuh"
@@ -35,17 +31,6 @@
 #include "sim/simulate.hpp"
 
 namespace scurry {
-
-namespace {
-
-template <class T>
-DeviceArray<T> to_device(CudaResources& r, const std::vector<T>& h, const char* what) {
-  DeviceArray<T> d(r, h.size(), what);
-  if (!h.empty()) SCURRY_CUDA(cudaMemcpyAsync(d.data(), h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice, r.stream));
-  return d;
-}
-
-}  // namespace
 
 namespace gpu {
 

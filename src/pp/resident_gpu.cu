@@ -11,6 +11,7 @@
 #include "core/memory.hpp"
 #include "exec/comm.hpp"
 #include "exec/context.hpp"
+#include "io/bad_count.hpp"
 #include "pp/filter.hpp"
 #include "pp/hvg.hpp"
 #include "pp/kernels.cuh"
@@ -61,6 +62,20 @@ DeviceCsr& csr(ResidentX& x, const char* step) {
     throw InputError(std::string(step) + ": X on the GPU is dense (scaled with zero_center); this step needs the "
                      "sparse matrix before scale");
   return x.state().m;
+}
+
+// What filter_cells decides on, from a row pass: per cell the stored entries and the total as the
+// float32 obs column holds it.
+void keep_row_stats(ResidentX::State& s, const gpu::RowQc& rq) {
+  const int64_t n = static_cast<int64_t>(rq.total.size());
+  s.row_n_genes.resize(static_cast<size_t>(n));
+  s.row_total_f32.resize(static_cast<size_t>(n));
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < n; ++i) {
+    s.row_n_genes[i] = static_cast<int64_t>(rq.n_genes[i]);
+    s.row_total_f32[i] = static_cast<double>(static_cast<float>(rq.total[i]));
+  }
+  s.have_row_stats = true;
 }
 
 // Per gene, QC's counts of stored entries over every rank's cells (the identity pass of gene_sums).
@@ -148,7 +163,7 @@ void check_counts(Context& ctx, ResidentX& x, const std::string& where) {
     unsigned long long h = none;
     SCURRY_CUDA(cudaMemcpyAsync(&h, first.data(), 8, cudaMemcpyDeviceToHost, r.stream));
     SCURRY_CUDA(cudaStreamSynchronize(r.stream));
-    if (h < none) {  // the message of the host check (io/h5ad.hpp check_counts): the value, its row and column
+    if (h < none) {  // the host check's error (io/bad_count.hpp): the value, its row and column
       const int64_t p = static_cast<int64_t>(h);
       float v = 0;
       int32_t col = 0;
@@ -157,9 +172,7 @@ void check_counts(Context& ctx, ResidentX& x, const std::string& where) {
       std::vector<int64_t> ptr(static_cast<size_t>(m.n_rows + 1));
       SCURRY_CUDA(cudaMemcpy(ptr.data(), m.indptr.data(), ptr.size() * 8, cudaMemcpyDeviceToHost));
       const int64_t row = static_cast<int64_t>(std::upper_bound(ptr.begin(), ptr.end(), p) - ptr.begin()) - 1;
-      const char* what = std::isnan(v) ? "a NaN value" : std::isinf(v) ? "an infinite (Inf) value" : "a negative value";
-      throw InputError(detail::concat(where, ": X has ", what, " (", v, ") at row ", row, ", column ", col,
-                                      "; counts must be finite and non-negative (pass raw counts)"));
+      fail_bad_count(where, v, row, col);
     }
   }
   s.counts_checked = true;
@@ -196,7 +209,7 @@ std::unique_ptr<ResidentX> upload(Context& ctx, const CsrParts& x, const std::st
   } else upload_converted(r, m.indices.data(), static_cast<const int32_t*>(x.indices), x.nnz);
   if (x.value_bytes == 8) upload_converted(r, m.data.data(), static_cast<const double*>(x.data), x.nnz);
   else upload_converted(r, m.data.data(), static_cast<const float*>(x.data), x.nnz);
-  if (x.nnz > 0) {
+  if (x.nnz > 0 && x.index_bytes == 4) {  // (int64 indices were checked on the host as they were converted)
     DeviceArray<unsigned long long> bad(r, 1, "bad indices");
     SCURRY_CUDA(cudaMemsetAsync(bad.data(), 0, 8, r.stream));
     const int64_t blocks = std::min<int64_t>((x.nnz + 255) / 256, 4096);
@@ -207,8 +220,7 @@ std::unique_ptr<ResidentX> upload(Context& ctx, const CsrParts& x, const std::st
     SCURRY_CUDA(cudaStreamSynchronize(r.stream));
     if (h) throw InputError(detail::concat(where, ": ", h, " column indices outside [0, ", x.n_cols, ")"));
   }
-  SCURRY_CUDA(cudaStreamSynchronize(r.stream));
-  return std::make_unique<ResidentX>(std::move(s));
+  return std::make_unique<ResidentX>(std::move(s));  // (every copy above is synchronous)
 }
 
 std::unique_ptr<ResidentX> upload(Context& ctx, const Matrix& x) {
@@ -275,17 +287,10 @@ void qc(Context& ctx, ResidentX& x, Dataset& d, const QcOptions& q) {
   DeviceArray<uint8_t> dbits = to_device(r, qs.bits, "QC gene sets");
   gpu::RowQc rq = gpu::row_qc(r, m, qs.n_sets ? dbits.data() : nullptr, qs.n_sets, qs.top);
   gpu::GeneSums gs = gene_counts(ctx, r, m);
-  const int64_t n_all = m.n_rows;
-  s.row_n_genes.resize(static_cast<size_t>(n_all));
-  s.row_total_f32.resize(static_cast<size_t>(n_all));
-#pragma omp parallel for schedule(static)
-  for (int64_t i = 0; i < n_all; ++i) {
-    s.row_n_genes[i] = static_cast<int64_t>(rq.n_genes[i]);
-    s.row_total_f32[i] = static_cast<double>(static_cast<float>(rq.total[i]));  // as the float32 obs column holds it
-  }
+  keep_row_stats(s, rq);
   s.gene_nnz.assign(gs.nnz.begin(), gs.nnz.end());
-  s.have_row_stats = s.have_gene_nnz = true;
-  gpu::write_qc_columns(d, qs, std::move(rq), gs, sum_ranks(ctx.comm(), n_all));
+  s.have_gene_nnz = true;
+  gpu::write_qc_columns(d, qs, std::move(rq), gs, sum_ranks(ctx.comm(), m.n_rows));
 }
 
 void filter_cells(Context& ctx, ResidentX& x, Dataset& d, const FilterCellsOptions& o) {
@@ -293,15 +298,7 @@ void filter_cells(Context& ctx, ResidentX& x, Dataset& d, const FilterCellsOptio
   DeviceCsr& m = csr(x, "filter_cells");
   auto& s = x.state();
   Comm& comm = ctx.comm();
-  if (!s.have_row_stats) {  // the per-cell numbers without QC: one row pass
-    gpu::RowQc rq = gpu::row_qc(r, m, nullptr, 0, {});
-    s.row_n_genes.resize(static_cast<size_t>(m.n_rows));
-    s.row_total_f32.resize(static_cast<size_t>(m.n_rows));
-    for (int64_t i = 0; i < m.n_rows; ++i) {
-      s.row_n_genes[i] = static_cast<int64_t>(rq.n_genes[i]);
-      s.row_total_f32[i] = static_cast<double>(static_cast<float>(rq.total[i]));
-    }
-  }
+  if (!s.have_row_stats) keep_row_stats(s, gpu::row_qc(r, m, nullptr, 0, {}));  // without QC: one row pass
   FilterCellsResult fr = filter_cells_from_stats(std::move(s.row_n_genes), std::move(s.row_total_f32), o, &comm);
   s.have_row_stats = false;
   const int64_t removed_here = m.n_rows - static_cast<int64_t>(fr.kept.size());
@@ -354,20 +351,7 @@ void filter_genes(Context& ctx, ResidentX& x, Dataset& d, const FilterGenesOptio
     std::vector<int64_t> n_cells(gs.nnz.begin(), gs.nnz.end());
     fr = filter_genes_from_stats(std::move(n_cells), gs.sum, o);
   }
-  if (static_cast<int64_t>(fr.kept.size()) != m.n_cols) {
-    std::vector<int32_t> map(static_cast<size_t>(m.n_cols), -1);
-    for (size_t u = 0; u < fr.kept.size(); ++u) map[fr.kept[u]] = static_cast<int32_t>(u);
-    DeviceArray<int32_t> dmap = to_device(r, map, "gene filter");
-    filter_inplace(r, m, nullptr, dmap.data(), static_cast<int64_t>(fr.kept.size()));
-    if (s.have_gene_nnz) {
-      std::vector<int64_t> kept_nnz;
-      kept_nnz.reserve(fr.kept.size());
-      for (int64_t g : fr.kept) kept_nnz.push_back(s.gene_nnz[g]);
-      s.gene_nnz = std::move(kept_nnz);
-    }
-    s.have_row_stats = false;  // the rows lost entries
-  }
-  SCURRY_CUDA(cudaStreamSynchronize(r.stream));
+  subset_vars(ctx, x, nullptr, fr.kept);  // (QC's gene counts follow; the rows' numbers are dropped)
   apply_filter_genes(d, fr, true);
 }
 
@@ -429,10 +413,11 @@ void subset_vars(Context& ctx, ResidentX& x, Dataset* d, const std::vector<int64
     SCURRY_CUDA(cudaStreamSynchronize(r.stream));
     if (s.have_gene_nnz) {
       std::vector<int64_t> k;
+      k.reserve(keep.size());
       for (int64_t g : keep) k.push_back(s.gene_nnz[static_cast<size_t>(g)]);
       s.gene_nnz = std::move(k);
     }
-    s.have_row_stats = false;
+    s.have_row_stats = false;  // the rows lost entries
   }
   if (d) d->subset_vars(keep);
 }
