@@ -14,7 +14,13 @@ LIBS=$(awk '/^build python\/scurry\/_scurry/{f=1} f&&/LINK_LIBRARIES/{print; exi
    libscurry_cuda.a libscurry_core.a -Wl,--no-whole-archive $LIBS -L/usr/local/cuda/lib -fopenmp)
 strip --strip-unneeded /tmp/gpu_package/libscurry_py_core.so
 strip -o /tmp/gpu_package/scurry $B/scurry
-XZ_OPT="-8 -T2" bash ../shared/gpu/bundle.sh .gpu/pkg.tar.xz /tmp/gpu_package/scurry /tmp/gpu_package/libscurry_py_core.so
+# Optional, in the same bundle (shared libraries once): TESTS="test_resident_gpu ..." (gpu test binaries
+# that run.sh runs alone, as bench/gpu_label/run.sh) and BASELINE=path/to/an/older/scurry (run.sh times
+# `scurry bench` of both binaries alternately on the same card).
+extra=""
+for t in ${TESTS:-}; do strip -o /tmp/gpu_package/$t "$(find $B/tests -name "$t" -type f -executable | head -1)"; extra="$extra /tmp/gpu_package/$t"; done
+if [ -n "${BASELINE:-}" ]; then strip -o /tmp/gpu_package/scurry_baseline "$BASELINE"; extra="$extra /tmp/gpu_package/scurry_baseline"; fi
+XZ_OPT="-8 -T2" bash ../shared/gpu/bundle.sh .gpu/pkg.tar.xz /tmp/gpu_package/scurry /tmp/gpu_package/libscurry_py_core.so $extra
 rm -rf .gpu/py && mkdir -p .gpu/py
 D=/usr/lib/python3/dist-packages
 cp -r $D/anndata $D/anndata-*.dist-info $D/natsort $D/natsort-*.egg-info .gpu/py/

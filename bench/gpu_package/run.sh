@@ -1,7 +1,10 @@
 #!/bin/bash
 # The package on the GPU machine, part 2, there (after prepare.sh; carry .gpu): builds the extension
 # for this Python (pybind11 from pip) against libscurry_py_core.so, runs the package's tests (the real
-# device test included) and the tutorial chain at 1.3M cells through `import scurry as sc`.
+# device test included) and the tutorial chain at 1.3M cells through `import scurry as sc`. With what
+# prepare.sh bundled: the gpu test binaries each alone (tally in $OUT/gpu_tests.log) and, with a baseline
+# scurry, `scurry bench --on-device` at 1.3M of the baseline and this build alternately (A B A B A B),
+# the fused chain and --stepwise, logs in $OUT.
 set -u
 tar xJf .gpu/pkg.tar.xz -C /tmp
 so=$(find /tmp/bundle -name libscurry_py_core.so | head -1); cp "$so" /tmp/bundle/lib/ 2>/dev/null
@@ -16,3 +19,28 @@ export PYTHONPATH=/tmp/pkg:$PWD/.gpu/py SCURRY_BINARY=/tmp/bundle/bin/scurry SCU
 (cd tests/python && timeout 180 python3 -m pytest -q -p no:cacheprovider test_gpu_package.py 2>&1 | tail -5)
 timeout 120 /tmp/bundle/bin/scurry simulate /tmp/sim.h5ad --n-cells 1306127 --n-genes 27998 --nnz-per-cell 2000 --clusters 10
 timeout 300 python3 bench/gpu_package/chain.py /tmp/sim.h5ad 2>&1 | grep -v Warning
+
+O=${OUT:-/tmp}
+if ls /tmp/bundle/bin/test_* >/dev/null 2>&1; then
+  pass=0; fail=0; skip=0
+  for t in /tmp/bundle/bin/test_*; do
+    name=$(basename "$t"); "$t" > /tmp/$name.out 2>&1; rc=$?
+    p=$(grep -c '^\[       OK \]' /tmp/$name.out); f=$(grep -c '^\[  FAILED  \].*(' /tmp/$name.out); s=$(grep -c '^\[  SKIPPED \]' /tmp/$name.out)
+    echo "$name rc=$rc passed=$p failed=$f skipped=$s" | tee -a $O/gpu_tests.log
+    pass=$((pass + p)); fail=$((fail + f)); skip=$((skip + s))
+    [ "$rc" -ne 0 ] && grep -B5 -A20 'FAILED\|Failure' /tmp/$name.out | head -80 >> $O/gpu_tests.log
+  done
+  echo "$pass passed, $fail failed, $skip skipped" | tee -a $O/gpu_tests.log
+fi
+if [ -x /tmp/bundle/bin/scurry_baseline ]; then
+  B="--device gpu bench --synthetic 1306127x27998 --nnz-per-cell 2000 --flavor cell_ranger --on-device --repeat 5"
+  for i in 1 2 3; do
+    for v in baseline new; do
+      exe=/tmp/bundle/bin/scurry; [ $v = baseline ] && exe=/tmp/bundle/bin/scurry_baseline
+      timeout 120 $exe $B --json $O/ab_fused_${v}_$i.json > $O/ab_fused_${v}_$i.log 2>&1
+      grep "total (without upload)" $O/ab_fused_${v}_$i.log | sed "s/^/fused $v $i: /"
+    done
+  done
+  timeout 120 /tmp/bundle/bin/scurry $B --stepwise --json $O/ab_stepwise_new.json > $O/ab_stepwise_new.log 2>&1
+  grep "total (without upload)" $O/ab_stepwise_new.log | sed "s/^/stepwise new: /"
+fi

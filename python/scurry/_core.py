@@ -107,6 +107,15 @@ def subset_inplace(adata, obs=None, var=None):
     copied) for a subset of genes only, where anndata keeps it unchanged too. The same slots, dtypes,
     categories and uns colours as anndata's."""
     oidx, vidx = adata._normalize_indices((slice(None) if obs is None else obs, slice(None) if var is None else var))
+    if _keeps_all(oidx, adata.n_obs) and _keeps_all(vidx, adata.n_vars):
+        # Nothing removed (filter_cells on cells that all pass, at 1.3M cells 0.5 s of obs copies and
+        # anndata's obs_names check): what anndata's copy would still change, its unused categories.
+        try:
+            for df in (adata.obs, adata.var):
+                adata._remove_unused_categories(df, df, adata.uns)
+            return
+        except AttributeError:  # an anndata whose internals differ: its own path below
+            pass
     raw = adata._raw
     if raw is not None and obs is not None:
         raw = raw[oidx]  # Raw.__getitem__: the rows, one copy
@@ -120,6 +129,16 @@ def subset_inplace(adata, obs=None, var=None):
     adata._init_as_actual(**slots)
     del slots, raw  # a subset Raw refers to the old one (anndata's _RawViewHack in its varm)
     gc.collect()
+
+
+def _keeps_all(idx, n):
+    """Whether a normalized index (anndata's: a slice or an integer array) selects every position in order."""
+    if isinstance(idx, slice):
+        return range(*idx.indices(n)) == range(n)
+    idx = np.asarray(idx)
+    if idx.dtype == bool:
+        return idx.shape == (n,) and bool(idx.all())
+    return idx.shape == (n,) and bool(np.array_equal(idx, np.arange(n)))
 
 
 def _actual_slots(ref, oidx, vidx, raw, share_whole=False):

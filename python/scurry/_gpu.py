@@ -244,11 +244,10 @@ def highly_variable_genes(adata, *, inplace, subset, batch_key, layer, flavor, o
         write_back(adata, ds, uns_in=("log1p",))
         if subset:
             keep = adata.var["highly_variable"].to_numpy(dtype=bool)
-            sub = _scurry.resident_subset(h, None, np.flatnonzero(keep).tolist())
+            _scurry.resident_subset_vars(h, np.flatnonzero(keep).tolist())  # in place: no second X on the device
             del adata.__dict__[_ATTR]
-            h.release()
             subset_inplace(adata, var=keep)
-            _attach(adata, sub)
+            _attach(adata, h)
     return None
 
 

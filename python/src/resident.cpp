@@ -107,6 +107,9 @@ void bind_resident(py::module_& m) {
     });
     return out;
   });
+  m.def("resident_subset_vars", [](Resident& r, const std::vector<int64_t>& cols) {
+    no_gil([&] { resident::subset_vars(*r.ctx, r.get(), nullptr, cols); });
+  });
   m.def("resident_check_counts", [](Resident& r, const std::string& where) {
     no_gil([&] { resident::check_counts(*r.ctx, r.get(), where); });
   });

@@ -405,6 +405,9 @@ void subset_vars(Context& ctx, ResidentX& x, Dataset* d, const std::vector<int64
   CudaResources& r = res(ctx, "subset");
   DeviceCsr& m = csr(x, "subset");
   auto& s = x.state();
+  for (size_t u = 0; u < keep.size(); ++u)
+    if (keep[u] < 0 || keep[u] >= m.n_cols || (u > 0 && keep[u] <= keep[u - 1]))
+      throw InputError("subset: the genes kept must be ascending positions in [0, n_vars)");
   if (static_cast<int64_t>(keep.size()) != m.n_cols) {
     std::vector<int32_t> map(static_cast<size_t>(m.n_cols), -1);
     for (size_t u = 0; u < keep.size(); ++u) map[static_cast<size_t>(keep[u])] = static_cast<int32_t>(u);

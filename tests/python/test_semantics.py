@@ -93,6 +93,28 @@ def test_filters_subset_every_slot(counts):
     assert_same_matrix(counts.layers["counts"], counts.X, "layer subset with X")
 
 
+def test_a_filter_that_keeps_everything_is_anndatas_subset(counts):
+    """Nothing removed: no copy is made, but the AnnData ends as anndata's own subset leaves it (the
+    unused categories of obs and var dropped, with their colours)."""
+    import pandas as pd
+
+    counts.obs["kind"] = pd.Categorical(["a"] * counts.n_obs, categories=["a", "unused"])
+    counts.uns["kind_colors"] = ["#000000", "#ffffff"]
+    counts.var["tag"] = pd.Categorical(["g"] * counts.n_vars, categories=["g", "h"])
+    ref = counts.copy()
+    X_before = counts.X
+    sc.pp.filter_cells(counts, min_genes=0)
+    sc.pp.filter_genes(counts, min_cells=0)
+    ref._inplace_subset_obs(np.ones(ref.n_obs, dtype=bool))
+    ref._inplace_subset_var(np.ones(ref.n_vars, dtype=bool))
+    assert counts.X is X_before  # not copied
+    assert list(counts.obs["kind"].cat.categories) == list(ref.obs["kind"].cat.categories) == ["a"]
+    assert list(counts.var["tag"].cat.categories) == list(ref.var["tag"].cat.categories) == ["g"]
+    assert list(counts.uns["kind_colors"]) == list(ref.uns["kind_colors"]) == ["#000000"]
+    assert counts.shape == ref.shape
+    assert_same_matrix(counts.X, ref.X, "X")
+
+
 def test_filter_on_an_array_returns_mask_and_numbers(counts):
     mask, number = sc.pp.filter_cells(counts.X, min_counts=10)
     totals = np.asarray(counts.X.sum(1)).ravel()
