@@ -174,8 +174,8 @@ def calculate_qc_metrics(adata, *, expr_type, var_type, qc_vars, percent_top, la
 
 
 def _filter(adata, opt, col, inplace, copy, axis):
-    """filter_cells (axis 'obs') or filter_genes ('var') on the device: the kept rows or columns found
-    through a position column the step subsets with the Dataset, then the AnnData subset the same way."""
+    """filter_cells (axis 'obs') or filter_genes ('var') on the device: the step returns its mask over
+    the rows or columns, and the AnnData is subset the same way."""
     from ._core import subset_inplace
 
     if not inplace:
@@ -183,15 +183,10 @@ def _filter(adata, opt, col, inplace, copy, axis):
         return CPU
     adata, h = _target(adata, copy)
     cells = axis == "obs"
-    n = adata.n_obs if cells else adata.n_vars
     ds = dataset(adata, step="filter_cells" if cells else "filter_genes", X=False, obs_names=False)
-    (ds.set_obs if cells else ds.set_var)("__pos", np.arange(n, dtype=np.int64))
     with _DeferInterrupt():
-        (_scurry.resident_filter_cells if cells else _scurry.resident_filter_genes)(h, ds, opt)
-        get = ds.get_obs if cells else ds.get_var
-        keep = np.zeros(n, dtype=bool)
-        keep[np.asarray(get("__pos"), dtype=np.int64)] = True
-        vals = get(col)
+        keep = (_scurry.resident_filter_cells if cells else _scurry.resident_filter_genes)(h, ds, opt)
+        vals = (ds.take_obs if cells else ds.take_var)(col)
         subset_inplace(adata, **{axis: keep})
         getattr(adata, axis)[col] = vals
     return adata if copy else None

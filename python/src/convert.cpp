@@ -208,6 +208,14 @@ py::object column_to_py(const Column& col) {
       col.c);
 }
 
+py::object column_to_py(Column&& col) {
+  if (auto* c = std::get_if<NumericColumn>(&col.c)) {  // the values moved, not copied (one conversion when not float64)
+    const auto dtype = numpy_dtype(c->dtype);
+    return vec_to_array(std::move(c->values)).attr("astype")(dtype, py::arg("copy") = false);
+  }
+  return column_to_py(static_cast<const Column&>(col));
+}
+
 Table table_from_py(py::handle df, const std::string& where) {
   Table t;
   for (auto x : df.attr("index")) t.index.push_back(py::str(x));

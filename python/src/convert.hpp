@@ -26,6 +26,8 @@ py::object matrix_to_py(Matrix&& m);
 Column column_from_py(py::handle obj, const std::string& where);
 // Column -> numpy array (numeric in its dtype, bool), pandas.Categorical, or numpy object array.
 py::object column_to_py(const Column& c);
+// The same, a numeric column's values moved into the array (no copy of float64); `c` is left empty.
+py::object column_to_py(Column&& c);
 
 // uns values: dict, str, bool, int, float, numpy arrays (numeric, bool, str, structured), lists of
 // str, pandas DataFrame, None.

@@ -124,7 +124,7 @@ void bind_dataset(py::module_& m) {
       .def("set_obs_count", [](Dataset& d, int64_t n) {
         if (n < 0) throw py::value_error("set_obs_count: a negative count");
         d.obs = Table();
-        d.obs.index.assign(static_cast<size_t>(n), std::string());
+        d.obs.set_unnamed_rows(n);
       })
       .def("obs_names", [](Dataset& d) { return d.obs.index; })
       .def("var_names", [](Dataset& d) { return d.var.index; })
@@ -134,6 +134,17 @@ void bind_dataset(py::module_& m) {
       .def("var_keys", [](Dataset& d) { return d.var.names(); })
       .def("get_obs", [](Dataset& d, const std::string& k) { return column_to_py(d.obs.at(k)); })
       .def("get_var", [](Dataset& d, const std::string& k) { return column_to_py(d.var.at(k)); })
+      // The column moved out of the Dataset (removed from it): no copy of its values.
+      .def("take_obs", [](Dataset& d, const std::string& k) {
+        py::object o = column_to_py(std::move(d.obs.at(k)));
+        d.obs.remove(k);
+        return o;
+      })
+      .def("take_var", [](Dataset& d, const std::string& k) {
+        py::object o = column_to_py(std::move(d.var.at(k)));
+        d.var.remove(k);
+        return o;
+      })
       .def("obs_df", [](Dataset& d) { return table_to_py(d.obs); })
       .def("var_df", [](Dataset& d) { return table_to_py(d.var); })
       .def("set_obs_df", [](Dataset& d, py::handle df) { d.obs = table_from_py(df, "obs"); })

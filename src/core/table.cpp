@@ -76,7 +76,8 @@ const std::vector<uint8_t>& Table::boolean(const std::string& name) const {
 Table Table::take(const std::vector<int64_t>& rows) const {
   Table t;
   t.index_name = index_name;
-  t.index = take_vec(index, rows);
+  if (unnamed()) t.set_unnamed_rows(static_cast<int64_t>(rows.size()));
+  else t.index = take_vec(index, rows);
   for (const auto& n : order_) t.set(n, cols_.at(n).take(rows));
   return t;
 }

@@ -50,7 +50,12 @@ class Table {
   std::vector<std::string> index;      // row names
   std::string index_name = "_index";   // anndata's _index_name attribute (column name in the file)
 
-  int64_t n_rows() const { return static_cast<int64_t>(index.size()); }
+  int64_t n_rows() const { return index.empty() ? unnamed_ : static_cast<int64_t>(index.size()); }
+  // n rows without names (index empty): the Python package's cells when a step needs only their
+  // number (building 1.3M empty names cost 0.15 s a step). take() keeps a table unnamed; a writer
+  // refuses one (InputError naming the table). Assigning names to `index` makes it named again.
+  void set_unnamed_rows(int64_t n) { index.clear(); unnamed_ = n; }
+  bool unnamed() const { return index.empty() && unnamed_ > 0; }
   bool has(const std::string& name) const { return cols_.count(name) != 0; }
   // Adds or replaces; the column must have n_rows() entries (throws scurry::Error otherwise).
   void set(const std::string& name, Column col);
@@ -67,6 +72,7 @@ class Table {
  private:
   std::vector<std::string> order_;
   std::map<std::string, Column> cols_;
+  int64_t unnamed_ = 0;  // n_rows() while index is empty
 };
 
 }  // namespace scurry

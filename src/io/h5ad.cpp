@@ -466,6 +466,7 @@ void write_column(const Group& g, const std::string& name, const Column& col) {
 }
 
 void write_dataframe(const Group& root, const std::string& name, const Table& t) {
+  if (t.unnamed()) fail_input(root.file(), name, ": its rows have no names (an unnamed table cannot be written)");
   Group g = root.create_group(name);
   set_encoding(g, "dataframe", "0.2.0");
   const std::string index_name = t.index_name.empty() ? "_index" : t.index_name;

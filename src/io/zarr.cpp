@@ -470,6 +470,7 @@ void write_column(const Writer& w, const std::string& df, const std::string& nam
 }
 
 void write_dataframe(const Writer& w, const std::string& p, const Table& t) {
+  if (t.unnamed()) fail_input(w.store, "/", p, ": its rows have no names (an unnamed table cannot be written)");
   const std::string index_name = t.index_name.empty() ? "_index" : t.index_name;
   check_key(w, p, index_name);
   Json a = enc("dataframe", "0.2.0");

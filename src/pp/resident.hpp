@@ -89,8 +89,9 @@ void check_counts(Context& ctx, ResidentX& x, const std::string& where);
 void qc(Context& ctx, ResidentX& x, Dataset& d, const QcOptions& q);
 // filter_cells / filter_genes: the obs/var count columns, then the passing rows / columns kept in X
 // (in place on the device) and in every slot of d (apply_filter_*). InputError when none passes.
-void filter_cells(Context& ctx, ResidentX& x, Dataset& d, const FilterCellsOptions& o);
-void filter_genes(Context& ctx, ResidentX& x, Dataset& d, const FilterGenesOptions& o);
+// Returns the mask over the rows / columns as they were (1: kept), for the caller's own slots.
+std::vector<uint8_t> filter_cells(Context& ctx, ResidentX& x, Dataset& d, const FilterCellsOptions& o);
+std::vector<uint8_t> filter_genes(Context& ctx, ResidentX& x, Dataset& d, const FilterGenesOptions& o);
 // normalize_total (target_sum, key_added; not exclude_highly_expressed), then log1p when
 // `then_log1p` (one pass over the values: the chain's fused step). CSR only.
 void normalize_total(Context& ctx, ResidentX& x, Dataset& d, const NormalizeTotalOptions& o, bool then_log1p = false);

@@ -293,7 +293,7 @@ void qc(Context& ctx, ResidentX& x, Dataset& d, const QcOptions& q) {
   gpu::write_qc_columns(d, qs, std::move(rq), gs, sum_ranks(ctx.comm(), m.n_rows));
 }
 
-void filter_cells(Context& ctx, ResidentX& x, Dataset& d, const FilterCellsOptions& o) {
+std::vector<uint8_t> filter_cells(Context& ctx, ResidentX& x, Dataset& d, const FilterCellsOptions& o) {
   CudaResources& r = res(ctx, "filter_cells");
   DeviceCsr& m = csr(x, "filter_cells");
   auto& s = x.state();
@@ -336,9 +336,10 @@ void filter_cells(Context& ctx, ResidentX& x, Dataset& d, const FilterCellsOptio
   }
   SCURRY_CUDA(cudaStreamSynchronize(r.stream));
   apply_filter_cells(d, fr, true);
+  return std::move(fr.keep);
 }
 
-void filter_genes(Context& ctx, ResidentX& x, Dataset& d, const FilterGenesOptions& o) {
+std::vector<uint8_t> filter_genes(Context& ctx, ResidentX& x, Dataset& d, const FilterGenesOptions& o) {
   CudaResources& r = res(ctx, "filter_genes");
   DeviceCsr& m = csr(x, "filter_genes");
   auto& s = x.state();
@@ -353,6 +354,7 @@ void filter_genes(Context& ctx, ResidentX& x, Dataset& d, const FilterGenesOptio
   }
   subset_vars(ctx, x, nullptr, fr.kept);  // (QC's gene counts follow; the rows' numbers are dropped)
   apply_filter_genes(d, fr, true);
+  return std::move(fr.keep);
 }
 
 void normalize_total(Context& ctx, ResidentX& x, Dataset& d, const NormalizeTotalOptions& o, bool then_log1p) {

@@ -120,6 +120,38 @@ TEST(Zarr, RoundTripEverySlotEveryFormatAndCodec) {
     }
 }
 
+// A table of unnamed rows (the Python package's cells when a step needs only their number): its
+// size without names, kept unnamed by take(), and refused by both writers rather than written short.
+TEST(Zarr, UnnamedRowsAreCountedTakenAndNeverWritten) {
+  const uint64_t seed = test::fresh_seed();
+  test::TempDir tmp;
+  Dataset d = random_dataset(seed, 0);
+  const int64_t n = d.n_obs();
+  ASSERT_GT(n, 2);
+  d.obs.set_unnamed_rows(n);
+  EXPECT_TRUE(d.obs.unnamed());
+  EXPECT_EQ(d.n_obs(), n);
+  EXPECT_NO_THROW(d.check_shapes("unnamed"));
+  Table t = d.obs.take({n - 1, 0});
+  EXPECT_TRUE(t.unnamed());
+  EXPECT_EQ(t.n_rows(), 2);
+  for (const auto& c : d.obs.names()) EXPECT_EQ(t.at(c).size(), 2);
+  for (const std::string name : {"u.zarr", "u.h5ad"}) {
+    const std::string p = tmp.path(name);
+    try {
+      if (name == "u.zarr") write_zarr(d, p);
+      else write_h5ad(d, p);
+      ADD_FAILURE() << "an unnamed obs was written to " << p;
+    } catch (const InputError& e) {
+      EXPECT_NE(std::string(e.what()).find("no names"), std::string::npos) << e.what();
+    }
+    EXPECT_FALSE(fs::exists(p)) << "partial output left at " << p;
+  }
+  d.obs.index.assign(static_cast<size_t>(n), "c");
+  EXPECT_FALSE(d.obs.unnamed());
+  EXPECT_EQ(d.n_obs(), n);
+}
+
 TEST(Zarr, GoldenPbmcEqualsH5adAndAWrittenH5adEqualsTheStore) {
   Dataset h = read_h5ad(test::test_data("golden/pbmc3k_first1000.scanpy.h5ad"));
   test::TempDir tmp;

@@ -34,10 +34,11 @@ class _HostResident:
 
 def _on(h, ds, fn, keep=True):
     ds.set_X(h.X)
-    fn()
+    out = fn()
     X = ds.take_X()
     if keep:
         h.X = X
+    return out
 
 
 def _check_counts(h, where):
@@ -59,8 +60,8 @@ def host_device(monkeypatch):
         "resident_subset_vars": lambda h, cols: setattr(h, "X", h.X[:, np.asarray(cols)]),
         "resident_check_counts": lambda h, where: _check_counts(h, where),
         "resident_qc": lambda h, ds, o: _on(h, ds, lambda: _scurry.calculate_qc_metrics(ds, o), keep=False),
-        "resident_filter_cells": lambda h, ds, o: _on(h, ds, lambda: _scurry.filter_cells(ds, o)),
-        "resident_filter_genes": lambda h, ds, o: _on(h, ds, lambda: _scurry.filter_genes(ds, o)),
+        "resident_filter_cells": lambda h, ds, o: _on(h, ds, lambda: _scurry.filter_cells(ds, o))[0],
+        "resident_filter_genes": lambda h, ds, o: _on(h, ds, lambda: _scurry.filter_genes(ds, o))[0],
         "resident_normalize_total": lambda h, ds, o: _on(h, ds, lambda: _scurry.normalize_total(ds, o)),
         "resident_log1p": lambda h, ds: _on(h, ds, lambda: _scurry.log1p(ds, _scurry.Log1pOptions())),
         "resident_highly_variable_genes": lambda h, ds, o: _on(h, ds, lambda: _scurry.highly_variable_genes(ds, o),
