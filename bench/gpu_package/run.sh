@@ -16,9 +16,11 @@ for f in python/src/*.cpp; do g++ -O2 -DNDEBUG -fPIC -fvisibility=hidden -fopenm
   -DSCURRY_VERSION=\"0.1.0\" -DSCURRY_WITH_CUDA=1 -Isrc -Ipython/src $PYINC -c $f -o /tmp/obj/$(basename $f).o & done; wait
 g++ -shared -o /tmp/pkg/scurry/_scurry$EXT /tmp/obj/*.o -L/tmp/bundle/lib -lscurry_py_core -fopenmp -Wl,-rpath,/tmp/bundle/lib
 export PYTHONPATH=/tmp/pkg:$PWD/.gpu/py SCURRY_BINARY=/tmp/bundle/bin/scurry SCURRY_SOURCE_DIR=$PWD
+if [ "${PART:-package}" = package ]; then
 (cd tests/python && timeout 180 python3 -m pytest -q -p no:cacheprovider test_gpu_package.py 2>&1 | tail -5)
 timeout 120 /tmp/bundle/bin/scurry simulate /tmp/sim.h5ad --n-cells 1306127 --n-genes 27998 --nnz-per-cell 2000 --clusters 10
 timeout 300 python3 bench/gpu_package/chain.py /tmp/sim.h5ad 2>&1 | grep -v Warning
+fi
 
 O=${OUT:-/tmp}
 if ls /tmp/bundle/bin/test_* >/dev/null 2>&1; then
@@ -32,15 +34,23 @@ if ls /tmp/bundle/bin/test_* >/dev/null 2>&1; then
   done
   echo "$pass passed, $fail failed, $skip skipped" | tee -a $O/gpu_tests.log
 fi
+# A/B (one combined log, $O/ab.log): PART=package (default) runs what is above and the fused chain; PART=stream
+# skips the package and times the streamed chain (--stream, from a host-memory copy) instead.
 if [ -x /tmp/bundle/bin/scurry_baseline ]; then
-  B="--device gpu bench --synthetic 1306127x27998 --nnz-per-cell 2000 --flavor cell_ranger --on-device --repeat 5"
-  for i in 1 2 3; do
+  S="--device gpu bench --synthetic 1306127x27998 --nnz-per-cell 2000 --flavor cell_ranger"
+  if [ "${PART:-package}" = stream ]; then B="$S --stream --repeat 3"; tag=stream; n=2
+  else B="$S --on-device --repeat 5"; tag=fused; n=3; fi
+  for i in $(seq $n); do
     for v in baseline new; do
       exe=/tmp/bundle/bin/scurry; [ $v = baseline ] && exe=/tmp/bundle/bin/scurry_baseline
-      timeout 120 $exe $B --json $O/ab_fused_${v}_$i.json > $O/ab_fused_${v}_$i.log 2>&1
-      grep "total (without upload)" $O/ab_fused_${v}_$i.log | sed "s/^/fused $v $i: /"
+      echo "=== $tag $v $i: $exe $B" >> $O/ab.log
+      timeout 200 $exe $B >> $O/ab.log 2>&1
+      grep "total (without upload)\|QC -> PCA" $O/ab.log | tail -1 | sed "s/^/$tag $v $i: /"
     done
   done
-  timeout 120 /tmp/bundle/bin/scurry $B --stepwise --json $O/ab_stepwise_new.json > $O/ab_stepwise_new.log 2>&1
-  grep "total (without upload)" $O/ab_stepwise_new.log | sed "s/^/stepwise new: /"
+  if [ $tag = fused ]; then
+    echo "=== stepwise new" >> $O/ab.log
+    timeout 120 /tmp/bundle/bin/scurry $B --stepwise >> $O/ab.log 2>&1
+    grep "total (without upload)" $O/ab.log | tail -1 | sed "s/^/stepwise new: /"
+  fi
 fi

@@ -77,6 +77,15 @@ std::shared_ptr<Comm> make_mpi_comm();
 
 // ---- typed helpers over the byte collectives ------------------------------------------------------
 
+// Sums over the ranks, in place or returned (the identity with one rank, without a call).
+inline void sum_ranks(Comm& c, std::vector<double>& v) {
+  if (c.size() > 1) c.allreduce_sum(v.data(), v.size());
+}
+inline int64_t sum_ranks(Comm& c, int64_t x) {
+  if (c.size() > 1) c.allreduce_sum(&x, 1);
+  return x;
+}
+
 // Every rank's element count, in rank order.
 inline std::vector<int64_t> allgather_count(Comm& c, int64_t n) {
   std::vector<int64_t> all(static_cast<size_t>(c.size()));

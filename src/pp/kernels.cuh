@@ -194,6 +194,27 @@ struct ColumnMaxAbs {
 };
 template <class V>
 std::vector<ColumnMaxAbs> column_max_abs(CudaResources& r, const V* x, int64_t n, int k);
+// The same over a host matrix (this rank's n rows; row = the local row).
+std::vector<ColumnMaxAbs> host_column_max_abs(const float* x, int64_t n, int k);
+
+// The steps of a Gram PCA after the eigen-solve, shared by pca_rows and the streamed chain
+// (pp/preprocess_stream.cu), with pca.cpp's semantics. pca_solution: per gene the centre (0 without
+// zero_center), the total variance (ddof 1 centred, else ddof 0; InputError when 0), the variances when
+// centred (eigenvalue / (n - 1); without centring they are X_pca's column variances,
+// xpca_column_variance, after the projection), and the projection X_pca = X V - mu^T V as float
+// components (column-major g x k) and shift. pca_signs: sklearn's svd_flip (u-based), the largest-|.|
+// entry of each X_pca column positive (the first row among ties), from this rank's column_max_abs over
+// its n rows, over every rank's rows in rank order (comm may be null: one rank). signed_components:
+// varm['PCs'] (g x k row-major) with those signs.
+struct PcaSolution {
+  std::vector<double> mean, variance;
+  double total_variance = 0;
+  std::vector<float> Vf, shift;
+};
+PcaSolution pca_solution(const GramEigen& e, int64_t g, int k, int64_t n_all, bool zero_center);
+std::vector<double> xpca_column_variance(const float* hx, int64_t n, int k, int64_t n_all, Comm* comm);
+std::vector<float> pca_signs(std::vector<ColumnMaxAbs> best, int64_t n, Comm* comm);
+std::vector<double> signed_components(const std::vector<double>& V, const std::vector<float>& sign, int64_t g, int k);
 
 }  // namespace scurry::gpu
 
@@ -206,11 +227,10 @@ class Timings;
 
 namespace scurry::gpu {
 
-// Pieces of the chain shared with the streamed one (preprocess_gpu.cu): the median of the positive
-// totals (InputError when none is), the QC gene sets (var columns marked, bit k of bits[g] = gene g in
+// Pieces of the chain shared with the streamed one (preprocess_gpu.cu; the host decisions are in
+// pp/chain_steps.hpp): the QC gene sets (var columns marked, bit k of bits[g] = gene g in
 // set k; at most 8) and ranks, and the QC obs/var columns from the per-cell sums of every cell (rq, this
 // rank's cells in order) and the per-gene sums over every rank's n_cells cells.
-double median_of_positive(const std::vector<double>& v);
 struct QcSetup {
   QcOptions q;
   std::vector<std::vector<uint8_t>> masks;

@@ -440,6 +440,94 @@ void pca_project(CudaResources& r, const float* X, int64_t n, int64_t g, int k, 
   if (dshift) subtract_columns(r, d_xpca, n, k, dshift);
 }
 
+PcaSolution pca_solution(const GramEigen& e, int64_t g, int k, int64_t n_all, bool zero_center) {
+  PcaSolution s;
+  const double nn = static_cast<double>(n_all);
+  s.mean.resize(static_cast<size_t>(g));
+  for (int64_t i = 0; i < g; ++i) s.mean[i] = zero_center ? e.sum[i] / nn : 0.0;
+  s.total_variance = 0;
+  if (zero_center) {  // eigenvalue / (n - 1) over the total variance (ddof 1)
+    for (int64_t i = 0; i < g; ++i) s.total_variance += e.diag[i];
+    s.total_variance /= (nn - 1);
+    s.variance.resize(static_cast<size_t>(k));
+    for (int j = 0; j < k; ++j) s.variance[j] = e.eig[j] / (nn - 1);
+  } else {
+    // pca.cpp's semantics without centring (scikit-learn's TruncatedSVD): the ddof-0 variance of each
+    // X_pca column (xpca_column_variance, after the projection) over the total ddof-0 per-gene variance.
+    for (int64_t i = 0; i < g; ++i) s.total_variance += std::max(0.0, e.diag[i] - e.sum[i] * e.sum[i] / nn);
+    s.total_variance /= nn;
+  }
+  if (!(s.total_variance > 0))
+    throw InputError("pca: every gene is constant across cells (total variance 0); PCA has nothing to explain");
+  // Projection: X_pca = X V - mu^T V.
+  s.Vf.assign(e.V.begin(), e.V.end());  // column-major g x k
+  s.shift.assign(static_cast<size_t>(k), 0.f);
+  for (int j = 0; j < k; ++j) {
+    double acc = 0;
+    for (int64_t i = 0; i < g; ++i) acc += s.mean[i] * e.V[static_cast<size_t>(j) * g + i];
+    s.shift[j] = static_cast<float>(acc);
+  }
+  return s;
+}
+
+std::vector<double> xpca_column_variance(const float* hx, int64_t n, int k, int64_t n_all, Comm* comm) {
+  const double nn = static_cast<double>(n_all);
+  std::vector<double> m(static_cast<size_t>(k), 0.0), ss(static_cast<size_t>(k), 0.0);
+  for (int64_t i = 0; i < n; ++i)
+    for (int j = 0; j < k; ++j) m[j] += hx[static_cast<size_t>(i) * k + j];
+  if (comm) comm->allreduce_sum(m.data(), m.size());
+  for (double& x : m) x /= nn;
+  for (int64_t i = 0; i < n; ++i)
+    for (int j = 0; j < k; ++j) {
+      const double dl = hx[static_cast<size_t>(i) * k + j] - m[j];
+      ss[j] += dl * dl;
+    }
+  if (comm) comm->allreduce_sum(ss.data(), ss.size());
+  for (int j = 0; j < k; ++j) ss[j] /= nn;
+  return ss;
+}
+
+std::vector<ColumnMaxAbs> host_column_max_abs(const float* x, int64_t n, int k) {
+  std::vector<ColumnMaxAbs> best(static_cast<size_t>(std::max(k, 0)), ColumnMaxAbs{-1.0, 0.0, INT64_MAX});
+  for (int64_t i = 0; i < n; ++i)
+    for (int j = 0; j < k; ++j) {
+      const double v = x[static_cast<size_t>(i) * k + j], a = std::fabs(v);
+      if (a > best[j].abs) best[j] = {a, v, i};
+    }
+  return best;
+}
+
+std::vector<float> pca_signs(std::vector<ColumnMaxAbs> best, int64_t n, Comm* comm) {
+  const int k = static_cast<int>(best.size());
+  int64_t row0 = 0;  // this rank's first global row
+  if (comm) {
+    const std::vector<int64_t> rows = allgather_count(*comm, n);
+    for (int q = 0; q < comm->rank(); ++q) row0 += rows[q];
+  }
+  for (auto& b : best)
+    if (b.row != INT64_MAX) b.row += row0;  // global row (INT64_MAX: none)
+  if (comm) {
+    std::vector<ColumnMaxAbs> all(static_cast<size_t>(k) * comm->size());
+    comm->allgather(best.data(), best.size() * sizeof(ColumnMaxAbs), all.data());
+    for (int q = 0; q < comm->size(); ++q)  // rank order: a tie keeps the lower row
+      for (int j = 0; j < k; ++j) {
+        const ColumnMaxAbs& o = all[static_cast<size_t>(q) * k + j];
+        if (o.abs > best[j].abs || (o.abs == best[j].abs && o.row < best[j].row)) best[j] = o;
+      }
+  }
+  std::vector<float> sign(static_cast<size_t>(k), 1.f);
+  for (int j = 0; j < k; ++j)
+    if (best[j].val < 0) sign[j] = -1.f;
+  return sign;
+}
+
+std::vector<double> signed_components(const std::vector<double>& V, const std::vector<float>& sign, int64_t g, int k) {
+  std::vector<double> c(static_cast<size_t>(g) * k);
+  for (int64_t i = 0; i < g; ++i)
+    for (int j = 0; j < k; ++j) c[i * k + j] = sign[j] * V[static_cast<size_t>(j) * g + i];
+  return c;
+}
+
 PcaGpuResult pca_dense(CudaResources& r, const float* X, int64_t n, int64_t g, int k, bool zero_center, float* d_xpca,
                        const PcaRanks* ranks) {
   return pca_rows(r, [X, g](int64_t a, int64_t) { return X + a * g; }, n, g, std::max<int64_t>(n, 1), k, zero_center,
@@ -467,86 +555,30 @@ PcaGpuResult pca_rows(CudaResources& r, const DenseRows& rows, int64_t n, int64_
     timer.mark("gram");
     e = acc.finish(n_all, k, zero_center, ranks);
   }
+  PcaSolution sol = pca_solution(e, g, k, n_all, zero_center);
   PcaGpuResult res;
-  const std::vector<double>& V = e.V;
-  const double nn = static_cast<double>(n_all);
-  res.mean.resize(g);
-  for (int64_t i = 0; i < g; ++i) res.mean[i] = zero_center ? e.sum[i] / nn : 0.0;
-  res.total_variance = 0;
-  res.variance.resize(k);
-  if (zero_center) {  // eigenvalue / (n - 1) over the total variance (ddof 1)
-    for (int64_t i = 0; i < g; ++i) res.total_variance += e.diag[i];
-    res.total_variance /= (nn - 1);
-    for (int j = 0; j < k; ++j) res.variance[j] = e.eig[j] / (nn - 1);
-  } else {
-    // pca.cpp's semantics without centring (scikit-learn's TruncatedSVD): the ddof-0 variance of each
-    // X_pca column (two passes over X_pca, after the projection below) over the total ddof-0 per-gene
-    // variance.
-    for (int64_t i = 0; i < g; ++i) res.total_variance += std::max(0.0, e.diag[i] - e.sum[i] * e.sum[i] / nn);
-    res.total_variance /= nn;
-  }
-
-  // Projection: X_pca = X V - mu^T V.
-  std::vector<float> Vf(V.begin(), V.end());  // column-major g x k
-  std::vector<float> shift(k, 0.f);
-  for (int j = 0; j < k; ++j) {
-    double s = 0;
-    for (int64_t i = 0; i < g; ++i) s += res.mean[i] * V[static_cast<size_t>(j) * g + i];
-    shift[j] = static_cast<float>(s);
-  }
-  DeviceArray<float> dV(r, Vf.size(), "PCA components"), dshift(r, k, "PCA shift");
-  SCURRY_CUDA(cudaMemcpyAsync(dV.data(), Vf.data(), Vf.size() * 4, cudaMemcpyHostToDevice, r.stream));
-  SCURRY_CUDA(cudaMemcpyAsync(dshift.data(), shift.data(), k * 4, cudaMemcpyHostToDevice, r.stream));
+  res.mean = sol.mean;
+  res.total_variance = sol.total_variance;
+  res.variance = sol.variance;
+  DeviceArray<float> dV(r, sol.Vf.size(), "PCA components"), dshift(r, k, "PCA shift");
+  SCURRY_CUDA(cudaMemcpyAsync(dV.data(), sol.Vf.data(), sol.Vf.size() * 4, cudaMemcpyHostToDevice, r.stream));
+  SCURRY_CUDA(cudaMemcpyAsync(dshift.data(), sol.shift.data(), k * 4, cudaMemcpyHostToDevice, r.stream));
   each_chunk([&](const float* X, int64_t a, int64_t m) {
     pca_project(r, X, m, g, k, dV.data(), dshift.data(), d_xpca + a * k);
   });
   timer.mark("projection");
-  if (!zero_center) {  // the column variances of X_pca, two passes on the host, sums over the ranks
+  if (!zero_center) {  // the column variances of X_pca, on the host, over the ranks
     std::vector<float> hx(static_cast<size_t>(n) * k);
     if (!hx.empty()) SCURRY_CUDA(cudaMemcpyAsync(hx.data(), d_xpca, hx.size() * 4, cudaMemcpyDeviceToHost, r.stream));
     SCURRY_CUDA(cudaStreamSynchronize(r.stream));
-    std::vector<double> m(static_cast<size_t>(k), 0.0), ss(static_cast<size_t>(k), 0.0);
-    for (int64_t i = 0; i < n; ++i)
-      for (int j = 0; j < k; ++j) m[j] += hx[static_cast<size_t>(i) * k + j];
-    if (comm) comm->allreduce_sum(m.data(), m.size());
-    for (double& x : m) x /= nn;
-    for (int64_t i = 0; i < n; ++i)
-      for (int j = 0; j < k; ++j) {
-        const double dl = hx[static_cast<size_t>(i) * k + j] - m[j];
-        ss[j] += dl * dl;
-      }
-    if (comm) comm->allreduce_sum(ss.data(), ss.size());
-    for (int j = 0; j < k; ++j) res.variance[j] = ss[j] / nn;
+    res.variance = xpca_column_variance(hx.data(), n, k, n_all, comm);
   }
-  // svd_flip (u-based): the largest-|.| entry of each X_pca column made positive. Per component: the
-  // largest |value| (first row among ties) of this rank, then over the ranks.
-  std::vector<ColumnMaxAbs> best = column_max_abs(r, static_cast<const float*>(d_xpca), n, k);
-  int64_t row0 = 0;  // this rank's first global row
-  if (comm) {
-    const std::vector<int64_t> rows = allgather_count(*comm, n);
-    for (int q = 0; q < comm->rank(); ++q) row0 += rows[q];
-  }
-  for (auto& b : best)
-    if (b.row != INT64_MAX) b.row += row0;  // global row (INT64_MAX: none)
-  if (comm) {
-    std::vector<ColumnMaxAbs> all(static_cast<size_t>(k) * comm->size());
-    comm->allgather(best.data(), best.size() * sizeof(ColumnMaxAbs), all.data());
-    for (int q = 0; q < comm->size(); ++q)  // rank order: a tie keeps the lower row
-      for (int j = 0; j < k; ++j) {
-        const ColumnMaxAbs& o = all[static_cast<size_t>(q) * k + j];
-        if (o.abs > best[j].abs || (o.abs == best[j].abs && o.row < best[j].row)) best[j] = o;
-      }
-  }
-  std::vector<float> sign(k, 1.f);
-  for (int j = 0; j < k; ++j)
-    if (best[j].val < 0) sign[j] = -1.f;
+  const std::vector<float> sign = pca_signs(column_max_abs(r, static_cast<const float*>(d_xpca), n, k), n, comm);
   SCURRY_CUDA(cudaMemcpyAsync(dshift.data(), sign.data(), k * 4, cudaMemcpyHostToDevice, r.stream));
   scale_columns(r, d_xpca, n, k, static_cast<const float*>(dshift.data()));
   SCURRY_CUDA(cudaStreamSynchronize(r.stream));
   timer.mark("sign flip");
-  res.components.resize(static_cast<size_t>(g) * k);
-  for (int64_t i = 0; i < g; ++i)
-    for (int j = 0; j < k; ++j) res.components[i * k + j] = sign[j] * V[static_cast<size_t>(j) * g + i];
+  res.components = signed_components(e.V, sign, g, k);
   return res;
 }
 

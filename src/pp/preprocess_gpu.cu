@@ -48,33 +48,6 @@ void check_chain_options(const PreprocessOptions& o, const std::string& where) {
   unsupported(!o.subset_hvg, "PCA without the HVG subset");
 }
 
-}  // namespace gpu
-
-namespace {
-
-// A sum over the ranks (identity with one rank).
-int64_t sum_ranks(Comm& c, int64_t x) {
-  if (c.size() > 1) c.allreduce_sum(&x, 1);
-  return x;
-}
-
-}  // namespace
-
-namespace gpu {
-
-double median_of_positive(const std::vector<double>& v) {
-  std::vector<double> p;
-  for (double x : v)
-    if (x > 0) p.push_back(x);
-  if (p.empty()) throw InputError("normalize_total: every cell has a total of 0; nothing to normalise");
-  const size_t m = p.size() / 2;
-  std::nth_element(p.begin(), p.begin() + m, p.end());
-  double hi = p[m];
-  if (p.size() % 2) return hi;
-  const double lo = *std::max_element(p.begin(), p.begin() + m);
-  return 0.5 * (lo + hi);
-}
-
 QcSetup qc_setup(Dataset& d, const PreprocessOptions& o, int64_t n_genes) {
   mark_qc_vars(d, o.qc_vars);
   QcOptions q = o.qc;

@@ -27,6 +27,7 @@
 #include "core/error.hpp"
 #include "core/log.hpp"
 #include "exec/device_csr.cuh"
+#include "pp/chain_steps.hpp"
 #include "pp/kernels.cuh"
 #include "pp/preprocess_stream.hpp"
 
@@ -43,13 +44,6 @@ constexpr size_t kCopyChunk = size_t{8} << 20;  // bytes per thread task of the 
 using Clock = std::chrono::steady_clock;
 double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
-void sum_ranks(Comm& c, std::vector<double>& v) {
-  if (c.size() > 1) c.allreduce_sum(v.data(), v.size());
-}
-int64_t sum_ranks(Comm& c, int64_t x) {
-  if (c.size() > 1) c.allreduce_sum(&x, 1);
-  return x;
-}
 
 void pmemcpy(void* dst, const void* src, size_t len) {
   const int64_t chunks = static_cast<int64_t>((len + kCopyChunk - 1) / kCopyChunk);
@@ -472,22 +466,11 @@ void preprocess_stream(Context& ctx, RowSource& X, Dataset& d, const PreprocessO
     auto scope = t.scope("stream_filters");
     sum_ranks(comm, gs_all.sum), sum_ranks(comm, gs_all.nnz);
     sum_ranks(comm, gs_kept.sum), sum_ranks(comm, gs_kept.nnz);
-    std::vector<int64_t> ng(static_cast<size_t>(n_src));
-    std::vector<double> tot(static_cast<size_t>(n_src));
-    for (int64_t i = 0; i < n_src; ++i) {
-      ng[i] = static_cast<int64_t>(rq.n_genes[i]);
-      tot[i] = static_cast<double>(static_cast<float>(rq.total[i]));  // as the float32 obs column holds it
-    }
+    chain::CellStats cs = chain::cell_stats(rq.n_genes, rq.total);
     gpu::write_qc_columns(d, qs, std::move(rq), gs_all, n_cells);
-    fcr = filter_cells_from_stats(std::move(ng), std::move(tot), o.filter_cells, &comm);
+    fcr = filter_cells_from_stats(std::move(cs.n_genes), std::move(cs.total_f32), o.filter_cells, &comm);
     if (fcr.keep != keep_mine) fail("internal: the streamed cell mask differs from filter_cells'");
-    if (comm.size() > 1) {
-      const std::vector<int64_t> left = allgather_count(comm, static_cast<int64_t>(fcr.kept.size()));
-      for (size_t q = 0; q < left.size(); ++q)
-        if (left[q] == 0)
-          throw InputError(detail::concat("--gpus: filter_cells left no cell on rank ", q, " of ", left.size(),
-                                          " (its share of the cells); use fewer GPUs"));
-    }
+    chain::check_every_rank_keeps(comm, static_cast<int64_t>(fcr.kept.size()));
     apply_filter_cells(d, fcr, true);
     std::vector<int64_t> cells(gs_kept.nnz.begin(), gs_kept.nnz.end());
     fgr = filter_genes_from_stats(std::move(cells), gs_kept.sum, o.filter_genes);
@@ -519,11 +502,7 @@ void preprocess_stream(Context& ctx, RowSource& X, Dataset& d, const PreprocessO
   };
 
   // ---- pass 2 (no target_sum): the totals after the filters; their median is the target ---------------
-  double target = 0;
-  if (o.normalize.target_sum) {
-    target = *o.normalize.target_sum;
-    if (!(target > 0)) throw InputError("normalize_total: target_sum must be > 0");
-  } else {
+  const double target = chain::normalize_target(comm, o.normalize.target_sum, [&] {
     std::vector<double> totals(static_cast<size_t>(n_kept));
     DeviceArray<double> dt(r, static_cast<size_t>(std::max<int64_t>(1, plan.max_rows)), "row totals");
     pass("stream_totals", src_feed, [&](int64_t b, DeviceCsr& m) {
@@ -532,8 +511,8 @@ void preprocess_stream(Context& ctx, RowSource& X, Dataset& d, const PreprocessO
       gpu::row_totals(r, m, dt.data());
       SCURRY_CUDA(cudaMemcpyAsync(totals.data() + kept_before[b], dt.data(), m.n_rows * 8, cudaMemcpyDeviceToHost, r.stream));
     });
-    target = comm.size() > 1 ? gpu::median_of_positive(allgatherv(comm, totals)) : gpu::median_of_positive(totals);
-  }
+    return totals;
+  });
 
   // ---- pass 3: normalize_total + log1p, per-gene moments: the HVG choice and the scale statistics --------
   const bool seurat = o.hvg.flavor == "seurat";
@@ -561,34 +540,14 @@ void preprocess_stream(Context& ctx, RowSource& X, Dataset& d, const PreprocessO
   {
     auto scope = t.scope("stream_hvg_choice");
     sum_ranks(comm, hv.sum), sum_ranks(comm, hv.sumsq), sum_ranks(comm, sc.sum), sum_ranks(comm, sc.sumsq);
-    if (!key_totals.empty()) {
-      std::vector<double> v(key_totals.size());
-      for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<float>(key_totals[i]);
-      d.obs.set(o.normalize.key_added, Column::numeric(std::move(v), DType::f32));
-    }
+    if (!key_totals.empty()) chain::write_totals(d, o.normalize.key_added, key_totals);
     d.uns["log1p"] = Value(Dict{});
-    const double n = static_cast<double>(n1);
-    std::vector<double> hm, hvar;
-    mean_var_from_sums(hv.sum, hv.sumsq, n, hm, hvar);
-    HvgOptions h = o.hvg;
-    h.subset = false;
-    HvgResult hr = hvg_dispersion_from_moments(hm, hvar, h);
-    write_hvg(d, hr, h);
-    const auto& flags = d.var.boolean("highly_variable");
-    for (size_t j = 0; j < flags.size(); ++j)
-      if (flags[j]) hvg_genes.push_back(static_cast<int64_t>(j));
-    if (hvg_genes.empty()) throw InputError("highly_variable_genes selected no gene; relax its cut-offs");
+    hvg_genes = chain::choose_hvg(d, o.hvg, hv.sum, hv.sumsq, n1);
     d.subset_vars(hvg_genes);
     // scale's statistics of the HVGs: the pass-3 moments of the log data, restricted to them. Without
     // zero_center, the CPU path's sparse variance (scale.cpp) is the same quantity (its two-pass form).
-    std::vector<double> sm, svar;
-    mean_var_from_sums(sc.sum, sc.sumsq, n, sm, svar);
-    for (int64_t j : hvg_genes) {
-      mean.push_back(sm[j]);
-      sd.push_back(svar[j] > 0 ? std::sqrt(svar[j]) : 1.0);
-    }
-    d.var.set("mean", Column::numeric(mean));
-    d.var.set("std", Column::numeric(sd));
+    chain::ScaleStats st = chain::scale_stats(d, sc.sum, sc.sumsq, n1, hvg_genes);
+    mean = std::move(st.mean), sd = std::move(st.sd);
   }
   const int64_t g = static_cast<int64_t>(hvg_genes.size());
   std::vector<int32_t> hvg_map(static_cast<size_t>(g1), -1);
@@ -660,26 +619,10 @@ void preprocess_stream(Context& ctx, RowSource& X, Dataset& d, const PreprocessO
     ranks.comm = &comm;
     eig = gram.finish(n1, static_cast<int>(k), zc, &ranks);
   }
-  // Components, centre and the variances (pca.cpp's semantics: zero_center: eigenvalue / (n - 1) over
-  // the total variance (ddof 1); otherwise the variance (ddof 0) of each X_pca column over the total
-  // per-gene variance (ddof 0), as scikit-learn's TruncatedSVD).
-  const double dn = static_cast<double>(n1);
-  std::vector<double> mu(g, 0.0);
-  if (zc)
-    for (int64_t j = 0; j < g; ++j) mu[j] = eig.sum[j] / dn;
-  double total_var = 0;
-  for (int64_t j = 0; j < g; ++j)
-    total_var += zc ? eig.diag[j] : std::max(0.0, eig.diag[j] - eig.sum[j] * eig.sum[j] / dn);
-  total_var /= zc ? dn - 1 : dn;
-  if (!(total_var > 0)) throw InputError("pca: every gene is constant across cells (total variance 0); PCA has nothing to explain");
-  std::vector<float> Vf(eig.V.begin(), eig.V.end()), shift(k, 0.f);
-  for (int64_t j = 0; j < k; ++j) {
-    double s = 0;
-    for (int64_t i = 0; i < g; ++i) s += mu[i] * eig.V[static_cast<size_t>(j) * g + i];
-    shift[j] = static_cast<float>(s);
-  }
-  DeviceArray<float> d_V = to_device(r, Vf.data(), Vf.size(), "PCA components");
-  DeviceArray<float> d_shift = to_device(r, shift.data(), shift.size(), "PCA shift");
+  // Components, centre, variances and the projection's shift (pca.cu's pca_solution, as pca_rows).
+  const gpu::PcaSolution sol = gpu::pca_solution(eig, g, static_cast<int>(k), n1, zc);
+  DeviceArray<float> d_V = to_device(r, sol.Vf.data(), sol.Vf.size(), "PCA components");
+  DeviceArray<float> d_shift = to_device(r, sol.shift.data(), sol.shift.size(), "PCA shift");
 
   // ---- pass 5: the projection, block by block (stored blocks from the host store, the rest read again) ---
   DenseF xp(n_kept, k);
@@ -721,56 +664,18 @@ void preprocess_stream(Context& ctx, RowSource& X, Dataset& d, const PreprocessO
   // row among ties, over every rank's rows in order) and the results -------------------------------------
   {
     auto scope = t.scope("pca_finish");
-    std::vector<gpu::ColumnMaxAbs> best(static_cast<size_t>(k), gpu::ColumnMaxAbs{-1.0, 0.0, INT64_MAX});
-    int64_t row_off = 0;
-    if (comm.size() > 1) {
-      const std::vector<int64_t> rows = allgather_count(comm, n_kept);
-      for (int q = 0; q < comm.rank(); ++q) row_off += rows[q];
-    }
-    for (int64_t i = 0; i < n_kept; ++i)
-      for (int64_t j = 0; j < k; ++j) {
-        const double v = xp.data[i * k + j], a = std::fabs(v);
-        if (a > best[j].abs) best[j] = {a, v, row_off + i};
-      }
-    if (comm.size() > 1) {
-      std::vector<gpu::ColumnMaxAbs> all(static_cast<size_t>(k) * comm.size());
-      comm.allgather(best.data(), best.size() * sizeof(gpu::ColumnMaxAbs), all.data());
-      for (int q = 0; q < comm.size(); ++q)
-        for (int64_t j = 0; j < k; ++j) {
-          const gpu::ColumnMaxAbs& c = all[static_cast<size_t>(q) * k + j];
-          if (c.abs > best[j].abs || (c.abs == best[j].abs && c.row < best[j].row)) best[j] = c;
-        }
-    }
-    std::vector<float> sign(k, 1.f);
-    for (int64_t j = 0; j < k; ++j)
-      if (best[j].val < 0) sign[j] = -1.f;
+    Comm* cm = comm.size() > 1 ? &comm : nullptr;
+    const std::vector<float> sign =
+        gpu::pca_signs(gpu::host_column_max_abs(xp.data.data(), n_kept, static_cast<int>(k)), n_kept, cm);
 #pragma omp parallel for schedule(static)
     for (int64_t i = 0; i < n_kept; ++i)
       for (int64_t j = 0; j < k; ++j) xp.data[i * k + j] *= sign[j];
     PcaResult res;
     res.components = DenseD(g, k);
-    for (int64_t i = 0; i < g; ++i)
-      for (int64_t j = 0; j < k; ++j) res.components.data[i * k + j] = sign[j] * eig.V[static_cast<size_t>(j) * g + i];
-    res.variance.resize(k);
-    if (zc) {
-      for (int64_t j = 0; j < k; ++j) res.variance[j] = eig.eig[j] / (dn - 1);
-    } else {
-      // pca.cpp's column_variance: the mean, then the squared deviations (two passes), over all ranks.
-      std::vector<double> m(k, 0.0), ss(k, 0.0);
-      for (int64_t i = 0; i < n_kept; ++i)
-        for (int64_t j = 0; j < k; ++j) m[j] += xp.data[i * k + j];
-      sum_ranks(comm, m);
-      for (double& x : m) x /= dn;
-      for (int64_t i = 0; i < n_kept; ++i)
-        for (int64_t j = 0; j < k; ++j) {
-          const double dl = xp.data[i * k + j] - m[j];
-          ss[j] += dl * dl;
-        }
-      sum_ranks(comm, ss);
-      for (int64_t j = 0; j < k; ++j) res.variance[j] = ss[j] / dn;
-    }
-    res.total_variance = total_var;
-    for (double v : res.variance) res.variance_ratio.push_back(v / total_var);
+    res.components.data = gpu::signed_components(eig.V, sign, g, static_cast<int>(k));
+    res.variance = zc ? sol.variance : gpu::xpca_column_variance(xp.data.data(), n_kept, static_cast<int>(k), n1, cm);
+    res.total_variance = sol.total_variance;
+    for (double v : res.variance) res.variance_ratio.push_back(v / sol.total_variance);
     res.solver = "gram (cuSOLVER, streamed)";
     res.use_highly_variable = d.var.has("highly_variable");
     res.genes.resize(g);

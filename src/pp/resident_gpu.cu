@@ -12,6 +12,7 @@
 #include "exec/comm.hpp"
 #include "exec/context.hpp"
 #include "io/bad_count.hpp"
+#include "pp/chain_steps.hpp"
 #include "pp/filter.hpp"
 #include "pp/hvg.hpp"
 #include "pp/kernels.cuh"
@@ -44,14 +45,6 @@ DeviceArray<T> to_device(CudaResources& r, const std::vector<T>& h, const char* 
   return d;
 }
 
-void sum_ranks(Comm& c, std::vector<double>& v) {
-  if (c.size() > 1) c.allreduce_sum(v.data(), v.size());
-}
-int64_t sum_ranks(Comm& c, int64_t x) {
-  if (c.size() > 1) c.allreduce_sum(&x, 1);
-  return x;
-}
-
 CudaResources& res(Context& ctx, const char* step) {
   if (!ctx.cuda()) throw InputError(std::string(step) + ": the GPU step needs a CUDA context");
   return *ctx.cuda();
@@ -67,14 +60,9 @@ DeviceCsr& csr(ResidentX& x, const char* step) {
 // What filter_cells decides on, from a row pass: per cell the stored entries and the total as the
 // float32 obs column holds it.
 void keep_row_stats(ResidentX::State& s, const gpu::RowQc& rq) {
-  const int64_t n = static_cast<int64_t>(rq.total.size());
-  s.row_n_genes.resize(static_cast<size_t>(n));
-  s.row_total_f32.resize(static_cast<size_t>(n));
-#pragma omp parallel for schedule(static)
-  for (int64_t i = 0; i < n; ++i) {
-    s.row_n_genes[i] = static_cast<int64_t>(rq.n_genes[i]);
-    s.row_total_f32[i] = static_cast<double>(static_cast<float>(rq.total[i]));
-  }
+  chain::CellStats c = chain::cell_stats(rq.n_genes, rq.total);
+  s.row_n_genes = std::move(c.n_genes);
+  s.row_total_f32 = std::move(c.total_f32);
   s.have_row_stats = true;
 }
 
@@ -326,14 +314,7 @@ std::vector<uint8_t> filter_cells(Context& ctx, ResidentX& x, Dataset& d, const 
     DeviceArray<uint8_t> keep = to_device(r, fr.keep, "cell filter");
     filter_inplace(r, m, keep.data(), nullptr, m.n_cols);
   }
-  if (comm.size() > 1) {
-    // Every rank must keep a cell (the device steps after this one assume rows); decided together.
-    const std::vector<int64_t> left = allgather_count(comm, m.n_rows);
-    for (size_t q = 0; q < left.size(); ++q)
-      if (left[q] == 0)
-        throw InputError(detail::concat("--gpus: filter_cells left no cell on rank ", q, " of ", left.size(),
-                                        " (its share of the cells); use fewer GPUs"));
-  }
+  chain::check_every_rank_keeps(comm, m.n_rows);
   SCURRY_CUDA(cudaStreamSynchronize(r.stream));
   apply_filter_cells(d, fr, true);
   return std::move(fr.keep);
@@ -363,29 +344,19 @@ void normalize_total(Context& ctx, ResidentX& x, Dataset& d, const NormalizeTota
   if (o.exclude_highly_expressed)
     throw InputError("normalize_total: exclude_highly_expressed is not available on the GPU yet; use the CPU");
   if (!o.layer.empty()) throw InputError("normalize_total: a layer is not available on the GPU yet; use the CPU");
-  Comm& comm = ctx.comm();
-  double target = 0;
   std::vector<double> totals;
-  if (o.target_sum) {
-    target = *o.target_sum;
-    if (!(target > 0)) throw InputError("normalize_total: target_sum must be > 0");
-  } else {
+  const double target = chain::normalize_target(ctx.comm(), o.target_sum, [&] {
     DeviceArray<double> dt(r, static_cast<size_t>(m.n_rows), "row totals");
     gpu::row_totals(r, m, dt.data());
     totals.resize(static_cast<size_t>(m.n_rows));
     SCURRY_CUDA(cudaMemcpyAsync(totals.data(), dt.data(), totals.size() * 8, cudaMemcpyDeviceToHost, r.stream));
     SCURRY_CUDA(cudaStreamSynchronize(r.stream));
-    // The median over every rank's cells (the order of the totals does not matter to it).
-    target = comm.size() > 1 ? gpu::median_of_positive(allgatherv(comm, totals)) : gpu::median_of_positive(totals);
-  }
+    return totals;
+  });
   gpu::normalize_log1p(r, m, target, then_log1p, o.key_added.empty() ? nullptr : &totals);
   SCURRY_CUDA(cudaStreamSynchronize(r.stream));
   x.state().values_changed();
-  if (!o.key_added.empty()) {
-    std::vector<double> v(totals.size());
-    for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<float>(totals[i]);
-    d.obs.set(o.key_added, Column::numeric(std::move(v), DType::f32));
-  }
+  if (!o.key_added.empty()) chain::write_totals(d, o.key_added, totals);
   if (then_log1p) d.uns["log1p"] = Value(Dict{});
 }
 
@@ -440,19 +411,8 @@ void highly_variable_genes(Context& ctx, ResidentX& x, Dataset& d, const HvgOpti
                                     gpu::SecondStat::squares);
   sum_ranks(comm, gs.sum);
   sum_ranks(comm, gs.sumsq);
-  std::vector<double> mean, var;
-  mean_var_from_sums(gs.sum, gs.sumsq, static_cast<double>(sum_ranks(comm, m.n_rows)), mean, var);
-  HvgOptions h = o;
-  h.subset = false;
-  HvgResult hr = hvg_dispersion_from_moments(mean, var, h);
-  write_hvg(d, hr, h);
-  if (o.subset) {
-    std::vector<int64_t> keep;
-    for (size_t g = 0; g < hr.highly_variable.size(); ++g)
-      if (hr.highly_variable[g]) keep.push_back(static_cast<int64_t>(g));
-    if (keep.empty()) throw InputError("highly_variable_genes selected no gene; relax its cut-offs");
-    subset_vars(ctx, x, &d, keep);
-  }
+  std::vector<int64_t> keep = chain::choose_hvg(d, o, gs.sum, gs.sumsq, sum_ranks(comm, m.n_rows));
+  if (o.subset) subset_vars(ctx, x, &d, keep);
 }
 
 void scale(Context& ctx, ResidentX& x, Dataset& d, const ScaleOptions& o) {
@@ -469,10 +429,8 @@ void scale(Context& ctx, ResidentX& x, Dataset& d, const ScaleOptions& o) {
   gpu::GeneSums gs = gpu::gene_sums(r, m, gpu::GeneTransform::identity, nullptr, gpu::SecondStat::squares);
   sum_ranks(comm, gs.sum);
   sum_ranks(comm, gs.sumsq);
-  std::vector<double> mean, sd;
-  mean_var_from_sums(gs.sum, gs.sumsq, static_cast<double>(n_cells), mean, sd);
-  for (double& v : sd) v = v > 0 ? std::sqrt(v) : 1.0;
-  std::vector<float> mf(mean.begin(), mean.end()), sf(sd.begin(), sd.end());
+  const chain::ScaleStats st = chain::scale_stats(d, gs.sum, gs.sumsq, n_cells);
+  std::vector<float> mf(st.mean.begin(), st.mean.end()), sf(st.sd.begin(), st.sd.end());
   DeviceArray<float> d_mean = to_device(r, mf, "scale means");
   DeviceArray<float> d_sd = to_device(r, sf, "scale std");
   if (o.zero_center) {
@@ -494,8 +452,6 @@ void scale(Context& ctx, ResidentX& x, Dataset& d, const ScaleOptions& o) {
     SCURRY_CUDA(cudaStreamSynchronize(r.stream));
   }
   s.forget();
-  d.var.set("mean", Column::numeric(mean));
-  d.var.set("std", Column::numeric(sd));
 }
 
 void pca(Context& ctx, ResidentX& x, Dataset& d, const PcaOptions& o, const DeviceSumFn& device_sum) {

@@ -18,6 +18,7 @@
 #include "exec/device_csr.cuh"
 #include "pp/filter.hpp"
 #include "pp/hvg.hpp"
+#include "pp/chain_steps.hpp"
 #include "pp/kernels.cuh"
 #include "pp/scrublet_detail.hpp"
 #include "pp/scrublet_gpu.hpp"
@@ -157,7 +158,7 @@ ScrubletBatchResult scrublet_counts_gpu(const Context& ctx, const CsrF& counts0,
     std::vector<double> totals(static_cast<size_t>(n));
     SCURRY_CUDA(cudaMemcpyAsync(totals.data(), dt.data(), totals.size() * 8, cudaMemcpyDeviceToHost, r.stream));
     SCURRY_CUDA(cudaStreamSynchronize(r.stream));
-    gpu::normalize_log1p(r, m, gpu::median_of_positive(totals), true, nullptr);
+    gpu::normalize_log1p(r, m, chain::median_of_positive(totals), true, nullptr);
     const gpu::GeneSums hs = gpu::gene_sums(r, m, gpu::GeneTransform::expm1, nullptr, gpu::SecondStat::squares);
     m = DeviceCsr();
     std::vector<double> mean, var;
