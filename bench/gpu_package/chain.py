@@ -1,5 +1,9 @@
 # bench/gpu_package: the tutorial chain at 1.3M cells through `import scurry as sc` with X resident on the GPU: each
 # step timed in this process (wall, time.perf_counter), twice (the first on a copy).
+import cProfile
+import io
+import os
+import pstats
 import sys
 import time
 
@@ -13,9 +17,17 @@ for rep in range(2):
     b.var["mt"] = b.var_names.str.startswith("MT-")
     T = {}
 
+    prof = {}
+
     def tm(name, f):
+        pr = cProfile.Profile() if rep == 1 and os.environ.get("PROFILE") else None
         t = time.perf_counter()
+        if pr:
+            pr.enable()
         f()
+        if pr:
+            pr.disable()
+            prof[name] = pr
         T[name] = time.perf_counter() - t
 
     tm("upload", lambda: sc.get.anndata_to_GPU(b))
@@ -30,4 +42,8 @@ for rep in range(2):
     chain = sum(v for k, v in T.items() if k != "upload")
     print(f"run {rep}: " + ", ".join(f"{k} {v:.4f}" for k, v in T.items()) + f"; QC->PCA {chain:.3f} s; "
           f"{b.n_obs} x {b.n_vars}, X_pca {b.obsm['X_pca'].shape}", flush=True)
+    for name, pr in prof.items():  # PROFILE=1: where each step of run 1 spends its time, by own time
+        out = io.StringIO()
+        pstats.Stats(pr, stream=out).sort_stats("tottime").print_stats(8)
+        print(f"--- profile {name} ({T[name]:.4f} s)\n" + "\n".join(out.getvalue().splitlines()[6:18]), flush=True)
     del b

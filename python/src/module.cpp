@@ -77,8 +77,12 @@ py::array_t<int64_t> int_array(const std::vector<int64_t>& v) {
 }
 
 std::vector<std::string> index_from_py(py::handle obj) {
+  // A pandas Index as one Python list first (pandas 3's string Index yields its items far slower
+  // one at a time), then each name.
+  py::object seq = py::hasattr(obj, "tolist") ? obj.attr("tolist")() : py::reinterpret_borrow<py::object>(obj);
   std::vector<std::string> out;
-  for (auto x : obj) out.push_back(py::str(x));
+  if (py::isinstance<py::list>(seq)) out.reserve(py::len(seq));
+  for (auto x : seq) out.push_back(py::isinstance<py::str>(x) ? x.cast<std::string>() : std::string(py::str(x)));
   return out;
 }
 
