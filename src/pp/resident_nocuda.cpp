@@ -25,8 +25,8 @@ std::unique_ptr<ResidentX> subset_copy(Context&, const ResidentX&, const std::ve
                                        const std::vector<int64_t>&, bool) { no_cuda(); }
 void check_counts(Context&, ResidentX&, const std::string&) { no_cuda(); }
 void qc(Context&, ResidentX&, Dataset&, const QcOptions&) { no_cuda(); }
-void filter_cells(Context&, ResidentX&, Dataset&, const FilterCellsOptions&) { no_cuda(); }
-void filter_genes(Context&, ResidentX&, Dataset&, const FilterGenesOptions&) { no_cuda(); }
+std::vector<uint8_t> filter_cells(Context&, ResidentX&, Dataset&, const FilterCellsOptions&) { no_cuda(); }
+std::vector<uint8_t> filter_genes(Context&, ResidentX&, Dataset&, const FilterGenesOptions&) { no_cuda(); }
 void normalize_total(Context&, ResidentX&, Dataset&, const NormalizeTotalOptions&, bool) { no_cuda(); }
 void log1p(Context&, ResidentX&, Dataset&) { no_cuda(); }
 void highly_variable_genes(Context&, ResidentX&, Dataset&, const HvgOptions&) { no_cuda(); }
