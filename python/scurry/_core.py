@@ -116,12 +116,9 @@ def subset_inplace(adata, obs=None, var=None):
     if nothing:
         # Nothing removed (filter_cells on cells that all pass, at 1.3M cells 0.5 s of obs copies and
         # anndata's obs_names check): what anndata's copy would still change, its unused categories.
-        try:
-            for df in (adata.obs, adata.var):
-                adata._remove_unused_categories(df, df, adata.uns)
-            return
-        except AttributeError:  # an anndata whose internals differ: its own path below
-            pass
+        for df in (adata.obs, adata.var):
+            remove_unused_categories(df, df, adata.uns)
+        return
     oidx, vidx = adata._normalize_indices((slice(None) if obs is None else obs, slice(None) if var is None else var))
     raw = adata._raw
     if raw is not None and obs is not None:
@@ -138,6 +135,33 @@ def subset_inplace(adata, obs=None, var=None):
     del slots, raw  # a subset Raw refers to the old one (anndata's _RawViewHack in its varm)
     if big:  # (X on the GPU and no layers or raw: no host matrix to free, and 30-60 ms at 1.3M cells)
         gc.collect()
+
+
+def remove_unused_categories(df_full, df_sub, uns):
+    """anndata's ``AnnData._remove_unused_categories`` (what its copy does to a subset's obs/var and
+    the uns colours of their categoricals), with pandas' ``cat.remove_unused_categories`` called only
+    where a category is unused (np.bincount of the codes): pandas sorts every code to find out, 0.05 s
+    a 1.3M-row column (profiled on the device), on each subset that keeps the cells."""
+    for k in df_full:
+        if not isinstance(df_full[k].dtype, pd.CategoricalDtype):
+            continue
+        all_categories = df_full[k].cat.categories
+        codes = np.asarray(df_sub[k].cat.codes)
+        used = np.bincount(codes[codes >= 0].astype(np.intp), minlength=len(df_sub[k].cat.categories))
+        if (used == 0).any():
+            with pd.option_context("mode.chained_assignment", None):
+                df_sub[k] = df_sub[k].cat.remove_unused_categories()
+        color_key = f"{k}_colors"
+        if color_key not in uns:
+            continue
+        color_vec = uns[color_key]
+        if np.array(color_vec).ndim == 0:
+            uns[color_key] = np.array(color_vec)[(None,)]  # 0-d into 1-d
+        elif len(color_vec) != len(all_categories):
+            del uns[color_key]  # reset colours
+        else:
+            idx = np.where(np.isin(all_categories, df_sub[k].cat.categories))[0]
+            uns[color_key] = np.array(color_vec)[(idx,)]
 
 
 def _keeps_all(idx, n):
@@ -163,9 +187,9 @@ def _actual_slots(ref, oidx, vidx, raw, share_whole=False):
 
     try:
         from anndata._core.index import _subset
-        remove_unused = ref._remove_unused_categories
-    except (ImportError, AttributeError):
+    except ImportError:
         return None
+    remove_unused = remove_unused_categories
     try:
         from anndata.compat import _slice_uns_sparse_matrices
     except ImportError:  # removed from later anndata with the behaviour it kept

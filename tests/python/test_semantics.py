@@ -101,6 +101,11 @@ def test_a_filter_that_keeps_everything_is_anndatas_subset(counts):
     counts.obs["kind"] = pd.Categorical(["a"] * counts.n_obs, categories=["a", "unused"])
     counts.uns["kind_colors"] = ["#000000", "#ffffff"]
     counts.var["tag"] = pd.Categorical(["g"] * counts.n_vars, categories=["g", "h"])
+    # every category used, some cells missing (code -1), colours of the right length and of a wrong one
+    counts.obs["full"] = pd.Categorical((["x", "y", None] * counts.n_obs)[: counts.n_obs], categories=["x", "y"])
+    counts.uns["full_colors"] = ["#111111", "#222222"]
+    counts.var["odd"] = pd.Categorical(["p"] * counts.n_vars, categories=["p"])
+    counts.uns["odd_colors"] = ["#1", "#2", "#3"]
     ref = counts.copy()
     X_before = counts.X
     sc.pp.filter_cells(counts, min_genes=0)
@@ -111,6 +116,9 @@ def test_a_filter_that_keeps_everything_is_anndatas_subset(counts):
     assert list(counts.obs["kind"].cat.categories) == list(ref.obs["kind"].cat.categories) == ["a"]
     assert list(counts.var["tag"].cat.categories) == list(ref.var["tag"].cat.categories) == ["g"]
     assert list(counts.uns["kind_colors"]) == list(ref.uns["kind_colors"]) == ["#000000"]
+    assert counts.obs["full"].equals(ref.obs["full"]) and list(counts.obs["full"].cat.categories) == ["x", "y"]
+    assert list(counts.uns["full_colors"]) == list(ref.uns["full_colors"]) == ["#111111", "#222222"]
+    assert ("odd_colors" in counts.uns) == ("odd_colors" in ref.uns)
     assert counts.shape == ref.shape
     assert_same_matrix(counts.X, ref.X, "X")
 
