@@ -51,7 +51,9 @@ def collect_garbage(adata):
     subset (``_inplace_subset_obs``) are freed only by the cyclic collector, which runs by object
     counts, not bytes: gigabytes can wait for it. A collection takes milliseconds; the steps
     then start from the memory actually in use."""
-    if adata.n_obs * adata.n_vars > 10_000_000 and not adata.__dict__.get("_scurry_resident"):
+    from ._gpu import resident
+
+    if adata.n_obs * adata.n_vars > 10_000_000 and resident(adata) is None:
         gc.collect()  # (not while X is on the GPU: no host matrix to free, and 30-40 ms a step at 1.3M cells)
 
 
@@ -107,7 +109,7 @@ def subset_inplace(adata, obs=None, var=None):
     copied) for a subset of genes only, where anndata keeps it unchanged too. The same slots, dtypes,
     categories and uns colours as anndata's."""
     def whole(m, n):  # a boolean mask that keeps everything (the filters' usual answer), before anndata's indexing
-        return m is None or (isinstance(m, np.ndarray) and m.dtype == bool and m.shape == (n,) and bool(m.all()))
+        return m is None or (isinstance(m, np.ndarray) and m.dtype == bool and _keeps_all(m, n))
 
     nothing = whole(obs, adata.n_obs) and whole(var, adata.n_vars)
     if not nothing:
@@ -119,7 +121,6 @@ def subset_inplace(adata, obs=None, var=None):
         for df in (adata.obs, adata.var):
             remove_unused_categories(df, df, adata.uns)
         return
-    oidx, vidx = adata._normalize_indices((slice(None) if obs is None else obs, slice(None) if var is None else var))
     raw = adata._raw
     if raw is not None and obs is not None:
         raw = raw[oidx]  # Raw.__getitem__: the rows, one copy

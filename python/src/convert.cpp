@@ -208,6 +208,13 @@ py::object column_to_py(const Column& col) {
       col.c);
 }
 
+py::array_t<bool> bool_array(const std::vector<uint8_t>& v) {
+  py::array_t<bool> a(static_cast<py::ssize_t>(v.size()));
+  auto* p = a.mutable_data();
+  for (size_t i = 0; i < v.size(); ++i) p[i] = v[i] != 0;
+  return a;
+}
+
 py::object column_to_py(Column&& col) {
   if (auto* c = std::get_if<NumericColumn>(&col.c)) {  // the values moved, not copied (one conversion when not float64)
     const auto dtype = numpy_dtype(c->dtype);

@@ -6,6 +6,7 @@
 #include <pybind11/pybind11.h>
 
 #include <string>
+#include <vector>
 
 #include "core/dataset.hpp"
 
@@ -26,6 +27,8 @@ py::object matrix_to_py(Matrix&& m);
 Column column_from_py(py::handle obj, const std::string& where);
 // Column -> numpy array (numeric in its dtype, bool), pandas.Categorical, or numpy object array.
 py::object column_to_py(const Column& c);
+// A 0/1 mask as a numpy bool array (the filters' keep masks).
+py::array_t<bool> bool_array(const std::vector<uint8_t>& v);
 // The same, a numeric column's values moved into the array (no copy of float64); `c` is left empty.
 py::object column_to_py(Column&& c);
 

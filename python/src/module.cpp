@@ -62,12 +62,6 @@ namespace {
 
 using DatasetPtr = std::shared_ptr<Dataset>;
 
-py::array_t<bool> bool_array(const std::vector<uint8_t>& v) {
-  py::array_t<bool> a(static_cast<py::ssize_t>(v.size()));
-  auto* p = a.mutable_data();
-  for (size_t i = 0; i < v.size(); ++i) p[i] = v[i] != 0;
-  return a;
-}
 py::array_t<double> double_array(const std::vector<double>& v) {
   return py::array_t<double>(static_cast<py::ssize_t>(v.size()), v.data());
 }

@@ -38,13 +38,6 @@ struct Resident {
 };
 using ResidentPtr = std::shared_ptr<Resident>;
 
-py::array_t<bool> bool_mask(const std::vector<uint8_t>& v) {
-  py::array_t<bool> a(static_cast<py::ssize_t>(v.size()));
-  auto* p = a.mutable_data();
-  for (size_t i = 0; i < v.size(); ++i) p[i] = v[i] != 0;
-  return a;
-}
-
 template <class F>
 void no_gil(F&& f) {
   py::gil_scoped_release release;
@@ -124,12 +117,12 @@ void bind_resident(py::module_& m) {
   m.def("resident_filter_cells", [](Resident& r, Dataset& d, const FilterCellsOptions& o) {
     std::vector<uint8_t> keep;
     no_gil([&] { keep = resident::filter_cells(*r.ctx, r.get(), d, o); });
-    return bool_mask(keep);  // per row / column as it was: kept
+    return bool_array(keep);  // per row / column as it was: kept
   });
   m.def("resident_filter_genes", [](Resident& r, Dataset& d, const FilterGenesOptions& o) {
     std::vector<uint8_t> keep;
     no_gil([&] { keep = resident::filter_genes(*r.ctx, r.get(), d, o); });
-    return bool_mask(keep);  // per row / column as it was: kept
+    return bool_array(keep);  // per row / column as it was: kept
   });
   m.def("resident_normalize_total", [](Resident& r, Dataset& d, const NormalizeTotalOptions& o) {
     no_gil([&] { resident::normalize_total(*r.ctx, r.get(), d, o, false); });
