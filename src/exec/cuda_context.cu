@@ -2,6 +2,9 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <map>
 #include <mutex>
@@ -251,5 +254,22 @@ void release_cached_device_memory(const Context& ctx) {
 
 size_t cuda_peak_bytes(const CudaResources* r) { return r && r->memory ? r->memory->peak() : 0; }
 MemoryMode cuda_memory_mode(const CudaResources* r) { return r && r->memory ? r->memory->mode() : MemoryMode::pool; }
+
+namespace {
+double now_ms() {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+}  // namespace
+
+PhaseClock::PhaseClock(CudaResources& r, const char* tag)
+    : r_(r), tag_(tag), on_(std::getenv("SCURRY_PROFILE") != nullptr), last_(now_ms()) {}
+
+void PhaseClock::mark(const char* what) {
+  if (!on_) return;
+  SCURRY_CUDA(cudaStreamSynchronize(r_.stream));
+  const double t = now_ms();
+  std::fprintf(stderr, "  %s %-24s %9.3f ms\n", tag_, what, t - last_);
+  last_ = t;
+}
 
 }  // namespace scurry

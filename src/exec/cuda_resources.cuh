@@ -93,6 +93,21 @@ class DeviceArray {
   size_t n_ = 0;
 };
 
+// SCURRY_PROFILE=1: mark(what) prints the wall time since the previous mark (the stream synchronised
+// first) as "  <tag> <what> <ms>" on stderr; without it, nothing (no synchronisation).
+class PhaseClock {
+ public:
+  PhaseClock(CudaResources& r, const char* tag);
+  void mark(const char* what);
+  bool on() const { return on_; }
+
+ private:
+  CudaResources& r_;
+  const char* tag_;
+  bool on_;
+  double last_;
+};
+
 #define SCURRY_CUBLAS(call)                                                                  \
   do {                                                                                       \
     cublasStatus_t scurry_st_ = (call);                                                      \

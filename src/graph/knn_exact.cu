@@ -9,7 +9,6 @@
 //  Expected: GEMM + L2 traffic, about 1.5-2.5 s with tf32x3 (204k tile pairs, two launches each);
 //  a fused GEMM + select kernel (scores never leave registers) is the way below that.
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cmath>
@@ -339,23 +338,6 @@ void rerank(CudaResources& r, const float* dX, const double* nrm, int64_t n, int
       dX, nrm, n, d, metric == KnnMetric::cosine, cand, w, k, out_idx, out_dist, rows, row0, compact, cand_at_cell,
       out_dist64);
   SCURRY_CUDA_LAUNCH();
-}
-
-namespace {
-double now_ms() {
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-}  // namespace
-
-PhaseClock::PhaseClock(CudaResources& r, const char* tag)
-    : r_(r), tag_(tag), on_(std::getenv("SCURRY_PROFILE") != nullptr), last_(now_ms()) {}
-
-void PhaseClock::mark(const char* what) {
-  if (!on_) return;
-  SCURRY_CUDA(cudaStreamSynchronize(r_.stream));
-  const double t = now_ms();
-  std::fprintf(stderr, "  %s %-24s %9.3f ms\n", tag_, what, t - last_);
-  last_ = t;
 }
 
 Knn download(CudaResources& r, const int32_t* d_idx, const float* d_dist, int64_t n, int64_t k) {

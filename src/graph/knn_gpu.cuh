@@ -76,21 +76,6 @@ void ivf_exact_candidates(CudaResources& r, const float* dX, const double* nrm, 
 // first error (several GPUs of one host: knn_exact_gpus, knn_ivf_gpus).
 void on_each_gpu(const std::vector<Context*>& ctxs, const std::function<void(int)>& fn);
 
-// SCURRY_PROFILE=1: mark(what) prints the wall time since the previous mark (the stream synchronised
-// first) as "  <tag> <what> <ms>" on stderr; without it, nothing (no synchronisation).
-class PhaseClock {
- public:
-  PhaseClock(CudaResources& r, const char* tag);
-  void mark(const char* what);
-  bool on() const { return on_; }
-
- private:
-  CudaResources& r_;
-  const char* tag_;
-  bool on_;
-  double last_;
-};
-
 // Copies device results into a host Knn.
 Knn download(CudaResources& r, const int32_t* d_idx, const float* d_dist, int64_t n, int64_t k);
 

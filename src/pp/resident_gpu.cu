@@ -271,14 +271,20 @@ void qc(Context& ctx, ResidentX& x, Dataset& d, const QcOptions& q) {
   CudaResources& r = res(ctx, "calculate_qc_metrics");
   DeviceCsr& m = csr(x, "calculate_qc_metrics");
   auto& s = x.state();
+  PhaseClock clock(r, "resident qc");  // SCURRY_PROFILE=1: phase times on stderr
   const gpu::QcSetup qs = gpu::qc_setup(d, q, m.n_cols);
   DeviceArray<uint8_t> dbits = to_device(r, qs.bits, "QC gene sets");
+  clock.mark("setup");
   gpu::RowQc rq = gpu::row_qc(r, m, qs.n_sets ? dbits.data() : nullptr, qs.n_sets, qs.top);
+  clock.mark("row_qc (and its copy)");
   gpu::GeneSums gs = gene_counts(ctx, r, m);
+  clock.mark("gene_counts");
   keep_row_stats(s, rq);
   s.gene_nnz.assign(gs.nnz.begin(), gs.nnz.end());
   s.have_gene_nnz = true;
+  clock.mark("row stats kept");
   gpu::write_qc_columns(d, qs, std::move(rq), gs, sum_ranks(ctx.comm(), m.n_rows));
+  clock.mark("columns written");
 }
 
 std::vector<uint8_t> filter_cells(Context& ctx, ResidentX& x, Dataset& d, const FilterCellsOptions& o) {
@@ -286,8 +292,11 @@ std::vector<uint8_t> filter_cells(Context& ctx, ResidentX& x, Dataset& d, const 
   DeviceCsr& m = csr(x, "filter_cells");
   auto& s = x.state();
   Comm& comm = ctx.comm();
+  PhaseClock clock(r, "resident filter_cells");
   if (!s.have_row_stats) keep_row_stats(s, gpu::row_qc(r, m, nullptr, 0, {}));  // without QC: one row pass
+  clock.mark("row stats");
   FilterCellsResult fr = filter_cells_from_stats(std::move(s.row_n_genes), std::move(s.row_total_f32), o, &comm);
+  clock.mark("decision");
   s.have_row_stats = false;
   const int64_t removed_here = m.n_rows - static_cast<int64_t>(fr.kept.size());
   const int64_t removed_all = sum_ranks(comm, removed_here);
@@ -316,7 +325,9 @@ std::vector<uint8_t> filter_cells(Context& ctx, ResidentX& x, Dataset& d, const 
   }
   chain::check_every_rank_keeps(comm, m.n_rows);
   SCURRY_CUDA(cudaStreamSynchronize(r.stream));
+  clock.mark("matrix filtered");
   apply_filter_cells(d, fr, true);
+  clock.mark("columns written");
   return std::move(fr.keep);
 }
 
@@ -384,9 +395,11 @@ void subset_vars(Context& ctx, ResidentX& x, Dataset* d, const std::vector<int64
   if (static_cast<int64_t>(keep.size()) != m.n_cols) {
     std::vector<int32_t> map(static_cast<size_t>(m.n_cols), -1);
     for (size_t u = 0; u < keep.size(); ++u) map[static_cast<size_t>(keep[u])] = static_cast<int32_t>(u);
+    PhaseClock clock(r, "resident subset_vars");
     DeviceArray<int32_t> dmap = to_device(r, map, "gene subset");
     filter_inplace(r, m, nullptr, dmap.data(), static_cast<int64_t>(keep.size()));
     SCURRY_CUDA(cudaStreamSynchronize(r.stream));
+    clock.mark("matrix filtered");
     if (s.have_gene_nnz) {
       std::vector<int64_t> k;
       k.reserve(keep.size());
@@ -407,12 +420,16 @@ void highly_variable_genes(Context& ctx, ResidentX& x, Dataset& d, const HvgOpti
   if (!o.layer.empty()) throw InputError("highly_variable_genes: a layer is not available on the GPU yet; use the CPU");
   Comm& comm = ctx.comm();
   const bool seurat = o.flavor == "seurat";
+  PhaseClock clock(r, "resident hvg");
   gpu::GeneSums gs = gpu::gene_sums(r, m, seurat ? gpu::GeneTransform::expm1 : gpu::GeneTransform::identity, nullptr,
                                     gpu::SecondStat::squares);
   sum_ranks(comm, gs.sum);
   sum_ranks(comm, gs.sumsq);
+  clock.mark("gene_sums");
   std::vector<int64_t> keep = chain::choose_hvg(d, o, gs.sum, gs.sumsq, sum_ranks(comm, m.n_rows));
+  clock.mark("choice");
   if (o.subset) subset_vars(ctx, x, &d, keep);
+  clock.mark("subset");
 }
 
 void scale(Context& ctx, ResidentX& x, Dataset& d, const ScaleOptions& o) {

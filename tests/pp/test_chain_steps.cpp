@@ -66,7 +66,8 @@ TEST(ChainSteps, HvgChoiceIsTheCpuStepsFromTheSums) {
     for (size_t j = 0; j < flags.size(); ++j)
       if (flags[j]) want.push_back(static_cast<int64_t>(j));
     EXPECT_EQ(keep, want);
-    EXPECT_EQ(static_cast<int64_t>(keep.size()), 60);
+    // (scanpy's cut-off is `dispersion_norm >= the 60th largest`: genes tied with it are kept too)
+    EXPECT_GE(static_cast<int64_t>(keep.size()), 60);
     const auto& mc = cpu.var.numeric("means");
     const auto& md = dev.var.numeric("means");
     // (the CPU step takes expm1 in float32, the sums here in float64)
@@ -96,7 +97,11 @@ TEST(ChainSteps, ScaleStatsAreTheCpuSteps) {
   ASSERT_EQ(st.mean.size(), mean.size());
   for (size_t j = 0; j < mean.size(); ++j) {
     EXPECT_NEAR(st.mean[j], mean[j], 1e-9 * std::max(1.0, std::fabs(mean[j])));
-    EXPECT_NEAR(st.sd[j], sd[j], 1e-7 * std::max(1.0, sd[j]));
+    // The CPU step squares each value in float32 (scanpy's), the sums here in float64: each square's
+    // rounding (2^-24 relative) is amplified in var = E[x^2] - mean^2 by E[x^2] / var, halved in sd.
+    const double var = sd[j] * sd[j];
+    const double amplification = (mean[j] * mean[j] + var) / var;
+    EXPECT_NEAR(st.sd[j], sd[j], sd[j] * (1e-9 + 1e-7 * amplification));
   }
   EXPECT_EQ(dev.var.numeric("mean"), st.mean);
   // Restricted to some genes (the streamed chain's HVGs): those genes' statistics, in order.
