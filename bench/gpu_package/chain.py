@@ -15,6 +15,8 @@ print(f"read {time.perf_counter() - t:.2f} s: {a.n_obs} x {a.n_vars}, nnz {a.X.n
 for rep in range(2):
     b = a.copy() if rep == 0 else a
     b.var["mt"] = b.var_names.str.startswith("MT-")
+    if rep == 1 and os.environ.get("PROFILE"):
+        os.environ["SCURRY_PROFILE"] = "1"  # the resident steps' phase times on stderr (PhaseClock)
     T = {}
 
     prof = {}

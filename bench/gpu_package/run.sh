@@ -7,7 +7,8 @@
 # the fused chain and --stepwise, logs in $OUT.
 set -u
 O=${OUT:-/tmp}
-PART=${PART:-package tests fused}  # any of: package (its tests and the 1.3M chain; PROFILE=1: cProfile per step),
+PART=${PART:-package tests fused}  # any of: package (its tests and the 1.3M chain; PROFILE=1: cProfile per step
+                                   # and SCURRY_PROFILE's phases of the resident steps, then --stepwise's),
                                    # tests (the bundled gpu tests), fused, stream
 has() { case " $PART " in *" $1 "*) return 0;; esac; return 1; }
 tar xJf .gpu/pkg.tar.xz -C /tmp
@@ -24,6 +25,10 @@ if has package; then
 (cd tests/python && timeout 180 python3 -m pytest -q -p no:cacheprovider test_gpu_package.py 2>&1 | tail -5)
 timeout 120 /tmp/bundle/bin/scurry simulate /tmp/sim.h5ad --n-cells 1306127 --n-genes 27998 --nnz-per-cell 2000 --clusters 10
 timeout 300 python3 bench/gpu_package/chain.py /tmp/sim.h5ad 2>&1 | grep -v Warning | tee $O/chain.log
+if [ -n "${PROFILE:-}" ]; then  # the same steps from C++ on this card, with the resident steps' phase times (SCURRY_PROFILE)
+  SCURRY_PROFILE=1 timeout 120 /tmp/bundle/bin/scurry --device gpu bench --synthetic 1306127x27998 --nnz-per-cell 2000 \
+    --flavor cell_ranger --on-device --repeat 2 --stepwise 2>&1 | tee -a $O/chain.log | grep "resident\|total (without"
+fi
 fi
 
 if has tests && ls /tmp/bundle/bin/test_* >/dev/null 2>&1; then
