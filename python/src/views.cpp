@@ -197,7 +197,7 @@ void bind_views(py::module_& m) {
     run_step("calculate qc metrics", [&] {
       with_const_view(*b, [&](const auto& v) { r = calculate_qc_metrics(context(), v, o, masks); });
     });
-    write_qc_metrics(d, r, o, b->value == 'f');
+    write_qc_metrics(d, std::move(r), o, b->value == 'f');
     return true;
   });
   m.def("filter_cells_view", [context](Dataset& d, py::handle x, const FilterCellsOptions& o) -> py::object {

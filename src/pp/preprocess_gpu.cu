@@ -102,7 +102,7 @@ void write_qc_columns(Dataset& d, const QcSetup& s, RowQc&& rq, const GeneSums& 
     res.mean_counts[j] = gs.sum[j] / dn;
     res.pct_dropout_by_counts[j] = (1.0 - gs.nnz[j] / dn) * 100.0;
   }
-  write_qc_metrics(d, res, s.q, true);
+  write_qc_metrics(d, std::move(res), s.q, true);
 }
 
 // A copy that another thread follows: advance(b) from the copy (b bytes final), wait_for(b) from the

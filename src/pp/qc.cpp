@@ -212,12 +212,10 @@ std::vector<double> log1p_of(const std::vector<double>& v, bool as_f32) {
   for (int64_t i = 0; i < n; ++i) out[i] = as_f32 ? f32(std::log1p(f32(v[i]))) : std::log1p(v[i]);
   return out;
 }
-std::vector<double> rounded(const std::vector<double>& v) {
-  std::vector<double> out(v.size());
+void round_f32_inplace(std::vector<double>& v) {
   const int64_t n = static_cast<int64_t>(v.size());
 #pragma omp parallel for schedule(static) if (n > 100000)
-  for (int64_t i = 0; i < n; ++i) out[i] = f32(v[i]);
-  return out;
+  for (int64_t i = 0; i < n; ++i) v[i] = f32(v[i]);
 }
 template <class I>
 std::vector<double> as_double(const std::vector<I>& v) {
@@ -268,7 +266,7 @@ std::vector<std::vector<uint8_t>> qc_var_masks(const Dataset& d, const QcOptions
 
 std::vector<int64_t> qc_percent_top(const QcOptions& opt, int64_t n_genes) { return sorted_ranks(opt.percent_top, n_genes); }
 
-QcResult calculate_qc_metrics(const Context& ctx, Dataset& d, const QcOptions& opt) {
+void calculate_qc_metrics(const Context& ctx, Dataset& d, const QcOptions& opt) {
   const Matrix* M = &d.X;
   std::string slot = "X";
   if (!opt.layer.empty()) {
@@ -293,39 +291,59 @@ QcResult calculate_qc_metrics(const Context& ctx, Dataset& d, const QcOptions& o
       },
       M->m);
   // scanpy writes float32 sums for float32 data (float64 for float64 data).
-  write_qc_metrics(d, res, opt, std::holds_alternative<CsrF>(M->m) || std::holds_alternative<DenseF>(M->m));
-  return res;
+  write_qc_metrics(d, std::move(res), opt, std::holds_alternative<CsrF>(M->m) || std::holds_alternative<DenseF>(M->m));
 }
 
 void write_qc_metrics(Dataset& d, const QcResult& res, const QcOptions& opt, bool single) {
+  write_qc_metrics(d, QcResult(res), opt, single);
+}
+
+// Each column built once and moved into its table (at 1.3M cells a copy of a column is 10 MB of
+// fresh memory): the float32 columns rounded in place, the log1p columns from the rounded values
+// (f32(log1p(f32(v))) is the same whether v was rounded before or not).
+void write_qc_metrics(Dataset& d, QcResult&& res, const QcOptions& opt, bool single) {
   const DType ft = single ? DType::f32 : DType::f64;
-  auto fv = [&](const std::vector<double>& v) { return single ? rounded(v) : v; };
+  auto fv = [&](std::vector<double>& v) -> std::vector<double>&& {
+    if (single) round_f32_inplace(v);
+    return std::move(v);
+  };
   const std::string& e = opt.expr_type;
   const std::string& vt = opt.var_type;
 
   Table& obs = d.obs;
-  obs.set("n_" + vt + "_by_" + e, Column::numeric(as_double(res.n_genes_by_counts), DType::i32));
-  if (opt.log1p)
-    obs.set("log1p_n_" + vt + "_by_" + e, Column::numeric(log1p_of(as_double(res.n_genes_by_counts), false)));
-  obs.set("total_" + e, Column::numeric(fv(res.total_counts), ft));
-  if (opt.log1p) obs.set("log1p_total_" + e, Column::numeric(log1p_of(res.total_counts, single), ft));
+  {
+    std::vector<double> ng = as_double(res.n_genes_by_counts);
+    res.n_genes_by_counts = {};
+    std::vector<double> l1p = opt.log1p ? log1p_of(ng, false) : std::vector<double>{};
+    obs.set("n_" + vt + "_by_" + e, Column::numeric(std::move(ng), DType::i32));
+    if (opt.log1p) obs.set("log1p_n_" + vt + "_by_" + e, Column::numeric(std::move(l1p)));
+  }
+  auto with_log1p = [&](const std::string& name, const std::string& log1p_name, std::vector<double>& v, Table& t) {
+    std::vector<double>&& r = fv(v);
+    std::vector<double> l1p = opt.log1p ? log1p_of(r, single) : std::vector<double>{};
+    t.set(name, Column::numeric(std::move(r), ft));
+    if (opt.log1p) t.set(log1p_name, Column::numeric(std::move(l1p), ft));
+  };
+  with_log1p("total_" + e, "log1p_total_" + e, res.total_counts, obs);
   for (size_t k = 0; k < res.percent_top.size(); ++k)
     obs.set("pct_" + e + "_in_top_" + std::to_string(res.percent_top[k]) + "_" + vt,
-            Column::numeric(res.pct_counts_in_top[k]));
+            Column::numeric(std::move(res.pct_counts_in_top[k])));
   for (size_t q = 0; q < opt.qc_vars.size(); ++q) {
     const std::string& v = opt.qc_vars[q];
-    obs.set("total_" + e + "_" + v, Column::numeric(fv(res.total_counts_qc[q]), ft));
-    if (opt.log1p) obs.set("log1p_total_" + e + "_" + v, Column::numeric(log1p_of(res.total_counts_qc[q], single), ft));
+    with_log1p("total_" + e + "_" + v, "log1p_total_" + e + "_" + v, res.total_counts_qc[q], obs);
     obs.set("pct_" + e + "_" + v, Column::numeric(fv(res.pct_counts_qc[q]), ft));
   }
 
   Table& var = d.var;
   var.set("n_cells_by_" + e, Column::numeric(as_double(res.n_cells_by_counts), DType::i64));
-  var.set("mean_" + e, Column::numeric(fv(res.mean_counts), ft));
-  if (opt.log1p) var.set("log1p_mean_" + e, Column::numeric(log1p_of(res.mean_counts, single), ft));
-  var.set("pct_dropout_by_" + e, Column::numeric(res.pct_dropout_by_counts));
-  var.set("total_" + e, Column::numeric(fv(res.var_total_counts), ft));
-  if (opt.log1p) var.set("log1p_total_" + e, Column::numeric(log1p_of(res.var_total_counts, single), ft));
+  {
+    std::vector<double>&& m = fv(res.mean_counts);
+    std::vector<double> l1p = opt.log1p ? log1p_of(m, single) : std::vector<double>{};
+    var.set("mean_" + e, Column::numeric(std::move(m), ft));
+    if (opt.log1p) var.set("log1p_mean_" + e, Column::numeric(std::move(l1p), ft));
+  }
+  var.set("pct_dropout_by_" + e, Column::numeric(std::move(res.pct_dropout_by_counts)));
+  with_log1p("total_" + e, "log1p_total_" + e, res.var_total_counts, var);
 }
 
 

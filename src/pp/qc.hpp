@@ -54,13 +54,15 @@ QcResult calculate_qc_metrics(const Context& ctx, const DenseF& X, const QcOptio
 // (float32) and var columns n_cells_by_<expr> (int64), mean_<expr> (float32), log1p_mean_<expr>
 // (float32), pct_dropout_by_<expr> (float64), total_<expr> (float32), log1p_total_<expr> (float32),
 // in scanpy's column order (float32 columns are rounded to float32 as scanpy holds them).
-QcResult calculate_qc_metrics(const Context& ctx, Dataset& d, const QcOptions& opt);
+void calculate_qc_metrics(const Context& ctx, Dataset& d, const QcOptions& opt);
 // The pieces of the Dataset overload, shared with the GPU path: the qc_vars masks read from var (bool
 // columns; InputError otherwise), the sorted and checked percent_top ranks, and the writing of a
 // result into obs/var (`single`: the matrix holds float32 values, so sums are written as float32).
 std::vector<std::vector<uint8_t>> qc_var_masks(const Dataset& d, const QcOptions& opt);
 std::vector<int64_t> qc_percent_top(const QcOptions& opt, int64_t n_genes);
 void write_qc_metrics(Dataset& d, const QcResult& res, const QcOptions& opt, bool single);
+// The same, moving res's vectors into the columns (no copy of a column).
+void write_qc_metrics(Dataset& d, QcResult&& res, const QcOptions& opt, bool single);
 
 // Marks var[column] = true for genes whose name (var index) starts with any of `prefixes`
 // (e.g. column "mt", prefixes {"MT-", "mt-"}). If no gene matches, warns (log::warn) and writes an
