@@ -120,6 +120,44 @@ TEST(Output, TempOutputIsRemovedUnlessCommitted) {
   EXPECT_EQ(slurp(out), "done");
 }
 
+// Committing over what is already there: a regular file is replaced (by an exchange of the two names,
+// then the old one removed: no temporary left, other hard links of the old file keep its content), a
+// symlink is replaced by the file itself (rename's behaviour, never its target written), a directory is
+// refused and left in place.
+TEST(Output, CommitReplacesAnExistingFileOrSymlinkAndRefusesADirectory) {
+  test::TempDir tmp;
+  const std::string out = tmp.path("a.h5ad"), link = tmp.path("b.h5ad"), target = tmp.path("target");
+  spit(out, "old");
+  ASSERT_EQ(::link(out.c_str(), tmp.path("hard").c_str()), 0);
+  {
+    TempOutput t(out);
+    spit(t.name(), "new");
+    t.commit();
+  }
+  EXPECT_EQ(slurp(out), "new");
+  EXPECT_EQ(slurp(tmp.path("hard")), "old");
+  spit(target, "target");
+  fs::create_symlink(target, link);
+  {
+    TempOutput t(link);
+    spit(t.name(), "new");
+    t.commit();
+  }
+  EXPECT_FALSE(fs::is_symlink(link));
+  EXPECT_EQ(slurp(link), "new");
+  EXPECT_EQ(slurp(target), "target");
+  EXPECT_EQ(entries(tmp.dir()), (std::set<std::string>{"a.h5ad", "b.h5ad", "hard", "target"}));
+  const std::string dir = tmp.path("d.h5ad");
+  fs::create_directories(fs::path(dir) / "inside");
+  {
+    TempOutput t(dir);
+    spit(t.name(), "new");
+    EXPECT_THROW(t.commit(), InputError);
+  }
+  EXPECT_TRUE(fs::is_directory(fs::path(dir) / "inside"));
+  EXPECT_EQ(entries(tmp.dir()), (std::set<std::string>{"a.h5ad", "b.h5ad", "d.h5ad", "hard", "target"}));
+}
+
 TEST(Output, WriteFileAtomicReportsTheCause) {
   test::TempDir tmp;
   try {
