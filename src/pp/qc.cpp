@@ -336,12 +336,7 @@ void write_qc_metrics(Dataset& d, QcResult&& res, const QcOptions& opt, bool sin
 
   Table& var = d.var;
   var.set("n_cells_by_" + e, Column::numeric(as_double(res.n_cells_by_counts), DType::i64));
-  {
-    std::vector<double>&& m = fv(res.mean_counts);
-    std::vector<double> l1p = opt.log1p ? log1p_of(m, single) : std::vector<double>{};
-    var.set("mean_" + e, Column::numeric(std::move(m), ft));
-    if (opt.log1p) var.set("log1p_mean_" + e, Column::numeric(std::move(l1p), ft));
-  }
+  with_log1p("mean_" + e, "log1p_mean_" + e, res.mean_counts, var);
   var.set("pct_dropout_by_" + e, Column::numeric(std::move(res.pct_dropout_by_counts)));
   with_log1p("total_" + e, "log1p_total_" + e, res.var_total_counts, var);
 }
