@@ -294,10 +294,6 @@ void calculate_qc_metrics(const Context& ctx, Dataset& d, const QcOptions& opt) 
   write_qc_metrics(d, std::move(res), opt, std::holds_alternative<CsrF>(M->m) || std::holds_alternative<DenseF>(M->m));
 }
 
-void write_qc_metrics(Dataset& d, const QcResult& res, const QcOptions& opt, bool single) {
-  write_qc_metrics(d, QcResult(res), opt, single);
-}
-
 // Each column built once and moved into its table (at 1.3M cells a copy of a column is 10 MB of
 // fresh memory): the float32 columns rounded in place, the log1p columns from the rounded values
 // (f32(log1p(f32(v))) is the same whether v was rounded before or not).

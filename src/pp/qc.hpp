@@ -60,8 +60,7 @@ void calculate_qc_metrics(const Context& ctx, Dataset& d, const QcOptions& opt);
 // result into obs/var (`single`: the matrix holds float32 values, so sums are written as float32).
 std::vector<std::vector<uint8_t>> qc_var_masks(const Dataset& d, const QcOptions& opt);
 std::vector<int64_t> qc_percent_top(const QcOptions& opt, int64_t n_genes);
-void write_qc_metrics(Dataset& d, const QcResult& res, const QcOptions& opt, bool single);
-// The same, moving res's vectors into the columns (no copy of a column).
+// (res's vectors are moved into the columns: no copy of a column)
 void write_qc_metrics(Dataset& d, QcResult&& res, const QcOptions& opt, bool single);
 
 // Marks var[column] = true for genes whose name (var index) starts with any of `prefixes`
