@@ -164,10 +164,13 @@ void expect_connected_communities(const char* what, const CsrF& g, const LeidenR
 using test::expect_numbered_by_size;
 
 // scurry's Leiden against igraph's until-stable loop over `seeds` random states from
-// o.random_state: the best modularity of ours at least igraph's best - 0.002 (a single run varies
+// o.random_state: the best modularity of ours at least igraph's best - 0.003 (a single run varies
 // too much to be compared alone: on the golden graph ~8% of either's runs end near 0.620 against a
 // median of 0.634); every community of every run connected, labels by size, the reported
-// modularity that of the labels.
+// modularity that of the labels. On the golden graph at resolution 2, 84 runs of each (session 27)
+// gave means 0.49179 (ours) and 0.49204 (igraph's), maxima 0.49386 and 0.49388; best of 7 fell
+// short of igraph's by more than 0.002 in about 1 draw in 1,000 (CI failed so, at 0.0022), best of
+// 11 by more than 0.003 in none of 200,000 resampled draws.
 void compare_with_igraph(const char* what, const CsrF& g, const LeidenOptions& o, int seeds) {
   double best_ours = -1, best_ig = -1;
   for (int t = 0; t < seeds; ++t) {
@@ -188,7 +191,7 @@ void compare_with_igraph(const char* what, const CsrF& g, const LeidenOptions& o
   }
   std::printf("%s (resolution %.2f): best of %d seeds: scurry %.5f, igraph %.5f\n", what, o.resolution, seeds, best_ours,
               best_ig);
-  EXPECT_GE(best_ours, best_ig - 0.002) << what << ", resolution " << o.resolution;
+  EXPECT_GE(best_ours, best_ig - 0.003) << what << ", resolution " << o.resolution;
 }
 
 TEST(Leiden, ModularityAtLeastIgraphsOnPlantedPartitions) {
@@ -219,7 +222,7 @@ TEST(Leiden, ModularityAtLeastIgraphsOnTheGoldenGraph) {
     LeidenOptions o;
     o.resolution = res;
     o.random_state = seed % 1000;
-    compare_with_igraph("pbmc3k golden graph", g, o, 7);
+    compare_with_igraph("pbmc3k golden graph", g, o, 11);
   }
   LeidenOptions unweighted;
   unweighted.use_weights = false;
