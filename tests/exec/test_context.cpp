@@ -4,9 +4,53 @@
 #include "testlib.hpp"
 
 #include <atomic>
+#include <fstream>
+#include <sstream>
+#include <string>
 #include <vector>
 
+#ifdef SCURRY_WITH_CUDA
+#include "exec/cuda_libs.hpp"
+#endif
+
 using namespace scurry;
+
+namespace {
+std::string mapped_files() {
+  std::ifstream f("/proc/self/maps");
+  std::stringstream s;
+  s << f.rdbuf();
+  return s.str();
+}
+}  // namespace
+
+// CUDA's math libraries are not loaded by a CPU process (src/exec/cuda_libs.cpp): not mapped after a
+// CPU Context's work; mapped, with their versions, once called. No GPU needed.
+TEST(CudaLibs, LoadedAtFirstUseOnly) {
+#ifndef SCURRY_WITH_CUDA
+  GTEST_SKIP() << "CPU-only build: no CUDA libraries";
+#else
+  Context c = Context::cpu(2);
+  std::vector<double> x(1000, 1.0);
+  parallel_for(c.threads(), 10, [&](int64_t b) { x[static_cast<size_t>(b)] += 1; });
+  for (const char* lib : {"cublas", "cusolver", "cufft", "nccl"}) {
+    EXPECT_FALSE(cuda_math_library_loaded(lib)) << lib;
+    EXPECT_EQ(mapped_files().find(std::string("lib") + lib), std::string::npos) << lib << " mapped before first use";
+  }
+  const std::string v = cuda_math_library_versions();
+  std::printf("%s\n", v.c_str());
+  for (const char* lib : {"cublas", "cusolver", "cufft"}) {
+    EXPECT_TRUE(cuda_math_library_loaded(lib)) << lib;
+    EXPECT_NE(mapped_files().find(std::string("lib") + lib), std::string::npos) << lib << " not mapped after use";
+  }
+  for (const char* name : {"cuBLAS ", "cuSOLVER ", "cuFFT "}) {
+    const size_t at = v.find(name);
+    ASSERT_NE(at, std::string::npos) << v;
+    EXPECT_GT(std::stol(v.substr(at + std::string(name).size())), 0) << v;
+  }
+  EXPECT_FALSE(cuda_math_library_loaded("cusparse"));
+#endif
+}
 
 TEST(Context, CpuAndErrors) {
   Context c = Context::cpu(2);
