@@ -9,11 +9,10 @@
 #include <string>
 #include <vector>
 
+using namespace scurry;
+
 #ifdef SCURRY_WITH_CUDA
 #include "exec/cuda_libs.hpp"
-#endif
-
-using namespace scurry;
 
 namespace {
 std::string mapped_files() {
@@ -23,6 +22,7 @@ std::string mapped_files() {
   return s.str();
 }
 }  // namespace
+#endif
 
 // CUDA's math libraries are not loaded by a CPU process (src/exec/cuda_libs.cpp): not mapped after a
 // CPU Context's work; mapped, with their versions, once called. No GPU needed.
