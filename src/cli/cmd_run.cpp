@@ -640,8 +640,11 @@ std::vector<Step> build_pipeline(const RunOptions& o) {
                      // A CPU run wrote raw/X early and let it go: read back for the test, let go after it.
                      const bool reread = st->raw_in_output && d.raw && d.raw->X.empty() &&
                                          o.rank_genes_groups.use_raw.value_or(true) && o.rank_genes_groups.layer.empty();
+                     trace_point("markers: read back begins");
                      if (reread) d.raw->X = st->writer->read_back("raw/X");
+                     trace_point("markers: read back ends");
                      rank_genes_groups_inplace(d, o.rank_genes_groups, ctx);  // on the GPU in a GPU run
+                     trace_point("markers: test ends");
                      d.device_x.reset();
                      if (reread) d.raw->X = Matrix();
                    }});

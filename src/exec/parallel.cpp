@@ -227,9 +227,14 @@ namespace scurry {
 void reduce_blocks(int threads, int64_t n_blocks, size_t width, std::vector<double>& acc,
                    const std::function<void(int64_t, double*)>& body) {
   acc.assign(width, 0.0);
+  // The wave: kReduceWave blocks, or as many whole rounds of the threads as fit kReduceWaveBytes.
+  // The partials are added in block order whatever the wave: the same bits.
+  const int64_t t = std::max(1, threads);
+  const int64_t fit = static_cast<int64_t>(kReduceWaveBytes / std::max<size_t>(1, width * sizeof(double)));
+  const int64_t wave = std::min(kReduceWave, std::max(t, fit / t * t));
   std::vector<double> buf;
-  for (int64_t w0 = 0; w0 < n_blocks; w0 += kReduceWave) {
-    const int64_t nw = std::min(kReduceWave, n_blocks - w0);
+  for (int64_t w0 = 0; w0 < n_blocks; w0 += wave) {
+    const int64_t nw = std::min(wave, n_blocks - w0);
     buf.assign(static_cast<size_t>(nw) * width, 0.0);
     parallel_for(threads, nw, [&](int64_t i) { body(w0 + i, buf.data() + static_cast<size_t>(i) * width); });
     for (int64_t i = 0; i < nw; ++i) {

@@ -21,8 +21,11 @@ int parallel_worker();
 namespace scurry {
 
 // Blocks whose per-block partials are held at once by reduce_blocks (bounds its memory to
-// kReduceWave * width doubles).
+// kReduceWave * width doubles), fewer where that would pass kReduceWaveBytes (a multiple of the
+// thread count then, at least the thread count): the partials' buffer is reused wave after wave, so
+// wide partials (rank_genes_groups' statistics: 3 x groups x genes doubles) are not 16 fresh copies.
 constexpr int64_t kReduceWave = 16;
+constexpr size_t kReduceWaveBytes = size_t(32) << 20;
 
 // Calls body(b, partial) for every block b in [0, n_blocks), `partial` pointing at `width` zeroed
 // doubles private to that block, and adds the partials into `acc` (resized to width) in block order:

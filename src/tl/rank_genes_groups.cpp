@@ -418,8 +418,9 @@ GeneGroupStats gene_group_stats(const CsrF& x, const std::vector<int32_t>& codes
     fail("gene_group_stats: ", codes.size(), " cell codes for ", x.n_rows, " rows");
   s.n_cells.assign(static_cast<size_t>(B), 0);
   for (int32_t c : codes) ++s.n_cells[c < 0 ? n_categories : c];
-  // Per fixed block of cells, float64 partials [sum | sum_sq | nnz][bucket][gene], added in block
-  // order (reduce_blocks): the same bits for any thread count.
+  // Per fixed block of cells, float64 partials [bucket][gene][sum, sum_sq, nnz] (a value's three
+  // updates in one cache line), added in block order (reduce_blocks): the same bits for any thread
+  // count.
   const int64_t nb = std::min<int64_t>(kStatsBlocks, std::max<int64_t>(1, x.n_rows));
   const size_t plane = static_cast<size_t>(B * G);
   std::vector<double> acc;
@@ -427,23 +428,25 @@ GeneGroupStats gene_group_stats(const CsrF& x, const std::vector<int32_t>& codes
     const int64_t r0 = x.n_rows * b / nb, r1 = x.n_rows * (b + 1) / nb;
     for (int64_t r = r0; r < r1; ++r) {
       const int32_t c = codes[r];
-      double* ps = part + static_cast<size_t>((c < 0 ? n_categories : c) * G);
-      double* pq = ps + plane;
-      double* pn = pq + plane;
+      double* pc = part + 3 * static_cast<size_t>((c < 0 ? n_categories : c) * G);
       for (int64_t q = x.indptr[r]; q < x.indptr[r + 1]; ++q) {
         const double v = x.data[q];
         if (v == 0 || std::isnan(v)) continue;
-        const int32_t j = x.indices[q];
-        ps[j] += v;
-        pq[j] += v * v;
-        pn[j] += 1;
+        double* p = pc + 3 * static_cast<size_t>(x.indices[q]);
+        p[0] += v;
+        p[1] += v * v;
+        p[2] += 1;
       }
     }
   });
-  s.sum.assign(acc.begin(), acc.begin() + plane);
-  s.sum_sq.assign(acc.begin() + plane, acc.begin() + 2 * plane);
+  s.sum.resize(plane);
+  s.sum_sq.resize(plane);
   s.nnz.resize(plane);
-  for (size_t i = 0; i < plane; ++i) s.nnz[i] = static_cast<int64_t>(acc[2 * plane + i]);
+  for (size_t i = 0; i < plane; ++i) {
+    s.sum[i] = acc[3 * i];
+    s.sum_sq[i] = acc[3 * i + 1];
+    s.nnz[i] = static_cast<int64_t>(acc[3 * i + 2]);
+  }
   return s;
 }
 
