@@ -640,6 +640,14 @@ std::vector<Step> build_pipeline(const RunOptions& o) {
                      // A CPU run wrote raw/X early and let it go: read back for the test, let go after it.
                      const bool reread = st->raw_in_output && d.raw && d.raw->X.empty() &&
                                          o.rank_genes_groups.use_raw.value_or(true) && o.rank_genes_groups.layer.empty();
+                     // The t-tests need only sums over the cells: raw/X read back in pieces, never whole.
+                     const std::string& m = o.rank_genes_groups.method;
+                     if (reread && (m == "t-test" || m == "t-test_overestim_var") && o.rank_genes_groups.mask_var.empty()) {
+                       const H5adWriter::RowsBack back = st->writer->read_back_rows("raw/X");
+                       rank_genes_groups_inplace(d, o.rank_genes_groups, ctx, TestedRows{back.n_rows, back.n_cols, back.read});
+                       trace_point("markers: test on raw/X read back in pieces ends");
+                       return;
+                     }
                      trace_point("markers: read back begins");
                      if (reread) d.raw->X = st->writer->read_back("raw/X");
                      trace_point("markers: read back ends");

@@ -822,6 +822,44 @@ Matrix H5adWriter::read_back(const std::string& slot) {
   return m;
 }
 
+H5adWriter::RowsBack H5adWriter::read_back_rows(const std::string& slot) {
+  Impl& w = *impl_;
+  if (w.failed || w.done) fail("internal: H5adWriter::read_back_rows after it failed or finished");
+  struct Csr {
+    H5Data data, indices;
+    std::vector<int64_t> indptr;
+  };
+  auto m = std::make_shared<Csr>();
+  RowsBack out;
+  w.part([&] {
+    Group g = w.f.group(slot);
+    if (encoding_of(g) != "csr_matrix") fail("internal: H5adWriter::read_back_rows of ", slot, ", not a csr_matrix");
+    const std::vector<int64_t> shape = g.attr_ints("shape");
+    if (shape.size() != 2) fail("internal: H5adWriter::read_back_rows: ", slot, " has no 2-D shape");
+    out.n_rows = shape[0], out.n_cols = shape[1];
+    m->data = g.dataset("data");
+    m->indices = g.dataset("indices");
+    m->indptr = g.dataset("indptr").read<int64_t>();
+    if (static_cast<int64_t>(m->indptr.size()) != out.n_rows + 1)
+      fail("internal: H5adWriter::read_back_rows: ", slot, "'s indptr does not match its shape");
+  });
+  out.read = [this, m, cols = out.n_cols, rows = out.n_rows](int64_t r0, int64_t r1) {
+    if (r0 < 0 || r1 < r0 || r1 > rows) fail("internal: H5adWriter::read_back_rows: rows [", r0, ", ", r1, ") out of range");
+    CsrF c;
+    impl_->part([&] {
+      const int64_t p0 = m->indptr[r0], p1 = m->indptr[r1];
+      c.n_rows = r1 - r0;
+      c.n_cols = cols;
+      c.indptr.resize(static_cast<size_t>(c.n_rows) + 1);
+      for (int64_t r = 0; r <= c.n_rows; ++r) c.indptr[r] = m->indptr[r0 + r] - p0;
+      c.indices = m->indices.read_range<int32_t>(p0, p1 - p0);
+      c.data = m->data.read_range<float>(p0, p1 - p0);
+    });
+    return c;
+  };
+  return out;
+}
+
 void H5adWriter::finish(const scurry::Dataset& d) {
   Impl& w = *impl_;
   const std::string& path = w.path;

@@ -4,6 +4,8 @@
 #include "tl/rank_genes_groups_gpu.hpp"
 
 #include <algorithm>
+#include <atomic>
+#include <mutex>
 #include <chrono>
 #include <ctime>
 #include <cstdlib>
@@ -408,37 +410,38 @@ DenseD logistic_regression(const CsrF& X, const std::vector<int32_t>& y, int K, 
 
 // ---- statistics -----------------------------------------------------------------------------------
 
-GeneGroupStats gene_group_stats(const CsrF& x, const std::vector<int32_t>& codes, int64_t n_categories,
-                                const Context& ctx) {
-  GeneGroupStats s;
-  s.n_genes = x.n_cols;
-  s.n_categories = n_categories;
-  const int64_t B = n_categories + 1, G = s.n_genes;
-  if (static_cast<int64_t>(codes.size()) != x.n_rows)
-    fail("gene_group_stats: ", codes.size(), " cell codes for ", x.n_rows, " rows");
-  s.n_cells.assign(static_cast<size_t>(B), 0);
-  for (int32_t c : codes) ++s.n_cells[c < 0 ? n_categories : c];
-  // Per fixed block of cells, float64 partials [bucket][gene][sum, sum_sq, nnz] (a value's three
-  // updates in one cache line), added in block order (reduce_blocks): the same bits for any thread
-  // count.
-  const int64_t nb = std::min<int64_t>(kStatsBlocks, std::max<int64_t>(1, x.n_rows));
-  const size_t plane = static_cast<size_t>(B * G);
-  std::vector<double> acc;
-  reduce_blocks(ctx.threads(), nb, 3 * plane, acc, [&](int64_t b, double* part) {
-    const int64_t r0 = x.n_rows * b / nb, r1 = x.n_rows * (b + 1) / nb;
-    for (int64_t r = r0; r < r1; ++r) {
-      const int32_t c = codes[r];
-      double* pc = part + 3 * static_cast<size_t>((c < 0 ? n_categories : c) * G);
-      for (int64_t q = x.indptr[r]; q < x.indptr[r + 1]; ++q) {
-        const double v = x.data[q];
-        if (v == 0 || std::isnan(v)) continue;
-        double* p = pc + 3 * static_cast<size_t>(x.indices[q]);
-        p[0] += v;
-        p[1] += v * v;
-        p[2] += 1;
-      }
+namespace {
+// Adds rows [r0, r1) of x (cells first + r of the codes) into one block's partials
+// [bucket][gene][sum, sum_sq, nnz] (a value's three sums in one cache line), in row order.
+void add_rows(const CsrF& x, int64_t r0, int64_t r1, const std::vector<int32_t>& codes, int64_t first,
+              int64_t n_categories, int64_t G, double* part) {
+  for (int64_t r = r0; r < r1; ++r) {
+    const int32_t c = codes[static_cast<size_t>(first + r)];
+    double* pc = part + 3 * static_cast<size_t>((c < 0 ? n_categories : c) * G);
+    for (int64_t q = x.indptr[r]; q < x.indptr[r + 1]; ++q) {
+      const double v = x.data[q];
+      if (v == 0 || std::isnan(v)) continue;
+      double* p = pc + 3 * static_cast<size_t>(x.indices[q]);
+      p[0] += v;
+      p[1] += v * v;
+      p[2] += 1;
     }
-  });
+  }
+}
+
+GeneGroupStats stats_begin(int64_t n_rows, int64_t n_cols, const std::vector<int32_t>& codes, int64_t n_categories) {
+  GeneGroupStats s;
+  s.n_genes = n_cols;
+  s.n_categories = n_categories;
+  if (static_cast<int64_t>(codes.size()) != n_rows)
+    fail("gene_group_stats: ", codes.size(), " cell codes for ", n_rows, " rows");
+  s.n_cells.assign(static_cast<size_t>(n_categories + 1), 0);
+  for (int32_t c : codes) ++s.n_cells[c < 0 ? n_categories : c];
+  return s;
+}
+
+void stats_end(const std::vector<double>& acc, GeneGroupStats& s) {
+  const size_t plane = static_cast<size_t>((s.n_categories + 1) * s.n_genes);
   s.sum.resize(plane);
   s.sum_sq.resize(plane);
   s.nnz.resize(plane);
@@ -447,6 +450,53 @@ GeneGroupStats gene_group_stats(const CsrF& x, const std::vector<int32_t>& codes
     s.sum_sq[i] = acc[3 * i + 1];
     s.nnz[i] = static_cast<int64_t>(acc[3 * i + 2]);
   }
+}
+}  // namespace
+
+// Per fixed block of cells (kStatsBlocks, by rows), float64 partials added in block order
+// (reduce_blocks): the same bits for any thread count, and for the matrix held or read in pieces.
+GeneGroupStats gene_group_stats(const CsrF& x, const std::vector<int32_t>& codes, int64_t n_categories,
+                                const Context& ctx) {
+  GeneGroupStats s = stats_begin(x.n_rows, x.n_cols, codes, n_categories);
+  const int64_t nb = std::min<int64_t>(kStatsBlocks, std::max<int64_t>(1, x.n_rows));
+  std::vector<double> acc;
+  reduce_blocks(ctx.threads(), nb, static_cast<size_t>(3 * (n_categories + 1) * x.n_cols), acc,
+                [&](int64_t b, double* part) {
+                  add_rows(x, x.n_rows * b / nb, x.n_rows * (b + 1) / nb, codes, 0, n_categories, x.n_cols, part);
+                });
+  stats_end(acc, s);
+  return s;
+}
+
+GeneGroupStats gene_group_stats(const TestedRows& rows, const std::vector<int32_t>& codes, int64_t n_categories,
+                                const Context& ctx, int64_t piece_rows, bool* counts_like) {
+  GeneGroupStats s = stats_begin(rows.n_rows, rows.n_cols, codes, n_categories);
+  const int64_t n = rows.n_rows, nb = std::min<int64_t>(kStatsBlocks, std::max<int64_t>(1, n));
+  const int64_t piece = std::max<int64_t>(1, piece_rows);
+  std::mutex reading;  // the reader serves one call at a time
+  std::atomic<bool> ints{true}, any{false};
+  std::vector<double> acc;
+  reduce_blocks(ctx.threads(), nb, static_cast<size_t>(3 * (n_categories + 1) * rows.n_cols), acc,
+                [&](int64_t b, double* part) {
+                  const int64_t r0 = n * b / nb, r1 = n * (b + 1) / nb;
+                  for (int64_t a = r0; a < r1; a += piece) {
+                    CsrF x;
+                    {
+                      std::lock_guard<std::mutex> lock(reading);
+                      x = rows.read(a, std::min(r1, a + piece));
+                    }
+                    if (!x.data.empty()) any = true;
+                    if (counts_like && ints.load(std::memory_order_relaxed))
+                      for (float v : x.data)
+                        if (!(v >= 0 && v == std::floor(v))) {
+                          ints = false;
+                          break;
+                        }
+                    add_rows(x, 0, x.n_rows, codes, a, n_categories, rows.n_cols, part);
+                  }
+                });
+  if (counts_like) *counts_like = ints && any;
+  stats_end(acc, s);
   return s;
 }
 
@@ -465,8 +515,14 @@ void validate_rank_genes_groups_options(const RankGenesGroupsOptions& o) {
   if (o.n_genes && *o.n_genes <= 0) throw InputError("rank_genes_groups: n_genes must be positive");
 }
 
-RankGenesGroupsResult rank_genes_groups(const Dataset& d, const RankGenesGroupsOptions& o, const Context& ctx,
-                                        const std::vector<Context*>& gpus) {
+namespace {
+// The streamed statistics read this many values' rows at a time (as if every gene were stored: at
+// most 8 MiB of data and indices), so that a piece's buffers are the heap's reused memory, not
+// fresh pages (glibc maps larger ones apart and returns them when freed).
+constexpr int64_t kStreamPieceValues = int64_t(1) << 20;
+
+RankGenesGroupsResult rank_impl(const Dataset& d, const RankGenesGroupsOptions& o, const Context& ctx,
+                                const std::vector<Context*>& gpus, const TestedRows* streamed) {
   validate_rank_genes_groups_options(o);
   const std::string& method = o.method;
   RankGenesGroupsResult res;
@@ -477,8 +533,11 @@ RankGenesGroupsResult rank_genes_groups(const Dataset& d, const RankGenesGroupsO
   res.layer = o.layer;
 
   // The matrix: a layer, raw or X (scanpy 1.9.6's _RankGenes).
-  bool use_raw = o.use_raw.value_or(d.raw != nullptr && !d.raw->X.empty());
-  if (use_raw && (!d.raw || d.raw->X.empty()))
+  if (streamed && (!d.raw || !o.layer.empty() || !o.mask_var.empty() || o.use_raw.value_or(true) == false ||
+                   (o.method != "t-test" && o.method != "t-test_overestim_var")))
+    fail("internal: rank_genes_groups on rows read back needs raw, a t-test, no layer and no mask_var");
+  bool use_raw = streamed || o.use_raw.value_or(d.raw != nullptr && !d.raw->X.empty());
+  if (use_raw && !streamed && (!d.raw || d.raw->X.empty()))
     throw InputError("rank_genes_groups: use_raw is set but the dataset has no raw (pass --no-use-raw)");
   const Matrix* X = &d.X;
   const Table* var = &d.var;
@@ -498,9 +557,9 @@ RankGenesGroupsResult rank_genes_groups(const Dataset& d, const RankGenesGroupsO
   // the device cannot run needs the host's copy (NeedsHostX: rank_genes_groups_inplace settles the
   // dataset and runs again).
   const bool x_pending = X == &d.X && d.X.empty() && d.pending_x && d.device_x;
-  if (X->empty() && !x_pending) throw InputError("rank_genes_groups: the dataset has no X");
-  const int64_t x_rows = x_pending ? d.device_x->n_rows : X->n_rows();
-  const int64_t x_cols = x_pending ? d.device_x->n_cols : X->n_cols();
+  if (X->empty() && !x_pending && !streamed) throw InputError("rank_genes_groups: the dataset has no X");
+  const int64_t x_rows = streamed ? streamed->n_rows : x_pending ? d.device_x->n_rows : X->n_rows();
+  const int64_t x_cols = streamed ? streamed->n_cols : x_pending ? d.device_x->n_cols : X->n_cols();
 
   std::vector<int64_t> genes;
   if (!o.mask_var.empty()) {
@@ -586,8 +645,10 @@ RankGenesGroupsResult rank_genes_groups(const Dataset& d, const RankGenesGroupsO
   }
   if (!dev_done && x_pending) throw NeedsHostX("internal: rank_genes_groups needs X on the host; settle() the dataset first");
   CsrF copy;
-  const CsrF* xp = dev_done ? nullptr : std::get_if<CsrF>(&X->m);
-  if (dev_done) {
+  const CsrF* xp = dev_done || streamed ? nullptr : std::get_if<CsrF>(&X->m);
+  if (streamed) {
+    // (the statistics below read the rows in pieces)
+  } else if (dev_done) {
     if (dev_counts)
       log::warn("rank_genes_groups: the data look like raw counts (non-negative integers); logarithmize them first");
   } else if (!xp) {  // (a dense or float64 matrix: converted once, no second copy)
@@ -601,7 +662,7 @@ RankGenesGroupsResult rank_genes_groups(const Dataset& d, const RankGenesGroupsO
   static const CsrF kNone;
   const CsrF& xc = xp ? *xp : kNone;  // (not read when the device's X was tested)
   lap("matrix");
-  if (method != "logreg" && !dev_done) {
+  if (method != "logreg" && !dev_done && !streamed) {
     // scanpy warns when the data look like counts
     bool ints = true;
     for (size_t q = 0; q < xc.data.size() && ints; ++q) ints = xc.data[q] >= 0 && xc.data[q] == std::floor(xc.data[q]);
@@ -611,7 +672,7 @@ RankGenesGroupsResult rank_genes_groups(const Dataset& d, const RankGenesGroupsO
   lap("count check");
   // On the GPU: the statistics and the wilcoxon rank sums (rank_genes_groups_gpu.hpp), logreg's
   // statistics (its pts) included; a matrix holding NaN (which these skip) is computed here.
-  bool on_gpu = dev_done || ctx.backend() == Backend::cuda;
+  bool on_gpu = !streamed && (dev_done || ctx.backend() == Backend::cuda);
   if (on_gpu && !dev_done) {
     std::vector<const Context*> devices{&ctx};
     if (gpus.size() > 1) devices.assign(gpus.begin(), gpus.end());
@@ -621,7 +682,15 @@ RankGenesGroupsResult rank_genes_groups(const Dataset& d, const RankGenesGroupsO
       on_gpu = false;
     }
   }
-  const GeneGroupStats st = on_gpu ? std::move(dev.st) : gene_group_stats(xc, gr.codes, n_cat, ctx);
+  bool counts_like = false;
+  const GeneGroupStats st =
+      on_gpu     ? std::move(dev.st)
+      : streamed ? gene_group_stats(*streamed, gr.codes, n_cat, ctx,
+                                    std::max<int64_t>(1, kStreamPieceValues / std::max<int64_t>(1, streamed->n_cols)),
+                                    &counts_like)
+                 : gene_group_stats(xc, gr.codes, n_cat, ctx);
+  if (counts_like)
+    log::warn("rank_genes_groups: the data look like raw counts (non-negative integers); logarithmize them first");
   lap(on_gpu ? "stats and ranks (gpu)" : "stats");
   const int64_t B = n_cat + 1;
   std::vector<double> tot_sum(static_cast<size_t>(G), 0), tot_sq(static_cast<size_t>(G), 0);
@@ -894,6 +963,12 @@ RankGenesGroupsResult rank_genes_groups(const Dataset& d, const RankGenesGroupsO
   lap("adjust+order");
   return res;
 }
+}  // namespace
+
+RankGenesGroupsResult rank_genes_groups(const Dataset& d, const RankGenesGroupsOptions& o, const Context& ctx,
+                                        const std::vector<Context*>& gpus) {
+  return rank_impl(d, o, ctx, gpus, nullptr);
+}
 
 // ---- uns ------------------------------------------------------------------------------------------
 
@@ -958,6 +1033,21 @@ RankGenesGroupsResult rank_genes_groups_inplace(Dataset& d, const RankGenesGroup
   } catch (const NeedsHostX&) {  // (X still coming back from the GPU, and the device could not test it)
     d.settle();
     r = rank_genes_groups(d, opt, ctx, gpus);
+  }
+  store_rank_genes_groups(d, r, opt.key_added);
+  return r;
+}
+
+RankGenesGroupsResult rank_genes_groups_inplace(Dataset& d, const RankGenesGroupsOptions& opt, const Context& ctx,
+                                                const TestedRows& rows) {
+  if (!d.raw || !opt.layer.empty() || !opt.mask_var.empty() || (opt.method != "t-test" && opt.method != "t-test_overestim_var"))
+    throw InputError("rank_genes_groups: the rows read back are raw's, for a t-test without layer or mask_var");
+  RankGenesGroupsResult r;
+  if (ctx.backend() == Backend::cpu) {
+    r = rank_impl(d, opt, ctx, {}, &rows);
+  } else {
+    const Context cpu = Context::cpu(ctx.threads());
+    r = rank_impl(d, opt, cpu, {}, &rows);
   }
   store_rank_genes_groups(d, r, opt.key_added);
   return r;

@@ -283,6 +283,73 @@ TEST(RankGenesGroups, PtsNGenesRankbyAbsAndThreads) {
   }
 }
 
+// The t-tests on raw/X read back in row pieces (scurry run's CPU path): the same statistics and
+// results, bit for bit, as on the matrix held whole, for any piece size and thread count; the count
+// check's finding; other methods refused.
+TEST(RankGenesGroups, RowsReadInPiecesEqualTheMatrixHeld) {
+  const uint64_t seed = test::fresh_seed();
+  Dataset d = rgg_data(seed, 700, 40);
+  const CsrF& x = std::get<CsrF>(d.X.m);
+  std::vector<int32_t> codes = std::get<CategoricalColumn>(d.obs.at("grp").c).codes;
+  int64_t reads = 0;
+  TestedRows rows{x.n_rows, x.n_cols, [&](int64_t r0, int64_t r1) {
+                    ++reads;
+                    return slice_rows(x, r0, r1);
+                  }};
+  const GeneGroupStats whole = gene_group_stats(x, codes, 4, Context::cpu(2));
+  for (int64_t piece : {int64_t{1}, int64_t{7}, int64_t{64}, int64_t{1000}}) {
+    for (int threads : {1, 3}) {
+      bool counts = true;
+      reads = 0;
+      const GeneGroupStats st = gene_group_stats(rows, codes, 4, Context::cpu(threads), piece, &counts);
+      EXPECT_EQ(st.sum, whole.sum) << "piece " << piece;  // bit for bit
+      EXPECT_EQ(st.sum_sq, whole.sum_sq);
+      EXPECT_EQ(st.nnz, whole.nnz);
+      EXPECT_EQ(st.n_cells, whole.n_cells);
+      EXPECT_FALSE(counts);  // log1p values
+      EXPECT_GE(reads, std::min<int64_t>(16, x.n_rows));
+    }
+  }
+  // The whole test through the Dataset: raw holds X's genes, the rows are raw/X's.
+  RankGenesGroupsOptions o;
+  o.groupby = "grp";
+  o.pts = true;
+  auto with_raw = [&](bool x) {
+    Dataset e = d;
+    e.raw = std::make_shared<Dataset>();
+    e.raw->var = d.var;
+    if (x) e.raw->X = d.X;
+    return e;
+  };
+  for (const char* method : {"t-test", "t-test_overestim_var"}) {
+    o.method = method;
+    Dataset held = with_raw(true), streamed = with_raw(false);
+    const auto a = rank_genes_groups_inplace(held, o, Context::cpu(2));
+    const auto b = rank_genes_groups_inplace(streamed, o, Context::cpu(1), rows);
+    EXPECT_TRUE(a.use_raw && b.use_raw);
+    EXPECT_EQ(a.gene_names, b.gene_names);
+    EXPECT_EQ(a.scores, b.scores) << method;
+    EXPECT_EQ(a.pvals, b.pvals);
+    EXPECT_EQ(a.pvals_adj, b.pvals_adj);
+    EXPECT_EQ(a.logfoldchanges, b.logfoldchanges);
+    EXPECT_EQ(a.order, b.order);
+    EXPECT_EQ(a.pts, b.pts);
+    EXPECT_EQ(a.pts_rest, b.pts_rest);
+  }
+  // Counts are found.
+  CsrF ints = x;
+  for (float& v : ints.data) v = std::fabs(std::round(v * 3));
+  bool counts = false;
+  gene_group_stats(TestedRows{ints.n_rows, ints.n_cols, [&](int64_t r0, int64_t r1) { return slice_rows(ints, r0, r1); }},
+                   codes, 4, Context::cpu(2), 50, &counts);
+  EXPECT_TRUE(counts);
+  o.method = "wilcoxon";
+  Dataset e = with_raw(false);
+  EXPECT_THROW(rank_genes_groups_inplace(e, o, Context::cpu(1), rows), InputError);
+  o.method = "t-test";
+  EXPECT_THROW(rank_genes_groups_inplace(d, o, Context::cpu(1), rows), InputError);  // no raw
+}
+
 TEST(RankGenesGroups, Errors) {
   Dataset d = rgg_data(test::fresh_seed(), 60, 5);
   RankGenesGroupsOptions o;
