@@ -643,8 +643,7 @@ std::vector<Step> build_pipeline(const RunOptions& o) {
                      // The t-tests need only sums over the cells: raw/X read back in pieces, never whole.
                      const std::string& m = o.rank_genes_groups.method;
                      if (reread && (m == "t-test" || m == "t-test_overestim_var") && o.rank_genes_groups.mask_var.empty()) {
-                       const H5adWriter::RowsBack back = st->writer->read_back_rows("raw/X");
-                       rank_genes_groups_inplace(d, o.rank_genes_groups, ctx, TestedRows{back.n_rows, back.n_cols, back.read});
+                       rank_genes_groups_inplace(d, o.rank_genes_groups, ctx, *st->writer->read_back_rows("raw/X"));
                        trace_point("markers: test on raw/X read back in pieces ends");
                        return;
                      }

@@ -822,42 +822,57 @@ Matrix H5adWriter::read_back(const std::string& slot) {
   return m;
 }
 
-H5adWriter::RowsBack H5adWriter::read_back_rows(const std::string& slot) {
-  Impl& w = *impl_;
-  if (w.failed || w.done) fail("internal: H5adWriter::read_back_rows after it failed or finished");
-  struct Csr {
-    H5Data data, indices;
-    std::vector<int64_t> indptr;
-  };
-  auto m = std::make_shared<Csr>();
-  RowsBack out;
-  w.part([&] {
-    Group g = w.f.group(slot);
-    if (encoding_of(g) != "csr_matrix") fail("internal: H5adWriter::read_back_rows of ", slot, ", not a csr_matrix");
-    const std::vector<int64_t> shape = g.attr_ints("shape");
-    if (shape.size() != 2) fail("internal: H5adWriter::read_back_rows: ", slot, " has no 2-D shape");
-    out.n_rows = shape[0], out.n_cols = shape[1];
-    m->data = g.dataset("data");
-    m->indices = g.dataset("indices");
-    m->indptr = g.dataset("indptr").read<int64_t>();
-    if (static_cast<int64_t>(m->indptr.size()) != out.n_rows + 1)
-      fail("internal: H5adWriter::read_back_rows: ", slot, "'s indptr does not match its shape");
-  });
-  out.read = [this, m, cols = out.n_cols, rows = out.n_rows](int64_t r0, int64_t r1) {
-    if (r0 < 0 || r1 < r0 || r1 > rows) fail("internal: H5adWriter::read_back_rows: rows [", r0, ", ", r1, ") out of range");
+namespace {
+// Rows of a CSR matrix the writer has written, read through its open file (H5adWriter::read_back_rows).
+class WrittenRows : public RowSource {
+ public:
+  using Part = std::function<void(const std::function<void()>&)>;  // the writer's failure handling
+  WrittenRows(h5::File& f, const std::string& slot, Part part) : part_(std::move(part)) {
+    part_([&] {
+      Group g = f.group(slot);
+      if (encoding_of(g) != "csr_matrix") fail("internal: H5adWriter::read_back_rows of ", slot, ", not a csr_matrix");
+      const std::vector<int64_t> shape = g.attr_ints("shape");
+      if (shape.size() != 2) fail("internal: H5adWriter::read_back_rows: ", slot, " has no 2-D shape");
+      rows_ = shape[0], cols_ = shape[1];
+      data_ = g.dataset("data");
+      indices_ = g.dataset("indices");
+      indptr_ = g.dataset("indptr").read<int64_t>();
+      if (static_cast<int64_t>(indptr_.size()) != rows_ + 1)
+        fail("internal: H5adWriter::read_back_rows: ", slot, "'s indptr does not match its shape");
+    });
+  }
+  int64_t n_rows() const override { return rows_; }
+  int64_t n_cols() const override { return cols_; }
+  int64_t nnz() const override { return indptr_.back(); }
+  std::vector<int64_t> row_pointers() override { return indptr_; }
+  CsrF read_rows(int64_t begin, int64_t end) override {
+    if (begin < 0 || end < begin || end > rows_)
+      fail("internal: H5adWriter::read_back_rows: rows [", begin, ", ", end, ") out of range");
     CsrF c;
-    impl_->part([&] {
-      const int64_t p0 = m->indptr[r0], p1 = m->indptr[r1];
-      c.n_rows = r1 - r0;
-      c.n_cols = cols;
+    part_([&] {
+      const int64_t p0 = indptr_[begin], p1 = indptr_[end];
+      c.n_rows = end - begin;
+      c.n_cols = cols_;
       c.indptr.resize(static_cast<size_t>(c.n_rows) + 1);
-      for (int64_t r = 0; r <= c.n_rows; ++r) c.indptr[r] = m->indptr[r0 + r] - p0;
-      c.indices = m->indices.read_range<int32_t>(p0, p1 - p0);
-      c.data = m->data.read_range<float>(p0, p1 - p0);
+      for (int64_t r = 0; r <= c.n_rows; ++r) c.indptr[r] = indptr_[begin + r] - p0;
+      c.indices = indices_.read_range<int32_t>(p0, p1 - p0);
+      c.data = data_.read_range<float>(p0, p1 - p0);
     });
     return c;
-  };
-  return out;
+  }
+
+ private:
+  Part part_;
+  int64_t rows_ = 0, cols_ = 0;
+  H5Data data_, indices_;
+  std::vector<int64_t> indptr_;
+};
+}  // namespace
+
+std::unique_ptr<RowSource> H5adWriter::read_back_rows(const std::string& slot) {
+  Impl& w = *impl_;
+  if (w.failed || w.done) fail("internal: H5adWriter::read_back_rows after it failed or finished");
+  return std::make_unique<WrittenRows>(w.f, slot, [&w](const std::function<void()>& f) { w.part(f); });
 }
 
 void H5adWriter::finish(const scurry::Dataset& d) {

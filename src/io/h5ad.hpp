@@ -73,13 +73,9 @@ class H5adWriter {
   // Reads back a matrix written so far ("X", "raw/X", "layers/KEY"): what a late step needs of a
   // matrix its caller let go after writing it (scurry run's markers read raw/X).
   Matrix read_back(const std::string& slot);
-  // The same for a CSR matrix ("raw/X") in row ranges, without holding it whole: its shape, and a
-  // reader of rows [r0, r1) valid while this writer is (not thread-safe: one call at a time).
-  struct RowsBack {
-    int64_t n_rows = 0, n_cols = 0;
-    std::function<CsrF(int64_t, int64_t)> read;
-  };
-  RowsBack read_back_rows(const std::string& slot);
+  // The same for a CSR matrix ("raw/X") read in row ranges, without holding it whole: a source valid
+  // while this writer is (not thread-safe: one call at a time).
+  std::unique_ptr<RowSource> read_back_rows(const std::string& slot);
   // Writes the rest of d (and d.X, if write_x was not called), closes and renames the file. d.X must
   // be the matrix given to write_x, if it was called, or empty (let go after write_x).
   void finish(const Dataset& d);

@@ -468,22 +468,23 @@ GeneGroupStats gene_group_stats(const CsrF& x, const std::vector<int32_t>& codes
   return s;
 }
 
-GeneGroupStats gene_group_stats(const TestedRows& rows, const std::vector<int32_t>& codes, int64_t n_categories,
+GeneGroupStats gene_group_stats(RowSource& rows, const std::vector<int32_t>& codes, int64_t n_categories,
                                 const Context& ctx, int64_t piece_rows, bool* counts_like) {
-  GeneGroupStats s = stats_begin(rows.n_rows, rows.n_cols, codes, n_categories);
-  const int64_t n = rows.n_rows, nb = std::min<int64_t>(kStatsBlocks, std::max<int64_t>(1, n));
+  const int64_t n = rows.n_rows(), G = rows.n_cols();
+  GeneGroupStats s = stats_begin(n, G, codes, n_categories);
+  const int64_t nb = std::min<int64_t>(kStatsBlocks, std::max<int64_t>(1, n));
   const int64_t piece = std::max<int64_t>(1, piece_rows);
   std::mutex reading;  // the reader serves one call at a time
   std::atomic<bool> ints{true}, any{false};
   std::vector<double> acc;
-  reduce_blocks(ctx.threads(), nb, static_cast<size_t>(3 * (n_categories + 1) * rows.n_cols), acc,
+  reduce_blocks(ctx.threads(), nb, static_cast<size_t>(3 * (n_categories + 1) * G), acc,
                 [&](int64_t b, double* part) {
                   const int64_t r0 = n * b / nb, r1 = n * (b + 1) / nb;
                   for (int64_t a = r0; a < r1; a += piece) {
                     CsrF x;
                     {
                       std::lock_guard<std::mutex> lock(reading);
-                      x = rows.read(a, std::min(r1, a + piece));
+                      x = rows.read_rows(a, std::min(r1, a + piece));
                     }
                     if (!x.data.empty()) any = true;
                     if (counts_like && ints.load(std::memory_order_relaxed))
@@ -492,7 +493,7 @@ GeneGroupStats gene_group_stats(const TestedRows& rows, const std::vector<int32_
                           ints = false;
                           break;
                         }
-                    add_rows(x, 0, x.n_rows, codes, a, n_categories, rows.n_cols, part);
+                    add_rows(x, 0, x.n_rows, codes, a, n_categories, G, part);
                   }
                 });
   if (counts_like) *counts_like = ints && any;
@@ -522,7 +523,7 @@ namespace {
 constexpr int64_t kStreamPieceValues = int64_t(1) << 20;
 
 RankGenesGroupsResult rank_impl(const Dataset& d, const RankGenesGroupsOptions& o, const Context& ctx,
-                                const std::vector<Context*>& gpus, const TestedRows* streamed) {
+                                const std::vector<Context*>& gpus, RowSource* streamed) {
   validate_rank_genes_groups_options(o);
   const std::string& method = o.method;
   RankGenesGroupsResult res;
@@ -533,9 +534,6 @@ RankGenesGroupsResult rank_impl(const Dataset& d, const RankGenesGroupsOptions& 
   res.layer = o.layer;
 
   // The matrix: a layer, raw or X (scanpy 1.9.6's _RankGenes).
-  if (streamed && (!d.raw || !o.layer.empty() || !o.mask_var.empty() || o.use_raw.value_or(true) == false ||
-                   (o.method != "t-test" && o.method != "t-test_overestim_var")))
-    fail("internal: rank_genes_groups on rows read back needs raw, a t-test, no layer and no mask_var");
   bool use_raw = streamed || o.use_raw.value_or(d.raw != nullptr && !d.raw->X.empty());
   if (use_raw && !streamed && (!d.raw || d.raw->X.empty()))
     throw InputError("rank_genes_groups: use_raw is set but the dataset has no raw (pass --no-use-raw)");
@@ -558,8 +556,8 @@ RankGenesGroupsResult rank_impl(const Dataset& d, const RankGenesGroupsOptions& 
   // dataset and runs again).
   const bool x_pending = X == &d.X && d.X.empty() && d.pending_x && d.device_x;
   if (X->empty() && !x_pending && !streamed) throw InputError("rank_genes_groups: the dataset has no X");
-  const int64_t x_rows = streamed ? streamed->n_rows : x_pending ? d.device_x->n_rows : X->n_rows();
-  const int64_t x_cols = streamed ? streamed->n_cols : x_pending ? d.device_x->n_cols : X->n_cols();
+  const int64_t x_rows = streamed ? streamed->n_rows() : x_pending ? d.device_x->n_rows : X->n_rows();
+  const int64_t x_cols = streamed ? streamed->n_cols() : x_pending ? d.device_x->n_cols : X->n_cols();
 
   std::vector<int64_t> genes;
   if (!o.mask_var.empty()) {
@@ -686,7 +684,7 @@ RankGenesGroupsResult rank_impl(const Dataset& d, const RankGenesGroupsOptions& 
   const GeneGroupStats st =
       on_gpu     ? std::move(dev.st)
       : streamed ? gene_group_stats(*streamed, gr.codes, n_cat, ctx,
-                                    std::max<int64_t>(1, kStreamPieceValues / std::max<int64_t>(1, streamed->n_cols)),
+                                    std::max<int64_t>(1, kStreamPieceValues / std::max<int64_t>(1, x_cols)),
                                     &counts_like)
                  : gene_group_stats(xc, gr.codes, n_cat, ctx);
   if (counts_like)
@@ -1039,8 +1037,9 @@ RankGenesGroupsResult rank_genes_groups_inplace(Dataset& d, const RankGenesGroup
 }
 
 RankGenesGroupsResult rank_genes_groups_inplace(Dataset& d, const RankGenesGroupsOptions& opt, const Context& ctx,
-                                                const TestedRows& rows) {
-  if (!d.raw || !opt.layer.empty() || !opt.mask_var.empty() || (opt.method != "t-test" && opt.method != "t-test_overestim_var"))
+                                                RowSource& rows) {
+  if (!d.raw || !opt.layer.empty() || !opt.mask_var.empty() || !opt.use_raw.value_or(true) ||
+      (opt.method != "t-test" && opt.method != "t-test_overestim_var"))
     throw InputError("rank_genes_groups: the rows read back are raw's, for a t-test without layer or mask_var");
   RankGenesGroupsResult r;
   if (ctx.backend() == Backend::cpu) {

@@ -23,12 +23,12 @@
 // SCURRY_RGG_TIMES=1 in the environment prints each phase's wall and CPU seconds to stderr.
 #pragma once
 #include <cstdint>
-#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "core/dataset.hpp"
+#include "core/row_blocks.hpp"
 #include "exec/context.hpp"
 
 namespace scurry {
@@ -99,22 +99,18 @@ RankGenesGroupsResult rank_genes_groups(const Dataset& d, const RankGenesGroupsO
 GeneGroupStats gene_group_stats(const CsrF& cells_by_genes, const std::vector<int32_t>& codes, int64_t n_categories,
                                 const Context& ctx);
 
-// The tested matrix read in row ranges instead of held (scurry run's CPU path, which lets raw/X go
-// after writing it, reads it back from its output this way): read(r0, r1) returns rows [r0, r1) as
-// CSR. For the t-tests only (their statistics are sums over the cells), on the CPU.
-struct TestedRows {
-  int64_t n_rows = 0, n_cols = 0;
-  std::function<CsrF(int64_t, int64_t)> read;
-};
-// gene_group_stats of the matrix `rows` reads, the same bits as on the whole matrix: the same fixed
-// blocks, each block's rows read in pieces of at most `piece_rows` (one block per thread at a time).
-// `counts_like`: whether every stored value is a non-negative integer (the count check's finding).
-GeneGroupStats gene_group_stats(const TestedRows& rows, const std::vector<int32_t>& codes, int64_t n_categories,
+// gene_group_stats of a matrix read in row ranges instead of held (scurry run's CPU path, which lets
+// raw/X go after writing it, reads it back from its output this way), the same bits as on the whole
+// matrix: the same fixed blocks, each block's rows read in pieces of at most `piece_rows` (one
+// read_rows call at a time). `counts_like`: whether every stored value is a non-negative integer
+// (the count check's finding).
+GeneGroupStats gene_group_stats(RowSource& rows, const std::vector<int32_t>& codes, int64_t n_categories,
                                 const Context& ctx, int64_t piece_rows, bool* counts_like = nullptr);
-// rank_genes_groups (then stored as rank_genes_groups_inplace does) on raw's genes, the matrix given
-// by `rows` (raw/X's shape): t-test or t-test_overestim_var, no mask_var (else InputError).
+// rank_genes_groups (then stored as rank_genes_groups_inplace does) on raw's genes, the matrix read
+// from `rows` (raw/X's shape), on the CPU: t-test or t-test_overestim_var (their statistics are sums
+// over the cells), no layer or mask_var (else InputError).
 RankGenesGroupsResult rank_genes_groups_inplace(Dataset& d, const RankGenesGroupsOptions& opt, const Context& ctx,
-                                                const TestedRows& rows);
+                                                RowSource& rows);
 
 // Writes the result into d.uns[key] as scanpy 1.9.6 does.
 void store_rank_genes_groups(Dataset& d, const RankGenesGroupsResult& r, const std::string& key);

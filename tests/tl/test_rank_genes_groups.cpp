@@ -292,10 +292,14 @@ TEST(RankGenesGroups, RowsReadInPiecesEqualTheMatrixHeld) {
   const CsrF& x = std::get<CsrF>(d.X.m);
   std::vector<int32_t> codes = std::get<CategoricalColumn>(d.obs.at("grp").c).codes;
   int64_t reads = 0;
-  TestedRows rows{x.n_rows, x.n_cols, [&](int64_t r0, int64_t r1) {
-                    ++reads;
-                    return slice_rows(x, r0, r1);
-                  }};
+  struct CountedRows : MemoryRowSource {
+    CountedRows(const CsrF& m, int64_t& n) : MemoryRowSource(m), reads(n) {}
+    CsrF read_rows(int64_t begin, int64_t end) override {
+      ++reads;
+      return MemoryRowSource::read_rows(begin, end);
+    }
+    int64_t& reads;
+  } rows(x, reads);
   const GeneGroupStats whole = gene_group_stats(x, codes, 4, Context::cpu(2));
   for (int64_t piece : {int64_t{1}, int64_t{7}, int64_t{64}, int64_t{1000}}) {
     for (int threads : {1, 3}) {
@@ -340,8 +344,8 @@ TEST(RankGenesGroups, RowsReadInPiecesEqualTheMatrixHeld) {
   CsrF ints = x;
   for (float& v : ints.data) v = std::fabs(std::round(v * 3));
   bool counts = false;
-  gene_group_stats(TestedRows{ints.n_rows, ints.n_cols, [&](int64_t r0, int64_t r1) { return slice_rows(ints, r0, r1); }},
-                   codes, 4, Context::cpu(2), 50, &counts);
+  MemoryRowSource int_rows(ints);
+  gene_group_stats(int_rows, codes, 4, Context::cpu(2), 50, &counts);
   EXPECT_TRUE(counts);
   o.method = "wilcoxon";
   Dataset e = with_raw(false);
