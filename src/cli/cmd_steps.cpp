@@ -223,17 +223,19 @@ void add_score_genes_commands(CLI::App& app, GlobalOptions& g) {
     cmd->add_flag_function(
         "--use-raw,!--no-use-raw", [o](int64_t n) { o->opt.use_raw = n > 0; },
         "score_genes: score raw (default: when the input has raw, as scanpy)");
+    cmd->add_option("--gpus", g.gpus,
+                    "With --device gpu: share the genes' sums and the cells' scores between these GPUs (all, a count N, or 0,2)");
     cmd->callback([&g, o, cycle] {
       log::set_quiet(g.quiet);
       check_output_path(o->output, ".h5ad", "-o/--output");
       o->opt.random_state = static_cast<uint32_t>(o->random_state);
-      with_step_contexts(g, [&](Context& ctx, const std::vector<Context*>&) {
+      with_step_contexts(g, [&](Context& ctx, const std::vector<Context*>& gpus) {
         Dataset d = read_any(o->input, o->read);
         if (cycle)
           score_genes_cell_cycle(d, o->s_genes.empty() ? tirosh_s_genes() : o->s_genes,
-                                 o->g2m_genes.empty() ? tirosh_g2m_genes() : o->g2m_genes, o->opt, ctx);
+                                 o->g2m_genes.empty() ? tirosh_g2m_genes() : o->g2m_genes, o->opt, ctx, gpus);
         else
-          score_genes_inplace(d, o->opt, ctx);
+          score_genes_inplace(d, o->opt, ctx, gpus);
         make_parent_dirs(o->output);
         write_h5ad(d, o->output);
       });

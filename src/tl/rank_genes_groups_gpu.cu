@@ -1149,48 +1149,97 @@ __global__ void set_scores(const int64_t* __restrict__ ptr, const int32_t* __res
 
 }  // namespace
 
-bool score_genes_gpu(const Context& ctx, const CsrF& x,
+bool score_genes_gpu(const std::vector<const Context*>& devices, const CsrF& x,
                      const std::function<std::vector<uint8_t>(const std::vector<double>& gene_sums)>& controls,
                      std::vector<double>& score) {
-  if (!ctx.cuda()) fail("score_genes (gpu): the context has no CUDA device");
-  CudaResources& r = *ctx.cuda();
-  SCURRY_CUDA(cudaSetDevice(r.device));
+  if (devices.empty()) fail("score_genes (gpu): no device");
+  for (const Context* c : devices)
+    if (!c || !c->cuda()) fail("score_genes (gpu): a context has no CUDA device");
+  const size_t D = devices.size();
   const int64_t N = x.n_rows, G = x.n_cols, nnz = x.nnz();
   // one category: the rows in their own order, the statistics' passes over them
   std::vector<int64_t> perm(static_cast<size_t>(N)), yptr(x.indptr.begin(), x.indptr.end()), start{0, N};
   std::iota(perm.begin(), perm.end(), int64_t{0});
-  const double avail = static_cast<double>(available_bytes(r)) * 0.85;
-  const double matrix_bytes = static_cast<double>(nnz) * 8.0 + static_cast<double>(N) * 24.0;
-  int64_t chunk_nnz = matrix_bytes <= 0.8 * avail ? nnz : std::max<int64_t>(1, static_cast<int64_t>(avail / 4.0 / 8.0));
-  if (const char* e = std::getenv("SCURRY_RGG_GPU_CHUNK")) chunk_nnz = std::max<int64_t>(1, std::atoll(e));
-  BucketRows rows(r, x, perm, yptr, chunk_nnz, false);
   GeneGroupStats st;
   st.n_genes = G, st.n_categories = 1, st.n_cells = {N};
   st.sum.assign(static_cast<size_t>(G), 0.0), st.sum_sq.assign(static_cast<size_t>(G), 0.0);
   st.nnz.assign(static_cast<size_t>(G), 0);
-  if (bucket_stats(r, rows, start, yptr, 1, G, 0, G, st)) return false;
+  // Device k: every row (its own upload, or chunks of rows where the matrix does not fit), the gene
+  // sums of genes [G k / D, G (k + 1) / D) (exact fixed-point sums, so the same bits for any D), then
+  // the scores of rows [N k / D, N (k + 1) / D) (a warp per row: the same bits for any D).
+  std::vector<std::unique_ptr<BucketRows>> rows(D);
+  std::vector<uint8_t> nan(D, 0);
+  std::vector<std::exception_ptr> err(D);
+  auto on_devices = [&](const std::function<void(size_t)>& f) {
+    auto work = [&](size_t k) {
+      try {
+        SCURRY_CUDA(cudaSetDevice(devices[k]->cuda()->device));
+        f(k);
+      } catch (...) {
+        err[k] = std::current_exception();
+      }
+    };
+    if (D == 1) {
+      work(0);
+    } else {
+      std::vector<std::thread> th;
+      for (size_t k = 0; k < D; ++k) th.emplace_back(work, k);
+      for (auto& t : th) t.join();
+    }
+    for (auto& e : err)
+      if (e) std::rethrow_exception(e);
+  };
+  const int64_t Dn = static_cast<int64_t>(D);
+  on_devices([&](size_t k) {
+    CudaResources& r = *devices[k]->cuda();
+    const double avail = static_cast<double>(available_bytes(r)) * 0.85;
+    const double matrix_bytes = static_cast<double>(nnz) * 8.0 + static_cast<double>(N) * 24.0;
+    int64_t chunk_nnz = matrix_bytes <= 0.8 * avail ? nnz : std::max<int64_t>(1, static_cast<int64_t>(avail / 4.0 / 8.0));
+    if (const char* e = std::getenv("SCURRY_RGG_GPU_CHUNK")) chunk_nnz = std::max<int64_t>(1, std::atoll(e));
+    rows[k] = std::make_unique<BucketRows>(r, x, perm, yptr, chunk_nnz, false);
+    const int64_t kk = static_cast<int64_t>(k);
+    nan[k] = bucket_stats(r, *rows[k], start, yptr, 1, G, G * kk / Dn, G * (kk + 1) / Dn, st) ? 1 : 0;
+  });
+  for (uint8_t h : nan)
+    if (h) {
+      SCURRY_CUDA(cudaSetDevice(devices[0]->cuda()->device));
+      return false;
+    }
   const std::vector<uint8_t> flags = controls(st.sum);
   if (static_cast<int64_t>(flags.size()) != G) fail("score_genes (gpu): ", flags.size(), " gene flags for ", G, " genes");
   int64_t n_list = 0, n_ctrl = 0;
   for (uint8_t f : flags) n_list += f == 1, n_ctrl += f == 2;
-  DeviceArray<uint8_t> d_flags(r, std::max<int64_t>(G, 1), "score_genes: gene flags");
-  DeviceArray<double> d_score(r, std::max<int64_t>(N, 1), "score_genes: scores");
-  SCURRY_CUDA(cudaMemcpyAsync(d_flags.data(), flags.data(), static_cast<size_t>(G), cudaMemcpyHostToDevice, r.stream));
-  for (int64_t cc = 0; cc < rows.n_chunks(); ++cc) {
-    const int64_t c = cc;  // (the statistics' last pass, backwards, leaves chunk 0 on the device)
-    rows.load(c);
-    const auto& ch = rows.chunk(c);
-    const int64_t nr = ch.row1 - ch.row0;
-    if (nr == 0) continue;
-    set_scores<<<static_cast<unsigned>((nr * 32 + 255) / 256), 256, 0, r.stream>>>(
-        rows.ptr(), rows.idx(), rows.val(), nr, d_flags.data(), static_cast<double>(n_list),
-        static_cast<double>(n_ctrl), d_score.data() + ch.row0);
-    SCURRY_CUDA_LAUNCH();
-  }
   score.resize(static_cast<size_t>(N));
-  if (N > 0) SCURRY_CUDA(cudaMemcpyAsync(score.data(), d_score.data(), N * 8, cudaMemcpyDeviceToHost, r.stream));
-  SCURRY_CUDA(cudaStreamSynchronize(r.stream));
+  on_devices([&](size_t k) {
+    CudaResources& r = *devices[k]->cuda();
+    BucketRows& rw = *rows[k];
+    const int64_t kk = static_cast<int64_t>(k), R0 = N * kk / Dn, R1 = N * (kk + 1) / Dn;
+    DeviceArray<uint8_t> d_flags(r, std::max<int64_t>(G, 1), "score_genes: gene flags");
+    DeviceArray<double> d_score(r, std::max<int64_t>(R1 - R0, 1), "score_genes: scores");
+    SCURRY_CUDA(cudaMemcpyAsync(d_flags.data(), flags.data(), static_cast<size_t>(G), cudaMemcpyHostToDevice, r.stream));
+    for (int64_t c = 0; c < rw.n_chunks(); ++c) {  // (the statistics' last pass, backwards, leaves chunk 0 on the device)
+      const auto& ch = rw.chunk(c);
+      const int64_t a = std::max(ch.row0, R0), b = std::min(ch.row1, R1);
+      if (b <= a) continue;
+      rw.load(c);
+      set_scores<<<static_cast<unsigned>(((b - a) * 32 + 255) / 256), 256, 0, r.stream>>>(
+          rw.ptr() + (a - ch.row0), rw.idx(), rw.val(), b - a, d_flags.data(), static_cast<double>(n_list),
+          static_cast<double>(n_ctrl), d_score.data() + (a - R0));
+      SCURRY_CUDA_LAUNCH();
+    }
+    if (R1 > R0)
+      SCURRY_CUDA(cudaMemcpyAsync(score.data() + R0, d_score.data(), (R1 - R0) * 8, cudaMemcpyDeviceToHost, r.stream));
+    SCURRY_CUDA(cudaStreamSynchronize(r.stream));
+    rows[k].reset();  // (freed on its own device)
+  });
+  SCURRY_CUDA(cudaSetDevice(devices[0]->cuda()->device));
   return true;
+}
+
+bool score_genes_gpu(const Context& ctx, const CsrF& x,
+                     const std::function<std::vector<uint8_t>(const std::vector<double>& gene_sums)>& controls,
+                     std::vector<double>& score) {
+  return score_genes_gpu(std::vector<const Context*>{&ctx}, x, controls, score);
 }
 
 bool rank_genes_groups_gpu(const Context& ctx, const DeviceMatrix& x, const std::vector<int32_t>& codes,

@@ -71,6 +71,12 @@ std::vector<double> t_pvalues_gpu(const Context& ctx, const std::vector<double>&
 bool score_genes_gpu(const Context& ctx, const CsrF& x,
                      const std::function<std::vector<uint8_t>(const std::vector<double>& gene_sums)>& controls,
                      std::vector<double>& score);
+// The same over several GPUs (or several contexts on one): each device reads every row and sums its
+// share of the genes, then scores its share of the rows; the result does not depend on the number of
+// devices.
+bool score_genes_gpu(const std::vector<const Context*>& devices, const CsrF& x,
+                     const std::function<std::vector<uint8_t>(const std::vector<double>& gene_sums)>& controls,
+                     std::vector<double>& score);
 
 // What this process's rank_genes_groups_gpu and t_pvalues_gpu calls since the last reset took, for
 // `scurry bench --markers`: the per-group sums' kernels (CUDA events, every pass and chunk, no

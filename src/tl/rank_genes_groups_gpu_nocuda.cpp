@@ -32,6 +32,11 @@ bool score_genes_gpu(const Context&, const CsrF&, const std::function<std::vecto
   fail_input("score_genes (gpu)", "this scurry was built without CUDA; use --device cpu");
 }
 
+bool score_genes_gpu(const std::vector<const Context*>&, const CsrF&,
+                     const std::function<std::vector<uint8_t>(const std::vector<double>&)>&, std::vector<double>&) {
+  fail_input("score_genes (gpu)", "this scurry was built without CUDA; use --device cpu");
+}
+
 void reset_rgg_gpu_times() {}
 RggGpuTimes rgg_gpu_times() { return {}; }
 

@@ -40,7 +40,8 @@ void numpy_shuffle(std::vector<T>& a, std::mt19937& rng) {
 
 }  // namespace
 
-ScoreGenesResult score_genes(const Dataset& d, const ScoreGenesOptions& o, const Context& ctx) {
+ScoreGenesResult score_genes(const Dataset& d, const ScoreGenesOptions& o, const Context& ctx,
+                             const std::vector<Context*>& gpus) {
   const bool use_raw = o.use_raw.value_or(d.raw != nullptr && !d.raw->X.empty());
   if (use_raw && (!d.raw || d.raw->X.empty())) throw InputError("score_genes: use_raw is set but there is no raw");
   const Matrix& M = use_raw ? d.raw->X : d.X;
@@ -134,7 +135,9 @@ ScoreGenesResult score_genes(const Dataset& d, const ScoreGenesOptions& o, const
   // uploaded once); a matrix with NaN or inf is scored here.
   res.score.resize(static_cast<size_t>(N));
   if (ctx.backend() == Backend::cuda && ctx.cuda()) {
-    if (score_genes_gpu(ctx, x, [&](const std::vector<double>& sums) {
+    std::vector<const Context*> devices{&ctx};
+    if (gpus.size() > 1) devices.assign(gpus.begin(), gpus.end());
+    if (score_genes_gpu(devices, x, [&](const std::vector<double>& sums) {
           return choose(sums, std::vector<double>(static_cast<size_t>(G), 0.0));
         }, res.score))
       return res;
@@ -172,23 +175,24 @@ ScoreGenesResult score_genes(const Dataset& d, const ScoreGenesOptions& o, const
   return res;
 }
 
-ScoreGenesResult score_genes_inplace(Dataset& d, const ScoreGenesOptions& o, const Context& ctx) {
-  ScoreGenesResult r = score_genes(d, o, ctx);
+ScoreGenesResult score_genes_inplace(Dataset& d, const ScoreGenesOptions& o, const Context& ctx,
+                                     const std::vector<Context*>& gpus) {
+  ScoreGenesResult r = score_genes(d, o, ctx, gpus);
   d.obs.set(o.score_name, Column::numeric(r.score, DType::f64));
   return r;
 }
 
 void score_genes_cell_cycle(Dataset& d, const std::vector<std::string>& s_genes,
                             const std::vector<std::string>& g2m_genes, const ScoreGenesOptions& base,
-                            const Context& ctx) {
+                            const Context& ctx, const std::vector<Context*>& gpus) {
   ScoreGenesOptions o = base;
   o.ctrl_size = static_cast<int64_t>(std::min(s_genes.size(), g2m_genes.size()));
   o.gene_list = s_genes;
   o.score_name = "S_score";
-  const auto s = score_genes_inplace(d, o, ctx).score;
+  const auto s = score_genes_inplace(d, o, ctx, gpus).score;
   o.gene_list = g2m_genes;
   o.score_name = "G2M_score";
-  const auto g = score_genes_inplace(d, o, ctx).score;
+  const auto g = score_genes_inplace(d, o, ctx, gpus).score;
   std::vector<std::string> phase(s.size());
   for (size_t i = 0; i < s.size(); ++i) phase[i] = s[i] < 0 && g[i] < 0 ? "G1" : g[i] > s[i] ? "G2M" : "S";
   std::set<std::string> u(phase.begin(), phase.end());

@@ -37,10 +37,13 @@ struct ScoreGenesResult {
   std::vector<std::string> genes_used;     // the set's genes found, in gene_list order
 };
 
-// Computes the scores (d.obs is not touched).
-ScoreGenesResult score_genes(const Dataset& d, const ScoreGenesOptions& opt, const Context& ctx);
+// Computes the scores (d.obs is not touched). On a GPU context; `gpus` (--gpus): several GPU contexts
+// sharing the genes' sums and the cells' scores (ctx is the first; the same bits for any number).
+ScoreGenesResult score_genes(const Dataset& d, const ScoreGenesOptions& opt, const Context& ctx,
+                             const std::vector<Context*>& gpus = {});
 // The same, written to obs[score_name] (float64).
-ScoreGenesResult score_genes_inplace(Dataset& d, const ScoreGenesOptions& opt, const Context& ctx);
+ScoreGenesResult score_genes_inplace(Dataset& d, const ScoreGenesOptions& opt, const Context& ctx,
+                                     const std::vector<Context*>& gpus = {});
 
 // score_genes with ctrl_size = min(|s_genes|, |g2m_genes|) for each list (obs S_score, G2M_score),
 // then obs['phase']: 'S', 'G2M' where G2M_score > S_score, 'G1' where both are negative
@@ -48,7 +51,7 @@ ScoreGenesResult score_genes_inplace(Dataset& d, const ScoreGenesOptions& opt, c
 // n_bins, random_state, use_raw and gene_pool.
 void score_genes_cell_cycle(Dataset& d, const std::vector<std::string>& s_genes,
                             const std::vector<std::string>& g2m_genes, const ScoreGenesOptions& base,
-                            const Context& ctx);
+                            const Context& ctx, const std::vector<Context*>& gpus = {});
 
 // Tirosh et al. 2016's S and G2M genes (the scanpy tutorial's regev_lab_cell_cycle_genes.txt).
 const std::vector<std::string>& tirosh_s_genes();

@@ -2,7 +2,7 @@
 // against scanpy 1.9.6 in test_score_genes.cpp): the same control genes and scores within float64
 // summation order on pbmc3k (scanpy's gene list, use_raw) and on fresh seeded data, resident and
 // streamed in chunks of rows (SCURRY_RGG_GPU_CHUNK); the same phases; a matrix with NaN scored on
-// the CPU.
+// the CPU; over three contexts (the --gpus split) the same bits as on one.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -92,4 +92,36 @@ TEST(ScoreGenesGpu, ResidentStreamedAndNan) {
   // NaN: scored on the CPU (nanmean), so equal to the CPU's bits
   std::get<CsrF>(d.X.m).data[10] = NAN;
   EXPECT_EQ(score_genes(d, o, gpu).score, score_genes(d, o, cpu).score);
+}
+
+TEST(ScoreGenesGpu, ThreeContextsGiveTheSameBitsResidentAndStreamed) {
+  SCURRY_REQUIRE_GPU();
+  Dataset d = scored_data(test::fresh_seed(), 2501, 333);  // (rows and genes not divisible by 3)
+  ScoreGenesOptions o;
+  for (int j = 3; j < 333; j += 29) o.gene_list.push_back("G" + std::to_string(j));
+  o.ctrl_size = 15;
+  o.n_bins = 8;
+  const Context gpu = test::gpu_context();
+  std::vector<Context> three = test::three_gpu_contexts();
+  std::vector<Context*> gpus;
+  for (Context& c : three) gpus.push_back(&c);
+  const ScoreGenesResult one = score_genes(d, o, gpu);
+  expect_same(one, score_genes(d, o, Context::cpu(2)), "one context against the CPU");
+  const ScoreGenesResult many = score_genes(d, o, *gpus[0], gpus);
+  EXPECT_EQ(many.control_genes, one.control_genes);
+  EXPECT_EQ(many.score, one.score);  // the same bits
+  setenv("SCURRY_RGG_GPU_CHUNK", "7000", 1);  // chunks of rows that straddle the contexts' row shares
+  const ScoreGenesResult streamed = score_genes(d, o, *gpus[0], gpus);
+  unsetenv("SCURRY_RGG_GPU_CHUNK");
+  EXPECT_EQ(streamed.control_genes, one.control_genes);
+  EXPECT_EQ(streamed.score, one.score);
+  // score_genes_cell_cycle over the three: the same columns as on one
+  Dataset a = read_h5ad(test::test_data("golden/pbmc3k_first1000.scanpy.h5ad")), b = a;
+  ScoreGenesOptions base;
+  base.use_raw = true;
+  score_genes_cell_cycle(a, tirosh_s_genes(), tirosh_g2m_genes(), base, gpu);
+  score_genes_cell_cycle(b, tirosh_s_genes(), tirosh_g2m_genes(), base, *gpus[0], gpus);
+  EXPECT_EQ(a.obs.numeric("S_score"), b.obs.numeric("S_score"));
+  EXPECT_EQ(a.obs.numeric("G2M_score"), b.obs.numeric("G2M_score"));
+  EXPECT_EQ(std::get<CategoricalColumn>(a.obs.at("phase").c).codes, std::get<CategoricalColumn>(b.obs.at("phase").c).codes);
 }
