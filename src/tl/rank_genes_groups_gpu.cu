@@ -1149,6 +1149,31 @@ __global__ void set_scores(const int64_t* __restrict__ ptr, const int32_t* __res
 
 }  // namespace
 
+// Runs f(k) for every device k, each on a thread of its own with its device current (one device: on
+// this thread), then rethrows the first error; device 0 is current afterwards.
+static void on_each_device(const std::vector<const Context*>& devices, const std::function<void(size_t)>& f) {
+  const size_t D = devices.size();
+  std::vector<std::exception_ptr> err(D);
+  auto work = [&](size_t k) {
+    try {
+      SCURRY_CUDA(cudaSetDevice(devices[k]->cuda()->device));
+      f(k);
+    } catch (...) {
+      err[k] = std::current_exception();
+    }
+  };
+  if (D == 1) {
+    work(0);
+  } else {
+    std::vector<std::thread> th;
+    for (size_t k = 0; k < D; ++k) th.emplace_back(work, k);
+    for (auto& t : th) t.join();
+    SCURRY_CUDA(cudaSetDevice(devices[0]->cuda()->device));
+  }
+  for (auto& e : err)
+    if (e) std::rethrow_exception(e);
+}
+
 bool score_genes_gpu(const std::vector<const Context*>& devices, const CsrF& x,
                      const std::function<std::vector<uint8_t>(const std::vector<double>& gene_sums)>& controls,
                      std::vector<double>& score) {
@@ -1169,28 +1194,8 @@ bool score_genes_gpu(const std::vector<const Context*>& devices, const CsrF& x,
   // the scores of rows [N k / D, N (k + 1) / D) (a warp per row: the same bits for any D).
   std::vector<std::unique_ptr<BucketRows>> rows(D);
   std::vector<uint8_t> nan(D, 0);
-  std::vector<std::exception_ptr> err(D);
-  auto on_devices = [&](const std::function<void(size_t)>& f) {
-    auto work = [&](size_t k) {
-      try {
-        SCURRY_CUDA(cudaSetDevice(devices[k]->cuda()->device));
-        f(k);
-      } catch (...) {
-        err[k] = std::current_exception();
-      }
-    };
-    if (D == 1) {
-      work(0);
-    } else {
-      std::vector<std::thread> th;
-      for (size_t k = 0; k < D; ++k) th.emplace_back(work, k);
-      for (auto& t : th) t.join();
-    }
-    for (auto& e : err)
-      if (e) std::rethrow_exception(e);
-  };
   const int64_t Dn = static_cast<int64_t>(D);
-  on_devices([&](size_t k) {
+  on_each_device(devices, [&](size_t k) {
     CudaResources& r = *devices[k]->cuda();
     const double avail = static_cast<double>(available_bytes(r)) * 0.85;
     const double matrix_bytes = static_cast<double>(nnz) * 8.0 + static_cast<double>(N) * 24.0;
@@ -1201,16 +1206,13 @@ bool score_genes_gpu(const std::vector<const Context*>& devices, const CsrF& x,
     nan[k] = bucket_stats(r, *rows[k], start, yptr, 1, G, G * kk / Dn, G * (kk + 1) / Dn, st) ? 1 : 0;
   });
   for (uint8_t h : nan)
-    if (h) {
-      SCURRY_CUDA(cudaSetDevice(devices[0]->cuda()->device));
-      return false;
-    }
+    if (h) return false;
   const std::vector<uint8_t> flags = controls(st.sum);
   if (static_cast<int64_t>(flags.size()) != G) fail("score_genes (gpu): ", flags.size(), " gene flags for ", G, " genes");
   int64_t n_list = 0, n_ctrl = 0;
   for (uint8_t f : flags) n_list += f == 1, n_ctrl += f == 2;
   score.resize(static_cast<size_t>(N));
-  on_devices([&](size_t k) {
+  on_each_device(devices, [&](size_t k) {
     CudaResources& r = *devices[k]->cuda();
     BucketRows& rw = *rows[k];
     const int64_t kk = static_cast<int64_t>(k), R0 = N * kk / Dn, R1 = N * (kk + 1) / Dn;
@@ -1232,7 +1234,6 @@ bool score_genes_gpu(const std::vector<const Context*>& devices, const CsrF& x,
     SCURRY_CUDA(cudaStreamSynchronize(r.stream));
     rows[k].reset();  // (freed on its own device)
   });
-  SCURRY_CUDA(cudaSetDevice(devices[0]->cuda()->device));
   return true;
 }
 
@@ -1274,28 +1275,13 @@ RankGenesGroupsGpu rank_genes_groups_gpu(const std::vector<const Context*>& devi
   // computes its genes alone: the results do not depend on the number of devices
   const size_t D = devices.size();
   std::vector<uint8_t> nan(D, 0);
-  std::vector<std::exception_ptr> err(D);
-  auto work = [&](size_t k) {
-    try {
-      bool h = false;
-      rank_genes_groups_range(*devices[k]->cuda(), &x, nullptr, codes, n_categories, ranks, ref, fields,
-                              G * static_cast<int64_t>(k) / static_cast<int64_t>(D),
-                              G * static_cast<int64_t>(k + 1) / static_cast<int64_t>(D), res, h);
-      nan[k] = h;
-    } catch (...) {
-      err[k] = std::current_exception();
-    }
-  };
-  if (D == 1) {
-    work(0);
-  } else {
-    std::vector<std::thread> th;
-    for (size_t k = 0; k < D; ++k) th.emplace_back(work, k);
-    for (auto& t : th) t.join();
-    SCURRY_CUDA(cudaSetDevice(devices[0]->cuda()->device));
-  }
-  for (auto& e : err)
-    if (e) std::rethrow_exception(e);
+  on_each_device(devices, [&](size_t k) {
+    bool h = false;
+    rank_genes_groups_range(*devices[k]->cuda(), &x, nullptr, codes, n_categories, ranks, ref, fields,
+                            G * static_cast<int64_t>(k) / static_cast<int64_t>(D),
+                            G * static_cast<int64_t>(k + 1) / static_cast<int64_t>(D), res, h);
+    nan[k] = h;
+  });
   for (uint8_t h : nan) res.has_nan = res.has_nan || h;
   return res;
 }
