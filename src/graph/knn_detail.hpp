@@ -33,9 +33,17 @@ inline bool offer(std::vector<std::pair<float, int32_t>>& h, int64_t n_cand, con
     h.push_back(c);
     std::push_heap(h.begin(), h.end());
   } else if (c < h.front()) {
-    std::pop_heap(h.begin(), h.end());
-    h.back() = c;
-    std::push_heap(h.begin(), h.end());
+    // c replaces the top, sifted down in one pass (pop_heap then push_heap sift twice): the same
+    // elements, a valid max-heap for std's heap algorithms
+    const size_t n = h.size();
+    size_t i = 0;
+    for (size_t l = 1; l < n; l = 2 * i + 1) {
+      const size_t m = l + 1 < n && h[l] < h[l + 1] ? l + 1 : l;
+      if (!(c < h[m])) break;
+      h[i] = h[m];
+      i = m;
+    }
+    h[i] = c;
   } else {
     return false;
   }
