@@ -40,6 +40,7 @@ using knn_detail::scan_row;
 constexpr int64_t kQueryBlock = 256;     // queries of one home list scanned together
 constexpr int64_t kAssignBlock = 1024;   // points per task when assigning to centroids
 constexpr int64_t kMinMargin = 8;        // extra float32 candidates re-ranked in float64 (at least)
+constexpr int64_t kSortedProbesMax = 64; // up to this many probes are chosen by insertion into a sorted list
 
 // Auto n_probes: recall@15 >= 0.97 against the exact search on the PCA embeddings measured in
 // bench/RESULTS.md section 21 (a fifth of sqrt(n_lists) ... at least 8).
@@ -63,12 +64,14 @@ void scores(const float* a, int64_t na, const float* b, int64_t nb, const float*
 }
 
 // Index of the smallest score of each row of a (na x nb) block (first one on ties).
+// The row's minimum first (a vectorised reduction: min is exact in any order), then its first index.
 void argmin_rows(const float* s, int64_t na, int64_t nb, int32_t* out) {
   for (int64_t i = 0; i < na; ++i) {
     const float* r = s + i * nb;
+    float lo = r[0];
+    for (int64_t j = 1; j < nb; ++j) lo = r[j] < lo ? r[j] : lo;
     int64_t best = 0;
-    for (int64_t j = 1; j < nb; ++j)
-      if (r[j] < r[best]) best = j;
+    while (best < nb - 1 && r[best] != lo) ++best;  // (scores are finite: check_input refuses NaN and inf)
     out[i] = static_cast<int32_t>(best);
   }
 }
@@ -255,14 +258,27 @@ Knn knn_ivf(const Context& ctx, const DenseF& X, int64_t k, KnnMetric metric, co
     std::vector<float> cs(static_cast<size_t>(nall * n_lists));
     scores(Yp.row(b0), nall, cent.c.data(), n_lists, cent.sq.data(), d, cs.data());
     std::vector<char> probe(static_cast<size_t>(n_lists), 0);
-    std::vector<int32_t> ids(static_cast<size_t>(n_lists));
+    std::vector<std::pair<float, int32_t>> best;
+    best.reserve(static_cast<size_t>(n_probes) + 1);
     for (int64_t q = 0; q < nall; ++q) {
+      // the n_probes smallest (score, list) pairs: kept sorted while the row is read once (few probes,
+      // the default), or nth_element over all of them
       const float* r = cs.data() + q * n_lists;
-      std::iota(ids.begin(), ids.end(), 0);
-      std::nth_element(ids.begin(), ids.begin() + (n_probes - 1), ids.end(), [&](int32_t a, int32_t c) {
-        return r[a] < r[c] || (r[a] == r[c] && a < c);
-      });
-      for (int64_t j = 0; j < n_probes; ++j) probe[ids[j]] = 1;
+      best.clear();
+      if (n_probes > kSortedProbesMax) {
+        for (int32_t c = 0; c < static_cast<int32_t>(n_lists); ++c) best.emplace_back(r[c], c);
+        std::nth_element(best.begin(), best.begin() + (n_probes - 1), best.end());
+        best.resize(static_cast<size_t>(n_probes));
+      }
+      for (int32_t c = 0; c < static_cast<int32_t>(n_lists) && n_probes <= kSortedProbesMax; ++c) {
+        const std::pair<float, int32_t> e(r[c], c);
+        if (static_cast<int64_t>(best.size()) == n_probes) {
+          if (!(e < best.back())) continue;
+          best.pop_back();
+        }
+        best.insert(std::upper_bound(best.begin(), best.end(), e), e);
+      }
+      for (const auto& e : best) probe[e.second] = 1;
     }
     std::vector<std::vector<std::pair<float, int32_t>>> heaps(static_cast<size_t>(nq));
     for (auto& h : heaps) h.reserve(static_cast<size_t>(n_cand));
