@@ -1,3 +1,4 @@
+# On the GPU machine (carry .gpu after prepare.sh): scurry bench --stepwise and the package chain on the same card (RESULTS 62).
 PART=none bash bench/gpu_package/run.sh > /dev/null 2>&1
 export LD_LIBRARY_PATH=/tmp/bundle/lib PYTHONPATH=/tmp/pkg:$PWD/.gpu/py SCURRY_BINARY=/tmp/bundle/bin/scurry SCURRY_SOURCE_DIR=$PWD
 nvidia-smi --query-gpu=name --format=csv,noheader

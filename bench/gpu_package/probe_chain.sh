@@ -1,3 +1,4 @@
+# On the GPU machine (carry .gpu after prepare.sh): the bundled gpu tests, probe.sh, the libraries the package loads, then the chain twice with SCURRY_PROFILE (RESULTS 62).
 PART=tests bash bench/gpu_package/run.sh 2>&1 | tail -6; cp $OUT/gpu_tests.log /dev/null
 bash bench/gpu_package/probe.sh
 export LD_LIBRARY_PATH=/tmp/bundle/lib PYTHONPATH=/tmp/pkg:$PWD/.gpu/py SCURRY_BINARY=/tmp/bundle/bin/scurry SCURRY_SOURCE_DIR=$PWD
