@@ -1,9 +1,10 @@
 #!/bin/bash
-# The ctest label `gpu` on the GPU machine, part 2, there (carry .gpu): each bundled test binary alone,
-# with the repository as SCURRY_SOURCE_DIR and the bundle's scurry as SCURRY_BINARY; the tally and the
-# failures' output in $OUT/gpu_label.log.
+# The ctest label `gpu` on the GPU machine, part 2, there (carry one bundle of prepare.sh: .gpu/gpu_label.tar.xz
+# or .gpu/gpu_label_N.tar.xz): each bundled test binary alone, with the repository as SCURRY_SOURCE_DIR and the
+# bundle's scurry as SCURRY_BINARY; the tally and the failures' output in $OUT/gpu_label.log. On a machine still
+# warm from a call with another part, the binaries unpacked then run again too.
 set -u
-tar xJf .gpu/gpu_label.tar.xz -C /tmp
+for b in .gpu/gpu_label*.tar.xz; do tar xJf "$b" -C /tmp; done
 export LD_LIBRARY_PATH=/tmp/bundle/lib SCURRY_SOURCE_DIR=$PWD SCURRY_BINARY=/tmp/bundle/bin/scurry
 log=${OUT:-/tmp}/gpu_label.log
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv | tee "$log"
