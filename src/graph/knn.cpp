@@ -162,7 +162,30 @@ double exact_distance(const DenseF& X, const std::vector<double>& nrm, KnnMetric
 // `cands` (self excluded), re-ranked by exact float64 distance.
 void finish_row(const DenseF& X, const std::vector<double>& nrm, KnnMetric metric, int64_t i,
                 std::vector<Cand>& cands, Knn& out, int64_t row0) {
-  for (Cand& c : cands) c.first = exact_distance(X, nrm, metric, i, c.second);
+  size_t c0 = 0;
+#if defined(__SSE2__)
+  if (metric == KnnMetric::euclidean) {
+    // Two candidates at a time, one per float64 lane: each lane adds its (a - b)^2 over the columns in
+    // order, as exact_distance does, so the same bits.
+    const float* a = X.row(i);
+    const int64_t d = X.n_cols;
+    for (; c0 + 2 <= cands.size(); c0 += 2) {
+      const float* b0 = X.row(cands[c0].second);
+      const float* b1 = X.row(cands[c0 + 1].second);
+      __m128d s = _mm_setzero_pd();
+      for (int64_t c = 0; c < d; ++c) {
+        const __m128d t = _mm_sub_pd(_mm_set1_pd(static_cast<double>(a[c])),
+                                     _mm_set_pd(static_cast<double>(b1[c]), static_cast<double>(b0[c])));
+        s = _mm_add_pd(s, _mm_mul_pd(t, t));
+      }
+      double r[2];
+      _mm_storeu_pd(r, _mm_sqrt_pd(s));
+      cands[c0].first = r[0];
+      cands[c0 + 1].first = r[1];
+    }
+  }
+#endif
+  for (size_t c = c0; c < cands.size(); ++c) cands[c].first = exact_distance(X, nrm, metric, i, cands[c].second);
   const size_t want = static_cast<size_t>(out.k - 1);
   const size_t take = std::min(want, cands.size());
   std::partial_sort(cands.begin(), cands.begin() + static_cast<std::ptrdiff_t>(take), cands.end());
