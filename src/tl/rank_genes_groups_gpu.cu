@@ -1193,6 +1193,19 @@ bool score_genes_gpu(const std::vector<const Context*>& devices, const CsrF& x,
   // sums of genes [G k / D, G (k + 1) / D) (exact fixed-point sums, so the same bits for any D), then
   // the scores of rows [N k / D, N (k + 1) / D) (a warp per row: the same bits for any D).
   std::vector<std::unique_ptr<BucketRows>> rows(D);
+  // Whatever is left of a device's rows (an early return or an error) is freed with its device current.
+  struct FreeOnOwnDevice {
+    std::vector<std::unique_ptr<BucketRows>>& rows;
+    const std::vector<const Context*>& devices;
+    ~FreeOnOwnDevice() {
+      for (size_t k = 0; k < rows.size(); ++k)
+        if (rows[k]) {
+          cudaSetDevice(devices[k]->cuda()->device);
+          rows[k].reset();
+        }
+      cudaSetDevice(devices[0]->cuda()->device);
+    }
+  } free_rows{rows, devices};
   std::vector<uint8_t> nan(D, 0);
   const int64_t Dn = static_cast<int64_t>(D);
   on_each_device(devices, [&](size_t k) {
