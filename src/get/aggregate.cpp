@@ -132,9 +132,7 @@ Dataset aggregate(const Dataset& d, const AggregateOptions& o, const Context& ct
   // by genes. A matrix holding NaN or inf is summed here instead (float64, as the CPU path).
   const bool f64_data = X->dtype == DType::f64;
   if (ctx.backend() == Backend::cuda && ctx.cuda() && !f64_data) {
-    std::vector<const Context*> devices{&ctx};
-    if (gpus.size() > 1) devices.assign(gpus.begin(), gpus.end());
-    RankGenesGroupsGpu dev = rank_genes_groups_gpu(devices, x, grp, K, false, -1, {});
+    RankGenesGroupsGpu dev = rank_genes_groups_gpu(gpu_devices(ctx, gpus), x, grp, K, false, -1, {});
     if (!dev.has_nan) {
       acc.assign(3 * plane, 0.0);
       for (size_t i = 0; i < plane; ++i) {  // (buckets 0..K-1 are the groups; K, the cells left out, unused)

@@ -40,7 +40,6 @@ using knn_detail::scan_row;
 constexpr int64_t kQueryBlock = 256;     // queries of one home list scanned together
 constexpr int64_t kAssignBlock = 1024;   // points per task when assigning to centroids
 constexpr int64_t kMinMargin = 8;        // extra float32 candidates re-ranked in float64 (at least)
-constexpr int64_t kSortedProbesMax = 64; // up to this many probes are chosen by insertion into a sorted list
 
 // Auto n_probes: recall@15 >= 0.97 against the exact search on the PCA embeddings measured in
 // bench/RESULTS.md section 21 (a fifth of sqrt(n_lists) ... at least 8).
@@ -259,25 +258,11 @@ Knn knn_ivf(const Context& ctx, const DenseF& X, int64_t k, KnnMetric metric, co
     scores(Yp.row(b0), nall, cent.c.data(), n_lists, cent.sq.data(), d, cs.data());
     std::vector<char> probe(static_cast<size_t>(n_lists), 0);
     std::vector<std::pair<float, int32_t>> best;
-    best.reserve(static_cast<size_t>(n_probes) + 1);
+    best.reserve(static_cast<size_t>(n_probes));
     for (int64_t q = 0; q < nall; ++q) {
-      // the n_probes smallest (score, list) pairs: kept sorted while the row is read once (few probes,
-      // the default), or nth_element over all of them
-      const float* r = cs.data() + q * n_lists;
+      // the n_probes smallest (score, list) pairs, the row of scores read once into a bounded heap
       best.clear();
-      if (n_probes > kSortedProbesMax) {
-        for (int32_t c = 0; c < static_cast<int32_t>(n_lists); ++c) best.emplace_back(r[c], c);
-        std::nth_element(best.begin(), best.begin() + (n_probes - 1), best.end());
-        best.resize(static_cast<size_t>(n_probes));
-      }
-      for (int32_t c = 0; c < static_cast<int32_t>(n_lists) && n_probes <= kSortedProbesMax; ++c) {
-        const std::pair<float, int32_t> e(r[c], c);
-        if (static_cast<int64_t>(best.size()) == n_probes) {
-          if (!(e < best.back())) continue;
-          best.pop_back();
-        }
-        best.insert(std::upper_bound(best.begin(), best.end(), e), e);
-      }
+      scan_row(cs.data() + q * n_lists, nullptr, n_lists, nullptr, best, n_probes);
       for (const auto& e : best) probe[e.second] = 1;
     }
     std::vector<std::vector<std::pair<float, int32_t>>> heaps(static_cast<size_t>(nq));

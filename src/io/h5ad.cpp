@@ -823,6 +823,20 @@ Matrix H5adWriter::read_back(const std::string& slot) {
 }
 
 namespace {
+// Rows [begin, end) of a CSR matrix in a file (its row pointers held, indices and data read by range).
+CsrF read_csr_rows(const std::vector<int64_t>& indptr, H5Data& indices, H5Data& data, int64_t cols, int64_t begin,
+                   int64_t end) {
+  CsrF c;
+  const int64_t p0 = indptr[begin], p1 = indptr[end];
+  c.n_rows = end - begin;
+  c.n_cols = cols;
+  c.indptr.resize(static_cast<size_t>(c.n_rows) + 1);
+  for (int64_t r = 0; r <= c.n_rows; ++r) c.indptr[r] = indptr[begin + r] - p0;
+  c.indices = indices.read_range<int32_t>(p0, p1 - p0);
+  c.data = data.read_range<float>(p0, p1 - p0);
+  return c;
+}
+
 // Rows of a CSR matrix the writer has written, read through its open file (H5adWriter::read_back_rows).
 class WrittenRows : public RowSource {
  public:
@@ -849,15 +863,7 @@ class WrittenRows : public RowSource {
     if (begin < 0 || end < begin || end > rows_)
       fail("internal: H5adWriter::read_back_rows: rows [", begin, ", ", end, ") out of range");
     CsrF c;
-    part_([&] {
-      const int64_t p0 = indptr_[begin], p1 = indptr_[end];
-      c.n_rows = end - begin;
-      c.n_cols = cols_;
-      c.indptr.resize(static_cast<size_t>(c.n_rows) + 1);
-      for (int64_t r = 0; r <= c.n_rows; ++r) c.indptr[r] = indptr_[begin + r] - p0;
-      c.indices = indices_.read_range<int32_t>(p0, p1 - p0);
-      c.data = data_.read_range<float>(p0, p1 - p0);
-    });
+    part_([&] { c = read_csr_rows(indptr_, indices_, data_, cols_, begin, end); });
     return c;
   }
 
@@ -1062,14 +1068,8 @@ CsrF H5adRowReader::read_rows(int64_t begin, int64_t end) {
     const auto vals = m.dense_ds.read_rows<float>(begin, end - begin);
     return csr_from_dense_rows(vals.data(), end - begin, m.cols);
   }
-  CsrF out;
-  out.n_rows = end - begin;
-  out.n_cols = m.cols;
-  out.indptr.assign(static_cast<size_t>(out.n_rows) + 1, 0);
-  const int64_t p0 = m.indptr[begin], p1 = m.indptr[end];
-  out.indices = m.indices.read_range<int32_t>(p0, p1 - p0);
-  out.data = m.data.read_range<float>(p0, p1 - p0);
-  for (int64_t r = 0; r <= out.n_rows; ++r) out.indptr[r] = m.indptr[begin + r] - p0;
+  CsrF out = read_csr_rows(m.indptr, m.indices, m.data, m.cols, begin, end);
+  const int64_t p0 = m.indptr[begin];
   for (size_t p = 0; p < out.indices.size(); ++p)
     if (out.indices[p] < 0 || out.indices[p] >= m.cols)
       fail_input(m.path, m.slot, ": column index ", out.indices[p], " at position ", p0 + static_cast<int64_t>(p),

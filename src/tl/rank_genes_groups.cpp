@@ -411,6 +411,16 @@ DenseD logistic_regression(const CsrF& X, const std::vector<int32_t>& y, int K, 
 // ---- statistics -----------------------------------------------------------------------------------
 
 namespace {
+// Whether every value is a non-negative integer: scanpy warns that such data look like counts.
+bool all_counts(const std::vector<float>& v) {
+  for (float x : v)
+    if (!(x >= 0 && x == std::floor(x))) return false;
+  return true;
+}
+void warn_counts() {
+  log::warn("rank_genes_groups: the data look like raw counts (non-negative integers); logarithmize them first");
+}
+
 // Adds rows [r0, r1) of x (cells first + r of the codes) into one block's partials
 // [bucket][gene][sum, sum_sq, nnz] (a value's three sums in one cache line), in row order.
 void add_rows(const CsrF& x, int64_t r0, int64_t r1, const std::vector<int32_t>& codes, int64_t first,
@@ -487,12 +497,7 @@ GeneGroupStats gene_group_stats(RowSource& rows, const std::vector<int32_t>& cod
                       x = rows.read_rows(a, std::min(r1, a + piece));
                     }
                     if (!x.data.empty()) any = true;
-                    if (counts_like && ints.load(std::memory_order_relaxed))
-                      for (float v : x.data)
-                        if (!(v >= 0 && v == std::floor(v))) {
-                          ints = false;
-                          break;
-                        }
+                    if (counts_like && ints.load(std::memory_order_relaxed) && !all_counts(x.data)) ints = false;
                     add_rows(x, 0, x.n_rows, codes, a, n_categories, G, part);
                   }
                 });
@@ -647,8 +652,7 @@ RankGenesGroupsResult rank_impl(const Dataset& d, const RankGenesGroupsOptions& 
   if (streamed) {
     // (the statistics below read the rows in pieces)
   } else if (dev_done) {
-    if (dev_counts)
-      log::warn("rank_genes_groups: the data look like raw counts (non-negative integers); logarithmize them first");
+    if (dev_counts) warn_counts();
   } else if (!xp) {  // (a dense or float64 matrix: converted once, no second copy)
     copy = to_csr_f(*X);
     if (!o.mask_var.empty()) copy = take_cols(copy, genes);
@@ -661,20 +665,14 @@ RankGenesGroupsResult rank_impl(const Dataset& d, const RankGenesGroupsOptions& 
   const CsrF& xc = xp ? *xp : kNone;  // (not read when the device's X was tested)
   lap("matrix");
   if (method != "logreg" && !dev_done && !streamed) {
-    // scanpy warns when the data look like counts
-    bool ints = true;
-    for (size_t q = 0; q < xc.data.size() && ints; ++q) ints = xc.data[q] >= 0 && xc.data[q] == std::floor(xc.data[q]);
-    if (ints && !xc.data.empty())
-      log::warn("rank_genes_groups: the data look like raw counts (non-negative integers); logarithmize them first");
+    if (!xc.data.empty() && all_counts(xc.data)) warn_counts();
   }
   lap("count check");
   // On the GPU: the statistics and the wilcoxon rank sums (rank_genes_groups_gpu.hpp), logreg's
   // statistics (its pts) included; a matrix holding NaN (which these skip) is computed here.
   bool on_gpu = !streamed && (dev_done || ctx.backend() == Backend::cuda);
   if (on_gpu && !dev_done) {
-    std::vector<const Context*> devices{&ctx};
-    if (gpus.size() > 1) devices.assign(gpus.begin(), gpus.end());
-    dev = rank_genes_groups_gpu(devices, xc, gr.codes, n_cat, method == "wilcoxon", ref, rank_fields);
+    dev = rank_genes_groups_gpu(gpu_devices(ctx, gpus), xc, gr.codes, n_cat, method == "wilcoxon", ref, rank_fields);
     if (dev.has_nan) {
       log::warn("rank_genes_groups: the matrix holds NaN or infinite values; computing on the CPU");
       on_gpu = false;
@@ -687,8 +685,7 @@ RankGenesGroupsResult rank_impl(const Dataset& d, const RankGenesGroupsOptions& 
                                     std::max<int64_t>(1, kStreamPieceValues / std::max<int64_t>(1, x_cols)),
                                     &counts_like)
                  : gene_group_stats(xc, gr.codes, n_cat, ctx);
-  if (counts_like)
-    log::warn("rank_genes_groups: the data look like raw counts (non-negative integers); logarithmize them first");
+  if (counts_like) warn_counts();
   lap(on_gpu ? "stats and ranks (gpu)" : "stats");
   const int64_t B = n_cat + 1;
   std::vector<double> tot_sum(static_cast<size_t>(G), 0), tot_sq(static_cast<size_t>(G), 0);

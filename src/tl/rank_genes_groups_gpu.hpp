@@ -20,6 +20,13 @@
 
 namespace scurry {
 
+// The devices a call on a GPU context runs on: `gpus` (--gpus) where there are several (ctx among them),
+// else ctx alone.
+inline std::vector<const Context*> gpu_devices(const Context& ctx, const std::vector<Context*>& gpus) {
+  if (gpus.size() > 1) return std::vector<const Context*>(gpus.begin(), gpus.end());
+  return {&ctx};
+}
+
 struct RankGenesGroupsGpu {
   GeneGroupStats st;
   // wilcoxon. Rest (ref < 0): one entry per (bucket b in [0, n_categories], gene), [b * G + j];

@@ -135,9 +135,7 @@ ScoreGenesResult score_genes(const Dataset& d, const ScoreGenesOptions& o, const
   // uploaded once); a matrix with NaN or inf is scored here.
   res.score.resize(static_cast<size_t>(N));
   if (ctx.backend() == Backend::cuda && ctx.cuda()) {
-    std::vector<const Context*> devices{&ctx};
-    if (gpus.size() > 1) devices.assign(gpus.begin(), gpus.end());
-    if (score_genes_gpu(devices, x, [&](const std::vector<double>& sums) {
+    if (score_genes_gpu(gpu_devices(ctx, gpus), x, [&](const std::vector<double>& sums) {
           return choose(sums, std::vector<double>(static_cast<size_t>(G), 0.0));
         }, res.score))
       return res;
