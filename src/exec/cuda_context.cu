@@ -1,10 +1,12 @@
 // CUDA side of the Context: device selection, a stream, cuBLAS, and the device memory resource.
+#include <sys/resource.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <exception>
 #include <fstream>
 #include <map>
 #include <mutex>
@@ -15,6 +17,7 @@
 
 #include "exec/cuda_resources.cuh"
 #include "exec/device_release.hpp"
+#include "exec/multi_device.cuh"
 
 namespace scurry {
 
@@ -261,15 +264,77 @@ double now_ms() {
 }
 }  // namespace
 
+namespace {
+struct Usage {
+  double cpu_ms;
+  long faults, ivcsw;
+};
+Usage usage_now() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  const auto ms = [](const timeval& v) { return v.tv_sec * 1e3 + v.tv_usec * 1e-3; };
+  return {ms(u.ru_utime) + ms(u.ru_stime), u.ru_minflt, u.ru_nivcsw};
+}
+}  // namespace
+
 PhaseClock::PhaseClock(CudaResources& r, const char* tag)
-    : r_(r), tag_(tag), on_(std::getenv("SCURRY_PROFILE") != nullptr), last_(now_ms()) {}
+    : r_(r), tag_(tag), on_(std::getenv("SCURRY_PROFILE") != nullptr), last_(now_ms()) {
+  if (!on_) return;
+  const Usage u = usage_now();
+  last_cpu_ = u.cpu_ms, last_faults_ = u.faults, last_ivcsw_ = u.ivcsw;
+}
 
 void PhaseClock::mark(const char* what) {
   if (!on_) return;
   SCURRY_CUDA(cudaStreamSynchronize(r_.stream));
   const double t = now_ms();
-  std::fprintf(stderr, "  %s %-24s %9.3f ms\n", tag_, what, t - last_);
-  last_ = t;
+  const Usage u = usage_now();
+  // Wall, then the whole process's CPU time, minor page faults and involuntary context switches over
+  // the phase (a host phase slower in one process than another: which of the three moved).
+  std::fprintf(stderr, "  %s %-24s %9.3f ms  (cpu %.1f ms, %ld faults, %ld ivcsw)\n", tag_, what, t - last_,
+               u.cpu_ms - last_cpu_, u.faults - last_faults_, u.ivcsw - last_ivcsw_);
+  last_ = t, last_cpu_ = u.cpu_ms, last_faults_ = u.faults, last_ivcsw_ = u.ivcsw;
+}
+
+size_t available_bytes(CudaResources& r) {
+  size_t free_b = 0, total_b = 0;
+  SCURRY_CUDA(cudaMemGetInfo(&free_b, &total_b));
+  size_t avail = free_b;
+  if (r.memory->mode() == MemoryMode::pool) {
+    cudaMemPool_t pool = nullptr;
+    uint64_t reserved = 0;
+    if (cudaDeviceGetDefaultMemPool(&pool, r.device) == cudaSuccess &&
+        cudaMemPoolGetAttribute(pool, cudaMemPoolAttrReservedMemCurrent, &reserved) == cudaSuccess &&
+        reserved > r.memory->in_use())
+      avail += static_cast<size_t>(reserved - r.memory->in_use());
+    cudaGetLastError();
+  }
+  const size_t cap = r.memory->max_bytes();
+  if (cap) avail = std::min(avail, cap > r.memory->in_use() ? cap - r.memory->in_use() : size_t{0});
+  return std::min(avail, total_b);
+}
+
+void on_each_device(const std::vector<const Context*>& devices, const std::function<void(size_t)>& f) {
+  const size_t D = devices.size();
+  std::vector<std::exception_ptr> err(D);
+  auto work = [&](size_t k) {
+    try {
+      SCURRY_CUDA(cudaSetDevice(devices[k]->cuda()->device));
+      f(k);
+    } catch (...) {
+      err[k] = std::current_exception();
+    }
+  };
+  if (D == 1) {
+    work(0);
+  } else {
+    std::vector<std::thread> th;
+    for (size_t k = 0; k < D; ++k) th.emplace_back(work, k);
+    for (auto& t : th) t.join();
+    SCURRY_CUDA(cudaSetDevice(devices[0]->cuda()->device));
+  }
+  for (auto& e : err)
+    if (e) std::rethrow_exception(e);
 }
 
 }  // namespace scurry

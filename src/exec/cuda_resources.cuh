@@ -106,6 +106,8 @@ class PhaseClock {
   const char* tag_;
   bool on_;
   double last_;
+  double last_cpu_ = 0;  // the process's user + system CPU ms, its minor page faults and involuntary
+  long last_faults_ = 0, last_ivcsw_ = 0;  // context switches at the last mark (getrusage)
 };
 
 #define SCURRY_CUBLAS(call)                                                                  \

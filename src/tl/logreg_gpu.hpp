@@ -39,20 +39,31 @@ SCURRY_LOGREG_HD inline double logreg_row(const double* z, int K, int yk, double
   return loss;
 }
 
-// The data term on ctx's device: X (cells x genes, CSR) and its transpose resident; per call, for the
-// weights w (class-major, [k * p + j], then the R intercepts) the sum of the cells' cross-entropies
-// (returned) and its gradient g (the same layout). Per cell one warp, a lane per class, adding the
-// row's terms in the row's order with unfused roundings (the CPU's z, bit for bit); logreg_row by
-// one lane; per gene the gradient's sum over its cells in cell order; the loss and the intercepts'
-// sums per block of 256 cells, the blocks added in order on the host: the same bits every run (the
-// device's exp and log differ from the host's by ulps, so not the CPU's bits).
+// The data term on one or more devices: per call, for the weights w (class-major, [k * p + j], then
+// the R intercepts) the sum of the cells' cross-entropies (returned) and its gradient g (the same
+// layout). The cells are split into shares of whole 256-cell blocks, one per device; a share that fits
+// its device beside the working memory stays resident, else it is streamed from the host in chunks of
+// whole blocks on every call (max_chunk_entries > 0 caps a chunk's stored entries: the streamed path
+// on small data, for tests). Per cell one warp, a lane per class: z in the row's order with unfused
+// roundings (the CPU's z, bit for bit), logreg_row by one lane, then each entry's gradient term
+// (P - Y) * v rounded onto a per-gene fixed-point grid 2^-k (k from the gene's largest |v| and the
+// cell count, so that no sum can overflow) and added as a 64-bit integer: exact, so the gradient has
+// the same bits whatever the split, the chunks or the order of the additions (pre-rounding summation,
+// Demmel & Nguyen 2013). The loss and the intercepts' sums per block of 256 cells, the blocks added
+// in order on the host. So the same bits every run and for any number of devices (the device's exp
+// and log differ from the host's by ulps, so not the CPU's bits). Every value of x must be finite.
 class LogregGpu {
  public:
-  LogregGpu(const Context& ctx, const CsrF& x, const std::vector<int32_t>& y, int K);
+  LogregGpu(const std::vector<const Context*>& devices, const CsrF& x, const std::vector<int32_t>& y, int K,
+            int64_t max_chunk_entries = 0);
+  LogregGpu(const Context& ctx, const CsrF& x, const std::vector<int32_t>& y, int K)
+      : LogregGpu(std::vector<const Context*>{&ctx}, x, y, K) {}
   ~LogregGpu();
   LogregGpu(const LogregGpu&) = delete;
   LogregGpu& operator=(const LogregGpu&) = delete;
   double operator()(const std::vector<double>& w, std::vector<double>& g);
+  // How many of the devices stream their share (0: every share resident).
+  int streamed_devices() const;
 
  private:
   struct Impl;

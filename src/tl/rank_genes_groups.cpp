@@ -322,13 +322,16 @@ double logreg_data_term(const CsrF& X, const std::vector<int32_t>& y, int K, con
 }
 
 DenseD logistic_regression(const CsrF& X, const std::vector<int32_t>& y, int K, double C, int max_iter, double tol,
-                           const Context& ctx) {
+                           const Context& ctx, const std::vector<const Context*>& devices) {
   const int64_t p = X.n_cols;
   const int R = K == 2 ? 1 : K;                       // coefficient rows
   const int64_t nw = static_cast<int64_t>(R) * (p + 1);  // weights then intercepts
-  // the data term on the device (LogregGpu: the same sums in other orders) or on the threads
+  for (float v : X.data)  // (sklearn's LogisticRegression refuses them too)
+    if (!std::isfinite(v))
+      throw InputError("rank_genes_groups: logreg: the matrix holds NaN or infinite values");
+  // the data term on the devices (LogregGpu: the same sums in other orders) or on the threads
   std::unique_ptr<LogregGpu> dev;
-  if (ctx.backend() == Backend::cuda && ctx.cuda()) dev = std::make_unique<LogregGpu>(ctx, X, y, K);
+  if (!devices.empty()) dev = std::make_unique<LogregGpu>(devices, X, y, K);
   auto fg = [&](const std::vector<double>& w, std::vector<double>& g) -> double {
     double f = dev ? (*dev)(w, g) : logreg_data_term(X, y, K, w, g, ctx);
     for (int64_t i = 0; i < static_cast<int64_t>(R) * p; ++i) {
@@ -755,8 +758,10 @@ RankGenesGroupsResult rank_impl(const Dataset& d, const RankGenesGroupsOptions& 
       }
     }
     const CsrF Xs = take_rows(xc, rows);
+    const bool dev_logreg = ctx.backend() == Backend::cuda && ctx.cuda();
     const DenseD coef = logistic_regression(Xs, y, static_cast<int>(classes.size()), o.logreg_C, o.logreg_max_iter,
-                                            o.logreg_tol, ctx);
+                                            o.logreg_tol, ctx,
+                                            dev_logreg ? gpu_devices(ctx, gpus) : std::vector<const Context*>{});
     // scanpy: binary -> one field (the first group) holding coef_[0]; else the row of each group's code
     const size_t n_fields = sel.size() <= 2 ? 1 : sel.size();
     res.group_names.clear();

@@ -38,6 +38,7 @@
 #include "core/error.hpp"
 #include "exec/cuda_resources.cuh"
 #include "exec/device_csr.cuh"
+#include "exec/multi_device.cuh"
 #include "pp/fixed_point.cuh"
 #include "tl/rank_genes_groups_gpu.hpp"
 #include "tl/stats_core.hpp"
@@ -440,25 +441,6 @@ __global__ void fixed_to_double(const unsigned long long* acc, int64_t n, int64_
   out[q] = ldexp(static_cast<double>(static_cast<long long>(acc[q])), -grid_shift<kSquares>(exps[q % n_genes]));
 }
 
-// Device bytes this call may use: the free memory, plus what the stream-ordered pool holds unused
-// (pool mode keeps freed memory, which cudaMemGetInfo counts as used), within --max-pool-size.
-size_t available_bytes(CudaResources& r) {
-  size_t free_b = 0, total_b = 0;
-  SCURRY_CUDA(cudaMemGetInfo(&free_b, &total_b));
-  size_t avail = free_b;
-  if (r.memory->mode() == MemoryMode::pool) {
-    cudaMemPool_t pool = nullptr;
-    uint64_t reserved = 0;
-    if (cudaDeviceGetDefaultMemPool(&pool, r.device) == cudaSuccess &&
-        cudaMemPoolGetAttribute(pool, cudaMemPoolAttrReservedMemCurrent, &reserved) == cudaSuccess &&
-        reserved > r.memory->in_use())
-      avail += static_cast<size_t>(reserved - r.memory->in_use());
-    cudaGetLastError();
-  }
-  const size_t cap = r.memory->max_bytes();
-  if (cap) avail = std::min(avail, cap > r.memory->in_use() ? cap - r.memory->in_use() : size_t{0});
-  return std::min(avail, total_b);
-}
 
 double now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
@@ -1149,30 +1131,6 @@ __global__ void set_scores(const int64_t* __restrict__ ptr, const int32_t* __res
 
 }  // namespace
 
-// Runs f(k) for every device k, each on a thread of its own with its device current (one device: on
-// this thread), then rethrows the first error; device 0 is current afterwards.
-static void on_each_device(const std::vector<const Context*>& devices, const std::function<void(size_t)>& f) {
-  const size_t D = devices.size();
-  std::vector<std::exception_ptr> err(D);
-  auto work = [&](size_t k) {
-    try {
-      SCURRY_CUDA(cudaSetDevice(devices[k]->cuda()->device));
-      f(k);
-    } catch (...) {
-      err[k] = std::current_exception();
-    }
-  };
-  if (D == 1) {
-    work(0);
-  } else {
-    std::vector<std::thread> th;
-    for (size_t k = 0; k < D; ++k) th.emplace_back(work, k);
-    for (auto& t : th) t.join();
-    SCURRY_CUDA(cudaSetDevice(devices[0]->cuda()->device));
-  }
-  for (auto& e : err)
-    if (e) std::rethrow_exception(e);
-}
 
 bool score_genes_gpu(const std::vector<const Context*>& devices, const CsrF& x,
                      const std::function<std::vector<uint8_t>(const std::vector<double>& gene_sums)>& controls,

@@ -3,7 +3,8 @@
 // and without tie correction), vs rest and vs a reference, pts, many groups (the global-counter
 // branch), gene batches (SCURRY_RGG_GPU_BATCH), the streamed path (SCURRY_RGG_GPU_CHUNK), tie groups
 // longer than a tile, negative values, a matrix with NaN (computed on the CPU), and two runs giving
-// the same bits; three contexts sharing the genes give the same bits as one.
+// the same bits; three contexts sharing the genes give the same bits as one; logreg's data term against a
+// long double oracle, the same bits over three contexts and streamed in chunks.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -14,6 +15,7 @@
 
 #include "testlib.hpp"
 #include "tl/rank_genes_groups.hpp"
+#include "tl/logreg_gpu.hpp"
 #include "tl/rank_genes_groups_gpu.hpp"
 
 using namespace scurry;
@@ -287,5 +289,106 @@ TEST(RankGenesGroupsGpu, LogregAgainstTheCpuAndTwoRunsSameBits) {
     const RankGenesGroupsResult c = rank_genes_groups(d, o, gpu);
     for (size_t f = 0; f < a.scores.size(); ++f)
       EXPECT_EQ(0, std::memcmp(a.scores[f].data(), c.scores[f].data(), a.scores[f].size() * 8)) << f;
+  }
+}
+
+// logreg's data term: sum over cells of the cross-entropy and its gradient, in long double (the oracle).
+static double logreg_oracle(const CsrF& x, const std::vector<int32_t>& y, int K, const std::vector<double>& w,
+                     std::vector<double>& g) {
+  const int64_t p = x.n_cols;
+  const int R = K == 2 ? 1 : K;
+  std::vector<long double> gl(static_cast<size_t>(R) * (p + 1), 0.0L);
+  long double f = 0;
+  for (int64_t i = 0; i < x.n_rows; ++i) {
+    std::vector<long double> z(static_cast<size_t>(R));
+    for (int k = 0; k < R; ++k) z[k] = w[static_cast<size_t>(R) * p + k];
+    for (int64_t q = x.indptr[i]; q < x.indptr[i + 1]; ++q)
+      for (int k = 0; k < R; ++k) z[k] += static_cast<long double>(w[k * p + x.indices[q]]) * x.data[q];
+    std::vector<long double> d(static_cast<size_t>(R));
+    if (K == 2) {
+      const long double yy = y[i] == 1 ? 1 : 0;
+      f += std::log1p(std::exp(z[0])) - yy * z[0];
+      d[0] = 1 / (1 + std::exp(-z[0])) - yy;
+    } else {
+      long double mx = *std::max_element(z.begin(), z.end()), s = 0;
+      for (int k = 0; k < K; ++k) s += std::exp(z[k] - mx);
+      const long double lse = mx + std::log(s);
+      f += lse - z[y[i]];
+      for (int k = 0; k < K; ++k) d[k] = std::exp(z[k] - lse) - (y[i] == k ? 1 : 0);
+    }
+    for (int k = 0; k < R; ++k) {
+      for (int64_t q = x.indptr[i]; q < x.indptr[i + 1]; ++q) gl[k * p + x.indices[q]] += d[k] * x.data[q];
+      gl[static_cast<size_t>(R) * p + k] += d[k];
+    }
+  }
+  g.assign(gl.begin(), gl.end());
+  return static_cast<double>(f);
+}
+
+TEST(RankGenesGroupsGpu, LogregDataTermOnThreeContextsAndStreamedSameBits) {
+  SCURRY_REQUIRE_GPU();
+  // the loss and gradient against the long double oracle (1e-10 of the largest term), and the same
+  // bits on one context, on three (row shares of whole 256-cell blocks), streamed in chunks of
+  // blocks (a cap of entries that cuts the shares in several chunks), three contexts streamed;
+  // multinomial and binary, at the start (w = 0) and at random weights
+  const uint64_t seed = test::fresh_seed();
+  std::mt19937_64 rng(seed);
+  const Dataset d = data(seed, 2777, 61, 5);  // (rows not a multiple of 256 or 3)
+  const CsrF& x = std::get<CsrF>(d.X.m);
+  const auto& codes = std::get<CategoricalColumn>(d.obs.at("grp").c).codes;
+  const Context gpu = test::gpu_context();
+  std::vector<Context> three = test::three_gpu_contexts();
+  const std::vector<const Context*> one{&gpu}, many{&three[0], &three[1], &three[2]};
+  for (int K : {5, 2}) {
+    std::vector<int32_t> y(codes.size());
+    for (size_t i = 0; i < y.size(); ++i) y[i] = (codes[i] < 0 ? 0 : codes[i]) % K;
+    const int64_t nw = static_cast<int64_t>(K == 2 ? 1 : K) * (x.n_cols + 1);
+    LogregGpu a(one, x, y, K), b(many, x, y, K), c(one, x, y, K, 9000), e(many, x, y, K, 5000);
+    EXPECT_EQ(a.streamed_devices(), 0);
+    EXPECT_EQ(c.streamed_devices(), 1);
+    EXPECT_EQ(e.streamed_devices(), 3);
+    for (int rep = 0; rep < 3; ++rep) {
+      std::vector<double> w(static_cast<size_t>(nw), 0.0);
+      std::normal_distribution<double> nd(0, rep == 2 ? 3.0 : 0.3);
+      if (rep > 0)
+        for (double& v : w) v = nd(rng);
+      std::vector<double> go, ga, gb, gc, ge;
+      const double fo = logreg_oracle(x, y, K, w, go), fa = a(w, ga);
+      double top = 0;
+      for (double v : go) top = std::max(top, std::fabs(v));
+      EXPECT_NEAR(fa, fo, 1e-10 * std::fabs(fo)) << "K " << K << " rep " << rep << " seed " << seed;
+      ASSERT_EQ(ga.size(), go.size());
+      for (size_t i = 0; i < go.size(); ++i) EXPECT_NEAR(ga[i], go[i], 1e-10 * top) << "K " << K << " i " << i;
+      const double fb = b(w, gb), fc = c(w, gc), fe = e(w, ge);
+      EXPECT_EQ(0, std::memcmp(&fa, &fb, 8));
+      EXPECT_EQ(0, std::memcmp(&fa, &fc, 8));
+      EXPECT_EQ(0, std::memcmp(&fa, &fe, 8));
+      EXPECT_EQ(0, std::memcmp(ga.data(), gb.data(), ga.size() * 8)) << "three contexts, K " << K;
+      EXPECT_EQ(0, std::memcmp(ga.data(), gc.data(), ga.size() * 8)) << "streamed, K " << K;
+      EXPECT_EQ(0, std::memcmp(ga.data(), ge.data(), ga.size() * 8)) << "three streamed, K " << K;
+    }
+  }
+}
+
+TEST(RankGenesGroupsGpu, LogregOverThreeContextsAndStreamedGivesTheSameScores) {
+  SCURRY_REQUIRE_GPU();
+  const Dataset d = data(test::fresh_seed(), 2100, 47, 4);
+  const Context gpu = test::gpu_context();
+  std::vector<Context> three = test::three_gpu_contexts();
+  std::vector<Context*> gpus;
+  for (Context& c : three) gpus.push_back(&c);
+  RankGenesGroupsOptions o;
+  o.groupby = "grp";
+  o.method = "logreg";
+  o.use_raw = false;
+  const RankGenesGroupsResult a = rank_genes_groups(d, o, gpu), b = rank_genes_groups(d, o, *gpus[0], gpus);
+  setenv("SCURRY_RGG_GPU_CHUNK", "3000", 1);
+  const RankGenesGroupsResult c = rank_genes_groups(d, o, *gpus[0], gpus);
+  unsetenv("SCURRY_RGG_GPU_CHUNK");
+  ASSERT_EQ(a.scores.size(), 4u);
+  for (size_t f = 0; f < a.scores.size(); ++f) {
+    EXPECT_EQ(0, std::memcmp(a.scores[f].data(), b.scores[f].data(), a.scores[f].size() * 8)) << f;
+    EXPECT_EQ(0, std::memcmp(a.scores[f].data(), c.scores[f].data(), a.scores[f].size() * 8)) << f;
+    EXPECT_EQ(a.order[f], b.order[f]);
   }
 }
