@@ -15,6 +15,7 @@
 #include "cli/commands.hpp"
 #include "cli/step_options.hpp"
 #include "core/error.hpp"
+#include "core/memory.hpp"
 #include "core/output.hpp"
 #include "core/trace_point.hpp"
 #include "exec/blas_core.hpp"
@@ -65,10 +66,9 @@ int main(int argc, char** argv) {
   }
   // OpenBLAS on a CPU model it does not know runs its SSE3 kernels: switched to the CPU's own ones.
   use_fast_blas_core();
-  // Large vectors come and go step after step: keep freed memory in the heap for reuse rather than
-  // returning it to the kernel (each fresh page costs a fault, dear on virtual machines).
-  mallopt(M_MMAP_THRESHOLD, 32 << 20);
-  mallopt(M_TRIM_THRESHOLD, 1 << 30);
+  // Large vectors come and go step after step: freed memory kept in the heap for reuse rather than
+  // returned to the kernel (each fresh page costs a fault, dear on virtual machines).
+  keep_freed_memory();
   // SIGINT, SIGTERM, SIGHUP: remove the temporary of an output being written, say so, exit 128 + signal.
   install_signal_cleanup();
   // A crash inside libhdf5 on a corrupt input: one line naming the file, exit 2, temporaries removed.

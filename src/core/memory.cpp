@@ -1,5 +1,6 @@
 #include "core/memory.hpp"
 
+#include <malloc.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -46,6 +47,11 @@ void prefault_heap(size_t bytes, int threads) {
   for (int64_t i = 0; i < n; ++i)
     for (size_t off = 0; off < kPiece; off += static_cast<size_t>(page)) pieces[i][off] = 0;
   for (auto it = pieces.rbegin(); it != pieces.rend(); ++it) std::free(*it);
+}
+
+void keep_freed_memory() {
+  mallopt(M_MMAP_THRESHOLD, 32 << 20);
+  mallopt(M_TRIM_THRESHOLD, 1 << 30);
 }
 
 }  // namespace scurry

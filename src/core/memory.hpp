@@ -37,4 +37,11 @@ void resize_large(std::vector<T>& v, size_t n) {
 // main thread.
 void prefault_heap(size_t bytes, int threads);
 
+// Large vectors come and go step after step: keeps freed memory in the heap for reuse rather than
+// returning it to the kernel (mallopt: allocations below 32 MiB from the heap, up to 1 GiB of free
+// memory kept at its top). The CLI's main() calls it first; the Python package on its first GPU
+// upload (with prefault_heap), since a chain of resident steps allocates the same host vectors
+// step after step.
+void keep_freed_memory();
+
 }  // namespace scurry
