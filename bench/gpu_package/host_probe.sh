@@ -12,3 +12,9 @@ for v in default passive omp4 spin0; do
   env $e SCURRY_PROFILE=1 timeout 120 python3 bench/gpu_package/chain.py /tmp/sim.h5ad > $OUT/chain_$v.log 2>&1
   echo "== $v"; grep "^run 1" $OUT/chain_$v.log; grep "resident qc\|resident filter_cells" $OUT/chain_$v.log | tail -8
 done
+# logreg on the device (issue 18 point 5): resident, then streamed in chunks of 1e8 entries (SCURRY_RGG_GPU_CHUNK)
+for c in "" 100000000; do
+  echo "== logreg, chunk '${c:-resident}'"
+  env ${c:+SCURRY_RGG_GPU_CHUNK=$c} timeout 200 /tmp/bundle/bin/scurry --device gpu bench --synthetic 200000x27998 --nnz-per-cell 2000 \
+    --markers logreg --marker-groups 10 --repeat 1 2>&1 | grep -E "markers:|logreg" | tail -3
+done
