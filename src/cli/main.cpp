@@ -4,7 +4,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <CLI/CLI.hpp>
-#include <malloc.h>
 #include <charconv>
 #include <cstdio>
 #include <exception>

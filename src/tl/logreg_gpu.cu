@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
-#include <numeric>
 
 #include "core/error.hpp"
 #include "exec/cuda_resources.cuh"

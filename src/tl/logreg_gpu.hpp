@@ -56,8 +56,6 @@ class LogregGpu {
  public:
   LogregGpu(const std::vector<const Context*>& devices, const CsrF& x, const std::vector<int32_t>& y, int K,
             int64_t max_chunk_entries = 0);
-  LogregGpu(const Context& ctx, const CsrF& x, const std::vector<int32_t>& y, int K)
-      : LogregGpu(std::vector<const Context*>{&ctx}, x, y, K) {}
   ~LogregGpu();
   LogregGpu(const LogregGpu&) = delete;
   LogregGpu& operator=(const LogregGpu&) = delete;

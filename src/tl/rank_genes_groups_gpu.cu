@@ -441,7 +441,6 @@ __global__ void fixed_to_double(const unsigned long long* acc, int64_t n, int64_
   out[q] = ldexp(static_cast<double>(static_cast<long long>(acc[q])), -grid_shift<kSquares>(exps[q % n_genes]));
 }
 
-
 double now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
 // The device seconds between start and stop, added over several intervals (CUDA events).
@@ -1130,7 +1129,6 @@ __global__ void set_scores(const int64_t* __restrict__ ptr, const int32_t* __res
 }
 
 }  // namespace
-
 
 bool score_genes_gpu(const std::vector<const Context*>& devices, const CsrF& x,
                      const std::function<std::vector<uint8_t>(const std::vector<double>& gene_sums)>& controls,
