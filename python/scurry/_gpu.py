@@ -176,7 +176,7 @@ def calculate_qc_metrics(adata, *, expr_type, var_type, qc_vars, percent_top, la
 def _filter(adata, opt, col, inplace, copy, axis):
     """filter_cells (axis 'obs') or filter_genes ('var') on the device: the step returns its mask over
     the rows or columns, and the AnnData is subset the same way."""
-    from ._core import subset_inplace
+    from ._core import set_column, subset_inplace
 
     if not inplace:
         ensure_host(adata)
@@ -188,7 +188,7 @@ def _filter(adata, opt, col, inplace, copy, axis):
         keep = (_scurry.resident_filter_cells if cells else _scurry.resident_filter_genes)(h, ds, opt)
         vals = (ds.take_obs if cells else ds.take_var)(col)
         subset_inplace(adata, **{axis: keep})
-        getattr(adata, axis)[col] = vals
+        set_column(getattr(adata, axis), col, vals)
     return adata if copy else None
 
 

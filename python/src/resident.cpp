@@ -96,12 +96,18 @@ void bind_resident(py::module_& m) {
         p.indptr = ptr.data(), p.indptr_bytes = static_cast<int>(ptr.dtype().itemsize());
         p.indices = ind.data(), p.index_bytes = static_cast<int>(ind.dtype().itemsize());
         p.data = data.data(), p.value_bytes = static_cast<int>(data.dtype().itemsize());
-        no_gil([&] { r->x = resident::upload(*r->ctx, p, "X"); });
+        no_gil([&] {
+          r->x = resident::upload(*r->ctx, p, "X");
+          resident::note_counts(*r->ctx, *r->x);
+        });
         return r;
       }
     }
     Matrix h = matrix_from_py(x, "X");
-    no_gil([&] { r->x = resident::upload(*r->ctx, h); });
+    no_gil([&] {
+      r->x = resident::upload(*r->ctx, h);
+      resident::note_counts(*r->ctx, *r->x);
+    });
     return r;
   });
   m.def("resident_download", [](Resident& r) {

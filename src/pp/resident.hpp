@@ -84,6 +84,10 @@ std::unique_ptr<ResidentX> subset_copy(Context& ctx, const ResidentX& x, const s
 // host, the same message): InputError after `where` on the first NaN, infinite or negative value, with
 // its row and column. Remembered until a step changes the values. CSR only.
 void check_counts(Context& ctx, ResidentX& x, const std::string& where);
+// The same scan, remembering only a pass (no error; a later check_counts finds and reports a bad
+// value): the package's upload runs it, so that its steps on counts find the check done, as the
+// CLI's chain checks the counts while it reads them. CSR only (a dense X is left unchecked).
+void note_counts(Context& ctx, ResidentX& x);
 // calculate_qc_metrics on X: d.var holds the boolean columns named in q.qc_vars (at most 8); writes
 // the obs/var columns as the CPU step (float32 matrix). CSR only.
 void qc(Context& ctx, ResidentX& x, Dataset& d, const QcOptions& q);

@@ -136,34 +136,49 @@ __global__ void first_bad_count_kernel(const float* v, int64_t n, unsigned long 
 
 }  // namespace
 
+namespace {
+
+// The first stored position whose value is NaN, infinite or negative (nnz when none).
+int64_t first_bad_count(CudaResources& r, DeviceCsr& m) {
+  if (m.nnz == 0) return 0;
+  DeviceArray<unsigned long long> first(r, 1, "first bad count");
+  const unsigned long long none = static_cast<unsigned long long>(m.nnz);
+  SCURRY_CUDA(cudaMemcpyAsync(first.data(), &none, 8, cudaMemcpyHostToDevice, r.stream));
+  const int64_t blocks = std::min<int64_t>((m.nnz + 255) / 256, 4096);
+  first_bad_count_kernel<<<static_cast<unsigned>(blocks), 256, 0, r.stream>>>(m.data.data(), m.nnz, first.data());
+  SCURRY_CUDA_LAUNCH();
+  unsigned long long h = none;
+  SCURRY_CUDA(cudaMemcpyAsync(&h, first.data(), 8, cudaMemcpyDeviceToHost, r.stream));
+  SCURRY_CUDA(cudaStreamSynchronize(r.stream));
+  return static_cast<int64_t>(h);
+}
+
+}  // namespace
+
 void check_counts(Context& ctx, ResidentX& x, const std::string& where) {
   CudaResources& r = res(ctx, "check counts");
   auto& s = x.state();
   if (s.counts_checked) return;
   DeviceCsr& m = csr(x, where.c_str());
-  if (m.nnz > 0) {
-    DeviceArray<unsigned long long> first(r, 1, "first bad count");
-    const unsigned long long none = static_cast<unsigned long long>(m.nnz);
-    SCURRY_CUDA(cudaMemcpyAsync(first.data(), &none, 8, cudaMemcpyHostToDevice, r.stream));
-    const int64_t blocks = std::min<int64_t>((m.nnz + 255) / 256, 4096);
-    first_bad_count_kernel<<<static_cast<unsigned>(blocks), 256, 0, r.stream>>>(m.data.data(), m.nnz, first.data());
-    SCURRY_CUDA_LAUNCH();
-    unsigned long long h = none;
-    SCURRY_CUDA(cudaMemcpyAsync(&h, first.data(), 8, cudaMemcpyDeviceToHost, r.stream));
-    SCURRY_CUDA(cudaStreamSynchronize(r.stream));
-    if (h < none) {  // the host check's error (io/bad_count.hpp): the value, its row and column
-      const int64_t p = static_cast<int64_t>(h);
-      float v = 0;
-      int32_t col = 0;
-      SCURRY_CUDA(cudaMemcpy(&v, m.data.data() + p, 4, cudaMemcpyDeviceToHost));
-      SCURRY_CUDA(cudaMemcpy(&col, m.indices.data() + p, 4, cudaMemcpyDeviceToHost));
-      std::vector<int64_t> ptr(static_cast<size_t>(m.n_rows + 1));
-      SCURRY_CUDA(cudaMemcpy(ptr.data(), m.indptr.data(), ptr.size() * 8, cudaMemcpyDeviceToHost));
-      const int64_t row = static_cast<int64_t>(std::upper_bound(ptr.begin(), ptr.end(), p) - ptr.begin()) - 1;
-      fail_bad_count(where, v, row, col);
-    }
+  const int64_t p = first_bad_count(r, m);
+  if (p < m.nnz) {  // the host check's error (io/bad_count.hpp): the value, its row and column
+    float v = 0;
+    int32_t col = 0;
+    SCURRY_CUDA(cudaMemcpy(&v, m.data.data() + p, 4, cudaMemcpyDeviceToHost));
+    SCURRY_CUDA(cudaMemcpy(&col, m.indices.data() + p, 4, cudaMemcpyDeviceToHost));
+    std::vector<int64_t> ptr(static_cast<size_t>(m.n_rows + 1));
+    SCURRY_CUDA(cudaMemcpy(ptr.data(), m.indptr.data(), ptr.size() * 8, cudaMemcpyDeviceToHost));
+    const int64_t row = static_cast<int64_t>(std::upper_bound(ptr.begin(), ptr.end(), p) - ptr.begin()) - 1;
+    fail_bad_count(where, v, row, col);
   }
   s.counts_checked = true;
+}
+
+void note_counts(Context& ctx, ResidentX& x) {
+  CudaResources& r = res(ctx, "check counts");
+  auto& s = x.state();
+  if (s.counts_checked || s.is_dense) return;
+  if (first_bad_count(r, s.m) == s.m.nnz) s.counts_checked = true;
 }
 
 std::unique_ptr<ResidentX> upload(Context& ctx, const CsrParts& x, const std::string& where) {

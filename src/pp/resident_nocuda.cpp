@@ -24,6 +24,7 @@ Matrix download(Context&, const ResidentX&) { no_cuda(); }
 std::unique_ptr<ResidentX> subset_copy(Context&, const ResidentX&, const std::vector<int64_t>&, bool,
                                        const std::vector<int64_t>&, bool) { no_cuda(); }
 void check_counts(Context&, ResidentX&, const std::string&) { no_cuda(); }
+void note_counts(Context&, ResidentX&) { no_cuda(); }
 void qc(Context&, ResidentX&, Dataset&, const QcOptions&) { no_cuda(); }
 std::vector<uint8_t> filter_cells(Context&, ResidentX&, Dataset&, const FilterCellsOptions&) { no_cuda(); }
 std::vector<uint8_t> filter_genes(Context&, ResidentX&, Dataset&, const FilterGenesOptions&) { no_cuda(); }
