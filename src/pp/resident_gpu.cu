@@ -458,15 +458,19 @@ void scale(Context& ctx, ResidentX& x, Dataset& d, const ScaleOptions& o) {
   const int64_t n_cells = sum_ranks(comm, n);
   if (n_cells < 2) throw InputError("scale: needs at least 2 cells");
   const float maxv = o.max_value ? static_cast<float>(*o.max_value) : 0.f;
+  PhaseClock clock(r, "resident scale");
   gpu::GeneSums gs = gpu::gene_sums(r, m, gpu::GeneTransform::identity, nullptr, gpu::SecondStat::squares);
   sum_ranks(comm, gs.sum);
   sum_ranks(comm, gs.sumsq);
+  clock.mark("gene_sums");
   const chain::ScaleStats st = chain::scale_stats(d, gs.sum, gs.sumsq, n_cells);
   std::vector<float> mf(st.mean.begin(), st.mean.end()), sf(st.sd.begin(), st.sd.end());
   DeviceArray<float> d_mean = to_device(r, mf, "scale means");
   DeviceArray<float> d_sd = to_device(r, sf, "scale std");
+  clock.mark("stats");
   if (o.zero_center) {
     auto dense = std::make_shared<DeviceArray<float>>(r, static_cast<size_t>(n) * static_cast<size_t>(g), "dense scaled matrix");
+    clock.mark("dense allocated");
     gpu::scale_to_dense(r, m, d_mean.data(), d_sd.data(), true, maxv, dense->data());
     if (o.clip_below && maxv > 0) {  // scanpy >= 1.10: centred values clipped to [-max_value, max_value]
       const int64_t total = n * g;
@@ -475,7 +479,9 @@ void scale(Context& ctx, ResidentX& x, Dataset& d, const ScaleOptions& o) {
       SCURRY_CUDA_LAUNCH();
     }
     SCURRY_CUDA(cudaStreamSynchronize(r.stream));
+    clock.mark("dense written");
     s.m = DeviceCsr();  // the sparse matrix is no longer needed
+    clock.mark("sparse freed");
     s.dense = std::move(dense);
     s.dense_rows = n, s.dense_cols = g;
     s.is_dense = true;
