@@ -346,3 +346,22 @@ def test_subsets_copy_each_matrix_once_with_anndatas_slots(counts, rng):
     b._inplace_subset_obs(np.diff(b.X.indptr) >= t)
     b.obs["n_genes"] = a.obs["n_genes"].to_numpy()
     _same_anndata(a, b)
+
+
+def test_every_category_used_reads_past_the_first_rows(rng):
+    """The unused-category check (anndata's copy drops unused categories) against a plain count, on
+    columns longer than the prefix it reads first: a category present only at the end, one absent,
+    missing values (-1)."""
+    from scurry._core import _every_category_used
+
+    n, k = 200_000, 7
+    for trial in range(6):
+        codes = rng.integers(-1, k - 1, n).astype(np.int8)  # category k-1 absent so far
+        if trial % 2 == 0:
+            codes[rng.integers(70_000, n)] = k - 1  # present once, past the prefix
+        if trial >= 4:
+            codes[:] = -1
+        want = all(np.count_nonzero(codes == c) > 0 for c in range(k))
+        assert _every_category_used(codes, k) == want
+        assert _every_category_used(codes[:1000], k - 1) == (trial < 4)
+    assert _every_category_used(np.zeros(0, np.int8), 0)
