@@ -99,9 +99,32 @@ TEST(ScoreGenes, ScoreIsSetMeanMinusControlMean) {
   const auto r = score_genes(d, o, Context::cpu(2));
   EXPECT_EQ(r.genes_used, (std::vector<std::string>{"g5", "g100", "g150"}));
   std::set<std::string> ctrl(r.control_genes.begin(), r.control_genes.end());
-  EXPECT_FALSE(ctrl.count("g5"));
-  EXPECT_GE(ctrl.size(), 14u);  // 3 bins x 7, less set genes drawn
-  EXPECT_LE(ctrl.size(), 21u);
+  // scanpy's bins: genes cut by the rank (method 'min') of their mean, round(g / (n_bins - 1)) ranks a
+  // bin; up to ctrl_size genes drawn from each bin that holds a set gene, the set genes then removed.
+  std::vector<double> mean(static_cast<size_t>(g), 0.0);
+  for (int64_t j = 0; j < g; ++j) {
+    for (int64_t i = 0; i < n; ++i) mean[static_cast<size_t>(j)] += x(i, j);
+    mean[static_cast<size_t>(j)] /= static_cast<double>(n);
+  }
+  const int64_t per_bin = std::llround(static_cast<double>(g) / (o.n_bins - 1));
+  auto bin = [&](int64_t j) {
+    int64_t below = 0;
+    for (double m : mean) below += m < mean[static_cast<size_t>(j)];
+    return (below + 1) / per_bin;
+  };
+  std::set<int64_t> set_bins = {bin(5), bin(100), bin(150)};
+  size_t most = 0;
+  for (int64_t b : set_bins) {
+    int64_t in_bin = 0;
+    for (int64_t j = 0; j < g; ++j) in_bin += bin(j) == b;
+    most += static_cast<size_t>(std::min<int64_t>(in_bin, o.ctrl_size));
+  }
+  for (const auto& c : ctrl) {
+    EXPECT_TRUE(c != "g5" && c != "g100" && c != "g150") << c;
+    EXPECT_TRUE(set_bins.count(bin(std::stoi(c.substr(1))))) << c << " is in no bin of a set gene";
+  }
+  EXPECT_LE(ctrl.size(), most);
+  EXPECT_GE(ctrl.size() + 3, most);  // (at most the three set genes drawn and removed)
   for (int64_t i = 0; i < n; ++i) {
     const double a = (static_cast<double>(x(i, 5)) + x(i, 100) + x(i, 150)) / 3;
     double b = 0;
