@@ -295,11 +295,11 @@ def matrix_of(adata, layer, step, use_raw=False):
 
 
 def dataset(adata, *, step, X=True, layer=None, use_raw=False, obs=(), var=(), obsm=(), obsp=(), uns=(),
-            raw=False, obs_names=True, var_names=True):
+            raw=False, obs_names=True):
     """A Dataset with obs/var names and the slots a step reads. `X`: put the matrix (X, the layer,
     or raw.X with `use_raw`) in the Dataset's X (or layers[layer]); `obs`/`var`: columns; `obsm`,
     `obsp`, `uns`: keys (missing ones are left out: the step reports what it needs); `raw`: raw.X and
-    raw.var; `obs_names=False` / `var_names=False`: unnamed cells / genes (their number only)."""
+    raw.var; `obs_names=False`: unnamed cells (their number only)."""
     ds = _scurry.Dataset()
     if obs_names:
         ds.set_obs_names(adata.obs_names)
@@ -307,10 +307,8 @@ def dataset(adata, *, step, X=True, layer=None, use_raw=False, obs=(), var=(), o
         ds.set_obs_count(adata.n_obs)
     if use_raw:
         ds.set_var_names(adata.raw.var_names)
-    elif var_names:
-        ds.set_var_names(adata.var_names)
     else:
-        ds.set_var_count(adata.n_vars)
+        ds.set_var_names(adata.var_names)
     if X:
         m = matrix_of(adata, layer, step, use_raw)
         if layer is not None:

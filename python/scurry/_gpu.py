@@ -161,7 +161,7 @@ def calculate_qc_metrics(adata, *, expr_type, var_type, qc_vars, percent_top, la
     h = to_gpu(adata)
     opt = options(_scurry.QcOptions, qc_vars=qc_vars, percent_top=percent_top, log1p=bool(log1p), layer="",
                   expr_type=expr_type, var_type=var_type)
-    ds = dataset(adata, step="calculate_qc_metrics", X=False, var=qc_vars, obs_names=False, var_names=False)
+    ds = dataset(adata, step="calculate_qc_metrics", X=False, var=qc_vars, obs_names=False)
     _scurry.resident_check_counts(h, "calculate_qc_metrics")
     with _DeferInterrupt():
         _scurry.resident_qc(h, ds, opt)
@@ -183,7 +183,7 @@ def _filter(adata, opt, col, inplace, copy, axis):
         return CPU
     adata, h = _target(adata, copy)
     cells = axis == "obs"
-    ds = dataset(adata, step="filter_cells" if cells else "filter_genes", X=False, obs_names=False, var_names=False)
+    ds = dataset(adata, step="filter_cells" if cells else "filter_genes", X=False, obs_names=False)
     with _DeferInterrupt():
         keep = (_scurry.resident_filter_cells if cells else _scurry.resident_filter_genes)(h, ds, opt)
         vals = (ds.take_obs if cells else ds.take_var)(col)
@@ -205,7 +205,7 @@ def normalize_total(adata, opt, *, inplace, copy):
         ensure_host(adata)
         return CPU
     adata, h = _target(adata, copy)
-    ds = dataset(adata, step="normalize_total", X=False, obs_names=False, var_names=False)
+    ds = dataset(adata, step="normalize_total", X=False, obs_names=False)
     _scurry.resident_check_counts(h, "normalize_total")
     with _DeferInterrupt():
         _scurry.resident_normalize_total(h, ds, opt)
@@ -218,7 +218,7 @@ def log1p(adata, *, base, layer, copy):
         ensure_host(adata)
         return CPU
     adata, h = _target(adata, copy)
-    ds = dataset(adata, step="log1p", X=False, uns=["log1p"], obs_names=False, var_names=False)
+    ds = dataset(adata, step="log1p", X=False, uns=["log1p"], obs_names=False)
     with _DeferInterrupt():
         _scurry.resident_log1p(h, ds)
         write_back(adata, ds)
@@ -232,7 +232,7 @@ def highly_variable_genes(adata, *, inplace, subset, batch_key, layer, flavor, o
         ensure_host(adata)
         return CPU
     h = to_gpu(adata)
-    ds = dataset(adata, step="highly_variable_genes", X=False, uns=["log1p"], obs_names=False, var_names=False)
+    ds = dataset(adata, step="highly_variable_genes", X=False, uns=["log1p"], obs_names=False)
     opt.subset = False
     with _DeferInterrupt():
         _scurry.resident_highly_variable_genes(h, ds, opt)
@@ -251,7 +251,7 @@ def scale(adata, opt, *, layer, copy):
         ensure_host(adata)
         return CPU
     adata, h = _target(adata, copy)
-    ds = dataset(adata, step="scale", X=False, obs_names=False, var_names=False)
+    ds = dataset(adata, step="scale", X=False, obs_names=False)
     with _DeferInterrupt():
         _scurry.resident_scale(h, ds, opt)
         write_back(adata, ds)

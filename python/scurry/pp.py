@@ -368,7 +368,7 @@ def pca(data, n_comps=None, *, layer=None, zero_center=_PCA.zero_center, svd_sol
         mask = adata.var["highly_variable"].to_numpy()
     if layer is not None:
         raise NotImplementedError("pca: layer is not implemented in scurry (PCA of X only)")
-    ds = dataset(adata, step=step, layer=layer, X=not gpu, obs_names=not gpu, var_names=not gpu)
+    ds = dataset(adata, step=step, layer=layer, X=not gpu, obs_names=not gpu)
     if mask is not None:
         if mask.dtype != bool or mask.shape != (adata.n_vars,):
             raise ValueError(f"pca: mask_var must be a boolean mask of {adata.n_vars} genes")

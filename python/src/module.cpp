@@ -124,11 +124,6 @@ void bind_dataset(py::module_& m) {
         d.obs = Table();
         d.obs.set_unnamed_rows(n);
       })
-      .def("set_var_count", [](Dataset& d, int64_t n) {  // (the same for the genes: 28k names ~1-2 ms a step)
-        if (n < 0) throw py::value_error("set_var_count: a negative count");
-        d.var = Table();
-        d.var.set_unnamed_rows(n);
-      })
       .def("obs_names", [](Dataset& d) { return d.obs.index; })
       .def("var_names", [](Dataset& d) { return d.var.index; })
       .def("set_obs", [](Dataset& d, const std::string& k, py::handle c) { d.obs.set(k, column_from_py(c, "obs['" + k + "']")); })
