@@ -2,7 +2,7 @@
 # Usage: python3 bench/gpu_package/host_subset_bench.py PATH_OF_A_SCURRY_PACKAGE (e.g. build/python); COW=1: pandas copy-on-write.
 # Python-side costs of the package's GPU steps around the C++ calls, on an AnnData shaped like the 1.3M chain's with
 # X absent (as while X is resident): obs 1,306,127 cells (string names, a 10-category column), var 27,998 genes.
-import sys, time, gc
+import sys, time
 import numpy as np, pandas as pd, anndata
 sys.path.insert(0, sys.argv[1])
 from scurry._core import subset_inplace

@@ -12,7 +12,6 @@ for i in $(seq ${CHAINS:-4}); do timeout 120 python3 bench/gpu_package/chain.py 
 for i in $(seq ${GC_RUNS:-0}); do GC_OFF=1 timeout 120 python3 bench/gpu_package/chain.py /tmp/sim.h5ad > $OUT/chain_gc_$i.log 2>&1; grep "^run 1" $OUT/chain_gc_$i.log | sed 's/^/gc off: /'; done
 if [ -n "${PROFILE_LINES:-}" ]; then
   PROFILE=1 timeout 120 python3 bench/gpu_package/chain.py /tmp/sim.h5ad > $OUT/chain_profile.log 2>&1; grep "^run 1" $OUT/chain_profile.log | sed 's/^/profiled: /'
-fi
-if [ -n "${PROFILE_LINES:-}" ]; then  # the bench's resident phases (SCURRY_PROFILE) beside the profiled chain's
+  # the bench's resident phases (SCURRY_PROFILE) beside the profiled chain's
   SCURRY_PROFILE=1 timeout 100 /tmp/bundle/bin/scurry --device gpu bench --synthetic 1306127x27998 --nnz-per-cell 2000 --flavor cell_ranger --on-device --repeat 2 --stepwise > $OUT/bench_profile.log 2>&1
 fi

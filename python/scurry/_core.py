@@ -207,15 +207,14 @@ def _every_category_used(codes, n_categories):
     """Whether every category's code occurs (codes -1: missing). The first 65,536 rows first: where
     they hold every category (the usual case) the rest need not be read (at 1.3M cells 0.1 ms
     instead of 3-4 ms a column); else the whole column decides."""
+    def all_seen(part):
+        c = part[part >= 0]
+        return bool(np.bincount(c.astype(np.intp, copy=False), minlength=n_categories).all())
+
     if n_categories == 0:
         return True
-    for part in (codes[:65536], codes):
-        c = part[part >= 0]
-        if np.bincount(c.astype(np.intp, copy=False), minlength=n_categories).all():
-            return True
-        if len(part) == len(codes):
-            return False
-    return False
+    head = codes[:65536]
+    return all_seen(head) or (len(head) < len(codes) and all_seen(codes))
 
 
 def _keeps_all(idx, n):

@@ -96,18 +96,16 @@ void bind_resident(py::module_& m) {
         p.indptr = ptr.data(), p.indptr_bytes = static_cast<int>(ptr.dtype().itemsize());
         p.indices = ind.data(), p.index_bytes = static_cast<int>(ind.dtype().itemsize());
         p.data = data.data(), p.value_bytes = static_cast<int>(data.dtype().itemsize());
-        no_gil([&] {
-          r->x = resident::upload(*r->ctx, p, "X");
-          resident::note_counts(*r->ctx, *r->x);
-        });
-        return r;
+        no_gil([&] { r->x = resident::upload(*r->ctx, p, "X"); });
       }
     }
-    Matrix h = matrix_from_py(x, "X");
-    no_gil([&] {
-      r->x = resident::upload(*r->ctx, h);
-      resident::note_counts(*r->ctx, *r->x);
-    });
+    if (!r->x) {
+      Matrix h = matrix_from_py(x, "X");
+      no_gil([&] { r->x = resident::upload(*r->ctx, h); });
+    }
+    // The counts scanned once here (a pass remembered), as the CLI checks them while reading: the
+    // steps on counts then find the check done.
+    no_gil([&] { resident::note_counts(*r->ctx, *r->x); });
     return r;
   });
   m.def("resident_download", [](Resident& r) {

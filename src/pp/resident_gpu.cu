@@ -134,10 +134,6 @@ __global__ void first_bad_count_kernel(const float* v, int64_t n, unsigned long 
     }
 }
 
-}  // namespace
-
-namespace {
-
 // The first stored position whose value is NaN, infinite or negative (nnz when none).
 int64_t first_bad_count(CudaResources& r, DeviceCsr& m) {
   if (m.nnz == 0) return 0;
