@@ -81,8 +81,8 @@ struct IvfCpuOptions {
   // Inverted lists (k-means centroids); 0 = round(sqrt(n_cells) * lists_per_sqrt_n), at least 1.
   int64_t n_lists = 0;
   double lists_per_sqrt_n = 1.0;
-  // Lists every query probes (its nearest centroids); 0 = auto (see knn_ivf.cpp: chosen for recall@15
-  // >= 0.97 against the exact search on PCA embeddings of clustered data). At most n_lists.
+  // Lists every query scans (its nearest centroids); 0 = auto (knn_ivf_cpu.cpp: round(sqrt(n_lists)),
+  // at least 8, for recall@15 >= 0.98 against the exact search on clustered embeddings). At most n_lists.
   int64_t n_probes = 0;
   // Seeds the k-means sample, its initial centroids and the re-seeding of small clusters.
   uint64_t seed = 0;

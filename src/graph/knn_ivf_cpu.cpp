@@ -6,14 +6,18 @@
 //  1. k-means (Lloyd) on a seeded sample gives n_lists centroids; every cell joins the list of its
 //     nearest centroid (its home list). The rows are copied in list order, so a list is a
 //     contiguous block of rows and one sgemm scores a block of queries against it.
-//  2. Queries are taken list by list in blocks of kQueryBlock cells of one home list. A block finds
-//     each query's n_probes nearest centroids (one sgemm against the centroids) and scans the union
-//     of those lists for all its queries (one sgemm per list): cells of one list are close to each
-//     other, so the union is small and every query gets at least its own probes. The blocks are cut
-//     from all cells, so a range of query rows gives those rows of the full search.
+//  2. Queries are taken in chunks of kQueryChunk cells in list order. A chunk finds each query's
+//     n_probes nearest centroids (sgemm against the centroids) and scans, for each query, exactly
+//     those lists: the probes are inverted (the chunk's queries of each list), and one sgemm scores a
+//     group of up to kQueryBlock of a list's queries against its rows, so the FLOPs follow each
+//     query's own probes while the products stay large enough for BLAS's rate. (Until section 65 of
+//     bench/RESULTS.md a block of 256 queries of one home list scanned the union of its members'
+//     probes: ~74 lists a query at 1M cells where its own are 32.) The chunks are cut from all cells
+//     and a query's result depends only on its own probes, so a range of query rows gives those rows
+//     of the full search.
 //  3. Per query, the best candidates by the float32 score ||y||^2 - 2 x.y are kept in a max-heap
 //     and re-ranked by exact float64 distance (knn_detail::finish_row), as the exact search does.
-// Every block is independent and writes only its own rows, the k-means sums are reduced in block
+// Every chunk is independent and writes only its own rows, the k-means sums are reduced in block
 // order (reduce_blocks), BLAS runs single-threaded inside blocks: the result is the same for any
 // thread count.
 #include <cblas.h>
@@ -37,14 +41,15 @@ using knn_detail::Cand;
 using knn_detail::offer;
 using knn_detail::scan_row;
 
-constexpr int64_t kQueryBlock = 256;     // queries of one home list scanned together
+constexpr int64_t kQueryChunk = 4096;    // queries (in list order) whose probes are inverted together
+constexpr int64_t kQueryBlock = 256;     // queries scored by one sgemm (against centroids or a list)
 constexpr int64_t kAssignBlock = 1024;   // points per task when assigning to centroids
 constexpr int64_t kMinMargin = 8;        // extra float32 candidates re-ranked in float64 (at least)
 
-// Auto n_probes: recall@15 >= 0.97 against the exact search on the PCA embeddings measured in
-// bench/RESULTS.md section 21 (a fifth of sqrt(n_lists) ... at least 8).
+// Auto n_probes: recall@15 >= 0.98 against the exact search on the embeddings of bench/RESULTS.md
+// section 65 (sqrt(n_lists), at least 8).
 int64_t auto_probes(int64_t n_lists) {
-  return std::min<int64_t>(n_lists, std::max<int64_t>(8, static_cast<int64_t>(std::lround(0.6 * std::sqrt(static_cast<double>(n_lists))))));
+  return std::min<int64_t>(n_lists, std::max<int64_t>(8, static_cast<int64_t>(std::lround(std::sqrt(static_cast<double>(n_lists))))));
 }
 
 // The dot-product part of scores: out[i * nb + j] = -2 a_i.b_j (the list scans add bsq as they read).
@@ -227,59 +232,76 @@ Knn knn_ivf(const Context& ctx, const DenseF& X, int64_t k, KnnMetric metric, co
     sqp[p] = static_cast<float>(s);
   }
 
-  // Query blocks: all cells by home list, up to kQueryBlock a block, the same blocks for any query
-  // range; a block scans the union of its members' probes. Only blocks holding a query of
-  // [row_begin, row_end) are searched, for those queries, so a range (one rank's share of the cells)
-  // gives those rows of the full search: the union does not depend on the range.
-  std::vector<int64_t> bstart;  // positions into order
-  for (int64_t p = 0; p < n;) {
-    bstart.push_back(p);
-    const int32_t list = home[order[p]];
-    int64_t e = p;
-    while (e < n && e - p < kQueryBlock && home[order[e]] == list) ++e;
-    p = e;
-  }
-  bstart.push_back(n);
-  const int64_t n_blocks = static_cast<int64_t>(bstart.size()) - 1;
+  // Queries in chunks of kQueryChunk cells in list order (cut from all cells, so the same chunks for
+  // any query range). A chunk finds each query's n_probes nearest centroids, then inverts them: for
+  // every list some of its queries probe, one sgemm per group of up to kQueryBlock of those queries
+  // against the list's rows. Lists are taken nearest first (by their best rank among the chunk's
+  // queries), so the heaps hold close candidates early and later scores mostly fail the pre-check.
   const int64_t want = k - 1;
   const int64_t n_cand = std::min(n - 1, want + std::max(kMinMargin, want));
-
-  parallel_for(ctx.threads(), n_blocks, [&](int64_t b) {
-    const int64_t b0 = bstart[b], nall = bstart[b + 1] - b0;
-    std::vector<int64_t> qp;  // this call's queries in the block (positions into order)
-    for (int64_t p = b0; p < b0 + nall; ++p)
+  const int64_t P = n_probes;
+  const int64_t n_chunks = (n + kQueryChunk - 1) / kQueryChunk;
+  parallel_for(ctx.threads(), n_chunks, [&](int64_t ch) {
+    const int64_t c0 = ch * kQueryChunk, c1 = std::min(n, c0 + kQueryChunk);
+    std::vector<int64_t> qp;  // this call's queries in the chunk (positions into order)
+    for (int64_t p = c0; p < c1; ++p)
       if (order[p] >= row_begin && order[p] < row_end) qp.push_back(p);
     if (qp.empty()) return;
     const int64_t nq = static_cast<int64_t>(qp.size());
-    std::vector<float> qrows(static_cast<size_t>(nq * d));
-    for (int64_t q = 0; q < nq; ++q) std::copy_n(Yp.row(qp[q]), d, qrows.data() + q * d);
-    // Each member's n_probes nearest centroids (all members, rows b0.. of Yp); the block scans their union.
-    std::vector<float> cs(static_cast<size_t>(nall * n_lists));
-    scores(Yp.row(b0), nall, cent.c.data(), n_lists, cent.sq.data(), d, cs.data());
-    std::vector<char> probe(static_cast<size_t>(n_lists), 0);
+    // probes[q * P + j]: query q's j-th nearest list
+    std::vector<int32_t> probes(static_cast<size_t>(nq * P));
+    std::vector<float> rows(static_cast<size_t>(kQueryBlock * d));
+    std::vector<float> cs(static_cast<size_t>(kQueryBlock * n_lists));
     std::vector<std::pair<float, int32_t>> best;
-    best.reserve(static_cast<size_t>(n_probes));
-    for (int64_t q = 0; q < nall; ++q) {
-      // the n_probes smallest (score, list) pairs, the row of scores read once into a bounded heap
-      best.clear();
-      scan_row(cs.data() + q * n_lists, nullptr, n_lists, nullptr, best, n_probes);
-      for (const auto& e : best) probe[e.second] = 1;
+    best.reserve(static_cast<size_t>(P));
+    for (int64_t q0 = 0; q0 < nq; q0 += kQueryBlock) {
+      const int64_t nb = std::min(kQueryBlock, nq - q0);
+      for (int64_t i = 0; i < nb; ++i) std::copy_n(Yp.row(qp[q0 + i]), d, rows.data() + i * d);
+      scores(rows.data(), nb, cent.c.data(), n_lists, cent.sq.data(), d, cs.data());
+      for (int64_t i = 0; i < nb; ++i) {
+        // the P smallest (score, list) pairs, the row of scores read once into a bounded heap
+        best.clear();
+        scan_row(cs.data() + i * n_lists, nullptr, n_lists, nullptr, best, P);
+        std::sort_heap(best.begin(), best.end());
+        for (int64_t j = 0; j < P; ++j) probes[(q0 + i) * P + j] = best[j].second;
+      }
     }
+    // The queries of each list (counting sort by list; ascending query within a list), and the
+    // lists in order of their best rank among the chunk's queries (then by list).
+    std::vector<int64_t> goff(static_cast<size_t>(n_lists + 1), 0);
+    std::vector<int32_t> lrank(static_cast<size_t>(n_lists), static_cast<int32_t>(P));
+    for (int64_t e = 0; e < nq * P; ++e) {
+      ++goff[probes[e] + 1];
+      lrank[probes[e]] = std::min(lrank[probes[e]], static_cast<int32_t>(e % P));
+    }
+    for (int64_t c = 0; c < n_lists; ++c) goff[c + 1] += goff[c];
+    std::vector<int32_t> gq(static_cast<size_t>(nq * P));
+    {
+      std::vector<int64_t> pos(goff.begin(), goff.end() - 1);
+      for (int64_t e = 0; e < nq * P; ++e) gq[pos[probes[e]]++] = static_cast<int32_t>(e / P);
+    }
+    std::vector<int32_t> lists;
+    for (int64_t c = 0; c < n_lists; ++c)
+      if (lrank[c] < P && off[c + 1] > off[c]) lists.push_back(static_cast<int32_t>(c));
+    std::stable_sort(lists.begin(), lists.end(), [&](int32_t a, int32_t b) { return lrank[a] < lrank[b]; });
     std::vector<std::vector<std::pair<float, int32_t>>> heaps(static_cast<size_t>(nq));
     for (auto& h : heaps) h.reserve(static_cast<size_t>(n_cand));
     std::vector<float> dots;
-    for (int64_t list = 0; list < n_lists; ++list) {
-      if (!probe[list]) continue;
+    for (const int32_t list : lists) {
       const int64_t p0 = off[list], nr = off[list + 1] - p0;
-      if (nr == 0) continue;
-      dots.resize(static_cast<size_t>(nq * nr));
-      dots_m2(qrows.data(), nq, Yp.row(p0), nr, d, dots.data());
-      for (int64_t q = 0; q < nq; ++q) {
-        float* dq = dots.data() + q * nr;
-        const int64_t self = qp[q] - p0;
-        if (self >= 0 && self < nr) dq[self] = std::numeric_limits<float>::infinity();
-        // Only scores at or below the heap's current worst touch the heap.
-        scan_row(dq, sqp.data() + p0, nr, order.data() + p0, heaps[q], n_cand);
+      for (int64_t g0 = goff[list]; g0 < goff[list + 1]; g0 += kQueryBlock) {
+        const int64_t ng = std::min(kQueryBlock, goff[list + 1] - g0);
+        for (int64_t i = 0; i < ng; ++i) std::copy_n(Yp.row(qp[gq[g0 + i]]), d, rows.data() + i * d);
+        dots.resize(static_cast<size_t>(ng * nr));
+        dots_m2(rows.data(), ng, Yp.row(p0), nr, d, dots.data());
+        for (int64_t i = 0; i < ng; ++i) {
+          const int64_t q = gq[g0 + i];
+          float* dq = dots.data() + i * nr;
+          const int64_t self = qp[q] - p0;
+          if (self >= 0 && self < nr) dq[self] = std::numeric_limits<float>::infinity();
+          // Only scores at or below the heap's current worst touch the heap.
+          scan_row(dq, sqp.data() + p0, nr, order.data() + p0, heaps[q], n_cand);
+        }
       }
     }
     std::vector<Cand> cands;
