@@ -4,6 +4,7 @@
 //     SRC: an h5ad with obsm['X_pca'], or mix:N:D (a seeded Gaussian mixture of 12 clusters in D
 //     dims whose per-dimension spread falls off like a PCA spectrum)
 //     --methods exact,ivf,hnsw  --probes P1,P2,..  --lists-per-sqrt F  --recall-sample S  --k K
+//     --scan blas (IVF: sgemm and a scan instead of the fused AVX2 scan)
 //   scurry_cpu_kernels_bench pca N G [SOLVER [THREADS [REPS]]]   PCA of a scaled-like N x G matrix (REPS > 0: only the default PCA, timed REPS times)
 //     written by `scurry run` ... not the default run; SRC an h5ad whose X is the scaled matrix.
 #include <cblas.h>
@@ -161,6 +162,7 @@ int main(int argc, char** argv) {
     double lps = 1.0;
     int64_t sample = 4000, k = 15;
     int threads = 2;
+    bool blas_scan = false;
     for (int i = 3; i + 1 < argc; i += 2) {
       const std::string o = argv[i], v = argv[i + 1];
       if (o == "--methods") methods = v;
@@ -169,6 +171,7 @@ int main(int argc, char** argv) {
       else if (o == "--recall-sample") sample = std::atol(v.c_str());
       else if (o == "--k") k = std::atol(v.c_str());
       else if (o == "--threads") threads = std::atoi(v.c_str());
+      else if (o == "--scan") blas_scan = v == "blas";
     }
     double t0 = now();
     const DenseF x = load_embedding(argv[2]);
@@ -202,6 +205,7 @@ int main(int argc, char** argv) {
           IvfCpuOptions o;
           o.n_probes = std::atol(p.c_str());
           o.lists_per_sqrt_n = lps;
+          o.blas_scan = blas_scan;
           t0 = now();
           const double c0 = cpu_now();
           Knn v = knn_ivf(ctx, x, k, KnnMetric::euclidean, o);

@@ -90,6 +90,9 @@ struct IvfCpuOptions {
   int kmeans_iterations = 8;
   // k-means sample size = min(n_cells, kmeans_points_per_list * n_lists).
   int64_t kmeans_points_per_list = 64;
+  // Score the lists with sgemm and a scan of its output even where the fused AVX2/FMA scan runs
+  // (knn_ivf_cpu.cpp; the choice where the CPU lacks AVX2 or FMA).
+  bool blas_scan = false;
 };
 
 // Exact search. X: n x d float32; 1 <= k <= n (InputError otherwise); non-finite values are an

@@ -1,25 +1,28 @@
-// scurry: IVF-Flat k-nearest-neighbour search on the CPU over BLAS (knn.hpp's knn_ivf).
+// scurry: IVF-Flat k-nearest-neighbour search on the CPU (knn.hpp's knn_ivf).
 //
 // The inverted-file stage of Jegou, Douze & Schmid 2011 ("Product quantization for nearest neighbor
 // search", IEEE TPAMI 33(1)) without quantization, as FAISS's IndexIVFFlat, arranged for an all-kNN
 // graph where every cell is a query:
 //  1. k-means (Lloyd) on a seeded sample gives n_lists centroids; every cell joins the list of its
-//     nearest centroid (its home list). The rows are copied in list order, so a list is a
-//     contiguous block of rows and one sgemm scores a block of queries against it.
+//     nearest centroid (its home list). The cells are ordered by list, so a list is a contiguous
+//     block of positions.
 //  2. Queries are taken in chunks of kQueryChunk cells in list order. A chunk finds each query's
 //     n_probes nearest centroids (sgemm against the centroids) and scans, for each query, exactly
-//     those lists: the probes are inverted (the chunk's queries of each list), and one sgemm scores a
-//     group of up to kQueryBlock of a list's queries against its rows, so the FLOPs follow each
-//     query's own probes while the products stay large enough for BLAS's rate. (Until section 65 of
-//     bench/RESULTS.md a block of 256 queries of one home list scanned the union of its members'
-//     probes: ~74 lists a query at 1M cells where its own are 32.) The chunks are cut from all cells
-//     and a query's result depends only on its own probes, so a range of query rows gives those rows
-//     of the full search.
-//  3. Per query, the best candidates by the float32 score ||y||^2 - 2 x.y are kept in a max-heap
+//     those lists: the probes are inverted (the chunk's queries of each list) and each list is
+//     scored against its group of queries at once, so the FLOPs follow each query's own probes
+//     while every list is read once per group. (Until section 65 of bench/RESULTS.md a block of 256
+//     queries of one home list scanned the union of its members' probes: ~74 lists a query at 1M
+//     cells where its own are 32.) The chunks are cut from all cells and a query's result depends
+//     only on its own probes, so a range of query rows gives those rows of the full search.
+//  3. The scores ||y||^2 - 2 x.y in float32: where the CPU has AVX2 and FMA, six queries at a time
+//     against tiles of 16 list rows held column-major, the 12 accumulators in registers and only the
+//     scores at or below a query's current worst leaving them (scan_tiles: no score matrix is
+//     written or read back); elsewhere (or with IvfCpuOptions::blas_scan) sgemm per group and a scan
+//     of its output (knn_detail::scan_row). Per query, the best candidates are kept in a max-heap
 //     and re-ranked by exact float64 distance (knn_detail::finish_row), as the exact search does.
 // Every chunk is independent and writes only its own rows, the k-means sums are reduced in block
-// order (reduce_blocks), BLAS runs single-threaded inside blocks: the result is the same for any
-// thread count.
+// order (reduce_blocks), BLAS runs single-threaded inside blocks, each score is one fixed chain of
+// operations: the result is the same for any thread count.
 #include <cblas.h>
 
 #include <algorithm>
@@ -27,6 +30,9 @@
 #include <limits>
 #include <numeric>
 #include <random>
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#endif
 
 #include "core/error.hpp"
 #include "exec/parallel.hpp"
@@ -78,6 +84,115 @@ void argmin_rows(const float* s, int64_t na, int64_t nb, int32_t* out) {
     while (best < nb - 1 && r[best] != lo) ++best;  // (scores are finite: check_input refuses NaN and inf)
     out[i] = static_cast<int32_t>(best);
   }
+}
+
+// The lists' rows in tiles of 16 for the fused scan (scan_tiles): tile t holds 16 rows stored column-
+// major (v[(t * d + j) * 16 + r] is row r's column j), their float32 squared norms (padding: +inf) and
+// cell indices (padding: -1); list c's tiles are [off[c], off[c + 1]).
+struct Tiles {
+  int64_t d = 0;
+  std::vector<float> v, sq;
+  std::vector<int32_t> id;
+  std::vector<int64_t> off;
+};
+
+using Heap = std::vector<std::pair<float, int32_t>>;
+
+// Whether this CPU runs scan_tiles (AVX2 and FMA).
+bool fused_scan_available() {
+#if defined(__x86_64__) || defined(__i386__)
+  static const bool ok = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  return ok;
+#else
+  return false;
+#endif
+}
+
+#if defined(__x86_64__) || defined(__i386__)
+// Scores of six queries (rows q[0..5], d floats each) against the tiles [t0, t1), ||y||^2 - 2 x.y, each
+// dot product accumulated over the columns in order by one FMA chain per lane (the same bits for any
+// thread count), kept in registers: a query's heap sees only the scores at or below its current worst,
+// in row order, as scan_row offers them; its own cell (self[u]) and the padding are never offered.
+__attribute__((target("avx2,fma"))) void scan_tiles(const float* const* q, int64_t d, const Tiles& T, int64_t t0, int64_t t1,
+                                                    const int32_t* self, Heap* const* heaps, int64_t n_cand) {
+  const __m256 m2 = _mm256_set1_ps(-2.0f);
+  alignas(32) float sc[16];
+  for (int64_t t = t0; t < t1; ++t) {
+    const float* y = T.v.data() + t * d * 16;
+    // Named accumulators (an array indexed in the loop below would live on the stack): 12 chains of
+    // FMAs, enough to cover the FMA latency.
+    __m256 a00 = _mm256_setzero_ps(), a01 = a00, a10 = a00, a11 = a00, a20 = a00, a21 = a00, a30 = a00, a31 = a00,
+           a40 = a00, a41 = a00, a50 = a00, a51 = a00;
+    for (int64_t j = 0; j < d; ++j) {
+      const __m256 y0 = _mm256_loadu_ps(y + j * 16), y1 = _mm256_loadu_ps(y + j * 16 + 8);
+      const __m256 x0 = _mm256_broadcast_ss(q[0] + j);
+      a00 = _mm256_fmadd_ps(x0, y0, a00);
+      a01 = _mm256_fmadd_ps(x0, y1, a01);
+      {
+        const __m256 x1 = _mm256_broadcast_ss(q[1] + j);
+        a10 = _mm256_fmadd_ps(x1, y0, a10);
+        a11 = _mm256_fmadd_ps(x1, y1, a11);
+        const __m256 x2 = _mm256_broadcast_ss(q[2] + j);
+        a20 = _mm256_fmadd_ps(x2, y0, a20);
+        a21 = _mm256_fmadd_ps(x2, y1, a21);
+        const __m256 x3 = _mm256_broadcast_ss(q[3] + j);
+        a30 = _mm256_fmadd_ps(x3, y0, a30);
+        a31 = _mm256_fmadd_ps(x3, y1, a31);
+        const __m256 x4 = _mm256_broadcast_ss(q[4] + j);
+        a40 = _mm256_fmadd_ps(x4, y0, a40);
+        a41 = _mm256_fmadd_ps(x4, y1, a41);
+        const __m256 x5 = _mm256_broadcast_ss(q[5] + j);
+        a50 = _mm256_fmadd_ps(x5, y0, a50);
+        a51 = _mm256_fmadd_ps(x5, y1, a51);
+      }
+    }
+    const __m256 a[6][2] = {{a00, a01}, {a10, a11}, {a20, a21}, {a30, a31}, {a40, a41}, {a50, a51}};
+    const __m256 s0 = _mm256_loadu_ps(T.sq.data() + t * 16), s1 = _mm256_loadu_ps(T.sq.data() + t * 16 + 8);
+    for (int u = 0; u < 6; ++u) {
+      Heap& h = *heaps[u];
+      float worst = static_cast<int64_t>(h.size()) < n_cand ? std::numeric_limits<float>::infinity() : h.front().first;
+      const __m256 w = _mm256_set1_ps(worst);
+      const __m256 c0 = _mm256_fmadd_ps(m2, a[u][0], s0), c1 = _mm256_fmadd_ps(m2, a[u][1], s1);
+      uint32_t mask = static_cast<uint32_t>(_mm256_movemask_ps(_mm256_cmp_ps(c0, w, _CMP_LE_OQ))) |
+                      static_cast<uint32_t>(_mm256_movemask_ps(_mm256_cmp_ps(c1, w, _CMP_LE_OQ))) << 8;
+      if (mask == 0) continue;
+      _mm256_store_ps(sc, c0);
+      _mm256_store_ps(sc + 8, c1);
+      while (mask != 0) {
+        const int r = __builtin_ctz(mask);
+        mask &= mask - 1;
+        const int32_t id = T.id[t * 16 + r];
+        if (id < 0 || id == self[u] || !(sc[r] <= worst)) continue;
+        offer(h, n_cand, std::pair<float, int32_t>(sc[r], id), worst);
+      }
+    }
+  }
+}
+#endif
+
+Tiles make_tiles(const DenseF& Y, const std::vector<int32_t>& order, const std::vector<int64_t>& off, int64_t n_lists) {
+  const int64_t d = Y.n_cols;
+  Tiles T;
+  T.d = d;
+  T.off.assign(static_cast<size_t>(n_lists + 1), 0);
+  for (int64_t c = 0; c < n_lists; ++c) T.off[c + 1] = T.off[c] + (off[c + 1] - off[c] + 15) / 16;
+  const int64_t nt = T.off[n_lists];
+  T.v.assign(static_cast<size_t>(nt * d * 16), 0.0f);
+  T.sq.assign(static_cast<size_t>(nt * 16), std::numeric_limits<float>::infinity());
+  T.id.assign(static_cast<size_t>(nt * 16), -1);
+  for (int64_t c = 0; c < n_lists; ++c)
+    for (int64_t p = off[c]; p < off[c + 1]; ++p) {
+      const int64_t t = T.off[c] + (p - off[c]) / 16, r = (p - off[c]) % 16;
+      const float* y = Y.row(order[p]);
+      double s = 0;
+      for (int64_t j = 0; j < d; ++j) {
+        T.v[(t * d + j) * 16 + r] = y[j];
+        s += static_cast<double>(y[j]) * y[j];
+      }
+      T.sq[t * 16 + r] = static_cast<float>(s);
+      T.id[t * 16 + r] = order[p];
+    }
+  return T;
 }
 
 struct Centroids {
@@ -212,8 +327,8 @@ Knn knn_ivf(const Context& ctx, const DenseF& X, int64_t k, KnnMetric metric, co
   const Centroids cent = kmeans(ctx, Y, n_lists, opt);
   const std::vector<int32_t> home = assign(ctx, Y, {}, n, cent);
 
-  // Lists: cells by home list (counting sort; ascending cell index within a list); rows copied in
-  // that order with their squared norms.
+  // Lists: cells by home list (counting sort; ascending cell index within a list); their rows copied
+  // in that order with their squared norms, as tiles for the fused scan or as rows for sgemm.
   std::vector<int64_t> off(static_cast<size_t>(n_lists + 1), 0);
   for (int64_t i = 0; i < n; ++i) ++off[home[i] + 1];
   for (int64_t c = 0; c < n_lists; ++c) off[c + 1] += off[c];
@@ -222,9 +337,12 @@ Knn knn_ivf(const Context& ctx, const DenseF& X, int64_t k, KnnMetric metric, co
     std::vector<int64_t> pos(off.begin(), off.end() - 1);
     for (int64_t i = 0; i < n; ++i) order[pos[home[i]]++] = static_cast<int32_t>(i);
   }
-  DenseF Yp(n, d);
-  std::vector<float> sqp(static_cast<size_t>(n));
-  for (int64_t p = 0; p < n; ++p) {
+  const bool fused = !opt.blas_scan && fused_scan_available();
+  Tiles tiles;
+  if (fused) tiles = make_tiles(Y, order, off, n_lists);
+  DenseF Yp(fused ? 0 : n, d);
+  std::vector<float> sqp(static_cast<size_t>(fused ? 0 : n));
+  for (int64_t p = 0; p < (fused ? 0 : n); ++p) {
     const float* y = Y.row(order[p]);
     std::copy_n(y, d, Yp.row(p));
     double s = 0;
@@ -234,8 +352,8 @@ Knn knn_ivf(const Context& ctx, const DenseF& X, int64_t k, KnnMetric metric, co
 
   // Queries in chunks of kQueryChunk cells in list order (cut from all cells, so the same chunks for
   // any query range). A chunk finds each query's n_probes nearest centroids, then inverts them: for
-  // every list some of its queries probe, one sgemm per group of up to kQueryBlock of those queries
-  // against the list's rows. Lists are taken nearest first (by their best rank among the chunk's
+  // every list some of its queries probe, groups of up to kQueryBlock of those queries against the
+  // list's rows (scan_tiles, or one sgemm and scan_row). Lists are taken nearest first (by their best rank among the chunk's
   // queries), so the heaps hold close candidates early and later scores mostly fail the pre-check.
   const int64_t want = k - 1;
   const int64_t n_cand = std::min(n - 1, want + std::max(kMinMargin, want));
@@ -256,7 +374,7 @@ Knn knn_ivf(const Context& ctx, const DenseF& X, int64_t k, KnnMetric metric, co
     best.reserve(static_cast<size_t>(P));
     for (int64_t q0 = 0; q0 < nq; q0 += kQueryBlock) {
       const int64_t nb = std::min(kQueryBlock, nq - q0);
-      for (int64_t i = 0; i < nb; ++i) std::copy_n(Yp.row(qp[q0 + i]), d, rows.data() + i * d);
+      for (int64_t i = 0; i < nb; ++i) std::copy_n(Y.row(order[qp[q0 + i]]), d, rows.data() + i * d);
       scores(rows.data(), nb, cent.c.data(), n_lists, cent.sq.data(), d, cs.data());
       for (int64_t i = 0; i < nb; ++i) {
         // the P smallest (score, list) pairs, the row of scores read once into a bounded heap
@@ -284,14 +402,36 @@ Knn knn_ivf(const Context& ctx, const DenseF& X, int64_t k, KnnMetric metric, co
     for (int64_t c = 0; c < n_lists; ++c)
       if (lrank[c] < P && off[c + 1] > off[c]) lists.push_back(static_cast<int32_t>(c));
     std::stable_sort(lists.begin(), lists.end(), [&](int32_t a, int32_t b) { return lrank[a] < lrank[b]; });
-    std::vector<std::vector<std::pair<float, int32_t>>> heaps(static_cast<size_t>(nq));
+    std::vector<Heap> heaps(static_cast<size_t>(nq));
     for (auto& h : heaps) h.reserve(static_cast<size_t>(n_cand));
     std::vector<float> dots;
+    std::vector<int32_t> self(static_cast<size_t>(kQueryBlock + 6));
+    std::vector<Heap*> hp(static_cast<size_t>(kQueryBlock + 6));
+    std::vector<const float*> qrow(static_cast<size_t>(kQueryBlock + 6));
+    Heap scratch;
     for (const int32_t list : lists) {
       const int64_t p0 = off[list], nr = off[list + 1] - p0;
       for (int64_t g0 = goff[list]; g0 < goff[list + 1]; g0 += kQueryBlock) {
         const int64_t ng = std::min(kQueryBlock, goff[list + 1] - g0);
-        for (int64_t i = 0; i < ng; ++i) std::copy_n(Yp.row(qp[gq[g0 + i]]), d, rows.data() + i * d);
+#if defined(__x86_64__) || defined(__i386__)
+        if (fused) {
+          // Six queries at a time against every tile of the list (the list stays in cache).
+          // A group short of a multiple of six is padded with its first query, whose offers there go to
+          // a scratch heap (a lone query would run one pair of FMA chains at a fraction of the rate).
+          const int64_t ng6 = (ng + 5) / 6 * 6;
+          scratch.clear();
+          for (int64_t i = 0; i < ng6; ++i) {
+            const int64_t q = gq[g0 + (i < ng ? i : 0)];
+            qrow[i] = Y.row(order[qp[q]]);
+            self[i] = order[qp[q]];
+            hp[i] = i < ng ? &heaps[q] : &scratch;
+          }
+          for (int64_t i = 0; i < ng6; i += 6)
+            scan_tiles(qrow.data() + i, d, tiles, tiles.off[list], tiles.off[list + 1], self.data() + i, hp.data() + i, n_cand);
+          continue;
+        }
+#endif
+        for (int64_t i = 0; i < ng; ++i) std::copy_n(Y.row(order[qp[gq[g0 + i]]]), d, rows.data() + i * d);
         dots.resize(static_cast<size_t>(ng * nr));
         dots_m2(rows.data(), ng, Yp.row(p0), nr, d, dots.data());
         for (int64_t i = 0; i < ng; ++i) {

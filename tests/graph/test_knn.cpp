@@ -126,8 +126,8 @@ TEST(Knn, HnswRecallAtLeast95Percent) {
 }
 
 // IVF-Flat on the CPU (knn_ivf): recall@15 >= 0.97 against the exact search (the default probes),
-// distances exact for the neighbours it finds, the same result for 1, 2 and 3 threads, and a query
-// range equal to those rows of the full search.
+// distances exact for the neighbours it finds, the same result for 1, 2 and 3 threads, a query
+// range equal to those rows of the full search, and both list scans.
 TEST(Knn, IvfRecallAtLeast97PercentAndThreadIndependent) {
   const uint64_t seed = test::fresh_seed();
   const DenseF x = clustered(6000, 30, 12, seed);
@@ -160,6 +160,22 @@ TEST(Knn, IvfRecallAtLeast97PercentAndThreadIndependent) {
     const Knn part = knn_ivf(Context::cpu(2), x, 15, metric, opt, 1000, 2500);
     ASSERT_EQ(part.n, 1500);
     EXPECT_TRUE(std::equal(part.indices.begin(), part.indices.end(), a.indices.begin() + 1000 * 15));
+  }
+  // Both list scans (the fused AVX2/FMA tiles where the CPU has them, sgemm and a scan otherwise):
+  // the same rules, float32 scores rounded differently, so the same neighbours but where two
+  // candidates' float32 scores cross at the margin of the re-ranked candidates.
+  {
+    IvfCpuOptions blas = opt;
+    blas.blas_scan = true;
+    const Knn f = knn_ivf(Context::cpu(2), x, 15, KnnMetric::euclidean, opt);
+    const Knn g = knn_ivf(Context::cpu(2), x, 15, KnnMetric::euclidean, blas);
+    const Knn exact = knn_exact(Context::cpu(2), x, 15, KnnMetric::euclidean);
+    EXPECT_GE(recall(g, exact), 0.97);
+    int64_t same = 0;
+    for (size_t e = 0; e < f.indices.size(); ++e) same += f.indices[e] == g.indices[e];
+    std::printf("ivf scans: %ld of %zu neighbour entries the same\n", static_cast<long>(same), f.indices.size());
+    EXPECT_GE(static_cast<double>(same), 0.999 * static_cast<double>(f.indices.size()));
+    EXPECT_EQ(knn_ivf(Context::cpu(3), x, 15, KnnMetric::euclidean, blas).indices, g.indices);
   }
   // Every list probed: exact.
   IvfCpuOptions all = opt;
