@@ -109,6 +109,14 @@ bool fused_scan_available() {
 }
 
 #if defined(__x86_64__) || defined(__i386__)
+// lo += x[0] * y0, hi += x[0] * y1 (one query's column against a tile's 16 rows), inlined into scan_tiles.
+__attribute__((target("avx2,fma"), always_inline)) inline void fma_row(const float* x, __m256 y0, __m256 y1, __m256& lo,
+                                                                      __m256& hi) {
+  const __m256 b = _mm256_broadcast_ss(x);
+  lo = _mm256_fmadd_ps(b, y0, lo);
+  hi = _mm256_fmadd_ps(b, y1, hi);
+}
+
 // Scores of six queries (rows q[0..5], d floats each) against the tiles [t0, t1), ||y||^2 - 2 x.y, each
 // dot product accumulated over the columns in order by one FMA chain per lane (the same bits for any
 // thread count), kept in registers: a query's heap sees only the scores at or below its current worst,
@@ -125,26 +133,12 @@ __attribute__((target("avx2,fma"))) void scan_tiles(const float* const* q, int64
            a40 = a00, a41 = a00, a50 = a00, a51 = a00;
     for (int64_t j = 0; j < d; ++j) {
       const __m256 y0 = _mm256_loadu_ps(y + j * 16), y1 = _mm256_loadu_ps(y + j * 16 + 8);
-      const __m256 x0 = _mm256_broadcast_ss(q[0] + j);
-      a00 = _mm256_fmadd_ps(x0, y0, a00);
-      a01 = _mm256_fmadd_ps(x0, y1, a01);
-      {
-        const __m256 x1 = _mm256_broadcast_ss(q[1] + j);
-        a10 = _mm256_fmadd_ps(x1, y0, a10);
-        a11 = _mm256_fmadd_ps(x1, y1, a11);
-        const __m256 x2 = _mm256_broadcast_ss(q[2] + j);
-        a20 = _mm256_fmadd_ps(x2, y0, a20);
-        a21 = _mm256_fmadd_ps(x2, y1, a21);
-        const __m256 x3 = _mm256_broadcast_ss(q[3] + j);
-        a30 = _mm256_fmadd_ps(x3, y0, a30);
-        a31 = _mm256_fmadd_ps(x3, y1, a31);
-        const __m256 x4 = _mm256_broadcast_ss(q[4] + j);
-        a40 = _mm256_fmadd_ps(x4, y0, a40);
-        a41 = _mm256_fmadd_ps(x4, y1, a41);
-        const __m256 x5 = _mm256_broadcast_ss(q[5] + j);
-        a50 = _mm256_fmadd_ps(x5, y0, a50);
-        a51 = _mm256_fmadd_ps(x5, y1, a51);
-      }
+      fma_row(q[0] + j, y0, y1, a00, a01);
+      fma_row(q[1] + j, y0, y1, a10, a11);
+      fma_row(q[2] + j, y0, y1, a20, a21);
+      fma_row(q[3] + j, y0, y1, a30, a31);
+      fma_row(q[4] + j, y0, y1, a40, a41);
+      fma_row(q[5] + j, y0, y1, a50, a51);
     }
     const __m256 a[6][2] = {{a00, a01}, {a10, a11}, {a20, a21}, {a30, a31}, {a40, a41}, {a50, a51}};
     const __m256 s0 = _mm256_loadu_ps(T.sq.data() + t * 16), s1 = _mm256_loadu_ps(T.sq.data() + t * 16 + 8);
