@@ -73,6 +73,13 @@ void scores(const float* a, int64_t na, const float* b, int64_t nb, const float*
   }
 }
 
+// Squared norm of d floats, summed in float64 in column order, rounded to float32.
+float squared_norm(const float* y, int64_t d) {
+  double s = 0;
+  for (int64_t j = 0; j < d; ++j) s += static_cast<double>(y[j]) * y[j];
+  return static_cast<float>(s);
+}
+
 // Index of the smallest score of each row of a (na x nb) block (first one on ties).
 // The row's minimum first (a vectorised reduction: min is exact in any order), then its first index.
 void argmin_rows(const float* s, int64_t na, int64_t nb, int32_t* out) {
@@ -90,7 +97,6 @@ void argmin_rows(const float* s, int64_t na, int64_t nb, int32_t* out) {
 // major (v[(t * d + j) * 16 + r] is row r's column j), their float32 squared norms (padding: +inf) and
 // cell indices (padding: -1); list c's tiles are [off[c], off[c + 1]).
 struct Tiles {
-  int64_t d = 0;
   std::vector<float> v, sq;
   std::vector<int32_t> id;
   std::vector<int64_t> off;
@@ -167,7 +173,6 @@ __attribute__((target("avx2,fma"))) void scan_tiles(const float* const* q, int64
 Tiles make_tiles(const DenseF& Y, const std::vector<int32_t>& order, const std::vector<int64_t>& off, int64_t n_lists) {
   const int64_t d = Y.n_cols;
   Tiles T;
-  T.d = d;
   T.off.assign(static_cast<size_t>(n_lists + 1), 0);
   for (int64_t c = 0; c < n_lists; ++c) T.off[c + 1] = T.off[c] + (off[c + 1] - off[c] + 15) / 16;
   const int64_t nt = T.off[n_lists];
@@ -178,12 +183,8 @@ Tiles make_tiles(const DenseF& Y, const std::vector<int32_t>& order, const std::
     for (int64_t p = off[c]; p < off[c + 1]; ++p) {
       const int64_t t = T.off[c] + (p - off[c]) / 16, r = (p - off[c]) % 16;
       const float* y = Y.row(order[p]);
-      double s = 0;
-      for (int64_t j = 0; j < d; ++j) {
-        T.v[(t * d + j) * 16 + r] = y[j];
-        s += static_cast<double>(y[j]) * y[j];
-      }
-      T.sq[t * 16 + r] = static_cast<float>(s);
+      for (int64_t j = 0; j < d; ++j) T.v[(t * d + j) * 16 + r] = y[j];
+      T.sq[t * 16 + r] = squared_norm(y, d);
       T.id[t * 16 + r] = order[p];
     }
   return T;
@@ -194,12 +195,8 @@ struct Centroids {
   std::vector<float> c;   // m x d
   std::vector<float> sq;  // m: squared norms
   void update_norms() {
-    sq.assign(static_cast<size_t>(m), 0.f);
-    for (int64_t i = 0; i < m; ++i) {
-      double s = 0;
-      for (int64_t j = 0; j < d; ++j) s += static_cast<double>(c[i * d + j]) * c[i * d + j];
-      sq[i] = static_cast<float>(s);
-    }
+    sq.resize(static_cast<size_t>(m));
+    for (int64_t i = 0; i < m; ++i) sq[i] = squared_norm(c.data() + i * d, d);
   }
 };
 
@@ -334,21 +331,23 @@ Knn knn_ivf(const Context& ctx, const DenseF& X, int64_t k, KnnMetric metric, co
   const bool fused = !opt.blas_scan && fused_scan_available();
   Tiles tiles;
   if (fused) tiles = make_tiles(Y, order, off, n_lists);
-  DenseF Yp(fused ? 0 : n, d);
-  std::vector<float> sqp(static_cast<size_t>(fused ? 0 : n));
-  for (int64_t p = 0; p < (fused ? 0 : n); ++p) {
-    const float* y = Y.row(order[p]);
-    std::copy_n(y, d, Yp.row(p));
-    double s = 0;
-    for (int64_t j = 0; j < d; ++j) s += static_cast<double>(y[j]) * y[j];
-    sqp[p] = static_cast<float>(s);
+  DenseF Yp;
+  std::vector<float> sqp;
+  if (!fused) {
+    Yp = DenseF(n, d);
+    sqp.resize(static_cast<size_t>(n));
+    for (int64_t p = 0; p < n; ++p) {
+      std::copy_n(Y.row(order[p]), d, Yp.row(p));
+      sqp[p] = squared_norm(Yp.row(p), d);
+    }
   }
 
   // Queries in chunks of kQueryChunk cells in list order (cut from all cells, so the same chunks for
   // any query range). A chunk finds each query's n_probes nearest centroids, then inverts them: for
   // every list some of its queries probe, groups of up to kQueryBlock of those queries against the
-  // list's rows (scan_tiles, or one sgemm and scan_row). Lists are taken nearest first (by their best rank among the chunk's
-  // queries), so the heaps hold close candidates early and later scores mostly fail the pre-check.
+  // list's rows (scan_tiles, or one sgemm and scan_row). Lists are taken nearest first (by their best
+  // rank among the chunk's queries), so the heaps hold close candidates early and later scores mostly
+  // fail the pre-check.
   const int64_t want = k - 1;
   const int64_t n_cand = std::min(n - 1, want + std::max(kMinMargin, want));
   const int64_t P = n_probes;
