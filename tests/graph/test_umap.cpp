@@ -98,21 +98,34 @@ TEST(Umap, BatchedEpochsAsGoodAsSequentialAndThreadIndependent) {
   }
   const Context ctx2 = Context::cpu(2);
   const NeighborsResult nb = neighbors(ctx2, x, NeighborsOptions{});
+  // Three start layouts (random_state seed, seed + 1, seed + 2), each laid out both ways; the means
+  // compared. One layout's gap scatters (sd ~0.004 around a mean ~0.013 on preservation: one in ~25
+  // fresh seeds passed 0.02 by chance); the mean of three scatters ~1.7x less.
+  constexpr int kLayouts = 3;
   UmapOptions o;
-  o.random_state = seed;
-  const UmapResult b = umap(ctx2, nb.connectivities, o);
-  o.sgd = "sequential";
-  const UmapResult q = umap(ctx2, nb.connectivities, o);
-  const double pb = test::knn_preservation(ctx2, x, b.embedding, 15);
-  const double pq = test::knn_preservation(ctx2, x, q.embedding, 15);
-  const double ab = test::knn_accuracy(ctx2, b.embedding, labels, 15);
-  const double aq = test::knn_accuracy(ctx2, q.embedding, labels, 15);
-  std::printf("umap %lld cells: 15-NN preservation batched %.4f sequential %.4f; accuracy batched %.4f sequential %.4f\n",
-              static_cast<long long>(n), pb, pq, ab, aq);
-  // Measured (seeds 11-13 and fresh ones, random init: these blobs give a disconnected graph):
-  // preservation 0.006-0.017 and cluster accuracy 0.008-0.021 below the sequential order.
+  UmapResult b;
+  double pb = 0, pq = 0, ab = 0, aq = 0;
+  for (int r = 0; r < kLayouts; ++r) {
+    o.random_state = seed + static_cast<uint64_t>(r);
+    o.sgd = "batched";
+    UmapResult br = umap(ctx2, nb.connectivities, o);
+    o.sgd = "sequential";
+    const UmapResult q = umap(ctx2, nb.connectivities, o);
+    const double pb_r = test::knn_preservation(ctx2, x, br.embedding, 15);
+    const double pq_r = test::knn_preservation(ctx2, x, q.embedding, 15);
+    const double ab_r = test::knn_accuracy(ctx2, br.embedding, labels, 15);
+    const double aq_r = test::knn_accuracy(ctx2, q.embedding, labels, 15);
+    std::printf("umap %lld cells, layout %d: 15-NN preservation batched %.4f sequential %.4f; accuracy batched %.4f sequential %.4f\n",
+                static_cast<long long>(n), r, pb_r, pq_r, ab_r, aq_r);
+    pb += pb_r / kLayouts, pq += pq_r / kLayouts, ab += ab_r / kLayouts, aq += aq_r / kLayouts;
+    if (r == 0) b = std::move(br);
+  }
+  std::printf("means: preservation batched %.4f sequential %.4f; accuracy batched %.4f sequential %.4f\n", pb, pq, ab, aq);
+  // Measured (fresh seeds, one layout each, random init: these blobs give a disconnected graph):
+  // preservation 0.007-0.021 and cluster accuracy 0.008-0.026 below the sequential order.
   EXPECT_GE(pb, pq - 0.02);
   EXPECT_GE(ab, aq - 0.03);
+  o.random_state = seed;
   o.sgd = "batched";
   const UmapResult b1 = umap(Context::cpu(1), nb.connectivities, o);
   EXPECT_EQ(b1.embedding.data, b.embedding.data);  // any thread count: the same bits
