@@ -8,6 +8,11 @@ set -eu
 cd "$(dirname "$0")/../.."
 B=${BUILD:-build}
 mkdir -p .gpu /tmp/gpu_package
+# The core library must come from the tree the device compiles the extension from (run.sh builds it
+# there from the carried sources): a stale build/ made the extension and the library disagree on the
+# Options structs' layout (bench/RESULTS.md section 66; the extension now refuses to load then).
+cmake --build $B
+git rev-parse HEAD > .gpu/core_commit
 LIBS=$(awk '/^build python\/scurry\/_scurry/{f=1} f&&/LINK_LIBRARIES/{print; exit}' $B/build.ninja | sed 's/.*LINK_LIBRARIES = //' |
        tr -s ' ' '\n' | grep -v "^libscurry_.*\.a$\|^-Wl,-rpath\|cudadevrt\|cudart_static" | tr '\n' ' ')
 (cd $B && g++ -shared -o /tmp/gpu_package/libscurry_py_core.so -Wl,--whole-archive libscurry_algo.a libscurry_io.a \

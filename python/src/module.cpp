@@ -30,6 +30,7 @@
 #include "graph/leiden.hpp"
 #include "graph/neighbors.hpp"
 #include "graph/umap.hpp"
+#include "tl/options_layout.hpp"
 #include "io/h5ad.hpp"
 #include "io/tenx.hpp"
 #include "io/zarr.hpp"
@@ -368,6 +369,12 @@ void bind_io(py::module_& m) {
 PYBIND11_MODULE(_scurry, m) {
   m.doc() = "scurry's C++ core: Dataset, the steps' Options and entry points, the readers";
   m.attr("__version__") = SCURRY_VERSION;
+  // The extension and the core libraries must agree on the structs they pass (tl/options_layout.hpp):
+  // an extension built against a core library of other headers is refused here, not left to crash.
+  if (options_layout_here() != options_layout_of_library())
+    throw py::import_error(
+        "scurry: this extension was compiled against other headers than its core library (the layout of "
+        "the steps' Options differs); rebuild the two from the same source tree");
   // The CLI's rule, before any BLAS call of the package: OpenBLAS's generic SSE3 kernels switched to
   // the CPU's own (exec/blas_core.hpp), so the package and the CLI run the same kernels.
   use_fast_blas_core();

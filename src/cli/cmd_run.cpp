@@ -215,13 +215,15 @@ void run_ranks(const GlobalOptions& g, const RunOptions& o) {
                     init = to_dense_f(it->second);
                     init_ptr = &init;
                   }
+                  // (uns read here, before leiden writes it on this thread; the function reads obsm only)
+                  const RepresentationFn rep = umap_representation(d, o.umap.neighbors_key);
                   UmapResult res;
                   std::exception_ptr umap_err;
                   double umap_s = 0;
                   std::thread th([&] {
                     try {
                       const auto t0 = std::chrono::steady_clock::now();
-                      res = umap_gpu(*side, graph, o.umap, init_ptr);
+                      res = umap_gpu(*side, graph, o.umap, init_ptr, rep);
                       umap_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
                     } catch (...) {
                       umap_err = std::current_exception();

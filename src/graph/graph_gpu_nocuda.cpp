@@ -12,7 +12,9 @@ namespace {
 }  // namespace
 
 UmapResult umap_gpu(const Context&, const CsrF&, const DenseF&, const UmapOptions&) { no_cuda("umap (gpu)"); }
-UmapResult umap_gpu(const Context&, const CsrF&, const UmapOptions&, const DenseF*) { no_cuda("umap (gpu)"); }
+UmapResult umap_gpu(const Context&, const CsrF&, const UmapOptions&, const DenseF*, const RepresentationFn&) {
+  no_cuda("umap (gpu)");
+}
 LeidenResult leiden_gpu(const Context&, const CsrF&, const LeidenOptions&) { no_cuda("leiden (gpu)"); }
 LeidenResult leiden_gpus(const std::vector<Context*>&, const CsrF&, const LeidenOptions&) { no_cuda("leiden (gpu)"); }
 std::unique_ptr<spectral::BlockOps> spectral::device_block_ops(const Context&, const CsrF&, const std::vector<double>&,

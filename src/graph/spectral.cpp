@@ -5,7 +5,9 @@
 #include <thread>
 #include <chrono>
 #include <cmath>
+#include <exception>
 #include <limits>
+#include <random>
 #include <utility>
 #include <vector>
 
@@ -418,6 +420,158 @@ std::optional<DenseD> spectral_layout(const Context& ctx, const CsrF& graph, con
                            " sweeps, residual ", st.residual, st.converged ? "" : " (not converged: the layout is still used)",
                            ", ", st.seconds, " s"));
   if (stats) *stats = st;
+  return out;
+}
+
+DenseD component_layout(const DenseF& x, const std::vector<int32_t>& labels, int64_t nc, int64_t dim) {
+  if (x.n_rows != static_cast<int64_t>(labels.size()) || nc <= dim)
+    fail("component_layout: ", x.n_rows, " rows, ", labels.size(), " labels, ", nc, " components for ", dim, " dimensions");
+  const int64_t n = x.n_rows, d = x.n_cols;
+  DenseD cen(nc, d);
+  std::vector<double> cnt(static_cast<size_t>(nc), 0.0);
+  for (int64_t i = 0; i < n; ++i) {
+    const int32_t c = labels[i];
+    cnt[c] += 1.0;
+    for (int64_t j = 0; j < d; ++j) cen(c, j) += x(i, j);
+  }
+  for (int64_t c = 0; c < nc; ++c)
+    for (int64_t j = 0; j < d; ++j) cen(c, j) /= cnt[c];
+  // A (diagonal ignored), the degrees, N = D^-1/2 A D^-1/2 (an isolated component: degree taken as 1,
+  // its row of N zero, as scipy's laplacian and sklearn's diagonal of 1 leave it).
+  DenseD a(nc, nc);
+  std::vector<double> w(static_cast<size_t>(nc), 0.0);
+  for (int64_t p = 0; p < nc; ++p)
+    for (int64_t q = 0; q < nc; ++q) {
+      if (p == q) continue;
+      double d2 = 0;
+      for (int64_t j = 0; j < d; ++j) {
+        const double t = cen(p, j) - cen(q, j);
+        d2 += t * t;
+      }
+      a(p, q) = std::exp(-d2);
+      w[p] += a(p, q);
+    }
+  for (double& v : w) v = v > 0 ? std::sqrt(v) : 1.0;
+  for (int64_t p = 0; p < nc; ++p)
+    for (int64_t q = 0; q < nc; ++q) a(p, q) /= w[p] * w[q];
+  const int64_t k = dim + 1;
+  const linalg::SymEigen e = linalg::eigh_top(a, k);  // descending: sklearn's order after its reversal
+  DenseD out(nc, dim);
+  for (int64_t v = 1; v < k; ++v) {
+    // embedding / dd, then the sign that makes the largest |entry| positive (sklearn's
+    // _deterministic_vector_sign_flip, on the divided vector).
+    std::vector<double> col(static_cast<size_t>(nc));
+    int64_t arg = 0;
+    for (int64_t p = 0; p < nc; ++p) {
+      col[p] = e.vectors(p, v) / w[p];
+      if (std::fabs(col[p]) > std::fabs(col[arg])) arg = p;
+    }
+    const double sign = col[arg] < 0 ? -1.0 : 1.0;
+    for (int64_t p = 0; p < nc; ++p) out(p, v - 1) = sign * col[p];
+  }
+  double mx = -std::numeric_limits<double>::infinity(), mabs = 0;
+  for (double v : out.data) mx = std::max(mx, v), mabs = std::max(mabs, std::fabs(v));
+  const double scale = mx > 0 ? mx : mabs;  // (umap divides by the maximum; guarded where it is not positive)
+  if (scale > 0)
+    for (double& v : out.data) v /= scale;
+  return out;
+}
+
+DenseD multi_component_layout(const Context& ctx, const CsrF& graph, const std::vector<int32_t>& labels,
+                              int64_t nc, const SpectralOptions& opt, const std::function<DenseF()>& data) {
+  const int64_t n = graph.n_rows, dim = opt.dim;
+  if (static_cast<int64_t>(labels.size()) != n || nc < 1)
+    fail("multi_component_layout: ", labels.size(), " labels for ", n, " nodes, ", nc, " components");
+  std::mt19937_64 rng(opt.random_state ^ 0x6d756c7469636f6dULL);
+  auto uniform = [&](double lo, double hi) {
+    return lo + (hi - lo) * ((static_cast<double>(rng() >> 11) + 0.5) * 0x1.0p-53);
+  };
+  // The meta layout: one point per component.
+  constexpr int64_t kMaxDenseComponents = 4000;  // the dense eigen-solve's bound (nc^2 doubles)
+  DenseD meta(nc, dim);
+  if (nc > 2 * dim) {
+    bool placed = false;
+    if (data && nc <= kMaxDenseComponents) {
+      DenseF x;
+      try {
+        x = data();
+      } catch (const std::exception& e) {  // (no representation to place them by: at random, as umap without data)
+        log::info(detail::concat("umap: the components' layout points drawn at random (", e.what(), ")"));
+      }
+      if (x.n_rows == n && x.n_cols > 0) {
+        meta = component_layout(x, labels, nc, dim);
+        placed = true;
+      }
+    }
+    if (!placed) {
+      if (nc > kMaxDenseComponents)
+        log::info(detail::concat("umap: ", nc, " components; their layout points drawn at random"));
+      for (double& v : meta.data) v = uniform(0.0, 10.0);
+    }
+  } else {
+    const int64_t k = (nc + 1) / 2;
+    for (int64_t c = 0; c < nc; ++c) meta(c, c < k ? c : c - k) = c < k ? 1.0 : -1.0;
+  }
+  // Each component's half-distance to the nearest other point.
+  std::vector<double> range(static_cast<size_t>(nc), 1.0);
+  for (int64_t p = 0; p < nc; ++p) {
+    double best = std::numeric_limits<double>::infinity();
+    for (int64_t q = 0; q < nc; ++q) {
+      double d2 = 0;
+      for (int64_t j = 0; j < dim; ++j) {
+        const double t = meta(p, j) - meta(q, j);
+        d2 += t * t;
+      }
+      if (d2 > 0) best = std::min(best, std::sqrt(d2));
+    }
+    if (std::isfinite(best)) range[p] = best / 2.0;
+  }
+  // The members of each component (ascending), their local numbers, and each component's layout.
+  std::vector<int64_t> off(static_cast<size_t>(nc + 1), 0);
+  for (int64_t i = 0; i < n; ++i) ++off[labels[i] + 1];
+  for (int64_t c = 0; c < nc; ++c) off[c + 1] += off[c];
+  std::vector<int32_t> members(static_cast<size_t>(n)), local(static_cast<size_t>(n));
+  {
+    std::vector<int64_t> pos(off.begin(), off.end() - 1);
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t q = pos[labels[i]]++;
+      members[q] = static_cast<int32_t>(i);
+      local[i] = static_cast<int32_t>(q - off[labels[i]]);
+    }
+  }
+  DenseD out(n, dim);
+  // The dense eigen-solve (O(m^3)) only for small components: many components of a few thousand
+  // cells each would otherwise cost seconds apiece (the iterative solver above: ~linear in m).
+  SpectralOptions so = opt;
+  so.dense_max_nodes = std::min<int64_t>(opt.dense_max_nodes, 256);
+  for (int64_t c = 0; c < nc; ++c) {
+    const int64_t m = off[c + 1] - off[c];
+    const int32_t* mem = members.data() + off[c];
+    std::optional<DenseD> emb;
+    if (m >= 2 * dim && m > dim + 1) {
+      CsrF sub = CsrF::zeros(m, m);
+      for (int64_t a = 0; a < m; ++a) {
+        const int32_t i = mem[a];
+        for (int64_t p = graph.indptr[i]; p < graph.indptr[i + 1]; ++p) {
+          if (labels[graph.indices[p]] != c) continue;  // (none: a component's edges stay inside it)
+          sub.indices.push_back(local[graph.indices[p]]);
+          sub.data.push_back(graph.data[p]);
+        }
+        sub.indptr[a + 1] = static_cast<int64_t>(sub.indices.size());
+      }
+      emb = spectral_layout(ctx, sub, so);
+    }
+    if (emb) {
+      double mabs = 0;
+      for (double v : emb->data) mabs = std::max(mabs, std::fabs(v));
+      const double expansion = mabs > 0 ? range[c] / mabs : 0.0;
+      for (int64_t a = 0; a < m; ++a)
+        for (int64_t j = 0; j < dim; ++j) out(mem[a], j) = (*emb)(a, j) * expansion + meta(c, j);
+    } else {
+      for (int64_t a = 0; a < m; ++a)
+        for (int64_t j = 0; j < dim; ++j) out(mem[a], j) = uniform(-range[c], range[c]) + meta(c, j);
+    }
+  }
   return out;
 }
 

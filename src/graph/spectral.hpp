@@ -14,7 +14,9 @@
 //   both sum in a fixed order (identical results for any thread count, and run to run on the GPU).
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <optional>
+#include <vector>
 
 #include "core/matrix.hpp"
 #include "exec/context.hpp"
@@ -57,9 +59,29 @@ int64_t connected_components_above(const CsrF& graph, float min_weight, std::vec
                                    int threads = 0);
 
 // n x dim (columns in order of increasing Laplacian eigenvalue, unit norm, arbitrary sign), or
-// nullopt when the graph is not connected or a node has no edges (umap then lays out components
-// separately; callers here fall back to a random layout).
+// nullopt when the graph is not connected or a node has no edges (umap then lays out the components
+// separately: multi_component_layout below).
 std::optional<DenseD> spectral_layout(const Context& ctx, const CsrF& graph, const SpectralOptions& opt = {},
                                       SpectralStats* stats = nullptr);
+
+// umap-learn 0.5's multi_component_layout, the spectral start of a graph of several components
+// (labels, n_components: connected_components' numbering). Each component is laid out around its
+// point of a meta layout: with at most 2 dim components the points +-e_1, ..., +-e_k (k = half the
+// components, rounded up; e_1, e_2, ..., then -e_1, ...); with more, umap's component_layout: the
+// components' centroids in `data` (the representation the graph was built from: asked for only
+// then), affinities exp(-d^2) between them, and their spectral embedding as sklearn's
+// SpectralEmbedding makes it (the top dim + 1 eigenvectors of D^-1/2 A D^-1/2 with A's diagonal
+// ignored, over sqrt(degree), each vector's largest entry positive, the first dropped), divided by
+// its largest entry; without data (an empty function) the points are uniform in [0, 10)^dim. A
+// component gets its own spectral layout (spectral_layout on its subgraph) scaled to half the
+// distance from its point to the nearest other point, or, below 2 dim nodes (or at most dim + 1),
+// uniform values in that range. Seeded by opt.random_state.
+// umap's component_layout (euclidean): the components' centroids in x (labels in [0, nc)), affinities
+// exp(-d^2), sklearn's SpectralEmbedding of them (see above), divided by its largest entry. nc x dim,
+// nc > dim.
+DenseD component_layout(const DenseF& x, const std::vector<int32_t>& labels, int64_t nc, int64_t dim);
+DenseD multi_component_layout(const Context& ctx, const CsrF& graph, const std::vector<int32_t>& labels,
+                              int64_t n_components, const SpectralOptions& opt,
+                              const std::function<DenseF()>& data = {});
 
 }  // namespace scurry

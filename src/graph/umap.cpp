@@ -21,6 +21,7 @@
 #include "core/memory.hpp"
 #include "core/log.hpp"
 #include "exec/parallel.hpp"
+#include "graph/neighbors.hpp"
 #include "graph/spectral.hpp"
 #include "graph/spectral_rng.hpp"
 #include "graph/umap_sgd.hpp"
@@ -691,7 +692,8 @@ CsrF prune_graph(const Context& ctx, const CsrF& graph, float threshold) {
   return g;
 }
 
-UmapResult umap(const Context& ctx, const CsrF& graph, const UmapOptions& opt, const DenseF* init) {
+UmapResult umap(const Context& ctx, const CsrF& graph, const UmapOptions& opt, const DenseF* init,
+                const RepresentationFn& rep) {
   const auto t_start = std::chrono::steady_clock::now();
   const int64_t n = graph.n_rows, dim = opt.n_components;
   if (graph.n_cols != n)
@@ -746,7 +748,19 @@ UmapResult umap(const Context& ctx, const CsrF& graph, const UmapOptions& opt, c
       so.random_state = opt.random_state;
       spec = spectral_layout(ctx, g, so);
       umap_mark("spectral layout");
-      if (!spec) log::info("umap: the graph is not connected; random initialisation instead of spectral");
+      if (!spec) {
+        // Several components: each laid out on its own around a point of a meta layout (umap-learn's
+        // spectral_layout then does the same).
+        std::vector<int32_t> labels;
+        const int64_t nc = connected_components(g, &labels, ctx.threads());
+        if (nc > 1) {
+          log::info(detail::concat("umap: the graph has ", nc, " components; each laid out on its own (umap's multi-component layout)"));
+          spec = multi_component_layout(ctx, g, labels, nc, so, rep);
+          umap_mark("multi-component layout");
+        } else {
+          log::info("umap: no spectral layout for this graph; random initialisation instead");
+        }
+      }
     }
     if (spec) {
       // On the threads, in fixed pieces: the largest |x| (a maximum: exact in any order), then the
@@ -924,11 +938,31 @@ UmapResult umap(const Context& ctx, Dataset& d, const UmapOptions& opt) {
     init_ptr = &init;
   }
   const bool gpu = ctx.backend() == Backend::cuda;  // the layout's epochs on the GPU
-  UmapResult res = gpu ? umap_gpu(ctx, g, opt, init_ptr) : umap(ctx, g, opt, init_ptr);
+  const RepresentationFn rep = umap_representation(d, opt.neighbors_key);
+  UmapResult res = gpu ? umap_gpu(ctx, g, opt, init_ptr, rep) : umap(ctx, g, opt, init_ptr, rep);
   write_umap(d, res, opt);
   log::info(detail::concat(gpu ? "umap (gpu): " : "umap: ", g.n_rows, " cells, ", res.n_epochs, " epochs, a = ", res.a, ", b = ", res.b,
                            ", ", res.init, " initialisation (", res.init_seconds, " s), epochs ", res.epochs_seconds, " s"));
   return res;
+}
+
+RepresentationFn umap_representation(const Dataset& d, const std::string& neighbors_key) {
+  std::string use_rep;
+  std::optional<int64_t> n_pcs;
+  auto u = d.uns.find(neighbors_key);
+  if (u != d.uns.end() && u->second.is_dict()) {
+    auto p = u->second.dict().find("params");
+    if (p != u->second.dict().end() && p->second.is_dict()) {
+      const Dict& params = p->second.dict();
+      if (auto r = params.find("use_rep"); r != params.end() && std::holds_alternative<std::string>(r->second.v))
+        use_rep = std::get<std::string>(r->second.v);
+      if (auto c = params.find("n_pcs"); c != params.end()) {
+        if (std::holds_alternative<int64_t>(c->second.v)) n_pcs = std::get<int64_t>(c->second.v);
+        else if (std::holds_alternative<double>(c->second.v)) n_pcs = static_cast<int64_t>(std::get<double>(c->second.v));
+      }
+    }
+  }
+  return [&d, use_rep, n_pcs] { return choose_representation(d, use_rep, n_pcs); };
 }
 
 void write_umap(Dataset& d, const UmapResult& res, const UmapOptions&) {

@@ -22,6 +22,7 @@
 // component spectrally and places the components by their centroids' spectral embedding).
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 
@@ -96,9 +97,18 @@ void umap_batched_epochs(const Context& ctx, const CsrF& g, const UmapOptions& o
 // a = b = 1, as scipy's curve_fit).
 std::pair<double, double> find_ab_params(double spread, double min_dist);
 
+// The representation a graph was built from (cells x dims), asked for only when a spectral start
+// meets more than 2 n_components components (spectral.hpp multi_component_layout); empty: none.
+using RepresentationFn = std::function<DenseF()>;
+
 // Low level: layout of a symmetric weighted graph (n x n CSR; obsp['connectivities']).
 // `init`: initial positions (n x n_components) used when init_pos is neither spectral nor random.
-UmapResult umap(const Context& ctx, const CsrF& graph, const UmapOptions& opt, const DenseF* init = nullptr);
+// A spectral start on a graph of several components is umap-learn's multi-component layout.
+UmapResult umap(const Context& ctx, const CsrF& graph, const UmapOptions& opt, const DenseF* init = nullptr,
+                const RepresentationFn& rep = {});
+// The representation scanpy's umap hands umap-learn: _choose_representation with the use_rep and
+// n_pcs of uns[neighbors_key]['params']; read when called (d must outlive it).
+RepresentationFn umap_representation(const Dataset& d, const std::string& neighbors_key);
 // Dataset level: reads obsp[connectivities_key of uns[neighbors_key]] (InputError when missing:
 // run neighbors first); writes obsm['X_umap'] (float32) and uns['umap'] = {params: {a, b}}.
 UmapResult umap(const Context& ctx, Dataset& d, const UmapOptions& opt);

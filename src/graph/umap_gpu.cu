@@ -444,10 +444,10 @@ double seconds_since(std::chrono::steady_clock::time_point t) {
 // The layout on the GPU. host_init: the start layout (n x dim, used as is: the CPU path's, or the
 // caller's); null: the spectral start made here on the device (umap.cpp's steps on the graph as it
 // prunes it: spectral::device_spectral_start, the noise and the scaling), or, when the pruned graph
-// is not connected, the CPU path's random start. known_wmax: the graph's largest weight when
-// already checked (negative: checked here).
+// is not connected, the CPU path's start (its multi-component layout, with rep). known_wmax: the
+// graph's largest weight when already checked (negative: checked here).
 UmapResult umap_gpu_layout(const Context& ctx, const CsrF& graph, const DenseF* host_init, const UmapOptions& opt,
-                           float known_wmax) {
+                           float known_wmax, const RepresentationFn& rep) {
   CudaResources* rp = ctx.cuda();
   if (!rp) fail_input(kWhere, "needs a GPU context; use --device gpu, or the CPU umap");
   CudaResources& r = *rp;
@@ -539,13 +539,11 @@ UmapResult umap_gpu_layout(const Context& ctx, const CsrF& graph, const DenseF* 
       res.init = "spectral";
       umap_mark("gpu: noise and scaling");
     } else {
-      log::info("umap: the graph is not connected; random initialisation instead of spectral");
       UmapOptions ro = opt;
-      ro.maxiter = 0;
-      ro.init_pos = "random";  // the CPU path's random start, as a disconnected graph gets there
-      const UmapResult start = umap(ctx, graph, ro);
+      ro.maxiter = 0;  // the CPU path's start, as a disconnected graph gets there (its multi-component layout)
+      const UmapResult start = umap(ctx, graph, ro, nullptr, rep);
       upload_start(start.embedding);
-      res.init = "random";
+      res.init = start.init;
     }
     res.init_seconds = seconds_since(t0);
   }
@@ -607,24 +605,25 @@ UmapResult umap_gpu_layout(const Context& ctx, const CsrF& graph, const DenseF* 
 }  // namespace
 
 UmapResult umap_gpu(const Context& ctx, const CsrF& graph, const DenseF& init, const UmapOptions& opt) {
-  return umap_gpu_layout(ctx, graph, &init, opt, -1.0f);
+  return umap_gpu_layout(ctx, graph, &init, opt, -1.0f, {});
 }
 
-UmapResult umap_gpu(const Context& ctx, const CsrF& graph, const UmapOptions& opt, const DenseF* init) {
+UmapResult umap_gpu(const Context& ctx, const CsrF& graph, const UmapOptions& opt, const DenseF* init,
+                    const RepresentationFn& rep) {
   if (!ctx.cuda()) fail_input(kWhere, "needs a GPU context; use --device gpu, or the CPU umap");
   // The spectral start on the device above the dense solver's size (spectral.hpp); the others (random,
   // given, a small graph's exact eigenvectors) on the host by the CPU path with no epochs:
   // validation, a, b, pruning and the initial layout (scaled to [0, 10]).
   if (opt.init_pos == "spectral" && graph.n_rows > SpectralOptions{}.dense_max_nodes && !host_start_forced()) {
-    return umap_gpu_layout(ctx, graph, nullptr, opt, -1.0f);
+    return umap_gpu_layout(ctx, graph, nullptr, opt, -1.0f, rep);
   }
   UmapOptions start_opt = opt;
   start_opt.maxiter = 0;
-  const UmapResult start = umap(ctx, graph, start_opt, init);
+  const UmapResult start = umap(ctx, graph, start_opt, init, rep);
   UmapOptions o = opt;
   o.a = start.a;
   o.b = start.b;
-  UmapResult res = umap_gpu_layout(ctx, graph, &start.embedding, o, start.max_weight);
+  UmapResult res = umap_gpu_layout(ctx, graph, &start.embedding, o, start.max_weight, {});
   res.init = start.init;
   res.init_seconds = start.init_seconds;
   return res;

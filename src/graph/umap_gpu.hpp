@@ -32,7 +32,9 @@ UmapResult umap_gpu(const Context& ctx, const CsrF& graph, const DenseF& init, c
 // above 3,000 cells; otherwise spectral, random or `init` on the host by the CPU path), then the
 // epochs on the GPU. (For a non-default maxiter the spectral layout is computed on the graph pruned
 // at max / default_epochs, not max / maxiter.)
-UmapResult umap_gpu(const Context& ctx, const CsrF& graph, const UmapOptions& opt, const DenseF* init = nullptr);
+// rep: as umap's (the representation, for a graph of several components).
+UmapResult umap_gpu(const Context& ctx, const CsrF& graph, const UmapOptions& opt, const DenseF* init = nullptr,
+                    const RepresentationFn& rep = {});
 
 // Dataset level: umap(ctx, d, opt) (umap.hpp) runs the epochs here when ctx is a CUDA context.
 

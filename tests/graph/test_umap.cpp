@@ -3,8 +3,11 @@
 // one.
 #include <algorithm>
 #include <cmath>
+#include <fstream>
 #include <random>
 #include <set>
+
+#include <nlohmann/json.hpp>
 
 #include "core/error.hpp"
 #include "exec/context.hpp"
@@ -232,8 +235,10 @@ TEST(Umap, LanesEqualVertexEpoch) {
   EXPECT_NE(ref.embedding.data, start.embedding.data);
 }
 
-TEST(Umap, DisconnectedGraphFallsBackToRandomInit) {
-  // Two separate cliques.
+TEST(Umap, DisconnectedGraphGetsTheMultiComponentLayout) {
+  // Two separate cliques: umap-learn's multi-component start puts component 0 around (1, 0) and
+  // component 1 around (-1, 0), each within half their distance: after the start's scaling every
+  // cell of the first lies right of every cell of the second.
   CsrF g = CsrF::zeros(40, 40);
   g.indptr.assign(1, 0);
   for (int i = 0; i < 40; ++i) {
@@ -245,10 +250,148 @@ TEST(Umap, DisconnectedGraphFallsBackToRandomInit) {
     g.indptr.push_back(static_cast<int64_t>(g.data.size()));
   }
   UmapOptions o;
-  o.maxiter = 50;
+  o.maxiter = 0;
   const UmapResult r = umap(Context::cpu(1), g, o);
-  EXPECT_EQ(r.init, "random");
-  for (float v : r.embedding.data) EXPECT_TRUE(std::isfinite(v));
+  EXPECT_EQ(r.init, "spectral");
+  float min0 = 1e30f, max1 = -1e30f;
+  for (int i = 0; i < 40; ++i) {
+    ASSERT_TRUE(std::isfinite(r.embedding(i, 0)) && std::isfinite(r.embedding(i, 1)));
+    if (i < 20) min0 = std::min(min0, r.embedding(i, 0));
+    else max1 = std::max(max1, r.embedding(i, 0));
+  }
+  EXPECT_GT(min0, max1 - 1e-3f);  // (the two can meet at x = 0 before the noise of 1e-4)
+  o.maxiter = 50;
+  const UmapResult e = umap(Context::cpu(2), g, o);
+  for (float v : e.embedding.data) EXPECT_TRUE(std::isfinite(v));
+  EXPECT_EQ(umap(Context::cpu(1), g, o).embedding.data, e.embedding.data);  // any thread count
+}
+
+TEST(Umap, ComponentLayoutAsUmapLearns) {
+  // umap-learn's component_layout (sklearn's SpectralEmbedding of exp(-d^2) between centroids, over
+  // its largest entry) on seeded centroids: tests/data/make_component_layout_ref.py.
+  std::ifstream f(test::test_data("golden/umap_component_layout.json"));
+  ASSERT_TRUE(f.good());
+  const nlohmann::json ref = nlohmann::json::parse(f);
+  for (const auto& c : ref.at("cases")) {
+    const int64_t dim = c.at("dim").get<int64_t>();
+    const auto& cen = c.at("centroids");
+    const int64_t nc = static_cast<int64_t>(cen.size()), d = static_cast<int64_t>(cen[0].size());
+    DenseF x(nc, d);
+    std::vector<int32_t> labels(static_cast<size_t>(nc));
+    for (int64_t i = 0; i < nc; ++i) {
+      labels[i] = static_cast<int32_t>(i);
+      for (int64_t j = 0; j < d; ++j) x(i, j) = cen[i][j].get<float>();
+    }
+    const DenseD got = component_layout(x, labels, nc, dim);
+    ASSERT_EQ(got.n_rows, nc);
+    ASSERT_EQ(got.n_cols, dim);
+    for (int64_t i = 0; i < nc; ++i)
+      for (int64_t j = 0; j < dim; ++j)
+        EXPECT_NEAR(got(i, j), c.at("embedding")[i][j].get<double>(), 2e-5) << nc << " components, row " << i << " col " << j;
+  }
+}
+
+TEST(Umap, MultiComponentLayoutPlacesEachComponentAroundItsPoint) {
+  // Six components (more than 2 dim): the meta layout from the centroids of the data (component_layout,
+  // checked above against umap-learn), each component with at least 2 dim cells laid out by its own
+  // spectral layout scaled to half the distance to the nearest other point, the smaller ones uniform
+  // in that range; then the same start through umap with the data, and without (random points).
+  const uint64_t seed = test::fresh_seed();
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<double> z(0.0, 1.0);
+  const std::vector<int64_t> sizes = {60, 45, 3, 30, 2, 25};
+  int64_t n = 0;
+  for (int64_t s : sizes) n += s;
+  const int64_t d = 6;
+  DenseF x(n, d);
+  std::vector<int32_t> truth(static_cast<size_t>(n));
+  std::vector<std::vector<std::pair<int32_t, float>>> rows(static_cast<size_t>(n));
+  int64_t first = 0;
+  for (size_t c = 0; c < sizes.size(); ++c) {
+    std::vector<double> centre(static_cast<size_t>(d));
+    for (double& v : centre) v = 0.8 * z(rng);
+    for (int64_t a = first; a < first + sizes[c]; ++a) {
+      truth[a] = static_cast<int32_t>(c);
+      for (int64_t j = 0; j < d; ++j) x(a, j) = static_cast<float>(centre[j] + 0.05 * z(rng));
+      // a ring inside the component plus random chords (connected), seeded weights
+      const int64_t b = first + (a - first + 1) % sizes[c];
+      if (b != a) {
+        const float w = static_cast<float>(0.2 + 0.8 * (rng() % 1000) / 1000.0);
+        rows[a].emplace_back(static_cast<int32_t>(b), w), rows[b].emplace_back(static_cast<int32_t>(a), w);
+      }
+      const int64_t e = first + static_cast<int64_t>(rng() % static_cast<uint64_t>(sizes[c]));
+      if (e != a && e != b) {
+        const float w = static_cast<float>(0.2 + 0.8 * (rng() % 1000) / 1000.0);
+        rows[a].emplace_back(static_cast<int32_t>(e), w), rows[e].emplace_back(static_cast<int32_t>(a), w);
+      }
+    }
+    first += sizes[c];
+  }
+  CsrF g = CsrF::zeros(n, n);
+  for (int64_t i = 0; i < n; ++i) {
+    auto& r = rows[i];
+    std::sort(r.begin(), r.end());
+    int32_t last = -1;
+    for (const auto& [j, w] : r)
+      if (j != last) g.indices.push_back(j), g.data.push_back(w), last = j;
+    g.indptr[i + 1] = static_cast<int64_t>(g.indices.size());
+  }
+  // (symmetric weights: the first weight drawn for a pair in either row)
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t p = g.indptr[i]; p < g.indptr[i + 1]; ++p) {
+      const int32_t j = g.indices[p];
+      for (int64_t q = g.indptr[j]; q < g.indptr[j + 1]; ++q)
+        if (g.indices[q] == i) g.data[q] = g.data[p] = std::min(g.data[p], g.data[q]);
+    }
+  std::vector<int32_t> labels;
+  const int64_t nc = connected_components(g, &labels, 2);
+  ASSERT_EQ(nc, 6);
+  for (int64_t i = 0; i < n; ++i) ASSERT_EQ(labels[i], truth[i]);  // (numbered by first node)
+  SpectralOptions so;
+  so.dim = 2;
+  so.random_state = seed;
+  const DenseD out = multi_component_layout(Context::cpu(2), g, labels, nc, so, [&] { return x; });
+  const DenseD meta = component_layout(x, labels, nc, 2);
+  first = 0;
+  for (int64_t c = 0; c < nc; ++c) {
+    double near = 1e300;
+    for (int64_t q = 0; q < nc; ++q) {
+      const double dd = std::hypot(meta(c, 0) - meta(q, 0), meta(c, 1) - meta(q, 1));
+      if (dd > 0) near = std::min(near, dd);
+    }
+    const double range = near / 2;
+    const int64_t m = sizes[c];
+    for (int64_t a = first; a < first + m; ++a)
+      for (int64_t j = 0; j < 2; ++j) {
+        EXPECT_LE(std::fabs(out(a, j) - meta(c, j)), range * (1 + 1e-12)) << "component " << c;
+      }
+    if (m >= 4) {  // its own spectral layout, scaled
+      CsrF sub = CsrF::zeros(m, m);
+      for (int64_t a = 0; a < m; ++a) {
+        for (int64_t p = g.indptr[first + a]; p < g.indptr[first + a + 1]; ++p)
+          sub.indices.push_back(static_cast<int32_t>(g.indices[p] - first)), sub.data.push_back(g.data[p]);
+        sub.indptr[a + 1] = static_cast<int64_t>(sub.indices.size());
+      }
+      const std::optional<DenseD> own = spectral_layout(Context::cpu(1), sub, so);
+      ASSERT_TRUE(own.has_value());
+      double mabs = 0;
+      for (double v : own->data) mabs = std::max(mabs, std::fabs(v));
+      for (int64_t a = 0; a < m; ++a)
+        for (int64_t j = 0; j < 2; ++j)
+          EXPECT_NEAR(out(first + a, j), (*own)(a, j) * (range / mabs) + meta(c, j), 1e-12) << "component " << c;
+    }
+    first += m;
+  }
+  // The same layout through umap's start (maxiter 0), any thread count; without data the points are random.
+  UmapOptions o;
+  o.maxiter = 0;
+  o.random_state = seed;
+  const UmapResult u = umap(Context::cpu(2), g, o, nullptr, [&] { return x; });
+  EXPECT_EQ(u.init, "spectral");
+  EXPECT_EQ(umap(Context::cpu(1), g, o, nullptr, [&] { return x; }).embedding.data, u.embedding.data);
+  const DenseD out_random = multi_component_layout(Context::cpu(2), g, labels, nc, so);
+  EXPECT_NE(out_random.data, out.data);
+  EXPECT_EQ(multi_component_layout(Context::cpu(1), g, labels, nc, so).data, out_random.data);
 }
 
 // A random symmetric kNN-like graph (connected: a ring plus random edges).

@@ -212,10 +212,10 @@ TEST(UmapGpu, DeviceSpectralStartMatchesTheCpuStartAndRepeatsBitForBit) {
   EXPECT_GE(p_gpu, p_cpu - 0.02);
 }
 
-TEST(UmapGpu, DisconnectedGraphStartsAtRandomAsTheCpuPath) {
+TEST(UmapGpu, DisconnectedGraphStartsAsTheCpuPath) {
   SCURRY_REQUIRE_GPU();
-  // Two clusters far apart: the kNN graph has two components, so the device start falls back to the
-  // CPU path's random start, the same bits as the CPU path's.
+  // Two clusters far apart: the kNN graph has two components, so the device start is the CPU path's
+  // (umap-learn's multi-component layout), the same bits as the CPU path's.
   const uint64_t seed = test::fresh_seed();
   std::mt19937_64 rng(seed);
   std::normal_distribution<double> z(0.0, 1.0);
@@ -230,8 +230,8 @@ TEST(UmapGpu, DisconnectedGraphStartsAtRandomAsTheCpuPath) {
   o.maxiter = 0;
   const UmapResult c = umap(cpu, nb.connectivities, o);
   const UmapResult g = umap_gpu(test::gpu_context(), nb.connectivities, o);
-  EXPECT_EQ(c.init, "random");
-  EXPECT_EQ(g.init, "random");
+  EXPECT_EQ(c.init, "spectral");
+  EXPECT_EQ(g.init, "spectral");
   EXPECT_EQ(g.embedding.data, c.embedding.data);
 }
 
