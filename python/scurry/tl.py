@@ -51,6 +51,13 @@ def umap(adata, *, min_dist=_UMAP.min_dist, spread=_UMAP.spread, n_components=_U
         raise NotImplementedError("umap: init_pos='paga' is not implemented in scurry")
     if not isinstance(init_pos, str):
         raise NotImplementedError("umap: init_pos as an array is not implemented in scurry (an obsm key is)")
+    if init_pos == "spectral":
+        # The representation the graph was built from (scanpy hands it to umap-learn as `data`): read
+        # only when the graph has more than 2 n_components components (their centroids place them).
+        params = adata.uns.get(key, {}).get("params", {}) if isinstance(adata.uns.get(key), dict) else {}
+        rep = params.get("use_rep") or ("X_pca" if "X_pca" in adata.obsm else None)
+        if rep is not None and rep != "X" and rep in adata.obsm:
+            obsm.append(rep)
     ds = dataset(adata, step=step, X=False, obsm=obsm, obsp=obsp, uns=[key])
     opt = options(_scurry.UmapOptions, min_dist=float(min_dist), spread=float(spread), n_components=int(n_components),
                   maxiter=maxiter, alpha=float(alpha), gamma=float(gamma),

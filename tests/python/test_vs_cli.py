@@ -262,3 +262,22 @@ def test_read_only_steps_on_every_layout(chain):
     bad.X.data[3] = -1
     with pytest.raises(ValueError, match="negative"):
         sc.pp.calculate_qc_metrics(bad, inplace=True)
+
+
+def test_umap_of_a_graph_of_several_components(tmp_path):
+    """Six separate blobs: more than 2 n_components components, so the start places them by the
+    representation's centroids (umap-learn's component_layout): the package must hand umap the
+    representation as the CLI's Dataset has it, and give the CLI's embedding."""
+    import scipy.sparse
+    from conftest import cli_step
+
+    rng = np.random.default_rng(SEED)
+    a = synthetic(rng, n_obs=240, n_vars=50)
+    centres = rng.normal(0.0, 30.0, (6, 10))
+    a.obsm["X_pca"] = (centres[np.arange(240) % 6] + rng.normal(0.0, 1.0, (240, 10))).astype(np.float32)
+    sc.pp.neighbors(a, n_neighbors=10)
+    n_comp, _ = scipy.sparse.csgraph.connected_components(a.obsp["connectivities"])
+    assert n_comp == 6
+    e = cli_step(tmp_path, a, "umap", "--maxiter", "30")
+    sc.tl.umap(a, maxiter=30)
+    assert_same_matrix(a.obsm["X_umap"], e.obsm["X_umap"], "obsm['X_umap']")
