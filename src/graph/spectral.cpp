@@ -14,6 +14,7 @@
 #include "core/error.hpp"
 #include "core/log.hpp"
 #include "exec/parallel.hpp"
+#include "graph/knn.hpp"
 #include "graph/spectral_ops.hpp"
 #include "graph/spectral_rng.hpp"
 #include "pp/linalg.hpp"
@@ -512,9 +513,17 @@ DenseD multi_component_layout(const Context& ctx, const CsrF& graph, const std::
     const int64_t k = (nc + 1) / 2;
     for (int64_t c = 0; c < nc; ++c) meta(c, c < k ? c : c - k) = c < k ? 1.0 : -1.0;
   }
-  // Each component's half-distance to the nearest other point.
+  // Each component's half-distance to the nearest other point: all pairs for a few thousand points,
+  // else the exact kNN search (many tiny components would make the pairs quadratic).
   std::vector<double> range(static_cast<size_t>(nc), 1.0);
-  for (int64_t p = 0; p < nc; ++p) {
+  if (nc > kMaxDenseComponents) {
+    DenseF mf(nc, dim);
+    for (int64_t q = 0; q < nc * dim; ++q) mf.data[q] = static_cast<float>(meta.data[q]);
+    const Knn nn = knn_exact(ctx, mf, 2, KnnMetric::euclidean);
+    for (int64_t p = 0; p < nc; ++p)
+      if (nn.distance(p, 1) > 0 && std::isfinite(nn.distance(p, 1))) range[p] = nn.distance(p, 1) / 2.0;
+  }
+  for (int64_t p = 0; p < nc && nc <= kMaxDenseComponents; ++p) {
     double best = std::numeric_limits<double>::infinity();
     for (int64_t q = 0; q < nc; ++q) {
       double d2 = 0;

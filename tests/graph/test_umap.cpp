@@ -394,6 +394,36 @@ TEST(Umap, MultiComponentLayoutPlacesEachComponentAroundItsPoint) {
   EXPECT_EQ(multi_component_layout(Context::cpu(1), g, labels, nc, so).data, out_random.data);
 }
 
+TEST(Umap, MultiComponentLayoutOfManyTinyComponents) {
+  // 6,000 separate pairs: more components than the dense meta layout takes, so their points are drawn
+  // at random in [0, 10)^2 and each pair's range (half the distance to the nearest other point) comes
+  // from the exact nearest-neighbour search instead of all pairs of points. Finite, the same bits for
+  // 1 and 2 threads, and the two cells of most pairs close together (the points' spacing is ~0.065; a
+  // range left at its default of 1 would put them ~1 apart).
+  const int64_t pairs = 6000, n = 2 * pairs;
+  CsrF g = CsrF::zeros(n, n);
+  for (int64_t i = 0; i < n; ++i) {
+    g.indices.push_back(static_cast<int32_t>(i ^ 1));
+    g.data.push_back(1.0f);
+    g.indptr[i + 1] = i + 1;
+  }
+  std::vector<int32_t> labels;
+  const int64_t nc = connected_components(g, &labels, 2);
+  ASSERT_EQ(nc, pairs);
+  SpectralOptions so;
+  so.dim = 2;
+  so.random_state = test::fresh_seed();
+  const DenseD a = multi_component_layout(Context::cpu(2), g, labels, nc, so);
+  const DenseD b = multi_component_layout(Context::cpu(1), g, labels, nc, so);
+  EXPECT_EQ(a.data, b.data);
+  int64_t tight = 0;
+  for (int64_t p = 0; p < pairs; ++p) {
+    for (int64_t j = 0; j < 2; ++j) ASSERT_TRUE(std::isfinite(a(2 * p, j)) && std::isfinite(a(2 * p + 1, j)));
+    tight += std::hypot(a(2 * p, 0) - a(2 * p + 1, 0), a(2 * p, 1) - a(2 * p + 1, 1)) < 0.2;
+  }
+  EXPECT_GT(tight, pairs * 9 / 10);
+}
+
 // A random symmetric kNN-like graph (connected: a ring plus random edges).
 CsrF random_graph(int64_t n, uint64_t seed) {
   std::mt19937_64 rng(seed);
