@@ -4,6 +4,7 @@
 //     SRC: an h5ad with obsm['X_pca'], or mix:N:D (a seeded Gaussian mixture of 12 clusters in D
 //     dims whose per-dimension spread falls off like a PCA spectrum)
 //     --methods exact,ivf,hnsw  --probes P1,P2,..  --lists-per-sqrt F  --recall-sample S  --k K
+//     --scan blas|avx2|auto (the IVF list scan: sgemm, the fused AVX2 kernel, or the best the CPU has)
 //     --scan blas (IVF: sgemm and a scan instead of the fused AVX2 scan)
 //   scurry_cpu_kernels_bench pca N G [SOLVER [THREADS [REPS]]]   PCA of a scaled-like N x G matrix (REPS > 0: only the default PCA, timed REPS times)
 //     written by `scurry run` ... not the default run; SRC an h5ad whose X is the scaled matrix.
@@ -171,7 +172,7 @@ int main(int argc, char** argv) {
       else if (o == "--recall-sample") sample = std::atol(v.c_str());
       else if (o == "--k") k = std::atol(v.c_str());
       else if (o == "--threads") threads = std::atoi(v.c_str());
-      else if (o == "--scan") blas_scan = v == "blas";
+      else if (o == "--scan") blas_scan = v == "blas", knn_ivf_scan_isa(v == "avx2" ? 0 : -1);
     }
     double t0 = now();
     const DenseF x = load_embedding(argv[2]);

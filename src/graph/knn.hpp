@@ -100,6 +100,9 @@ struct IvfCpuOptions {
 Knn knn_exact(const Context& ctx, const DenseF& X, int64_t k, KnnMetric metric);
 // Approximate search with IVF-Flat (same conventions; a row whose probed lists hold fewer than k - 1
 // other cells gets -1 / +inf in the missing columns).
+// Tests: the fused scan's instruction set, -1 (default) the best the CPU has, 0 AVX2 and FMA only (the
+// AVX-512 form gives the same bits).
+void knn_ivf_scan_isa(int isa);
 Knn knn_ivf(const Context& ctx, const DenseF& X, int64_t k, KnnMetric metric, const IvfCpuOptions& opt = {});
 Knn knn_ivf(const Context& ctx, const DenseF& X, int64_t k, KnnMetric metric, const IvfCpuOptions& opt,
             int64_t row_begin, int64_t row_end);

@@ -10,12 +10,15 @@
 //     n_probes nearest centroids (sgemm against the centroids) and scans, for each query, exactly
 //     those lists: the probes are inverted (the chunk's queries of each list) and each list is
 //     scored against its group of queries at once, so the FLOPs follow each query's own probes
-//     while every list is read once per group. (Until section 65 of bench/RESULTS.md a block of 256
+//     while every list is read once per group. Every query first scans its own (home) list, then
+//     the rest (bench/RESULTS.md section 66: the heaps fill with near candidates, so far fewer later
+//     scores reach them; the kept candidates do not depend on the order). (Until section 65 a block of 256
 //     queries of one home list scanned the union of its members' probes: ~74 lists a query at 1M
 //     cells where its own are 32.) The chunks are cut from all cells and a query's result depends
 //     only on its own probes, so a range of query rows gives those rows of the full search.
 //  3. The scores ||y||^2 - 2 x.y in float32: where the CPU has AVX2 and FMA, six queries at a time
-//     against tiles of 16 list rows held column-major, the 12 accumulators in registers and only the
+//     against tiles of 16 list rows held column-major (with AVX-512F four tiles at once, 24 registers,
+//     the same FMA chain per score and so the same bits), the accumulators in registers and only the
 //     scores at or below a query's current worst leaving them (scan_tiles: no score matrix is
 //     written or read back); elsewhere (or with IvfCpuOptions::blas_scan) sgemm per group and a scan
 //     of its output (knn_detail::scan_row). Per query, the best candidates are kept in a max-heap
@@ -104,11 +107,20 @@ struct Tiles {
 
 using Heap = std::vector<std::pair<float, int32_t>>;
 
-// Whether this CPU runs scan_tiles (AVX2 and FMA).
+// Whether this CPU runs scan_tiles (AVX2 and FMA), and scan_tiles_512 (AVX-512F as well).
 bool fused_scan_available() {
 #if defined(__x86_64__) || defined(__i386__)
   static const bool ok = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
   return ok;
+#else
+  return false;
+#endif
+}
+int g_scan_isa = -1;  // knn_ivf_scan_isa (tests): -1 the best the CPU has, 0 AVX2, 1 AVX-512
+bool scan_512_available() {
+#if defined(__x86_64__) || defined(__i386__)
+  static const bool ok = fused_scan_available() && __builtin_cpu_supports("avx512f");
+  return ok && g_scan_isa != 0;
 #else
   return false;
 #endif
@@ -168,6 +180,70 @@ __attribute__((target("avx2,fma"))) void scan_tiles(const float* const* q, int64
     }
   }
 }
+#endif
+
+#if defined(__x86_64__) || defined(__i386__)
+// The AVX-512 form of scan_tiles: four tiles at once (each a 16-float register per column), the
+// same six queries, 24 accumulators; every score the same FMA chain as scan_tiles' (so the same bits),
+// and each query's offers in the same order (tile after tile, rows in order within a tile). The tiles
+// left over (fewer than four) go to scan_tiles.
+__attribute__((target("avx512f"), always_inline)) inline void fma4(const float* x, __m512 y0, __m512 y1, __m512 y2,
+                                                                  __m512 y3, __m512& a0, __m512& a1, __m512& a2,
+                                                                  __m512& a3) {
+  const __m512 b = _mm512_set1_ps(*x);
+  a0 = _mm512_fmadd_ps(b, y0, a0);
+  a1 = _mm512_fmadd_ps(b, y1, a1);
+  a2 = _mm512_fmadd_ps(b, y2, a2);
+  a3 = _mm512_fmadd_ps(b, y3, a3);
+}
+
+__attribute__((target("avx512f"))) void offer_tile_512(__m512 acc, const Tiles& T, int64_t t, int32_t self, Heap& h,
+                                                      int64_t n_cand) {
+  alignas(64) float sc[16];
+  const float worst = static_cast<int64_t>(h.size()) < n_cand ? std::numeric_limits<float>::infinity() : h.front().first;
+  const __m512 c = _mm512_fmadd_ps(_mm512_set1_ps(-2.0f), acc, _mm512_loadu_ps(T.sq.data() + t * 16));
+  uint32_t mask = _mm512_cmp_ps_mask(c, _mm512_set1_ps(worst), _CMP_LE_OQ);
+  if (mask == 0) return;
+  _mm512_store_ps(sc, c);
+  float w = worst;
+  while (mask != 0) {
+    const int r = __builtin_ctz(mask);
+    mask &= mask - 1;
+    const int32_t id = T.id[t * 16 + r];
+    if (id < 0 || id == self || !(sc[r] <= w)) continue;
+    offer(h, n_cand, std::pair<float, int32_t>(sc[r], id), w);
+  }
+}
+
+__attribute__((target("avx512f,avx2,fma"))) void scan_tiles_512(const float* const* q, int64_t d, const Tiles& T,
+                                                               int64_t t0, int64_t t1, const int32_t* self,
+                                                               Heap* const* heaps, int64_t n_cand) {
+  int64_t t = t0;
+  const int64_t stride = d * 16;
+  for (; t + 4 <= t1; t += 4) {
+    const float* y = T.v.data() + t * stride;
+    __m512 a00 = _mm512_setzero_ps(), a01 = a00, a02 = a00, a03 = a00, a10 = a00, a11 = a00, a12 = a00, a13 = a00,
+           a20 = a00, a21 = a00, a22 = a00, a23 = a00, a30 = a00, a31 = a00, a32 = a00, a33 = a00, a40 = a00,
+           a41 = a00, a42 = a00, a43 = a00, a50 = a00, a51 = a00, a52 = a00, a53 = a00;
+    for (int64_t j = 0; j < d; ++j) {
+      const float* yj = y + j * 16;
+      const __m512 y0 = _mm512_loadu_ps(yj), y1 = _mm512_loadu_ps(yj + stride), y2 = _mm512_loadu_ps(yj + 2 * stride),
+                   y3 = _mm512_loadu_ps(yj + 3 * stride);
+      fma4(q[0] + j, y0, y1, y2, y3, a00, a01, a02, a03);
+      fma4(q[1] + j, y0, y1, y2, y3, a10, a11, a12, a13);
+      fma4(q[2] + j, y0, y1, y2, y3, a20, a21, a22, a23);
+      fma4(q[3] + j, y0, y1, y2, y3, a30, a31, a32, a33);
+      fma4(q[4] + j, y0, y1, y2, y3, a40, a41, a42, a43);
+      fma4(q[5] + j, y0, y1, y2, y3, a50, a51, a52, a53);
+    }
+    const __m512 a[6][4] = {{a00, a01, a02, a03}, {a10, a11, a12, a13}, {a20, a21, a22, a23},
+                            {a30, a31, a32, a33}, {a40, a41, a42, a43}, {a50, a51, a52, a53}};
+    for (int k = 0; k < 4; ++k)
+      for (int u = 0; u < 6; ++u) offer_tile_512(a[u][k], T, t + k, self[u], *heaps[u], n_cand);
+  }
+  if (t < t1) scan_tiles(q, d, T, t, t1, self, heaps, n_cand);
+}
+
 #endif
 
 Tiles make_tiles(const DenseF& Y, const std::vector<int32_t>& order, const std::vector<int64_t>& off, int64_t n_lists) {
@@ -284,6 +360,8 @@ Centroids kmeans(const Context& ctx, const DenseF& Y, int64_t n_lists, const Ivf
 
 }  // namespace
 
+void knn_ivf_scan_isa(int isa) { g_scan_isa = isa; }
+
 Knn knn_ivf(const Context& ctx, const DenseF& X, int64_t k, KnnMetric metric, const IvfCpuOptions& opt) {
   return knn_ivf(ctx, X, k, metric, opt, 0, X.n_rows);
 }
@@ -329,6 +407,9 @@ Knn knn_ivf(const Context& ctx, const DenseF& X, int64_t k, KnnMetric metric, co
     for (int64_t i = 0; i < n; ++i) order[pos[home[i]]++] = static_cast<int32_t>(i);
   }
   const bool fused = !opt.blas_scan && fused_scan_available();
+#if defined(__x86_64__) || defined(__i386__)
+  const bool use512 = fused && scan_512_available();
+#endif
   Tiles tiles;
   if (fused) tiles = make_tiles(Y, order, off, n_lists);
   DenseF Yp;
@@ -377,24 +458,34 @@ Knn knn_ivf(const Context& ctx, const DenseF& X, int64_t k, KnnMetric metric, co
         for (int64_t j = 0; j < P; ++j) probes[(q0 + i) * P + j] = best[j].second;
       }
     }
-    // The queries of each list (counting sort by list; ascending query within a list), and the
-    // lists in order of their best rank among the chunk's queries (then by list).
-    std::vector<int64_t> goff(static_cast<size_t>(n_lists + 1), 0);
+    // The queries of each list (counting sort; ascending query within a list) in two passes: first
+    // every query against its own (home) list, then the other probes, lists in order of their best rank
+    // among the chunk's queries (then by list). A heap then fills from its query's own list, so fewer
+    // later candidates get past its worst (the kept candidates do not depend on the order: a bounded
+    // heap keeps the n_cand smallest of whatever it is offered). Bucket b < n_lists: list b's home
+    // queries; n_lists + c: list c's other queries.
+    const int64_t NB = 2 * n_lists;
+    std::vector<int64_t> goff(static_cast<size_t>(NB + 1), 0);
     std::vector<int32_t> lrank(static_cast<size_t>(n_lists), static_cast<int32_t>(P));
+    auto bucket_of = [&](int64_t e) { return (e % P == 0 ? 0 : n_lists) + probes[e]; };
     for (int64_t e = 0; e < nq * P; ++e) {
-      ++goff[probes[e] + 1];
-      lrank[probes[e]] = std::min(lrank[probes[e]], static_cast<int32_t>(e % P));
+      ++goff[bucket_of(e) + 1];
+      if (e % P != 0) lrank[probes[e]] = std::min(lrank[probes[e]], static_cast<int32_t>(e % P));
     }
-    for (int64_t c = 0; c < n_lists; ++c) goff[c + 1] += goff[c];
+    for (int64_t b = 0; b < NB; ++b) goff[b + 1] += goff[b];
     std::vector<int32_t> gq(static_cast<size_t>(nq * P));
     {
       std::vector<int64_t> pos(goff.begin(), goff.end() - 1);
-      for (int64_t e = 0; e < nq * P; ++e) gq[pos[probes[e]]++] = static_cast<int32_t>(e / P);
+      for (int64_t e = 0; e < nq * P; ++e) gq[pos[bucket_of(e)]++] = static_cast<int32_t>(e / P);
     }
-    std::vector<int32_t> lists;
-    for (int64_t c = 0; c < n_lists; ++c)
-      if (lrank[c] < P && off[c + 1] > off[c]) lists.push_back(static_cast<int32_t>(c));
-    std::stable_sort(lists.begin(), lists.end(), [&](int32_t a, int32_t b) { return lrank[a] < lrank[b]; });
+    std::vector<int32_t> buckets, rest;
+    for (int64_t c = 0; c < n_lists; ++c) {
+      if (off[c + 1] == off[c]) continue;
+      if (goff[c + 1] > goff[c]) buckets.push_back(static_cast<int32_t>(c));
+      if (goff[n_lists + c + 1] > goff[n_lists + c]) rest.push_back(static_cast<int32_t>(n_lists + c));
+    }
+    std::stable_sort(rest.begin(), rest.end(), [&](int32_t a, int32_t b) { return lrank[a - n_lists] < lrank[b - n_lists]; });
+    buckets.insert(buckets.end(), rest.begin(), rest.end());
     std::vector<Heap> heaps(static_cast<size_t>(nq));
     for (auto& h : heaps) h.reserve(static_cast<size_t>(n_cand));
     std::vector<float> dots;
@@ -402,10 +493,11 @@ Knn knn_ivf(const Context& ctx, const DenseF& X, int64_t k, KnnMetric metric, co
     std::vector<Heap*> hp(static_cast<size_t>(kQueryBlock + 6));
     std::vector<const float*> qrow(static_cast<size_t>(kQueryBlock + 6));
     Heap scratch;
-    for (const int32_t list : lists) {
+    for (const int32_t bucket : buckets) {
+      const int32_t list = static_cast<int32_t>(bucket % n_lists);
       const int64_t p0 = off[list], nr = off[list + 1] - p0;
-      for (int64_t g0 = goff[list]; g0 < goff[list + 1]; g0 += kQueryBlock) {
-        const int64_t ng = std::min(kQueryBlock, goff[list + 1] - g0);
+      for (int64_t g0 = goff[bucket]; g0 < goff[bucket + 1]; g0 += kQueryBlock) {
+        const int64_t ng = std::min(kQueryBlock, goff[bucket + 1] - g0);
 #if defined(__x86_64__) || defined(__i386__)
         if (fused) {
           // Six queries at a time against every tile of the list (the list stays in cache).
@@ -420,7 +512,8 @@ Knn knn_ivf(const Context& ctx, const DenseF& X, int64_t k, KnnMetric metric, co
             hp[i] = i < ng ? &heaps[q] : &scratch;
           }
           for (int64_t i = 0; i < ng6; i += 6)
-            scan_tiles(qrow.data() + i, d, tiles, tiles.off[list], tiles.off[list + 1], self.data() + i, hp.data() + i, n_cand);
+            (use512 ? scan_tiles_512 : scan_tiles)(qrow.data() + i, d, tiles, tiles.off[list], tiles.off[list + 1],
+                                                   self.data() + i, hp.data() + i, n_cand);
           continue;
         }
 #endif

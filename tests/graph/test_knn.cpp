@@ -176,6 +176,13 @@ TEST(Knn, IvfRecallAtLeast97PercentAndThreadIndependent) {
     std::printf("ivf scans: %ld of %zu neighbour entries the same\n", static_cast<long>(same), f.indices.size());
     EXPECT_GE(static_cast<double>(same), 0.999 * static_cast<double>(f.indices.size()));
     EXPECT_EQ(knn_ivf(Context::cpu(3), x, 15, KnnMetric::euclidean, blas).indices, g.indices);
+    // The fused scan's AVX-512 form (where the CPU has it) and its AVX2 form: the same FMA chain per
+    // score, so the same bits.
+    knn_ivf_scan_isa(0);
+    const Knn f2 = knn_ivf(Context::cpu(2), x, 15, KnnMetric::euclidean, opt);
+    knn_ivf_scan_isa(-1);
+    EXPECT_EQ(f2.indices, f.indices);
+    EXPECT_EQ(f2.distances, f.distances);
   }
   // Every list probed: exact.
   IvfCpuOptions all = opt;
