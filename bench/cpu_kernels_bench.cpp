@@ -172,7 +172,10 @@ int main(int argc, char** argv) {
       else if (o == "--recall-sample") sample = std::atol(v.c_str());
       else if (o == "--k") k = std::atol(v.c_str());
       else if (o == "--threads") threads = std::atoi(v.c_str());
-      else if (o == "--scan") blas_scan = v == "blas", knn_ivf_scan_isa(v == "avx2" ? 0 : -1);
+      else if (o == "--scan") {
+        blas_scan = v == "blas";
+        knn_ivf_scan_isa(v == "avx2" ? 0 : -1);
+      }
     }
     double t0 = now();
     const DenseF x = load_embedding(argv[2]);

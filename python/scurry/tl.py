@@ -54,7 +54,8 @@ def umap(adata, *, min_dist=_UMAP.min_dist, spread=_UMAP.spread, n_components=_U
     if init_pos == "spectral":
         # The representation the graph was built from (scanpy hands it to umap-learn as `data`): read
         # only when the graph has more than 2 n_components components (their centroids place them).
-        params = adata.uns.get(key, {}).get("params", {}) if isinstance(adata.uns.get(key), dict) else {}
+        neigh = adata.uns.get(key)
+        params = neigh.get("params", {}) if isinstance(neigh, dict) else {}
         rep = params.get("use_rep") or ("X_pca" if "X_pca" in adata.obsm else None)
         if rep is not None and rep != "X" and rep in adata.obsm:
             obsm.append(rep)

@@ -25,6 +25,11 @@ void finish_row(const DenseF& X, const std::vector<double>& nrm, KnnMetric metri
                 std::vector<Cand>& cands, Knn& out, int64_t row0 = 0);
 // n x k result, every entry 0.
 Knn empty_result(int64_t n, int64_t k);
+// The score a candidate must not exceed to enter h, a max-heap of at most n_cand pairs: its top once
+// full, +inf before.
+inline float heap_worst(const std::vector<std::pair<float, int32_t>>& h, int64_t n_cand) {
+  return static_cast<int64_t>(h.size()) < n_cand ? std::numeric_limits<float>::infinity() : h.front().first;
+}
 // Offers candidate c to h, a max-heap of at most n_cand (score, index) pairs; keeps `worst` (the
 // heap's top once full, +inf before) for the callers' cheap pre-check. Returns whether c went in.
 inline bool offer(std::vector<std::pair<float, int32_t>>& h, int64_t n_cand, const std::pair<float, int32_t>& c,
@@ -57,7 +62,7 @@ inline bool offer(std::vector<std::pair<float, int32_t>>& h, int64_t n_cand, con
 constexpr int64_t kScanRun = 16;
 inline void scan_row(const float* dq, const float* bsq, int64_t nr, const int32_t* ids,
                      std::vector<std::pair<float, int32_t>>& h, int64_t n_cand, int32_t id0 = 0) {
-  float worst = static_cast<int64_t>(h.size()) < n_cand ? std::numeric_limits<float>::infinity() : h.front().first;
+  float worst = heap_worst(h, n_cand);
   auto score = [&](int64_t j) { return bsq ? dq[j] + bsq[j] : dq[j]; };
   auto id = [&](int64_t j) { return ids ? ids[j] : static_cast<int32_t>(id0 + j); };
   int64_t r = 0;

@@ -47,6 +47,7 @@ namespace scurry {
 namespace {
 
 using knn_detail::Cand;
+using knn_detail::heap_worst;
 using knn_detail::offer;
 using knn_detail::scan_row;
 
@@ -116,7 +117,7 @@ bool fused_scan_available() {
   return false;
 #endif
 }
-int g_scan_isa = -1;  // knn_ivf_scan_isa (tests): -1 the best the CPU has, 0 AVX2, 1 AVX-512
+int g_scan_isa = -1;  // knn_ivf_scan_isa (tests): -1 the best the CPU has, 0 AVX2 and FMA only
 bool scan_512_available() {
 #if defined(__x86_64__) || defined(__i386__)
   static const bool ok = fused_scan_available() && __builtin_cpu_supports("avx512f");
@@ -127,6 +128,19 @@ bool scan_512_available() {
 }
 
 #if defined(__x86_64__) || defined(__i386__)
+// Offers the scores sc[r] of tile t's rows r in `mask` (those at or below `worst`, in row order) to
+// query h's heap, but its own cell (self) and the padding; worst follows the heap.
+inline void offer_masked(const float* sc, uint32_t mask, const Tiles& T, int64_t t, int32_t self, Heap& h,
+                         int64_t n_cand, float& worst) {
+  while (mask != 0) {
+    const int r = __builtin_ctz(mask);
+    mask &= mask - 1;
+    const int32_t id = T.id[t * 16 + r];
+    if (id < 0 || id == self || !(sc[r] <= worst)) continue;
+    offer(h, n_cand, std::pair<float, int32_t>(sc[r], id), worst);
+  }
+}
+
 // lo += x[0] * y0, hi += x[0] * y1 (one query's column against a tile's 16 rows), inlined into scan_tiles.
 __attribute__((target("avx2,fma"), always_inline)) inline void fma_row(const float* x, __m256 y0, __m256 y1, __m256& lo,
                                                                       __m256& hi) {
@@ -162,7 +176,7 @@ __attribute__((target("avx2,fma"))) void scan_tiles(const float* const* q, int64
     const __m256 s0 = _mm256_loadu_ps(T.sq.data() + t * 16), s1 = _mm256_loadu_ps(T.sq.data() + t * 16 + 8);
     for (int u = 0; u < 6; ++u) {
       Heap& h = *heaps[u];
-      float worst = static_cast<int64_t>(h.size()) < n_cand ? std::numeric_limits<float>::infinity() : h.front().first;
+      float worst = heap_worst(h, n_cand);
       const __m256 w = _mm256_set1_ps(worst);
       const __m256 c0 = _mm256_fmadd_ps(m2, a[u][0], s0), c1 = _mm256_fmadd_ps(m2, a[u][1], s1);
       uint32_t mask = static_cast<uint32_t>(_mm256_movemask_ps(_mm256_cmp_ps(c0, w, _CMP_LE_OQ))) |
@@ -170,13 +184,7 @@ __attribute__((target("avx2,fma"))) void scan_tiles(const float* const* q, int64
       if (mask == 0) continue;
       _mm256_store_ps(sc, c0);
       _mm256_store_ps(sc + 8, c1);
-      while (mask != 0) {
-        const int r = __builtin_ctz(mask);
-        mask &= mask - 1;
-        const int32_t id = T.id[t * 16 + r];
-        if (id < 0 || id == self[u] || !(sc[r] <= worst)) continue;
-        offer(h, n_cand, std::pair<float, int32_t>(sc[r], id), worst);
-      }
+      offer_masked(sc, mask, T, t, self[u], h, n_cand, worst);
     }
   }
 }
@@ -200,19 +208,12 @@ __attribute__((target("avx512f"), always_inline)) inline void fma4(const float* 
 __attribute__((target("avx512f"))) void offer_tile_512(__m512 acc, const Tiles& T, int64_t t, int32_t self, Heap& h,
                                                       int64_t n_cand) {
   alignas(64) float sc[16];
-  const float worst = static_cast<int64_t>(h.size()) < n_cand ? std::numeric_limits<float>::infinity() : h.front().first;
+  float worst = heap_worst(h, n_cand);
   const __m512 c = _mm512_fmadd_ps(_mm512_set1_ps(-2.0f), acc, _mm512_loadu_ps(T.sq.data() + t * 16));
   uint32_t mask = _mm512_cmp_ps_mask(c, _mm512_set1_ps(worst), _CMP_LE_OQ);
   if (mask == 0) return;
   _mm512_store_ps(sc, c);
-  float w = worst;
-  while (mask != 0) {
-    const int r = __builtin_ctz(mask);
-    mask &= mask - 1;
-    const int32_t id = T.id[t * 16 + r];
-    if (id < 0 || id == self || !(sc[r] <= w)) continue;
-    offer(h, n_cand, std::pair<float, int32_t>(sc[r], id), w);
-  }
+  offer_masked(sc, mask, T, t, self, h, n_cand, worst);
 }
 
 __attribute__((target("avx512f,avx2,fma"))) void scan_tiles_512(const float* const* q, int64_t d, const Tiles& T,
